@@ -1,0 +1,23 @@
+# Finds the CUDA toolkit and NCCL (under /usr/local/cuda on our machines).
+# Sets DDP_HAVE_CUDA to ON when both are there and DDP_CUDA is not OFF, and says
+# out loud which way the build went.
+set(DDP_HAVE_CUDA OFF)
+if(NOT DDP_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  find_path(DDP_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include)
+  find_library(DDP_NCCL_LIB nccl HINTS /usr/local/cuda/lib64 /usr/local/cuda/lib)
+  if(CMAKE_CUDA_COMPILER AND DDP_NCCL_INCLUDE AND DDP_NCCL_LIB)
+    set(DDP_HAVE_CUDA ON)
+  elseif(DDP_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DDP_CUDA=ON but the CUDA toolkit or NCCL was not found")
+  endif()
+endif()
+if(DDP_HAVE_CUDA)
+  message(STATUS "ddp: CUDA/NCCL found (${CMAKE_CUDA_COMPILER}, ${DDP_NCCL_LIB}): building the GPU path")
+else()
+  message(STATUS "ddp: CUDA/NCCL not found or disabled: building the CPU path only")
+endif()

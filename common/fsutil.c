@@ -1,0 +1,172 @@
+/*
+ * fsutil.c - atomic writes, bounded reads, folder helpers.
+ */
+#include "common/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+
+int fs_sync_dir_of(const char *path, struct ddp_err *err)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, DDP_EIO, "open folder %s: %s", dir, strerror(errno));
+    int rc = 0;
+    if (fsync(fd) != 0)
+        rc = err_set(err, DDP_EIO, "fsync folder %s: %s", dir, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
+                    struct ddp_err *err)
+{
+    char tmp[PATH_MAX];
+    int n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return err_set(err, DDP_EINVAL, "path too long: %s", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, DDP_EIO, "create temp file for %s: %s", path, strerror(errno));
+    int rc = 0;
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = err_set(err, DDP_EIO, "write %s: %s", tmp, strerror(errno));
+            goto fail;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fchmod(fd, mode) != 0) {
+        rc = err_set(err, DDP_EIO, "chmod %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (fsync(fd) != 0) {
+        rc = err_set(err, DDP_EIO, "fsync %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        rc = err_set(err, DDP_EIO, "close %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        rc = err_set(err, DDP_EIO, "rename %s to %s: %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    return fs_sync_dir_of(path, err);
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
+                       strerror(errno));
+    size_t cap = 4096, used = 0;
+    char *buf = xmalloc(cap + 1);
+    int rc = 0;
+    for (;;) {
+        if (used == cap) {
+            if (cap >= max) {
+                rc = err_set(err, DDP_ETOOBIG, "%s is larger than %zu bytes", path, max);
+                goto fail;
+            }
+            cap = cap * 2 > max ? max : cap * 2;
+            buf = xrealloc(buf, cap + 1);
+        }
+        ssize_t r = read(fd, buf + used, cap - used);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = err_set(err, DDP_EIO, "read %s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+        if (used > max) {
+            rc = err_set(err, DDP_ETOOBIG, "%s is larger than %zu bytes", path, max);
+            goto fail;
+        }
+    }
+    close(fd);
+    buf[used] = '\0';
+    *out = buf;
+    if (len)
+        *len = used;
+    return 0;
+fail:
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+int fs_mkdir_p(const char *path, mode_t mode, struct ddp_err *err)
+{
+    char buf[PATH_MAX];
+    int n = snprintf(buf, sizeof(buf), "%s", path);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return err_set(err, DDP_EINVAL, "path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) != 0 && errno != EEXIST)
+            return err_set(err, DDP_EIO, "mkdir %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, mode) != 0 && errno != EEXIST)
+        return err_set(err, DDP_EIO, "mkdir %s: %s", buf, strerror(errno));
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return err_set(err, DDP_EIO, "%s is not a folder", buf);
+    return 0;
+}
+
+static int fs_remove_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+int fs_remove_tree(const char *path, struct ddp_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : err_set(err, DDP_EIO, "stat %s: %s", path, strerror(errno));
+    if (nftw(path, fs_remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return err_set(err, DDP_EIO, "remove %s: %s", path, strerror(errno));
+    return 0;
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the build and the tests need, builds every part
+# with -Werror, and runs all tests three ways:
+#   1. plainly                         (build/)
+#   2. under AddressSanitizer + UBSan  (build-asan/; tests labelled "heavy" are skipped there)
+#   3. the libFuzzer targets, each for a bounded time, under ASan + UBSan (build-fuzz/, clang)
+# Exits non-zero if anything fails. Set DDP_TEST_SKIP_APT=1 to skip the apt-get step,
+# DDP_TEST_ONLY=plain|asan|fuzz to run one of the three.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
+  echo "== installing build and test packages (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends \
+    build-essential cmake pkg-config clang libclang-rt-14-dev \
+    libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
+    libopenblas-dev zlib1g-dev dataset-fashion-mnist \
+    python3 python3-jsonschema curl iproute2 procps psmisc sqlite3 >/dev/null
+fi
+
+only=${DDP_TEST_ONLY:-all}
+status=0
+
+run_build() { # name, build dir, extra cmake args...
+  local name=$1 dir=$2
+  shift 2
+  echo "== [$name] configure and build ($dir)"
+  cmake -S . -B "$dir" -DDDP_WERROR=ON "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
+  grep -E '^-- ddp:' "$dir.configure.log" || true
+  cmake --build "$dir" -j"$jobs" 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+  [ "${PIPESTATUS[0]}" -eq 0 ]
+}
+
+run_tests() { # name, build dir, ctest args...
+  local name=$1 dir=$2
+  shift 2
+  echo "== [$name] tests"
+  (cd "$dir" && ctest --output-on-failure --no-tests=error -j"$jobs" "$@")
+}
+
+mkdir -p build build-asan build-fuzz
+if [ "$only" = all ] || [ "$only" = plain ]; then
+  if run_build plain build; then
+    bash tests/banned.sh || status=1
+    run_tests plain build -LE fuzz || status=1
+  else
+    status=1
+  fi
+fi
+if [ "$only" = all ] || [ "$only" = asan ]; then
+  if run_build asan build-asan -DDDP_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      run_tests asan build-asan -LE 'heavy|fuzz' || status=1
+  else
+    status=1
+  fi
+fi
+if [ "$only" = all ] || [ "$only" = fuzz ]; then
+  if CC=clang run_build fuzz build-fuzz -DDDP_FUZZ=ON -DDDP_CUDA=OFF; then
+    run_tests fuzz build-fuzz -L fuzz || status=1
+  else
+    status=1
+  fi
+fi
+
+if [ $status -eq 0 ]; then echo "== all test runs passed"; else echo "== SOME TESTS FAILED"; fi
+exit $status
