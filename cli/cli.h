@@ -1,0 +1,147 @@
+/*
+ * cli.h - what the ddpctl command files share: the connection to ddpd, the common options,
+ * the error and usage conventions, and small output helpers.
+ *
+ * Exit codes of every command: CLI_OK (0) success, CLI_FAIL (1) failure (ddpd unreachable,
+ * an error answer, a job that did not succeed for `wait`/`watch`), CLI_USAGE (2) a usage error
+ * (the usage line is printed on stderr).
+ *
+ * Ownership: struct cli owns its strings and its httpc; every json_t an API helper hands
+ * back is owned by the caller (json_decref).
+ */
+#ifndef DDP_CLI_CLI_H
+#define DDP_CLI_CLI_H
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/err.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+#define CLI_DEFAULT_SERVER "http://127.0.0.1:8470"
+/* Timeout of one request to ddpd. */
+#define CLI_REQUEST_TIMEOUT_MS 15000L
+/* How long watch, wait and logs -f keep retrying while ddpd is unreachable. */
+#define CLI_UNREACHABLE_MAX_MS 60000
+/* Poll interval of watch, wait and logs -f (bounded polling). */
+#define CLI_POLL_MS 500
+
+struct cli {
+    char *server;     /* resolved base URL */
+    char *token;      /* user token or NULL */
+    char *token_from; /* where the token came from (for hints), or NULL */
+    char *server_opt; /* --server as given, or NULL */
+    char *token_file_opt;
+    int json;         /* -o json */
+    struct httpc *http;
+};
+
+/* A command: name, its usage line (after "ddpctl "), a one-line summary and its runner.
+ * run gets argv with argv[0] = the command's name. */
+struct cli_cmd {
+    const char *name;
+    const char *usage;
+    const char *summary;
+    const char *help; /* the lines printed by --help after the usage line */
+    int (*run)(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+};
+
+/* Long options every command accepts as well (so `ddpctl list -o json` works too). The
+ * values are the option ids cli_common_opt() handles. */
+#define CLI_OPT_SERVER 1001
+#define CLI_OPT_TOKEN_FILE 1002
+#define CLI_OPT_HELP 'h'
+#define CLI_OPT_OUTPUT 'o'
+#define CLI_COMMON_LONGOPTS                                          \
+    {"server", required_argument, NULL, CLI_OPT_SERVER},             \
+    {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
+    {"output", required_argument, NULL, CLI_OPT_OUTPUT},             \
+    {"help", no_argument, NULL, CLI_OPT_HELP}
+/* Prefix with ":" (and "+" where words end the options) at each getopt_long call. */
+#define CLI_COMMON_SHORTOPTS "ho:"
+
+/*
+ * Handles one getopt result shared by all commands. Returns 1 when it handled c (and the
+ * command should go on), 0 when c is not a common option, and -1 when the command must end
+ * with the exit code written to *exit_code (help printed: 0; usage error printed: 2).
+ * argv is the command's argv (for naming an unknown option).
+ */
+int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv,
+                   int *exit_code);
+
+/* Parses "table" or "json" into cli->json; -1 if it is neither. */
+int cli_set_output(struct cli *cli, const char *v);
+
+/* Prints "ddpctl CMD: <message>" and the usage line on stderr; returns CLI_USAGE. */
+int cli_usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints the command's usage and help on stdout; returns CLI_OK. */
+int cli_print_help(const struct cli_cmd *cmd);
+
+/* Resolves server and token (flag, environment, $DDP_HOME/user.token) and opens the HTTP
+ * client. Returns 0, or prints the reason and returns CLI_FAIL. */
+int cli_connect(struct cli *cli);
+
+/* Prints "ddpctl: <err->msg>" on stderr, with a hint where one helps (401, 403); returns
+ * CLI_FAIL. */
+int cli_fail(struct cli *cli, const struct ddp_err *err);
+
+/* Prints "ddpctl: <message>" on stderr; returns CLI_FAIL. */
+int cli_failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* GET/POST to ddpd (path starts with "/v1/..."); an error answer becomes err. For calls on
+ * one job, a NOT_FOUND answer is reported as "job <id> not found". */
+int cli_call(struct cli *cli, const char *method, const char *path, const json_t *body,
+             json_t **answer, struct ddp_err *err);
+int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
+                 const json_t *body, json_t **answer, struct ddp_err *err);
+
+/* Like cli_job_call, but while ddpd is unreachable (DDP_EUNAVAIL / DDP_ETIMEOUT) it retries
+ * every second up to CLI_UNREACHABLE_MAX_MS in all, saying so once on stderr. Used by the
+ * commands that follow a job. */
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
+                         json_t **answer, struct ddp_err *err);
+
+/* Percent-encodes s for a URL path segment or query value; caller frees. */
+char *cli_escape(const char *s);
+
+/* Prints v as indented JSON (one document, newline-terminated) on stdout. */
+void cli_print_json(const json_t *v);
+/* Prints v as one compact JSON line on stdout (JSON Lines, for streams). */
+void cli_print_json_line(const json_t *v);
+
+/* Small readers that never fail: a missing or mistyped field gives the fallback. */
+const char *cli_str(const json_t *obj, const char *key, const char *fallback);
+int64_t cli_int(const json_t *obj, const char *key, int64_t fallback);
+/* Returns 1 and writes *out when obj[key] is a number (integer or real). */
+int cli_num(const json_t *obj, const char *key, double *out);
+
+/* Parses an RFC 3339 UTC time ("2026-11-29T13:58:16.123Z") into wall-clock ms; -1 if not
+ * one. */
+int64_t cli_parse_time(const char *s);
+/* Writes a short age ("5s", "3m", "2h", "4d") of a time relative to now_ms; "-" if the
+ * time is missing or unreadable. */
+void cli_format_age(const char *rfc3339, int64_t now_ms, char *buf, size_t size);
+/* Writes a rank list as ranges ("0-3", "0,2,5-7") into buf. */
+void cli_format_ranks(const json_t *ranks, char *buf, size_t size);
+
+/* Whether a job state is final (SUCCEEDED, FAILED, CANCELLED). */
+int cli_state_final(const char *state);
+/* Whether s names a job state (exact, upper case). */
+int cli_state_valid(const char *s);
+
+/* The commands (one file per group). */
+int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_cancel(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+
+#endif

@@ -1,0 +1,455 @@
+/*
+ * cmd_follow.c - the ddpctl commands that read a job's streams: `logs` (worker output, with
+ * -f until the job ends) and `watch` (epochs and state changes until the job ends).
+ *
+ * Both read by sequence number (`after=SEQ`), so no line, metric or event is printed twice
+ * and none is skipped while it is kept by ddpd. Polling is bounded: one round every
+ * CLI_POLL_MS, each request under CLI_REQUEST_TIMEOUT_MS, and an unreachable ddpd is retried
+ * for at most CLI_UNREACHABLE_MAX_MS before the command fails.
+ *
+ * End of a follow: the job is read *before* the streams in each round; once that read says
+ * the job is final, the streams read after it hold everything the job produced (ddpd stores
+ * a beat's lines before it acts on the exits the same beat carries), so one more drain and we
+ * stop.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/args.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+/* Lines asked per logs request (ddpd's page bound). */
+#define CLI_LOGS_PAGE 1000
+/* Width of the progress bar's [====>   ] part. */
+#define CLI_BAR_WIDTH 30
+
+/* ---- logs ----------------------------------------------------------------------------- */
+
+struct logs_state {
+    int64_t after;
+    int64_t last_gen; /* generation of the last printed line, 0 before the first */
+    int warned_dropped;
+};
+
+/* Prints one answer's lines; returns how many there were. */
+static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json_t *page,
+                              int prefix)
+{
+    json_t *lines = json_object_get(page, "lines");
+    size_t n = json_array_size(lines);
+    if (cli->json && (n > 0 || st->after == 0))
+        cli_print_json_line(page);
+    int64_t dropped = cli_int(page, "dropped", 0);
+    if (dropped > 0 && !st->warned_dropped && !cli->json) {
+        fprintf(stderr, "ddpctl: %lld older lines were dropped by ddpd's per-job cap\n",
+                (long long)dropped);
+        st->warned_dropped = 1;
+    }
+    size_t i;
+    json_t *l;
+    json_array_foreach(lines, i, l) {
+        int64_t seq = cli_int(l, "seq", 0);
+        if (seq > st->after)
+            st->after = seq;
+        if (cli->json)
+            continue;
+        int64_t gen = cli_int(l, "generation", 0);
+        if (st->last_gen != 0 && gen != st->last_gen)
+            printf("--- generation %lld ---\n", (long long)gen);
+        st->last_gen = gen;
+        if (prefix)
+            printf("[rank %lld] %s\n", (long long)cli_int(l, "rank", -1),
+                   cli_str(l, "text", ""));
+        else
+            printf("%s\n", cli_str(l, "text", ""));
+    }
+    int64_t next = cli_int(page, "next", 0);
+    if (n > 0 && next > st->after)
+        st->after = next;
+    fflush(stdout);
+    return n;
+}
+
+int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum { O_RANK = 1 };
+    static const struct option longopts[] = {{"rank", required_argument, NULL, O_RANK},
+                                             {"follow", no_argument, NULL, 'f'},
+                                             CLI_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    struct logs_state st = {0};
+    json_t *page = NULL, *job = NULL;
+    const char *id = NULL;
+    long rank = -1;
+    int follow = 0, rc = CLI_OK, final_seen = 0;
+    struct ddp_err err;
+
+    for (;;) {
+        int c = getopt_long(argc, argv, ":f" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h > 0)
+            continue;
+        if (c == 'f') {
+            follow = 1;
+        } else if (c == O_RANK) {
+            if (args_parse_long("--rank", optarg, 0, INT_MAX, &rank, &err) < 0) {
+                rc = cli_usage_error(cmd, "%s", err.msg);
+                goto out;
+            }
+        } else {
+            rc = cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+    }
+    if (optind >= argc) {
+        rc = cli_usage_error(cmd, "missing the job id");
+        goto out;
+    }
+    if (optind + 1 < argc) {
+        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+        goto out;
+    }
+    id = argv[optind];
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    /* The job first: an unknown job is "job j-42 not found", not an empty log. */
+    if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    for (;;) {
+        char rank_q[32] = "";
+        if (rank >= 0)
+            snprintf(rank_q, sizeof(rank_q), "&rank=%ld", rank);
+        char *suffix = xasprintf("/logs?after=%lld&limit=%d%s", (long long)st.after,
+                                 CLI_LOGS_PAGE, rank_q);
+        json_decref(page);
+        page = NULL;
+        int r = follow ? cli_job_call_patient(cli, id, suffix, &page, &err)
+                       : cli_job_call(cli, "GET", id, suffix, NULL, &page, &err);
+        free(suffix);
+        if (r < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
+        size_t n = logs_print_page(cli, &st, page, rank < 0);
+        if (n > 0)
+            continue; /* more may be waiting: read on before sleeping */
+        if (!follow || final_seen)
+            break;
+        json_decref(job);
+        job = NULL;
+        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
+        if (cli_state_final(cli_str(job, "state", NULL)))
+            final_seen = 1; /* one more drain, then stop */
+        else
+            time_sleep_ms(CLI_POLL_MS);
+    }
+out:
+    json_decref(page);
+    json_decref(job);
+    return rc;
+}
+
+/* ---- watch ---------------------------------------------------------------------------- */
+
+struct watch {
+    const char *id;
+    int tty;
+    int cols;
+    int bar_shown;
+    int64_t ev_after, met_after;
+    char state[16];
+    int64_t gen;
+    int64_t start_ms;      /* monotonic, when watch began */
+    int64_t epoch_t0;      /* monotonic, when the current epoch began (0: unknown) */
+    int64_t epoch_dur_ms;  /* duration of the last finished epoch (0: unknown) */
+    int64_t epoch, epochs; /* last finished epoch and the total (-1: unknown) */
+    int64_t step, steps;   /* within the current epoch, when the worker reports steps */
+    double loss, acc, sps;
+    int have_loss, have_acc, have_sps;
+};
+
+static void watch_clear_bar(struct watch *w)
+{
+    if (w->tty && w->bar_shown) {
+        fputs("\r\033[K", stdout);
+        w->bar_shown = 0;
+    }
+}
+
+/* Appends printf output to buf at *o, never past size. */
+static void watch_append(char *buf, size_t size, size_t *o, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void watch_append(char *buf, size_t size, size_t *o, const char *fmt, ...)
+{
+    if (*o + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *o, size - *o, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *o = (size_t)n >= size - *o ? size - 1 : *o + (size_t)n;
+}
+
+static void watch_draw_bar(struct watch *w)
+{
+    if (!w->tty)
+        return;
+    char line[512];
+    size_t o = 0;
+    int64_t now = time_mono_ms();
+    int64_t el = (now - w->start_ms) / 1000;
+    if (strcmp(w->state, "RUNNING") == 0) {
+        int64_t cur = w->epoch >= 0 ? w->epoch + 1 : 1;
+        double frac = -1;
+        int estimate = 0;
+        if (w->steps > 0) {
+            frac = (double)w->step / (double)w->steps;
+        } else if (w->epoch_dur_ms > 0 && w->epoch_t0 > 0) {
+            frac = (double)(now - w->epoch_t0) / (double)w->epoch_dur_ms;
+            if (frac > 0.99)
+                frac = 0.99;
+            estimate = 1;
+        }
+        if (w->epochs > 0)
+            watch_append(line, sizeof(line), &o, "epoch %lld/%lld [", (long long)cur,
+                         (long long)w->epochs);
+        else
+            watch_append(line, sizeof(line), &o, "epoch %lld [", (long long)cur);
+        if (frac >= 0) {
+            int fill = (int)(frac * CLI_BAR_WIDTH);
+            for (int i = 0; i < CLI_BAR_WIDTH; i++)
+                watch_append(line, sizeof(line), &o, "%c",
+                             i < fill ? '=' : (i == fill ? '>' : ' '));
+            watch_append(line, sizeof(line), &o, "] %s%3d%%", estimate ? "~" : "",
+                         (int)(frac * 100));
+        } else {
+            /* No measure yet: a bouncing marker shows that the job is alive. */
+            int pos = (int)((now / 250) % (2 * (CLI_BAR_WIDTH - 3)));
+            if (pos >= CLI_BAR_WIDTH - 3)
+                pos = 2 * (CLI_BAR_WIDTH - 3) - pos;
+            for (int i = 0; i < CLI_BAR_WIDTH; i++)
+                watch_append(line, sizeof(line), &o, "%s",
+                             i == pos ? "<" : (i == pos + 1 ? "=" : (i == pos + 2 ? ">" : " ")));
+            watch_append(line, sizeof(line), &o, "]");
+        }
+        if (w->have_loss)
+            watch_append(line, sizeof(line), &o, "  loss %.4f", w->loss);
+        if (w->have_sps)
+            watch_append(line, sizeof(line), &o, "  %.0f samples/s", w->sps);
+        watch_append(line, sizeof(line), &o, "  gen %lld", (long long)w->gen);
+    } else {
+        watch_append(line, sizeof(line), &o, "%s", w->state[0] ? w->state : "...");
+        if (w->gen > 0)
+            watch_append(line, sizeof(line), &o, " (gen %lld)", (long long)w->gen);
+    }
+    watch_append(line, sizeof(line), &o, "  %lld:%02lld", (long long)(el / 60),
+                 (long long)(el % 60));
+    /* Never wrap: a wrapped line cannot be redrawn in place with \r. */
+    if (w->cols > 1 && o >= (size_t)w->cols)
+        line[w->cols - 1] = '\0';
+    fputs("\r\033[K", stdout);
+    fputs(line, stdout);
+    fflush(stdout);
+    w->bar_shown = 1;
+}
+
+static void watch_on_event(struct watch *w, const json_t *e)
+{
+    const char *state = cli_str(e, "state", "?");
+    int64_t gen = cli_int(e, "generation", 0);
+    if (strcmp(state, "RUNNING") == 0 && (strcmp(w->state, "RUNNING") != 0 || gen != w->gen)) {
+        w->epoch_t0 = time_mono_ms();
+        w->step = w->steps = 0;
+    }
+    snprintf(w->state, sizeof(w->state), "%s", state);
+    w->gen = gen;
+    watch_clear_bar(w);
+    const char *reason = cli_str(e, "reason", "");
+    printf("state %s gen %lld%s%s\n", state, (long long)gen, reason[0] ? ": " : "", reason);
+}
+
+static void watch_on_metric(struct watch *w, const json_t *rec)
+{
+    const json_t *m = json_object_get(rec, "metric");
+    if (!json_is_object(m) || !json_is_integer(json_object_get(m, "epoch")))
+        return;
+    int64_t now = time_mono_ms();
+    w->epochs = cli_int(m, "epochs", w->epochs);
+    w->have_loss = cli_num(m, "loss", &w->loss) || w->have_loss;
+    w->have_sps = cli_num(m, "samples_per_s", &w->sps) || w->have_sps;
+    if (json_is_integer(json_object_get(m, "step"))) {
+        /* A step report: moves the bar, prints nothing. */
+        w->step = cli_int(m, "step", 0);
+        w->steps = cli_int(m, "steps", 0);
+        return;
+    }
+    w->epoch = cli_int(m, "epoch", -1);
+    w->have_acc = cli_num(m, "test_acc", &w->acc);
+    double t;
+    if (cli_num(m, "time_s", &t) && t > 0)
+        w->epoch_dur_ms = (int64_t)(t * 1000);
+    else if (w->epoch_t0 > 0)
+        w->epoch_dur_ms = now - w->epoch_t0;
+    w->epoch_t0 = now;
+    w->step = w->steps = 0;
+
+    char line[512];
+    size_t o = 0;
+    if (w->epochs > 0)
+        watch_append(line, sizeof(line), &o, "epoch %lld/%lld", (long long)w->epoch,
+                     (long long)w->epochs);
+    else
+        watch_append(line, sizeof(line), &o, "epoch %lld", (long long)w->epoch);
+    double v;
+    if (cli_num(m, "loss", &v))
+        watch_append(line, sizeof(line), &o, " loss %.4f", v);
+    if (w->have_acc)
+        watch_append(line, sizeof(line), &o, " test_acc %.4f", w->acc);
+    if (cli_num(m, "samples_per_s", &v))
+        watch_append(line, sizeof(line), &o, " samples/s %.0f", v);
+    if (cli_num(m, "time_s", &v))
+        watch_append(line, sizeof(line), &o, " time %.1fs", v);
+    watch_append(line, sizeof(line), &o, " gen %lld",
+                 (long long)cli_int(rec, "generation", w->gen));
+    watch_clear_bar(w);
+    printf("%s\n", line);
+}
+
+/* Reads new events or metrics (kind "events"/"metrics") after *after and hands each to fn
+ * (table mode) or prints the answer (json). */
+static int watch_read(struct cli *cli, struct watch *w, const char *kind, int64_t *after,
+                      void (*fn)(struct watch *, const json_t *), struct ddp_err *err)
+{
+    char *suffix = xasprintf("/%s?after=%lld", kind, (long long)*after);
+    json_t *ans = NULL;
+    int rc = cli_job_call_patient(cli, w->id, suffix, &ans, err);
+    free(suffix);
+    if (rc < 0)
+        return rc;
+    json_t *items = json_object_get(ans, kind);
+    if (cli->json && json_array_size(items) > 0)
+        cli_print_json_line(ans);
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        int64_t seq = cli_int(it, "seq", 0);
+        if (seq <= *after)
+            continue;
+        *after = seq;
+        if (!cli->json)
+            fn(w, it);
+    }
+    json_decref(ans);
+    return 0;
+}
+
+int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    struct watch w = {0};
+    json_t *job = NULL;
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h == 0) {
+            rc = cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+    }
+    if (optind >= argc) {
+        rc = cli_usage_error(cmd, "missing the job id");
+        goto out;
+    }
+    if (optind + 1 < argc) {
+        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+        goto out;
+    }
+    w.id = argv[optind];
+    w.tty = !cli->json && isatty(STDOUT_FILENO);
+    w.cols = 80;
+    struct winsize ws;
+    if (w.tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        w.cols = ws.ws_col;
+    w.epoch = w.epochs = -1;
+    w.start_ms = time_mono_ms();
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    if (cli_job_call(cli, "GET", w.id, NULL, NULL, &job, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    for (;;) {
+        /* The job before the streams: see the end-of-follow rule at the top. */
+        json_decref(job);
+        job = NULL;
+        if (cli_job_call_patient(cli, w.id, NULL, &job, &err) < 0)
+            goto fail;
+        int final = cli_state_final(cli_str(job, "state", NULL));
+        if (watch_read(cli, &w, "events", &w.ev_after, watch_on_event, &err) < 0 ||
+            watch_read(cli, &w, "metrics", &w.met_after, watch_on_metric, &err) < 0)
+            goto fail;
+        if (final)
+            break;
+        /* Redraw the bar a few times per poll so the estimate moves smoothly. */
+        int64_t until = time_mono_ms() + CLI_POLL_MS;
+        do {
+            watch_draw_bar(&w);
+            int64_t left = until - time_mono_ms();
+            time_sleep_ms(left < 125 ? (left > 0 ? left : 0) : 125);
+        } while (time_mono_ms() < until);
+    }
+    watch_clear_bar(&w);
+    const char *state = cli_str(job, "state", "?");
+    if (cli->json) {
+        cli_print_json_line(job);
+    } else {
+        const char *reason = cli_str(job, "reason", "");
+        printf("job %s %s", w.id, state);
+        const json_t *m = json_object_get(job, "last_metrics");
+        double v;
+        if (json_is_object(m) && json_is_integer(json_object_get(m, "epoch")))
+            printf(" at epoch %lld", (long long)cli_int(m, "epoch", 0));
+        if (cli_num(m, "loss", &v))
+            printf(", loss %.4f", v);
+        if (cli_num(m, "test_acc", &v))
+            printf(", test acc %.4f", v);
+        printf(", %lld restarts%s%s\n", (long long)cli_int(job, "restarts", 0),
+               reason[0] ? ": " : "", reason);
+    }
+    fflush(stdout);
+    rc = strcmp(state, "SUCCEEDED") == 0 ? CLI_OK : CLI_FAIL;
+    goto out;
+fail:
+    watch_clear_bar(&w);
+    fflush(stdout);
+    rc = cli_fail(cli, &err);
+out:
+    json_decref(job);
+    return rc;
+}

@@ -1,0 +1,595 @@
+/*
+ * cmd_jobs.c - the job commands of ddpctl that ask once and answer: submit, list, status,
+ * cancel, and wait (which polls one job until it ends).
+ *
+ * Each command parses its whole command line before it connects, so a usage error never
+ * sends anything. Output goes to stdout (a table, or with -o json ddpd's answer as it came);
+ * errors go to stderr through cli_fail/cli_usage_error.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "common/args.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+/* Bounds of the list command: pages of this size, at most this many pages. */
+#define CLI_LIST_PAGE 100
+#define CLI_LIST_MAX_PAGES 100
+/* How many of the newest events status shows. */
+#define CLI_STATUS_EVENTS 10
+
+/* Takes the one positional JOB argument left after the options; usage error otherwise. */
+static int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **job)
+{
+    if (optind >= argc)
+        return cli_usage_error(cmd, "missing the job id");
+    if (optind + 1 < argc)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    if (!argv[optind][0])
+        return cli_usage_error(cmd, "empty job id");
+    *job = argv[optind];
+    return CLI_OK;
+}
+
+/* Parses only the common options (commands without options of their own). Returns
+ * CLI_OK to go on, or the exit code in *rc with a non-zero return. */
+static int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc,
+                                 char **argv, int *rc)
+{
+    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            return 0;
+        int h = cli_common_opt(cli, cmd, c, argv, rc);
+        if (h < 0)
+            return -1;
+        if (h == 0) {
+            *rc = cli_usage_error(cmd, "unexpected option");
+            return -1;
+        }
+    }
+}
+
+/* The absolute form of path (relative to the current directory); caller frees. */
+static char *cli_absolute(const char *path)
+{
+    char *real = realpath(path, NULL);
+    if (real)
+        return real;
+    if (path[0] == '/')
+        return xstrdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        return NULL;
+    return xasprintf("%s/%s", cwd, path);
+}
+
+/* "N" or "MIN:MAX" with 1 <= MIN <= MAX <= 1024. */
+static int cli_check_nnodes(const char *s, struct ddp_err *err)
+{
+    const char *colon = strchr(s, ':');
+    long lo, hi;
+    if (!colon) {
+        if (args_parse_long("--nnodes", s, 1, 1024, &lo, err) < 0)
+            return DDP_EINVAL;
+        return 0;
+    }
+    char a[32];
+    size_t alen = (size_t)(colon - s);
+    if (alen == 0 || alen >= sizeof(a))
+        return err_set(err, DDP_EINVAL, "--nnodes: '%s' is not N or MIN:MAX", s);
+    memcpy(a, s, alen);
+    a[alen] = '\0';
+    if (args_parse_long("--nnodes", a, 1, 1024, &lo, err) < 0 ||
+        args_parse_long("--nnodes", colon + 1, 1, 1024, &hi, err) < 0)
+        return DDP_EINVAL;
+    if (lo > hi)
+        return err_set(err, DDP_EINVAL, "--nnodes: min %ld > max %ld", lo, hi);
+    return 0;
+}
+
+int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum {
+        O_NAME = 1,
+        O_NNODES,
+        O_NPROC,
+        O_RESTARTS,
+        O_ENV,
+        O_WORKDIR,
+        O_CKPT,
+        O_RUNTIME,
+        O_GRACE,
+        O_HANG,
+        O_PARSABLE
+    };
+    static const struct option longopts[] = {
+        {"name", required_argument, NULL, O_NAME},
+        {"nnodes", required_argument, NULL, O_NNODES},
+        {"nproc-per-node", required_argument, NULL, O_NPROC},
+        {"max-restarts", required_argument, NULL, O_RESTARTS},
+        {"env", required_argument, NULL, O_ENV},
+        {"workdir", required_argument, NULL, O_WORKDIR},
+        {"checkpoint-dir", required_argument, NULL, O_CKPT},
+        {"max-runtime", required_argument, NULL, O_RUNTIME},
+        {"grace", required_argument, NULL, O_GRACE},
+        {"hang-timeout", required_argument, NULL, O_HANG},
+        {"parsable", no_argument, NULL, O_PARSABLE},
+        CLI_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
+    /* The ranges of docs/api.md, checked here so that a typo is a usage error. */
+    static const struct {
+        int opt;
+        const char *flag, *field;
+        long max;
+    } ints[] = {
+        {O_NPROC, "--nproc-per-node", "nproc_per_node", 1024},
+        {O_RESTARTS, "--max-restarts", "max_restarts", 1000},
+        {O_RUNTIME, "--max-runtime", "max_runtime_s", 31536000},
+        {O_GRACE, "--grace", "grace_period_s", 3600},
+        {O_HANG, "--hang-timeout", "hang_timeout_s", 86400},
+    };
+    json_t *spec = json_object();
+    json_t *env = json_object();
+    json_t *answer = NULL;
+    char *workdir = NULL, *ckpt = NULL;
+    int parsable = 0, rc = CLI_OK;
+    struct ddp_err err;
+
+    for (;;) {
+        /* "+": the first non-option word starts the job's command (as after "--"). */
+        int c = getopt_long(argc, argv, "+:" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h > 0)
+            continue;
+        switch (c) {
+        case O_NAME:
+            json_object_set_new(spec, "name", json_string(optarg));
+            break;
+        case O_NNODES:
+            if (cli_check_nnodes(optarg, &err) < 0) {
+                rc = cli_usage_error(cmd, "%s", err.msg);
+                goto out;
+            }
+            json_object_set_new(spec, "nnodes", json_string(optarg));
+            break;
+        case O_ENV: {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) {
+                rc = cli_usage_error(cmd, "--env: '%s' is not K=V", optarg);
+                goto out;
+            }
+            char *key = xstrndup(optarg, (size_t)(eq - optarg));
+            json_object_set_new(env, key, json_string(eq + 1));
+            free(key);
+            break;
+        }
+        case O_WORKDIR:
+            free(workdir);
+            workdir = cli_absolute(optarg);
+            if (!workdir) {
+                rc = cli_failf("cannot find the current directory");
+                goto out;
+            }
+            break;
+        case O_CKPT:
+            free(ckpt);
+            ckpt = cli_absolute(optarg);
+            if (!ckpt) {
+                rc = cli_failf("cannot find the current directory");
+                goto out;
+            }
+            break;
+        case O_PARSABLE:
+            parsable = 1;
+            break;
+        default: {
+            size_t i;
+            for (i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+                if (ints[i].opt == c)
+                    break;
+            if (i == sizeof(ints) / sizeof(ints[0])) {
+                rc = cli_usage_error(cmd, "unexpected option");
+                goto out;
+            }
+            long v;
+            long min = c == O_NPROC ? 1 : 0;
+            if (args_parse_long(ints[i].flag, optarg, min, ints[i].max, &v, &err) < 0) {
+                rc = cli_usage_error(cmd, "%s", err.msg);
+                goto out;
+            }
+            json_object_set_new(spec, ints[i].field, json_integer(v));
+            break;
+        }
+        }
+    }
+    if (optind >= argc) {
+        rc = cli_usage_error(cmd, "missing the command to run (after '--')");
+        goto out;
+    }
+    json_t *command = json_array();
+    for (int i = optind; i < argc; i++)
+        json_array_append_new(command, json_string(argv[i]));
+    json_object_set_new(spec, "command", command);
+    if (json_object_size(env) > 0)
+        json_object_set(spec, "env", env);
+    if (!workdir) {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd))) {
+            rc = cli_failf("cannot find the current directory (pass --workdir)");
+            goto out;
+        }
+        workdir = xstrdup(cwd);
+    }
+    json_object_set_new(spec, "workdir", json_string(workdir));
+    if (ckpt)
+        json_object_set_new(spec, "checkpoint_dir", json_string(ckpt));
+
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    if (cli_call(cli, "POST", "/v1/jobs", spec, &answer, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    const char *id = cli_str(answer, "id", "?");
+    if (cli->json)
+        cli_print_json(answer);
+    else if (parsable)
+        printf("%s\n", id);
+    else
+        printf("submitted job %s\n", id);
+out:
+    json_decref(answer);
+    json_decref(env);
+    json_decref(spec);
+    free(workdir);
+    free(ckpt);
+    return rc;
+}
+
+/* "epoch 3/10 loss 0.4100" from last_metrics, or "-". */
+static void cli_progress_short(const json_t *job, char *buf, size_t size)
+{
+    const json_t *m = json_object_get(job, "last_metrics");
+    double loss;
+    int64_t epoch = cli_int(m, "epoch", -1), epochs = cli_int(m, "epochs", -1);
+    size_t o = 0;
+    buf[0] = '\0';
+    if (epoch >= 0) {
+        int w = epochs > 0 ? snprintf(buf, size, "epoch %lld/%lld", (long long)epoch,
+                                      (long long)epochs)
+                           : snprintf(buf, size, "epoch %lld", (long long)epoch);
+        if (w > 0 && (size_t)w < size)
+            o = (size_t)w;
+    }
+    if (cli_num(m, "loss", &loss))
+        snprintf(buf + o, size - o, "%sloss %.4f", o ? " " : "", loss);
+    if (!buf[0])
+        snprintf(buf, size, "-");
+}
+
+int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum { O_STATE = 1 };
+    static const struct option longopts[] = {
+        {"state", required_argument, NULL, O_STATE}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    char state[16] = "";
+    json_t *all = json_array();
+    json_t *page = NULL;
+    char *token = xstrdup("");
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h > 0)
+            continue;
+        if (c != O_STATE) {
+            rc = cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+        size_t n = strlen(optarg);
+        for (size_t i = 0; i < n && i + 1 < sizeof(state); i++)
+            state[i] = (char)(optarg[i] >= 'a' && optarg[i] <= 'z' ? optarg[i] - 32 : optarg[i]);
+        state[n < sizeof(state) ? n : sizeof(state) - 1] = '\0';
+        if (n >= sizeof(state) || !cli_state_valid(state)) {
+            rc = cli_usage_error(cmd, "--state: '%s' is not a job state", optarg);
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    int pages = 0;
+    do {
+        char *tok = cli_escape(token);
+        char *path = xasprintf("/v1/jobs?page_size=%d%s%s%s%s", CLI_LIST_PAGE,
+                               state[0] ? "&state=" : "", state, tok[0] ? "&page_token=" : "",
+                               tok);
+        free(tok);
+        json_decref(page);
+        page = NULL;
+        int r = cli_call(cli, "GET", path, NULL, &page, &err);
+        free(path);
+        if (r < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
+        json_array_extend(all, json_object_get(page, "jobs"));
+        free(token);
+        token = xstrdup(cli_str(page, "next_page_token", ""));
+    } while (token[0] && ++pages < CLI_LIST_MAX_PAGES);
+    if (token[0])
+        fprintf(stderr, "ddpctl: showing the newest %zu jobs only\n", json_array_size(all));
+
+    if (cli->json) {
+        json_t *o = json_pack("{sOss}", "jobs", all, "next_page_token", token);
+        cli_print_json(o);
+        json_decref(o);
+        goto out;
+    }
+    static const char *const hdr[] = {"ID",       "NAME", "STATE",    "GEN", "NODES",
+                                      "WORLD",    "RESTARTS", "PROGRESS", "AGE"};
+    struct table *t = table_new(9, hdr);
+    int64_t now = time_wall_ms();
+    size_t i;
+    json_t *job;
+    json_array_foreach(all, i, job) {
+        char prog[128], age[16];
+        cli_progress_short(job, prog, sizeof(prog));
+        cli_format_age(cli_str(job, "created_at", NULL), now, age, sizeof(age));
+        table_row(t);
+        table_cell(t, "%s", cli_str(job, "id", "?"));
+        table_cell(t, "%s", cli_str(job, "name", ""));
+        table_cell(t, "%s", cli_str(job, "state", "?"));
+        table_cell(t, "%lld", (long long)cli_int(job, "generation", 0));
+        table_cell(t, "%zu", json_array_size(json_object_get(job, "nodes")));
+        table_cell(t, "%lld", (long long)cli_int(job, "world_size", 0));
+        table_cell(t, "%lld", (long long)cli_int(job, "restarts", 0));
+        table_cell(t, "%s", prog);
+        table_cell(t, "%s", age);
+    }
+    if (json_array_size(all) == 0)
+        printf("no jobs%s%s\n", state[0] ? " in state " : "", state);
+    else
+        table_print(t, stdout);
+    table_free(t);
+out:
+    json_decref(page);
+    json_decref(all);
+    free(token);
+    return rc;
+}
+
+/* The command line of a job spec, words separated by spaces, cut at size. */
+static void cli_format_command(const json_t *spec, char *buf, size_t size)
+{
+    size_t o = 0, i;
+    json_t *w;
+    buf[0] = '\0';
+    json_array_foreach(json_object_get(spec, "command"), i, w) {
+        int n = snprintf(buf + o, size - o, "%s%s", i ? " " : "", json_string_value(w));
+        if (n < 0 || (size_t)n >= size - o)
+            break;
+        o += (size_t)n;
+    }
+}
+
+int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    json_t *job = NULL, *ev = NULL;
+    const char *id = NULL;
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        goto out;
+    rc = cli_job_arg(cmd, argc, argv, &id);
+    if (rc != CLI_OK)
+        goto out;
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    if (cli->json) {
+        cli_print_json(job);
+        goto out;
+    }
+    if (cli_job_call(cli, "GET", id, "/events", NULL, &ev, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    const json_t *spec = json_object_get(job, "spec");
+    char line[1024];
+    printf("job:         %s (%s)\n", cli_str(job, "id", "?"), cli_str(job, "name", ""));
+    printf("state:       %s\n", cli_str(job, "state", "?"));
+    const char *reason = cli_str(job, "reason", "");
+    if (reason[0])
+        printf("reason:      %s\n", reason);
+    cli_format_command(spec, line, sizeof(line));
+    printf("command:     %s\n", line);
+    json_t *nn = json_object_get(spec, "nnodes");
+    if (json_is_integer(nn))
+        snprintf(line, sizeof(line), "%lld", (long long)json_integer_value(nn));
+    else
+        snprintf(line, sizeof(line), "%s", json_is_string(nn) ? json_string_value(nn) : "?");
+    printf("asked:       %s nodes x %lld processes, max restarts %lld\n", line,
+           (long long)cli_int(spec, "nproc_per_node", 1),
+           (long long)cli_int(spec, "max_restarts", 0));
+    printf("generation:  %lld (restarts %lld)\n", (long long)cli_int(job, "generation", 0),
+           (long long)cli_int(job, "restarts", 0));
+    json_t *nodes = json_object_get(job, "nodes");
+    if (json_array_size(nodes) > 0) {
+        printf("world size:  %lld, master %s:%lld\n", (long long)cli_int(job, "world_size", 0),
+               cli_str(job, "master_addr", "?"), (long long)cli_int(job, "master_port", 0));
+        size_t i;
+        json_t *n;
+        json_array_foreach(nodes, i, n) {
+            char ranks[256];
+            cli_format_ranks(json_object_get(n, "ranks"), ranks, sizeof(ranks));
+            printf("%s%-12s group rank %lld, ranks %s\n", i ? "             " : "nodes:       ",
+                   cli_str(n, "name", "?"), (long long)cli_int(n, "group_rank", -1), ranks);
+        }
+    }
+    const json_t *m = json_object_get(job, "last_metrics");
+    if (json_is_object(m)) {
+        double loss, acc, sps;
+        int o = snprintf(line, sizeof(line), "epoch %lld", (long long)cli_int(m, "epoch", -1));
+        if (cli_int(m, "epochs", -1) > 0 && o > 0)
+            o += snprintf(line + o, sizeof(line) - (size_t)o, "/%lld",
+                          (long long)cli_int(m, "epochs", 0));
+        if (cli_num(m, "loss", &loss) && o > 0)
+            o += snprintf(line + o, sizeof(line) - (size_t)o, ", loss %.4f", loss);
+        if (cli_num(m, "test_acc", &acc) && o > 0)
+            o += snprintf(line + o, sizeof(line) - (size_t)o, ", test acc %.4f", acc);
+        if (cli_num(m, "samples_per_s", &sps) && o > 0)
+            snprintf(line + o, sizeof(line) - (size_t)o, ", %.0f samples/s", sps);
+        printf("last:        %s\n", line);
+    }
+    printf("created:     %s\n", cli_str(job, "created_at", "-"));
+    if (json_is_string(json_object_get(job, "started_at")))
+        printf("started:     %s\n", cli_str(job, "started_at", "-"));
+    if (json_is_string(json_object_get(job, "finished_at")))
+        printf("finished:    %s\n", cli_str(job, "finished_at", "-"));
+    json_t *events = json_object_get(ev, "events");
+    size_t ne = json_array_size(events);
+    if (ne > 0) {
+        printf("events%s:\n", ne > CLI_STATUS_EVENTS ? " (newest 10)" : "");
+        for (size_t i = ne > CLI_STATUS_EVENTS ? ne - CLI_STATUS_EVENTS : 0; i < ne; i++) {
+            json_t *e = json_array_get(events, i);
+            printf("  %s  gen %lld  %-10s  %s\n", cli_str(e, "time", "-"),
+                   (long long)cli_int(e, "generation", 0), cli_str(e, "state", "?"),
+                   cli_str(e, "reason", ""));
+        }
+    }
+out:
+    json_decref(job);
+    json_decref(ev);
+    return rc;
+}
+
+int cmd_cancel(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    json_t *job = NULL;
+    const char *id = NULL;
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        goto out;
+    rc = cli_job_arg(cmd, argc, argv, &id);
+    if (rc != CLI_OK)
+        goto out;
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    if (cli_job_call(cli, "POST", id, ":cancel", NULL, &job, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    if (cli->json) {
+        cli_print_json(job);
+        goto out;
+    }
+    const char *state = cli_str(job, "state", "?");
+    if (strcmp(state, "CANCELLING") == 0)
+        printf("cancelling job %s (workers get SIGTERM, SIGKILL after %lld s)\n", id,
+               (long long)cli_int(json_object_get(job, "spec"), "grace_period_s", 30));
+    else if (strcmp(state, "CANCELLED") == 0)
+        printf("job %s CANCELLED\n", id);
+    else
+        printf("job %s already ended: %s (nothing to cancel)\n", id, state);
+out:
+    json_decref(job);
+    return rc;
+}
+
+int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum { O_TIMEOUT = 1 };
+    static const struct option longopts[] = {
+        {"timeout", required_argument, NULL, O_TIMEOUT}, CLI_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
+    json_t *job = NULL;
+    const char *id = NULL;
+    long timeout_s = 0;
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h > 0)
+            continue;
+        if (c != O_TIMEOUT ||
+            args_parse_long("--timeout", optarg, 0, 100L * 365 * 86400, &timeout_s, &err) < 0) {
+            rc = c == O_TIMEOUT ? cli_usage_error(cmd, "%s", err.msg)
+                                : cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+    }
+    rc = cli_job_arg(cmd, argc, argv, &id);
+    if (rc != CLI_OK)
+        goto out;
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    int64_t deadline = timeout_s > 0 ? time_mono_ms() + timeout_s * 1000 : INT64_MAX;
+    for (;;) {
+        json_decref(job);
+        job = NULL;
+        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
+        const char *state = cli_str(job, "state", "?");
+        if (cli_state_final(state))
+            break;
+        int64_t left = deadline - time_mono_ms();
+        if (left <= 0) {
+            rc = cli_failf("timed out after %ld s waiting for job %s (state %s)", timeout_s, id,
+                           state);
+            goto out;
+        }
+        time_sleep_ms(left < CLI_POLL_MS ? left : CLI_POLL_MS);
+    }
+    const char *state = cli_str(job, "state", "?");
+    if (cli->json) {
+        cli_print_json(job);
+    } else {
+        const char *reason = cli_str(job, "reason", "");
+        printf("job %s %s%s%s\n", id, state, reason[0] ? ": " : "", reason);
+    }
+    rc = strcmp(state, "SUCCEEDED") == 0 ? CLI_OK : CLI_FAIL;
+out:
+    json_decref(job);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * cmd_nodes.c - `ddpctl nodes`: the nodes ddpd knows (one agent each), their slots, state
+ * and last heartbeat, from GET /v1/nodes.
+ */
+#include <getopt.h>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+
+int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    json_t *ans = NULL;
+    int rc = CLI_OK;
+    struct ddp_err err;
+
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h == 0) {
+            rc = cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    if (cli_call(cli, "GET", "/v1/nodes", NULL, &ans, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    if (cli->json) {
+        cli_print_json(ans);
+        goto out;
+    }
+    json_t *nodes = json_object_get(ans, "nodes");
+    if (json_array_size(nodes) == 0) {
+        printf("no nodes (start ddp-agent on a machine to add one)\n");
+        goto out;
+    }
+    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE", "SLOTS", "USED",
+                                      "PORTS", "LAST BEAT"};
+    struct table *t = table_new(7, hdr);
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        table_row(t);
+        table_cell(t, "%s", cli_str(n, "name", "?"));
+        table_cell(t, "%s", cli_str(n, "address", "?"));
+        table_cell(t, "%s", cli_str(n, "state", "?"));
+        table_cell(t, "%lld", (long long)cli_int(n, "slots", 0));
+        table_cell(t, "%lld", (long long)cli_int(n, "slots_used", 0));
+        table_cell(t, "%s", cli_str(n, "port_range", ""));
+        int64_t age = cli_int(n, "last_heartbeat_age_ms", -1);
+        if (age < 0)
+            table_cell(t, "-");
+        else if (age < 10000)
+            table_cell(t, "%.1fs ago", (double)age / 1000.0);
+        else
+            table_cell(t, "%llds ago", (long long)(age / 1000));
+    }
+    table_print(t, stdout);
+    table_free(t);
+out:
+    json_decref(ans);
+    return rc;
+}

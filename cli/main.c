@@ -1,0 +1,517 @@
+/*
+ * main.c - ddpctl: the command line of ddp. Parses the global options, picks the command,
+ * and holds what every command shares (connection, errors, output helpers of cli.h).
+ *
+ *   ddpctl [--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]
+ *
+ * Resolution order (so that a user of the local cluster types no flags):
+ *   server: --server, else $DDP_SERVER, else http://127.0.0.1:8470
+ *   token:  --token-file, else $DDP_TOKEN (the token itself), else $DDP_HOME/user.token
+ *           (DDP_HOME defaults to ./.ddp); a missing default file means no token (ddpd then
+ *           answers 401 and we say where the token is looked for).
+ *
+ * Invariants: nothing is sent before the whole command line parsed; a usage error always
+ * prints the usage line and exits 2; every error message goes to stderr prefixed "ddpctl: ",
+ * and stdout only carries the command's answer (so `-o json` output is always parseable).
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "common/fsutil.h"
+#include "common/httpc.h"
+#include "common/jsonx.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+#define CLI_MAX_TOKEN_FILE 4096
+
+static const struct cli_cmd cli_cmds[] = {
+    {"submit",
+     "submit [--name N] [--nnodes MIN:MAX] [--nproc-per-node N] [--max-restarts N] "
+     "[--env K=V]... [--workdir D] [--checkpoint-dir D] [--max-runtime S] [--grace S] "
+     "[--hang-timeout S] [--parsable] -- CMD ARGS...",
+     "submit a job; prints its id",
+     "  --name N            job name, 1..63 of [A-Za-z0-9._-] (default \"job\")\n"
+     "  --nnodes MIN:MAX    nodes, or one number N (default 1)\n"
+     "  --nproc-per-node N  worker processes per node (default 1)\n"
+     "  --max-restarts N    restarts before the job FAILED (default 3)\n"
+     "  --env K=V           environment of every worker (repeatable)\n"
+     "  --workdir D         working directory of the workers (default: the current one)\n"
+     "  --checkpoint-dir D  DDP_CHECKPOINT_DIR of the workers (default: the agent's)\n"
+     "  --max-runtime S     stop the job after S seconds (default 0: no limit)\n"
+     "  --grace S           seconds between SIGTERM and SIGKILL on stop (default 30)\n"
+     "  --hang-timeout S    no progress for S seconds = failed (default 0: off)\n"
+     "  --parsable          print only the job id\n"
+     "The command is an argv (never a shell string); put it after '--'.\n",
+     cmd_submit},
+    {"list", "list [--state S]", "list jobs, newest first",
+     "  --state S  only jobs in state S (PENDING, RUNNING, RESTARTING, CANCELLING,\n"
+     "             SUCCEEDED, FAILED, CANCELLED)\n",
+     cmd_list},
+    {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events",
+     "", cmd_status},
+    {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
+    {"logs", "logs JOB [--rank R] [-f]", "print a job's worker output",
+     "  --rank R      only rank R's lines\n"
+     "  -f, --follow  keep printing new lines until the job ends\n",
+     cmd_logs},
+    {"nodes", "nodes", "list the nodes (agents), their slots and state", "", cmd_nodes},
+    {"watch", "watch JOB",
+     "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
+     "On a terminal: a live progress bar per epoch with loss and throughput, redrawn in\n"
+     "place. Piped: one line per new epoch and per state change.\n",
+     cmd_watch},
+    {"wait", "wait JOB [--timeout S]", "wait for a job to end; exit 0 iff it SUCCEEDED",
+     "  --timeout S  give up after S seconds (exit 1; default 0: no limit)\n", cmd_wait},
+};
+#define CLI_NCMDS (sizeof(cli_cmds) / sizeof(cli_cmds[0]))
+
+static const char cli_global_usage[] =
+    "usage: ddpctl [--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]";
+
+static void cli_print_global_help(FILE *out)
+{
+    fprintf(out, "%s\n\n", cli_global_usage);
+    fprintf(out, "Commands:\n");
+    for (size_t i = 0; i < CLI_NCMDS; i++)
+        fprintf(out, "  %-7s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
+    fprintf(out,
+            "\nOptions (also accepted after the command):\n"
+            "  --server URL      ddpd's address (default $DDP_SERVER, else %s)\n"
+            "  --token-file F    file holding the user token (default $DDP_TOKEN, else\n"
+            "                    $DDP_HOME/user.token; DDP_HOME defaults to ./.ddp)\n"
+            "  -o table|json     output format (json: the raw answers of ddpd)\n"
+            "\n'ddpctl COMMAND --help' describes a command. Exit codes: 0 ok, 1 failure,"
+            " 2 usage.\n",
+            CLI_DEFAULT_SERVER);
+}
+
+/* ---- errors and usage ----------------------------------------------------------------- */
+
+int cli_usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ddpctl%s%s: ", cmd->name[0] ? " " : "", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: ddpctl %s\n", cmd->usage);
+    return CLI_USAGE;
+}
+
+int cli_print_help(const struct cli_cmd *cmd)
+{
+    printf("usage: ddpctl %s\n\n%s.\n", cmd->usage, cmd->summary);
+    if (cmd->help[0])
+        printf("\n%s", cmd->help);
+    printf("\nGlobal options --server, --token-file and -o table|json are accepted too.\n");
+    return CLI_OK;
+}
+
+int cli_failf(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("ddpctl: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return CLI_FAIL;
+}
+
+int cli_fail(struct cli *cli, const struct ddp_err *err)
+{
+    fprintf(stderr, "ddpctl: %s\n", err->msg[0] ? err->msg : err_str(err->code));
+    if (err->code == DDP_EUNAUTH) {
+        if (cli->token_from)
+            fprintf(stderr, "ddpctl: the user token from %s was refused\n", cli->token_from);
+        else
+            fprintf(stderr,
+                    "ddpctl: no user token: pass --token-file F, set DDP_TOKEN, or run from "
+                    "the folder holding .ddp/ (or set DDP_HOME)\n");
+    } else if (err->code == DDP_EPERM) {
+        fprintf(stderr, "ddpctl: that looks like the agent token; ddpctl needs the user token "
+                        "($DDP_HOME/user.token)\n");
+    }
+    return CLI_FAIL;
+}
+
+int cli_set_output(struct cli *cli, const char *v)
+{
+    if (strcmp(v, "json") == 0)
+        cli->json = 1;
+    else if (strcmp(v, "table") == 0)
+        cli->json = 0;
+    else
+        return -1;
+    return 0;
+}
+
+static void cli_set_str(char **dst, const char *v)
+{
+    free(*dst);
+    *dst = xstrdup(v);
+}
+
+int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv,
+                   int *exit_code)
+{
+    switch (c) {
+    case CLI_OPT_SERVER:
+        cli_set_str(&cli->server_opt, optarg);
+        return 1;
+    case CLI_OPT_TOKEN_FILE:
+        cli_set_str(&cli->token_file_opt, optarg);
+        return 1;
+    case CLI_OPT_OUTPUT:
+        if (cli_set_output(cli, optarg) < 0) {
+            *exit_code = cli_usage_error(cmd, "-o: '%s' is neither table nor json", optarg);
+            return -1;
+        }
+        return 1;
+    case CLI_OPT_HELP:
+        *exit_code = cli_print_help(cmd);
+        return -1;
+    case ':':
+        *exit_code = cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+        return -1;
+    case '?':
+        if (optopt)
+            *exit_code = cli_usage_error(cmd, "unknown option '-%c'", optopt);
+        else
+            *exit_code = cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        return -1;
+    default:
+        return 0;
+    }
+}
+
+/* ---- connection ----------------------------------------------------------------------- */
+
+static char *cli_trim_dup(const char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        n--;
+    return xstrndup(s, n);
+}
+
+int cli_connect(struct cli *cli)
+{
+    const char *env_server = getenv("DDP_SERVER");
+    const char *server = cli->server_opt ? cli->server_opt
+                         : (env_server && *env_server) ? env_server
+                                                       : CLI_DEFAULT_SERVER;
+    cli_set_str(&cli->server, server);
+
+    const char *env_token = getenv("DDP_TOKEN");
+    if (cli->token_file_opt) {
+        char *text = NULL;
+        struct ddp_err err;
+        if (fs_read_all(cli->token_file_opt, CLI_MAX_TOKEN_FILE, &text, NULL, &err) < 0)
+            return cli_failf("cannot read token file %s: %s", cli->token_file_opt, err.msg);
+        cli->token = cli_trim_dup(text);
+        free(text);
+        cli->token_from = xasprintf("--token-file %s", cli->token_file_opt);
+    } else if (env_token && *env_token) {
+        cli->token = cli_trim_dup(env_token);
+        cli->token_from = xstrdup("$DDP_TOKEN");
+    } else {
+        const char *home = getenv("DDP_HOME");
+        char *path = xasprintf("%s/user.token", home && *home ? home : "./.ddp");
+        char *text = NULL;
+        /* Missing is fine (no token); ddpd's 401 then leads to the hint of cli_fail. */
+        if (fs_read_all(path, CLI_MAX_TOKEN_FILE, &text, NULL, NULL) == 0) {
+            cli->token = cli_trim_dup(text);
+            cli->token_from = xstrdup(path);
+        }
+        free(text);
+        free(path);
+    }
+    cli->http = httpc_new(cli->server, cli->token);
+    return 0;
+}
+
+/* ---- calls ---------------------------------------------------------------------------- */
+
+char *cli_escape(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(s);
+    char *out = xmalloc(3 * n + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int cli_call(struct cli *cli, const char *method, const char *path, const json_t *body,
+             json_t **answer, struct ddp_err *err)
+{
+    json_t *ans = NULL;
+    int rc = httpc_call(cli->http, method, path, body, CLI_REQUEST_TIMEOUT_MS, &ans, err);
+    if (rc < 0)
+        return rc;
+    if (!ans || !json_is_object(ans)) {
+        json_decref(ans);
+        return err_set(err, DDP_EINTERNAL, "ddpd answered %s %s with no JSON object", method,
+                       path);
+    }
+    if (answer)
+        *answer = ans;
+    else
+        json_decref(ans);
+    return 0;
+}
+
+int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
+                 const json_t *body, json_t **answer, struct ddp_err *err)
+{
+    char *id = cli_escape(job_id);
+    char *path = xasprintf("/v1/jobs/%s%s", id, suffix ? suffix : "");
+    int rc = cli_call(cli, method, path, body, answer, err);
+    if (rc == DDP_ENOTFOUND)
+        err_set(err, rc, "job %s not found", job_id);
+    free(path);
+    free(id);
+    return rc;
+}
+
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
+                         json_t **answer, struct ddp_err *err)
+{
+    int64_t start = time_mono_ms();
+    int warned = 0;
+    for (;;) {
+        int rc = cli_job_call(cli, "GET", job_id, suffix, NULL, answer, err);
+        if (rc != DDP_EUNAVAIL && rc != DDP_ETIMEOUT) {
+            if (warned && rc == 0)
+                fprintf(stderr, "ddpctl: ddpd answers again\n");
+            return rc;
+        }
+        if (time_mono_ms() - start >= CLI_UNREACHABLE_MAX_MS)
+            return rc;
+        if (!warned) {
+            fprintf(stderr, "ddpctl: %s; retrying for up to %d s\n", err->msg,
+                    CLI_UNREACHABLE_MAX_MS / 1000);
+            warned = 1;
+        }
+        time_sleep_ms(1000);
+    }
+}
+
+/* ---- output helpers ------------------------------------------------------------------- */
+
+void cli_print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) {
+        printf("%s\n", s);
+        free(s);
+    }
+}
+
+void cli_print_json_line(const json_t *v)
+{
+    char *s = jsonx_dumps(v);
+    printf("%s\n", s);
+    free(s);
+    fflush(stdout);
+}
+
+const char *cli_str(const json_t *obj, const char *key, const char *fallback)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : fallback;
+}
+
+int64_t cli_int(const json_t *obj, const char *key, int64_t fallback)
+{
+    json_t *v = json_object_get(obj, key);
+    if (json_is_integer(v))
+        return (int64_t)json_integer_value(v);
+    if (json_is_real(v))
+        return (int64_t)json_real_value(v);
+    return fallback;
+}
+
+int cli_num(const json_t *obj, const char *key, double *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_number(v))
+        return 0;
+    *out = json_number_value(v);
+    return 1;
+}
+
+int64_t cli_parse_time(const char *s)
+{
+    if (!s)
+        return -1;
+    int y, mo, d, h, mi, sec, n = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+        return -1;
+    int ms = 0;
+    const char *p = s + n;
+    if (*p == '.') {
+        int scale = 100;
+        for (p++; isdigit((unsigned char)*p); p++) {
+            ms += (*p - '0') * scale;
+            scale /= 10;
+        }
+    }
+    struct tm tm = {0};
+    tm.tm_year = y - 1900;
+    tm.tm_mon = mo - 1;
+    tm.tm_mday = d;
+    tm.tm_hour = h;
+    tm.tm_min = mi;
+    tm.tm_sec = sec;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1)
+        return -1;
+    return (int64_t)t * 1000 + ms;
+}
+
+void cli_format_age(const char *rfc3339, int64_t now_ms, char *buf, size_t size)
+{
+    int64_t t = cli_parse_time(rfc3339);
+    if (t < 0) {
+        snprintf(buf, size, "-");
+        return;
+    }
+    int64_t s = (now_ms - t) / 1000;
+    if (s < 0)
+        s = 0;
+    if (s < 120)
+        snprintf(buf, size, "%llds", (long long)s);
+    else if (s < 7200)
+        snprintf(buf, size, "%lldm", (long long)(s / 60));
+    else if (s < 2 * 86400)
+        snprintf(buf, size, "%lldh", (long long)(s / 3600));
+    else
+        snprintf(buf, size, "%lldd", (long long)(s / 86400));
+}
+
+void cli_format_ranks(const json_t *ranks, char *buf, size_t size)
+{
+    size_t o = 0, n = json_array_size(ranks);
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && o + 1 < size;) {
+        json_int_t lo = json_integer_value(json_array_get(ranks, i));
+        size_t j = i;
+        while (j + 1 < n && json_integer_value(json_array_get(ranks, j + 1)) ==
+                                json_integer_value(json_array_get(ranks, j)) + 1)
+            j++;
+        json_int_t hi = json_integer_value(json_array_get(ranks, j));
+        int w;
+        if (hi > lo)
+            w = snprintf(buf + o, size - o, "%s%lld-%lld", i ? "," : "", (long long)lo,
+                         (long long)hi);
+        else
+            w = snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)lo);
+        if (w < 0 || (size_t)w >= size - o)
+            break;
+        o += (size_t)w;
+        i = j + 1;
+    }
+}
+
+static const char *const cli_states[] = {"PENDING",   "RUNNING", "RESTARTING", "CANCELLING",
+                                         "SUCCEEDED", "FAILED",  "CANCELLED",  NULL};
+
+int cli_state_final(const char *state)
+{
+    return state && (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
+                     strcmp(state, "CANCELLED") == 0);
+}
+
+int cli_state_valid(const char *s)
+{
+    for (int i = 0; cli_states[i]; i++)
+        if (strcmp(s, cli_states[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static const struct cli_cmd cli_global_cmd = {
+    "", "[--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]", "", "", NULL};
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    struct cli cli = {0};
+    int rc = CLI_OK;
+    const struct cli_cmd *cmd = NULL;
+
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, "+:" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        if (c == CLI_OPT_HELP) {
+            cli_print_global_help(stdout);
+            goto out;
+        }
+        int handled = cli_common_opt(&cli, &cli_global_cmd, c, argv, &rc);
+        if (handled < 0)
+            goto out;
+        if (handled == 0) {
+            rc = cli_usage_error(&cli_global_cmd, "unexpected option");
+            goto out;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "ddpctl: missing the command\n%s\n", cli_global_usage);
+        rc = CLI_USAGE;
+        goto out;
+    }
+    const char *name = argv[optind];
+    if (strcmp(name, "help") == 0) {
+        cli_print_global_help(stdout);
+        goto out;
+    }
+    for (size_t i = 0; i < CLI_NCMDS; i++)
+        if (strcmp(cli_cmds[i].name, name) == 0)
+            cmd = &cli_cmds[i];
+    if (!cmd) {
+        fprintf(stderr, "ddpctl: unknown command '%s'\n%s\n(commands:", name,
+                cli_global_usage);
+        for (size_t i = 0; i < CLI_NCMDS; i++)
+            fprintf(stderr, " %s", cli_cmds[i].name);
+        fprintf(stderr, ")\n");
+        rc = CLI_USAGE;
+        goto out;
+    }
+    int cargc = argc - optind;
+    char **cargv = argv + optind;
+    optind = 0; /* full re-initialisation of getopt for the command's own options */
+    rc = cmd->run(&cli, cmd, cargc, cargv);
+out:
+    fflush(stdout);
+    httpc_free(cli.http);
+    free(cli.server);
+    free(cli.token);
+    free(cli.token_from);
+    free(cli.server_opt);
+    free(cli.token_file_opt);
+    return rc;
+}
