@@ -1,6 +1,20 @@
 # Integration tests of ddpd's REST API and agent protocol (issue 2): each drives a real ddpd on
-# a real SQLite file over HTTP, simulating agents with register/heartbeat calls, and checks
-# every answer against schema/openapi.json. See tests/integration/api_sim.py.
+# a real SQLite file over HTTP, simulating agents with register/heartbeat calls itself, and
+# checks every answer against schema/openapi.json (tests/integration/api_sim.py,
+# tests/integration/openapi_check.py).
 set(DDP_API_PY ${PROJECT_SOURCE_DIR}/tests/integration)
 ddp_script_test(NAME api_openapi
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_openapi.py TIMEOUT 120 LABELS api)
+ddp_script_test(NAME api_errors
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_errors.py TIMEOUT 240 LABELS api)
+ddp_script_test(NAME api_auth
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_auth.py TIMEOUT 120 LABELS api)
+ddp_script_test(NAME api_jobs
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_jobs.py TIMEOUT 300 LABELS api)
+ddp_script_test(NAME api_nodes
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_nodes.py TIMEOUT 300 LABELS api)
+ddp_script_test(NAME api_durability
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_durability.py TIMEOUT 300 LABELS api)
+# 100500 log lines through 101 beats: skipped under ASan (label heavy).
+ddp_script_test(NAME api_logcap
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_logcap.py TIMEOUT 300 LABELS api heavy)
