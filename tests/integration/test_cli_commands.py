@@ -1,0 +1,181 @@
+"""ddpctl against a live ddpd, without running workers: usage errors (exit 2 with the usage
+line), --help, "cannot reach ddpd ...: connection refused", "job j-N not found", token
+resolution (flag, DDP_TOKEN, $DDP_HOME/user.token, ./.ddp/user.token) and its errors, and
+submit / list / status / cancel in table and json form, the json parsed and compared with
+what ddpd stored."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import api_sim  # noqa: E402
+from api_sim import Api, cluster  # noqa: E402
+from cli_util import assert_usage, ctl, ctl_env  # noqa: E402
+from cluster import free_port  # noqa: E402
+
+COMMANDS = ["submit", "list", "status", "cancel", "logs", "nodes", "watch", "wait"]
+
+
+def test_cli_usage_errors_and_help():
+    # No ddpd is needed: a usage error never sends anything.
+    r = ctl(None)
+    assert r.rc == 2 and "usage: ddpctl [--server URL]" in r.err, r
+    r = ctl(None, "frobnicate")
+    assert r.rc == 2 and "unknown command 'frobnicate'" in r.err and "usage: ddpctl" in r.err, r
+    r = ctl(None, "--help")
+    assert r.rc == 0, r
+    for cmd in COMMANDS:
+        assert "  %s " % cmd in r.out, (cmd, r)
+        h = ctl(None, cmd, "--help")
+        assert h.rc == 0 and h.out.startswith("usage: ddpctl " + cmd), h
+    assert_usage(ctl(None, "-o", "yaml", "list"), "[--server URL]")
+    assert_usage(ctl(None, "submit"), "submit [--name N]")
+    assert_usage(ctl(None, "submit", "--nnodes", "3:2", "--", "true"), "submit")
+    assert "min 3 > max 2" in ctl(None, "submit", "--nnodes", "3:2", "--", "true").err
+    assert_usage(ctl(None, "submit", "--nnodes", "x", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--nproc-per-node", "0", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--grace", "3601", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--env", "=v", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--bogus", "--", "true"), "submit")
+    assert "unknown option '--bogus'" in ctl(None, "submit", "--bogus", "--", "true").err
+    for cmd in ("status", "cancel", "logs", "watch", "wait"):
+        r = ctl(None, cmd)
+        assert_usage(r, cmd + " JOB")
+        assert "missing the job id" in r.err, r
+        assert_usage(ctl(None, cmd, "j-1", "j-2"), cmd + " JOB")
+    assert_usage(ctl(None, "list", "--state", "DONE"), "list [--state S]")
+    assert_usage(ctl(None, "list", "extra"), "list")
+    assert_usage(ctl(None, "nodes", "extra"), "nodes")
+    assert_usage(ctl(None, "logs", "j-1", "--rank", "-1"), "logs JOB")
+    assert_usage(ctl(None, "logs", "j-1", "--rank"), "logs JOB")
+    assert_usage(ctl(None, "wait", "j-1", "--timeout", "soon"), "wait JOB")
+    assert_usage(ctl(None, "status", "j-1", "-o", "xml"), "status JOB")
+
+
+def test_cli_unreachable_ddpd():
+    port = free_port()  # nothing listens there
+    url = "http://127.0.0.1:%d" % port
+    want = "cannot reach ddpd at %s: connection refused" % url
+    for args in (["--server", url, "list"], ["list", "--server", url],
+                 ["--server", url, "status", "j-1"], ["--server", url, "nodes"],
+                 ["--server", url, "submit", "--", "true"]):
+        r = ctl(None, *args)
+        assert r.rc == 1 and want in r.err and r.out == "", r
+    # DDP_SERVER is used when there is no flag; the flag wins over it.
+    r = ctl(None, "nodes", env=ctl_env(None, extra={"DDP_SERVER": url}))
+    assert r.rc == 1 and want in r.err, r
+    r = ctl(None, "--server", url + "/", "nodes",
+            env=ctl_env(None, extra={"DDP_SERVER": "http://127.0.0.1:1"}))
+    assert r.rc == 1 and want in r.err, r
+
+
+def test_cli_tokens():
+    with cluster(node_timeout=300) as c:
+        # $DDP_HOME/user.token by default.
+        r = ctl(c, "-o", "json", "list")
+        assert r.rc == 0, r
+        assert json.loads(r.out) == {"jobs": [], "next_page_token": ""}, r
+        r = ctl(c, "list")
+        assert r.rc == 0 and "no jobs" in r.out, r
+        # ./.ddp/user.token when DDP_HOME is not set: the local cluster's layout.
+        with tempfile.TemporaryDirectory() as d:
+            os.symlink(c.home, os.path.join(d, ".ddp"))
+            r = ctl(c, "nodes", home=False, cwd=d)
+            assert r.rc == 0 and "no nodes" in r.out, r
+            # Without any token: ddpd's 401 and a hint where the token is looked for.
+            r = ctl(c, "list", home=False, cwd=tempfile.gettempdir())
+            assert r.rc == 1 and "no user token" in r.err, r
+        # --token-file and DDP_TOKEN.
+        tf = os.path.join(c.tmp, "tok")
+        with open(tf, "w") as f:
+            f.write(c.user_token + "\n")
+        r = ctl(c, "--token-file", tf, "list", home=False)
+        assert r.rc == 0, r
+        r = ctl(c, "list", env=ctl_env(c, home=False, extra={"DDP_TOKEN": c.user_token}))
+        assert r.rc == 0, r
+        r = ctl(c, "list", env=ctl_env(c, extra={"DDP_TOKEN": "wrong"}))
+        assert r.rc == 1 and "$DDP_TOKEN was refused" in r.err, r
+        # The agent token is the wrong one for ddpctl: 403 and a hint.
+        r = ctl(c, "--token-file", os.path.join(c.home, "agent.token"), "list")
+        assert r.rc == 1 and "user token" in r.err, r
+        r = ctl(c, "--token-file", os.path.join(c.tmp, "missing"), "list")
+        assert r.rc == 1 and "cannot read token file" in r.err, r
+
+
+def test_cli_submit_list_status_cancel():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        work = os.path.join(c.tmp, "work")
+        os.makedirs(os.path.join(work, "sub"))
+        r = ctl(c, "submit", "--parsable", "--", "/bin/echo", "hello world", cwd=work)
+        assert r.rc == 0 and r.out == "j-1\n", r
+        j1 = api.job("j-1")
+        assert j1["spec"]["command"] == ["/bin/echo", "hello world"], j1
+        assert j1["spec"]["workdir"] == os.path.realpath(work), j1  # default: cwd, absolute
+        r = ctl(c, "submit", "--name", "probe.2", "--nnodes", "2:3", "--nproc-per-node", "2",
+                "--max-restarts", "5", "--env", "A=1", "--env", "B=x=y", "--workdir", "sub",
+                "--checkpoint-dir", "ck", "--max-runtime", "600", "--grace", "7",
+                "--hang-timeout", "60", "-o", "json", "--", "python3", "-c", "print(1)",
+                "--lr", "0.1", cwd=work)
+        assert r.rc == 0, r
+        j2 = json.loads(r.out)
+        s = j2["spec"]
+        assert j2["id"] == "j-2" and j2["name"] == "probe.2" and j2["state"] == "PENDING", j2
+        assert s["command"] == ["python3", "-c", "print(1)", "--lr", "0.1"], s
+        assert s["nnodes"] in ("2:3", [2, 3]) and s["nproc_per_node"] == 2, s
+        assert s["env"] == {"A": "1", "B": "x=y"}, s
+        assert s["workdir"] == os.path.join(os.path.realpath(work), "sub"), s
+        assert s["checkpoint_dir"] == os.path.join(os.path.realpath(work), "ck"), s
+        assert (s["max_restarts"], s["max_runtime_s"], s["grace_period_s"],
+                s["hang_timeout_s"]) == (5, 600, 7, 60), s
+        assert api.job("j-2")["spec"] == s
+        # The word after the options starts the command even without "--".
+        r = ctl(c, "submit", "--name", "plain", "/bin/true", "--x", cwd=work)
+        assert r.rc == 0 and r.out == "submitted job j-3\n", r
+        assert api.job("j-3")["spec"]["command"] == ["/bin/true", "--x"]
+        # ddpd's own refusal is a failure with its message (not a usage error).
+        r = ctl(c, "submit", "--name", "bad name!", "--", "true")
+        assert r.rc == 1 and "name" in r.err and r.out == "", r
+
+        r = ctl(c, "list", "-o", "json")
+        assert r.rc == 0, r
+        ids = [j["id"] for j in json.loads(r.out)["jobs"]]
+        assert ids == ["j-3", "j-2", "j-1"], ids
+        r = ctl(c, "list")
+        assert r.rc == 0, r
+        lines = r.out.splitlines()
+        assert lines[0].split()[:3] == ["ID", "NAME", "STATE"], r
+        assert [ln.split()[0] for ln in lines[1:]] == ["j-3", "j-2", "j-1"], r
+        assert "probe.2" in lines[2] and "PENDING" in lines[2], r
+
+        r = ctl(c, "status", "j-2")
+        assert r.rc == 0, r
+        assert "j-2 (probe.2)" in r.out and "state:       PENDING" in r.out, r
+        assert "python3 -c print(1) --lr 0.1" in r.out and "2:3 nodes x 2" in r.out, r
+        r = ctl(c, "status", "j-2", "-o", "json")
+        assert r.rc == 0 and json.loads(r.out) == api.job("j-2"), r
+
+        r = ctl(c, "cancel", "j-2")
+        assert r.rc == 0 and "j-2" in r.out, r
+        api.wait_state("j-2", "CANCELLED")
+        r = ctl(c, "cancel", "j-2", "-o", "json")  # idempotent
+        assert r.rc == 0 and json.loads(r.out)["state"] == "CANCELLED", r
+        r = ctl(c, "cancel", "j-2")
+        assert r.rc == 0 and "CANCELLED" in r.out, r
+        r = ctl(c, "list", "--state", "cancelled", "-o", "json")
+        assert [j["id"] for j in json.loads(r.out)["jobs"]] == ["j-2"], r
+        r = ctl(c, "list", "--state", "PENDING")
+        assert r.rc == 0 and "j-2" not in r.out and "j-1" in r.out, r
+        r = ctl(c, "wait", "j-2")
+        assert r.rc == 1 and "job j-2 CANCELLED" in r.out, r
+
+        for args in (["status", "j-42"], ["cancel", "j-42"], ["logs", "j-42"],
+                     ["logs", "j-42", "-f"], ["watch", "j-42"], ["wait", "j-42"],
+                     ["status", "../nodes"]):
+            r = ctl(c, *args)
+            assert r.rc == 1 and ("job %s not found" % args[1]) in r.err and r.out == "", r
+
+
+if __name__ == "__main__":
+    api_sim.run_tests(globals())
