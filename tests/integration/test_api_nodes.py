@@ -241,7 +241,13 @@ def test_nodes_healthz_and_prometheus_metrics():
             assert p.returncode == 0, "promtool: %s %s" % (p.stdout, p.stderr)
 
 
-def test_nodes_prometheus_parser_refuses_bad_text():
+def test_nodes_prometheus_parser_strict():
+    good = ('# HELP a_total Requests.\n# TYPE a_total counter\n'
+            'a_total{route="/v1/jobs",code="200"} 3\n# TYPE h histogram\n'
+            'h_bucket{le="0.1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 0.3\nh_count 2\n')
+    fams = parse_prometheus(good)
+    assert fams["a_total"]["samples"] == [("a_total", {"route": "/v1/jobs", "code": "200"},
+                                           3.0)], fams
     for bad in ("x 1\n", "# TYPE a gauge\na{b=c} 1\n", "# TYPE a gauge\na 1",
                 "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_sum 1\nh_count 2\n"):
         try:
