@@ -1,0 +1,1072 @@
+/*
+ * agent.c - register, heartbeat, reconcile, and the workers' I/O (see agent.h for threads).
+ *
+ * Invariants:
+ *   1. a->mu guards everything in struct agent and struct worker except the fields marked
+ *      "I/O thread" (fds, splitters), which only the I/O thread touches after the worker
+ *      was created (under a->mu, by whichever thread applied the answer).
+ *   2. A worker is freed only by the I/O thread, and only once it is forgotten, reaped, its
+ *      fds closed and its queued lines shipped (or given up on), so the heartbeat threads can
+ *      name workers by id across an unlocked HTTP call and find them again (or not).
+ *   3. a->changes counts worker starts and exits; a beat answered 200 that was built when
+ *      the counter was c proves ddpd saw every change <= c (a->changes_sent). A worker's exit
+ *      is forgotten only after it was so reported; while changes are unreported, beats carry
+ *      wait_ms 0 (ddpd must not hold them).
+ *   4. Desired sets are applied in version order: an answer older than the applied one (two
+ *      beats in flight) is ignored; a new registration resets the version.
+ *
+ * Heartbeat states:
+ *
+ *   UNREGISTERED --register 200--> BEATING --404/409--> UNREGISTERED
+ *        ^  |                        |  ^
+ *        |  +--unreachable: backoff  |  +-- 200: apply, reconcile, next beat
+ *        +---------------------------+-- unreachable: backoff (workers keep running)
+ */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/assign.h"
+#include "agent/logship.h"
+#include "agent/recon.h"
+#include "agent/spawn.h"
+#include "common/fsutil.h"
+#include "common/httpc.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+extern char **environ;
+
+#define AGENT_LOG_QUEUE_MAX 10000   /* lines kept per worker while ddpd does not answer */
+#define AGENT_METRIC_QUEUE_MAX 1000 /* metrics lines kept per worker */
+#define AGENT_BEAT_LINES_MAX 1000   /* log lines per beat (docs/api.md) */
+#define AGENT_BEAT_METRICS_MAX 200  /* metrics lines per beat */
+#define AGENT_BACKOFF_MAX_MS 2000
+#define AGENT_FORGOTTEN_KEEP_MS 30000 /* unshipped lines of a forgotten worker, at most */
+#define AGENT_READ_CHUNK 65536
+
+struct worker {
+    uint64_t id;
+    char *job_id;
+    int64_t generation;
+    int rank;
+    int local_rank;
+    int grace_s;
+    int gpu;                 /* index in a->gpu_used, or -1 */
+    struct spawn_proc proc;  /* proc.exited = reaped (or never started) */
+    uint64_t exit_change;    /* a->changes value at the exit */
+    int forgotten;
+    int64_t forgotten_ms;
+    int64_t started_wall_ms;
+    int64_t last_metric_wall_ms;
+    char *hb_file;
+    char *prefix;            /* "[rank R] " */
+    struct logship_queue logs;
+    struct logship_queue metrics; /* JSON texts; only rank 0's are queued */
+    /* I/O thread: */
+    int out_fd;
+    int met_fd;
+    int log_fd;
+    struct logship_splitter out_split;
+    struct logship_splitter met_split;
+};
+
+struct agent {
+    const struct agent_config *cfg;
+    char incarnation[33];
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* changes, polling, done, shutting_down */
+    struct worker **workers;
+    size_t nworkers;
+    size_t capworkers;
+    uint64_t next_worker_id;
+    struct assign *desired;
+    size_t ndesired;
+    int64_t version;     /* of the applied desired set; 0 = none */
+    int applied;         /* a desired set was applied since registering */
+    int registered;
+    int interval_ms;
+    uint64_t changes;
+    uint64_t changes_sent;
+    uint64_t changes_urgent; /* the report thread beat for changes up to this */
+    int polling;             /* the heartbeat thread waits in a long poll */
+    int shutting_down;
+    int done;
+    int *gpu_used;
+    int wake[2];             /* wakes the I/O thread */
+    int sfd;                 /* signalfd: SIGCHLD, SIGTERM, SIGINT */
+    char *beat_path;
+};
+
+/* ---- small helpers -------------------------------------------------------------------- */
+
+static void agent_wake_io(struct agent *a)
+{
+    char c = 1;
+    ssize_t r = write(a->wake[1], &c, 1);
+    (void)r; /* a full pipe is already a wake-up */
+}
+
+static void agent_cond_wait_ms(struct agent *a, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&a->cond, &a->mu, &ts);
+}
+
+static struct worker *agent_worker_by_id(struct agent *a, uint64_t id)
+{
+    for (size_t i = 0; i < a->nworkers; i++)
+        if (a->workers[i]->id == id)
+            return a->workers[i];
+    return NULL;
+}
+
+static size_t agent_running_count(const struct agent *a)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a->nworkers; i++)
+        n += !a->workers[i]->proc.exited;
+    return n;
+}
+
+static int agent_grace(const struct agent *a, const struct assign *as)
+{
+    return as && as->grace_period_s >= 0 ? as->grace_period_s : a->cfg->grace_s;
+}
+
+static void agent_note_change(struct agent *a)
+{
+    a->changes++;
+    pthread_cond_broadcast(&a->cond);
+}
+
+/* ---- workers -------------------------------------------------------------------------- */
+
+static struct worker *agent_worker_new(struct agent *a, const struct assign *as, int lr)
+{
+    struct worker *w = xcalloc(1, sizeof(*w));
+    w->id = ++a->next_worker_id;
+    w->job_id = xstrdup(as->job_id);
+    w->generation = as->generation;
+    w->local_rank = lr;
+    w->rank = assign_rank(as, lr);
+    w->grace_s = agent_grace(a, as);
+    w->gpu = -1;
+    w->out_fd = w->met_fd = w->log_fd = -1;
+    w->started_wall_ms = time_wall_ms();
+    w->prefix = xasprintf("[rank %d] ", w->rank);
+    logship_queue_init(&w->logs, AGENT_LOG_QUEUE_MAX);
+    logship_queue_init(&w->metrics, AGENT_METRIC_QUEUE_MAX);
+    if (a->nworkers == a->capworkers) {
+        a->capworkers = a->capworkers ? 2 * a->capworkers : 16;
+        a->workers = xrealloc(a->workers, a->capworkers * sizeof(*a->workers));
+    }
+    a->workers[a->nworkers++] = w;
+    return w;
+}
+
+static void agent_worker_free(struct worker *w)
+{
+    if (!w)
+        return;
+    free(w->job_id);
+    free(w->hb_file);
+    free(w->prefix);
+    logship_queue_release(&w->logs);
+    logship_queue_release(&w->metrics);
+    free(w);
+}
+
+/* Queues one output line of w (raw bytes) for ddpd. Caller holds a->mu. */
+static void agent_emit_log(void *ctx, const char *line, size_t len)
+{
+    struct worker *w = ctx;
+    logship_queue_push(&w->logs, logship_clean(w->prefix, line, len));
+    if (w->logs.dropped == 1)
+        log_warn("log queue full, dropping oldest lines job=%s rank=%d", w->job_id, w->rank);
+}
+
+/* Queues one metrics line of w when it is rank 0's and a JSON object. Caller holds a->mu. */
+static void agent_emit_metric(void *ctx, const char *line, size_t len)
+{
+    struct worker *w = ctx;
+    w->last_metric_wall_ms = time_wall_ms();
+    if (w->rank != 0)
+        return;
+    json_error_t jerr;
+    json_t *v = json_loadb(line, len, 0, &jerr);
+    if (!json_is_object(v)) {
+        log_debug("metrics line is not a JSON object job=%s: %s", w->job_id, jerr.text);
+        json_decref(v);
+        return;
+    }
+    logship_queue_push(&w->metrics, jsonx_dumps(v));
+    json_decref(v);
+}
+
+/* The worker could not be started: it is reported as exited 127 with a line saying why. */
+static void agent_worker_failed(struct agent *a, struct worker *w, const char *why)
+{
+    log_error("cannot start worker job=%s generation=%" PRId64 " rank=%d: %s", w->job_id,
+              w->generation, w->rank, why);
+    char *line = xasprintf("ddp-agent: cannot start worker: %s", why);
+    agent_emit_log(w, line, strlen(line));
+    free(line);
+    w->proc.exited = 1;
+    w->proc.exit_code = 127;
+    w->proc.sig = 0;
+    agent_note_change(a);
+    w->exit_change = a->changes;
+}
+
+static int agent_pick_gpu(struct agent *a, int local_rank)
+{
+    int n = a->cfg->gpus;
+    if (n <= 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (!a->gpu_used[i]) {
+            a->gpu_used[i]++;
+            return i;
+        }
+    }
+    int g = local_rank % n; /* oversubscribed: share by local rank */
+    a->gpu_used[g]++;
+    return g;
+}
+
+static int agent_open_pipe(int fds[2], struct ddp_err *err)
+{
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return err_set(err, DDP_EINTERNAL, "pipe: %s", strerror(errno));
+    if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return err_set(err, DDP_EINTERNAL, "fcntl: %s", strerror(errno));
+    }
+    return 0;
+}
+
+/* Starts local rank lr of as. Caller holds a->mu. */
+static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
+{
+    const struct agent_config *cfg = a->cfg;
+    struct worker *w = agent_worker_new(a, as, lr);
+    struct ddp_err err;
+    err_clear(&err);
+    char *gen_dir = xasprintf("%s/jobs/%s/gen-%" PRId64, cfg->work_dir, as->job_id,
+                              as->generation);
+    char *log_path = xasprintf("%s/rank-%d.log", gen_dir, w->rank);
+    char *ckpt = as->checkpoint_dir && *as->checkpoint_dir
+                     ? xstrdup(as->checkpoint_dir)
+                     : xasprintf("%s/jobs/%s/ckpt", cfg->work_dir, as->job_id);
+    const char *cwd = as->workdir && *as->workdir ? as->workdir : cfg->work_dir;
+    char **env = NULL;
+    char *path = NULL;
+    int out[2] = {-1, -1}, met[2] = {-1, -1};
+
+    w->hb_file = xasprintf("%s/rank-%d.heartbeat", gen_dir, w->rank);
+    if (fs_mkdir_p(gen_dir, 0755, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    if (fs_mkdir_p(ckpt, 0755, &err) < 0)
+        log_warn("cannot create checkpoint dir %s: %s", ckpt, err.msg); /* the worker says */
+    w->log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (w->log_fd < 0) {
+        err_set(&err, DDP_EIO, "cannot open %s: %s", log_path, strerror(errno));
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    if (agent_open_pipe(out, &err) < 0 || agent_open_pipe(met, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    w->gpu = agent_pick_gpu(a, lr);
+    struct spawn_env_args ea = {.a = as, .local_rank = lr, .gpu = w->gpu,
+                                .checkpoint_dir = ckpt, .heartbeat_file = w->hb_file};
+    env = spawn_env_build(environ, &ea);
+    path = spawn_resolve(as->argv[0], env);
+    struct spawn_req req = {.argv = as->argv, .envp = env, .path = path, .cwd = cwd,
+                            .out_fd = out[1], .metrics_fd = met[1]};
+    pid_t pid;
+    if (spawn_start(&req, &pid, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    spawn_proc_init(&w->proc, pid);
+    w->out_fd = out[0];
+    w->met_fd = met[0];
+    out[0] = met[0] = -1;
+    agent_note_change(a);
+    log_info("started worker job=%s generation=%" PRId64 " rank=%d local_rank=%d pid=%d",
+             w->job_id, w->generation, w->rank, lr, (int)pid);
+    agent_wake_io(a);
+out:
+    if (w->proc.exited) {
+        if (w->log_fd >= 0)
+            close(w->log_fd);
+        w->log_fd = -1;
+        if (w->gpu >= 0)
+            a->gpu_used[w->gpu]--;
+        w->gpu = -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0)
+            close(out[i]);
+        if (met[i] >= 0)
+            close(met[i]);
+    }
+    spawn_env_free(env);
+    free(path);
+    free(ckpt);
+    free(log_path);
+    free(gen_dir);
+}
+
+/* Reconciles the desired set against the workers and applies the actions. Holds a->mu. */
+static void agent_reconcile(struct agent *a)
+{
+    struct recon_want *want = xcalloc(a->ndesired + 1, sizeof(*want));
+    size_t nw = a->nworkers;
+    struct recon_have *have = xcalloc(nw + 1, sizeof(*have));
+    struct worker **hw = xcalloc(nw + 1, sizeof(*hw));
+    size_t nh = 0;
+    for (size_t i = 0; i < a->ndesired; i++) {
+        want[i].job_id = a->desired[i].job_id;
+        want[i].generation = a->desired[i].generation;
+        want[i].nproc = a->desired[i].nproc_per_node;
+    }
+    for (size_t i = 0; i < nw; i++) {
+        struct worker *w = a->workers[i];
+        if (w->forgotten)
+            continue;
+        /* An exit ddpd has not seen yet keeps its worker: the next beat must report it. */
+        have[nh].job_id = w->job_id;
+        have[nh].generation = w->generation;
+        have[nh].local_rank = w->local_rank;
+        have[nh].running = !w->proc.exited || w->exit_change > a->changes_sent;
+        have[nh].stopping = w->proc.exited || w->proc.stopping;
+        hw[nh++] = w;
+    }
+    struct recon_plan plan = {0};
+    recon_compute(want, a->ndesired, have, nh, !a->shutting_down, &plan);
+    int64_t now = time_mono_ms();
+    for (size_t i = 0; i < plan.n; i++) {
+        const struct recon_action *act = &plan.actions[i];
+        struct worker *w = act->op == RECON_START ? NULL : hw[act->index];
+        switch (act->op) {
+        case RECON_START:
+            agent_start_worker(a, &a->desired[act->index], act->local_rank);
+            break;
+        case RECON_STOP:
+            log_info("stopping worker job=%s generation=%" PRId64 " rank=%d pid=%d grace=%ds",
+                     w->job_id, w->generation, w->rank, (int)w->proc.pid, w->grace_s);
+            spawn_proc_stop(&w->proc, now, w->grace_s);
+            agent_wake_io(a);
+            break;
+        case RECON_FORGET:
+            w->forgotten = 1;
+            w->forgotten_ms = now;
+            agent_wake_io(a);
+            break;
+        }
+    }
+    recon_plan_release(&plan);
+    free(hw);
+    free(have);
+    free(want);
+}
+
+/* ---- I/O thread ----------------------------------------------------------------------- */
+
+/* Reads what fd has now (non-blocking) into w's splitter; returns 0 at EOF or error, 1 if
+ * more may come. With a->mu held only for the queueing. */
+static int agent_read_fd(struct agent *a, struct worker *w, int is_metrics, int locked)
+{
+    char buf[AGENT_READ_CHUNK];
+    int fd = is_metrics ? w->met_fd : w->out_fd;
+    for (int round = 0; round < 16; round++) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 1;
+        if (n <= 0)
+            return 0;
+        if (!is_metrics && w->log_fd >= 0) {
+            const char *p = buf;
+            size_t left = (size_t)n;
+            while (left > 0) {
+                ssize_t k = write(w->log_fd, p, left);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0) {
+                    log_warn("cannot write worker log job=%s rank=%d: %s", w->job_id, w->rank,
+                             strerror(errno));
+                    close(w->log_fd);
+                    w->log_fd = -1;
+                    break;
+                }
+                p += k;
+                left -= (size_t)k;
+            }
+        }
+        if (!locked)
+            pthread_mutex_lock(&a->mu);
+        if (is_metrics)
+            logship_split(&w->met_split, buf, (size_t)n, agent_emit_metric, w);
+        else
+            logship_split(&w->out_split, buf, (size_t)n, agent_emit_log, w);
+        if (!locked)
+            pthread_mutex_unlock(&a->mu);
+    }
+    return 1;
+}
+
+/* Closes w's pipes and log file after flushing unfinished lines. Holds a->mu. */
+static void agent_close_fds(struct worker *w)
+{
+    if (w->out_fd >= 0) {
+        logship_split_flush(&w->out_split, agent_emit_log, w);
+        close(w->out_fd);
+        w->out_fd = -1;
+    }
+    if (w->met_fd >= 0) {
+        logship_split_flush(&w->met_split, agent_emit_metric, w);
+        close(w->met_fd);
+        w->met_fd = -1;
+    }
+    if (w->log_fd >= 0) {
+        close(w->log_fd);
+        w->log_fd = -1;
+    }
+}
+
+/* Reaps every exited child: workers get their exit recorded (after their pipes are
+ * drained, so their last lines come before their exit); other children (orphans adopted
+ * as subreaper) are just reaped. Holds a->mu. */
+static void agent_reap(struct agent *a)
+{
+    for (int guard = 0; guard < 4096; guard++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+            return;
+        struct worker *w = NULL;
+        for (size_t i = 0; i < a->nworkers && !w; i++)
+            if (!a->workers[i]->proc.exited && a->workers[i]->proc.pid == si.si_pid)
+                w = a->workers[i];
+        if (!w) {
+            int st;
+            waitpid(si.si_pid, &st, WNOHANG);
+            continue;
+        }
+        if (w->out_fd >= 0)
+            agent_read_fd(a, w, 0, 1);
+        if (w->met_fd >= 0)
+            agent_read_fd(a, w, 1, 1);
+        spawn_proc_reap(&w->proc);
+        if (w->out_fd >= 0)
+            agent_read_fd(a, w, 0, 1);
+        if (w->met_fd >= 0)
+            agent_read_fd(a, w, 1, 1);
+        agent_close_fds(w);
+        if (w->gpu >= 0)
+            a->gpu_used[w->gpu]--;
+        w->gpu = -1;
+        agent_note_change(a);
+        w->exit_change = a->changes;
+        log_info("worker exited job=%s generation=%" PRId64 " rank=%d pid=%d code=%d signal=%d",
+                 w->job_id, w->generation, w->rank, (int)w->proc.pid, w->proc.exit_code,
+                 w->proc.sig);
+    }
+}
+
+/* Frees forgotten workers that have nothing left to ship. Holds a->mu. */
+static void agent_collect(struct agent *a, int64_t now)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < a->nworkers; i++) {
+        struct worker *w = a->workers[i];
+        int shipped = w->logs.count == 0 && w->metrics.count == 0;
+        if (w->forgotten && w->proc.exited && w->out_fd < 0 && w->met_fd < 0 &&
+            (shipped || now - w->forgotten_ms > AGENT_FORGOTTEN_KEEP_MS)) {
+            agent_worker_free(w);
+            continue;
+        }
+        a->workers[j++] = w;
+    }
+    a->nworkers = j;
+}
+
+/* SIGTERM/SIGINT: the first stops every worker gracefully, the second kills them. */
+static void agent_on_stop_signal(struct agent *a, int signo)
+{
+    int64_t now = time_mono_ms();
+    if (!a->shutting_down) {
+        log_info("got %s: stopping %zu workers, then exiting", strsignal(signo),
+                 agent_running_count(a));
+        a->shutting_down = 1;
+        for (size_t i = 0; i < a->nworkers; i++)
+            spawn_proc_stop(&a->workers[i]->proc, now, a->workers[i]->grace_s);
+    } else {
+        log_warn("got %s again: killing every worker now", strsignal(signo));
+        for (size_t i = 0; i < a->nworkers; i++)
+            spawn_proc_kill(&a->workers[i]->proc);
+    }
+    pthread_cond_broadcast(&a->cond);
+}
+
+static void *agent_io_main(void *arg)
+{
+    struct agent *a = arg;
+    size_t cap = 0;
+    struct pollfd *pfd = NULL;
+    struct worker **pw = NULL;
+    int *pmet = NULL;
+
+    for (;;) {
+        pthread_mutex_lock(&a->mu);
+        int64_t now = time_mono_ms();
+        agent_reap(a);
+        int64_t timeout = 250;
+        for (size_t i = 0; i < a->nworkers; i++) {
+            int64_t left = spawn_proc_tick(&a->workers[i]->proc, now);
+            if (left > 0 && left < timeout)
+                timeout = left;
+        }
+        agent_collect(a, now);
+        if (a->shutting_down && agent_running_count(a) == 0) {
+            a->done = 1;
+            pthread_cond_broadcast(&a->cond);
+            pthread_mutex_unlock(&a->mu);
+            break;
+        }
+        if (cap < 2 + 2 * a->nworkers) {
+            cap = 2 + 2 * a->nworkers + 16;
+            pfd = xrealloc(pfd, cap * sizeof(*pfd));
+            pw = xrealloc(pw, cap * sizeof(*pw));
+            pmet = xrealloc(pmet, cap * sizeof(*pmet));
+        }
+        size_t n = 0;
+        pfd[n++] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = a->sfd, .events = POLLIN};
+        for (size_t i = 0; i < a->nworkers; i++) {
+            struct worker *w = a->workers[i];
+            if (w->out_fd >= 0) {
+                pw[n] = w;
+                pmet[n] = 0;
+                pfd[n++] = (struct pollfd){.fd = w->out_fd, .events = POLLIN};
+            }
+            if (w->met_fd >= 0) {
+                pw[n] = w;
+                pmet[n] = 1;
+                pfd[n++] = (struct pollfd){.fd = w->met_fd, .events = POLLIN};
+            }
+        }
+        pthread_mutex_unlock(&a->mu);
+
+        int r = poll(pfd, n, (int)timeout);
+        if (r < 0 && errno != EINTR) {
+            log_error("poll: %s", strerror(errno));
+            time_sleep_ms(100);
+            continue;
+        }
+        if (r <= 0)
+            continue;
+        if (pfd[0].revents) {
+            char buf[256];
+            while (read(a->wake[0], buf, sizeof(buf)) > 0) {
+            }
+        }
+        if (pfd[1].revents) {
+            struct signalfd_siginfo si;
+            while (read(a->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+                    pthread_mutex_lock(&a->mu);
+                    agent_on_stop_signal(a, (int)si.ssi_signo);
+                    pthread_mutex_unlock(&a->mu);
+                }
+                /* SIGCHLD: agent_reap() runs at the top of every round. */
+            }
+        }
+        for (size_t i = 2; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            struct worker *w = pw[i];
+            if (agent_read_fd(a, w, pmet[i], 0) == 0) {
+                /* EOF before the exit: the worker closed its output; keep waiting for the
+                 * exit without this fd. */
+                pthread_mutex_lock(&a->mu);
+                if (pmet[i]) {
+                    logship_split_flush(&w->met_split, agent_emit_metric, w);
+                    close(w->met_fd);
+                    w->met_fd = -1;
+                } else {
+                    logship_split_flush(&w->out_split, agent_emit_log, w);
+                    close(w->out_fd);
+                    w->out_fd = -1;
+                }
+                pthread_mutex_unlock(&a->mu);
+            }
+        }
+    }
+    free(pfd);
+    free(pw);
+    free(pmet);
+    return NULL;
+}
+
+/* ---- heartbeat ------------------------------------------------------------------------ */
+
+struct agent_ack {
+    uint64_t worker_id;
+    uint64_t log_upto;    /* 0 = none */
+    uint64_t metric_upto; /* 0 = none */
+};
+
+/* Builds a beat body from the state. Holds a->mu. acks gets one entry per worker that
+ * had lines in the body. */
+static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **acks,
+                               size_t *nacks)
+{
+    json_t *body = json_object();
+    json_t *workers = json_array(), *logs = json_array(), *metrics = json_array(),
+           *progress = json_array();
+    size_t line_budget = AGENT_BEAT_LINES_MAX, metric_budget = AGENT_BEAT_METRICS_MAX;
+    int64_t now_wall = time_wall_ms();
+    *acks = xcalloc(a->nworkers + 1, sizeof(**acks));
+    *nacks = 0;
+
+    json_object_set_new(body, "incarnation", json_string(a->incarnation));
+    json_object_set_new(body, "version", json_integer(a->version));
+    json_object_set_new(body, "wait_ms", json_integer(wait_ms));
+    for (size_t i = 0; i < a->nworkers; i++) {
+        struct worker *w = a->workers[i];
+        struct agent_ack *ack = &(*acks)[*nacks];
+        if (!w->forgotten) {
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "rank", json_integer(w->rank));
+            json_object_set_new(o, "local_rank", json_integer(w->local_rank));
+            json_object_set_new(o, "pid", json_integer(w->proc.pid));
+            json_object_set_new(o, "state", json_string(w->proc.exited ? "exited" : "running"));
+            if (w->proc.exited) {
+                json_object_set_new(o, "exit_code", json_integer(w->proc.exit_code));
+                json_object_set_new(o, "signal", json_integer(w->proc.sig));
+            }
+            json_array_append_new(workers, o);
+            if (!w->proc.exited) {
+                int64_t last = w->started_wall_ms;
+                struct stat st;
+                if (stat(w->hb_file, &st) == 0) {
+                    int64_t m = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+                    if (m > last)
+                        last = m;
+                }
+                if (w->last_metric_wall_ms > last)
+                    last = w->last_metric_wall_ms;
+                json_t *p = json_object();
+                json_object_set_new(p, "job_id", json_string(w->job_id));
+                json_object_set_new(p, "generation", json_integer(w->generation));
+                json_object_set_new(p, "rank", json_integer(w->rank));
+                json_object_set_new(p, "age_ms", json_integer(now_wall > last ? now_wall - last
+                                                                                : 0));
+                json_array_append_new(progress, p);
+            }
+        }
+        uint64_t first = 0;
+        json_t *lines = logship_queue_take(&w->logs, line_budget, &first);
+        if (lines) {
+            size_t k = json_array_size(lines);
+            line_budget -= k;
+            ack->log_upto = first + k - 1;
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "rank", json_integer(w->rank));
+            json_object_set_new(o, "seq", json_integer((json_int_t)first));
+            json_object_set_new(o, "lines", lines);
+            json_array_append_new(logs, o);
+        }
+        for (size_t k = 0; k < w->metrics.count && metric_budget > 0; k++) {
+            json_t *m = json_loads(logship_queue_at(&w->metrics, k), 0, NULL);
+            if (!m)
+                m = json_object();
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "seq", json_integer((json_int_t)(w->metrics.first_seq + k)));
+            json_object_set_new(o, "metric", m);
+            json_array_append_new(metrics, o);
+            ack->metric_upto = w->metrics.first_seq + k;
+            metric_budget--;
+        }
+        if (ack->log_upto || ack->metric_upto) {
+            ack->worker_id = w->id;
+            (*nacks)++;
+        }
+    }
+    json_object_set_new(body, "workers", workers);
+    json_object_set_new(body, "logs", logs);
+    json_object_set_new(body, "metrics", metrics);
+    json_object_set_new(body, "progress", progress);
+    return body;
+}
+
+/* Applies a 200 answer's desired set when it is not older than the applied one. Holds
+ * a->mu. */
+static void agent_apply_answer(struct agent *a, const json_t *ans)
+{
+    struct ddp_err err;
+    err_clear(&err);
+    int64_t version = 0;
+    json_t *arr = NULL;
+    if (!json_is_object(ans) || jsonx_get_int(ans, "version", 1, 0, INT64_MAX, &version,
+                                              &err) < 0 ||
+        jsonx_get_array(ans, "assignments", 1, &arr, &err) < 0) {
+        log_warn("ignoring a heartbeat answer: %s", err.msg[0] ? err.msg : "not an object");
+        return;
+    }
+    if (version < a->version) {
+        log_debug("ignoring an older desired set version=%" PRId64 " applied=%" PRId64,
+                  version, a->version);
+        return;
+    }
+    if (version != a->version || a->ndesired != json_array_size(arr)) {
+        size_t n = json_array_size(arr), k = 0;
+        struct assign *d = xcalloc(n + 1, sizeof(*d));
+        for (size_t i = 0; i < n; i++) {
+            if (assign_parse(json_array_get(arr, i), &d[k], &err) < 0)
+                log_error("ignoring an assignment of version %" PRId64 ": %s", version,
+                          err.msg);
+            else
+                k++;
+        }
+        for (size_t i = 0; i < a->ndesired; i++)
+            assign_release(&a->desired[i]);
+        free(a->desired);
+        a->desired = d;
+        a->ndesired = k;
+        if (version != a->version)
+            log_debug("desired set version=%" PRId64 " assignments=%zu", version, k);
+        a->version = version;
+    }
+    a->applied = 1;
+    agent_reconcile(a);
+}
+
+enum beat_result { BEAT_OK, BEAT_UNREACHABLE, BEAT_REREGISTER, BEAT_REFUSED };
+
+/*
+ * One heartbeat on h. wait_allowed: may ask for a long poll when ddpd has seen every
+ * change. Returns what happened; on BEAT_UNREACHABLE and BEAT_REFUSED err says why.
+ */
+static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_allowed,
+                                   struct ddp_err *err)
+{
+    struct agent_ack *acks = NULL;
+    size_t nacks = 0;
+    long status = 0;
+    json_t *ans = NULL;
+    enum beat_result res = BEAT_OK;
+
+    pthread_mutex_lock(&a->mu);
+    uint64_t snap = a->changes;
+    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent && !a->shutting_down
+                      ? a->interval_ms
+                      : 0;
+    json_t *body = agent_beat_body(a, wait_ms, &acks, &nacks);
+    if (wait_ms > 0)
+        a->polling = 1;
+    pthread_mutex_unlock(&a->mu);
+
+    int rc = httpc_request(h, "POST", a->beat_path, body, wait_ms + 10000L, &status, &ans, NULL,
+                           err);
+    pthread_mutex_lock(&a->mu);
+    if (wait_ms > 0)
+        a->polling = 0;
+    if (rc < 0) {
+        res = BEAT_UNREACHABLE;
+    } else if (status == 200) {
+        for (size_t i = 0; i < nacks; i++) {
+            struct worker *w = agent_worker_by_id(a, acks[i].worker_id);
+            if (!w)
+                continue;
+            if (acks[i].log_upto)
+                logship_queue_ack(&w->logs, acks[i].log_upto);
+            if (acks[i].metric_upto)
+                logship_queue_ack(&w->metrics, acks[i].metric_upto);
+        }
+        if (snap > a->changes_sent)
+            a->changes_sent = snap;
+        agent_apply_answer(a, ans);
+    } else if (status == 404 || status == 409) {
+        res = BEAT_REREGISTER;
+        err_set(err, status == 404 ? DDP_ENOTFOUND : DDP_EABORTED, "ddpd answered %ld", status);
+    } else {
+        json_t *e = json_object_get(ans, "error");
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        err_set(err, DDP_EINTERNAL, "heartbeat refused with HTTP %ld: %s", status,
+                msg ? msg : "no message");
+        res = BEAT_REFUSED;
+    }
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->mu);
+    json_decref(ans);
+    json_decref(body);
+    free(acks);
+    return res;
+}
+
+static enum beat_result agent_register(struct agent *a, struct httpc *h, struct ddp_err *err)
+{
+    const struct agent_config *cfg = a->cfg;
+    json_t *body = json_object();
+    json_object_set_new(body, "name", json_string(cfg->name));
+    json_object_set_new(body, "address", json_string(cfg->address));
+    json_object_set_new(body, "slots", json_integer(cfg->slots));
+    json_object_set_new(body, "port_range", json_string(cfg->port_range));
+    json_object_set_new(body, "incarnation", json_string(a->incarnation));
+    json_t *ans = NULL;
+    enum beat_result res = BEAT_OK;
+    int rc = httpc_call(h, "POST", "/v1/nodes:register", body, 10000, &ans, err);
+    if (rc == DDP_EUNAVAIL || rc == DDP_ETIMEOUT) {
+        res = BEAT_UNREACHABLE;
+    } else if (rc < 0) {
+        res = BEAT_REFUSED;
+    } else {
+        int64_t interval = 1000;
+        if (jsonx_get_int(ans, "heartbeat_interval_ms", 0, 100, 60000, &interval, NULL) < 0)
+            interval = 1000;
+        pthread_mutex_lock(&a->mu);
+        a->registered = 1;
+        a->version = 0;
+        a->applied = 0;
+        a->interval_ms = (int)interval;
+        pthread_mutex_unlock(&a->mu);
+        log_info("registered with ddpd server=%s name=%s address=%s slots=%d incarnation=%s",
+                 cfg->server, cfg->name, cfg->address, cfg->slots, a->incarnation);
+    }
+    json_decref(ans);
+    json_decref(body);
+    return res;
+}
+
+/* The report thread: beats at once for a start or exit while the heartbeat thread is in a
+ * long poll (which ddpd may hold for up to wait_ms). */
+static void *agent_report_main(void *arg)
+{
+    struct agent *a = arg;
+    struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->done && !(a->polling && a->changes > a->changes_sent &&
+                             a->changes > a->changes_urgent))
+            pthread_cond_wait(&a->cond, &a->mu);
+        if (a->done)
+            break;
+        a->changes_urgent = a->changes;
+        pthread_mutex_unlock(&a->mu);
+        struct ddp_err err;
+        err_clear(&err);
+        enum beat_result r = agent_beat(a, h, 0, &err);
+        if (r != BEAT_OK)
+            log_debug("report beat failed: %s", err.msg);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    httpc_free(h);
+    return NULL;
+}
+
+/* Sleeps up to ms, waking early when done or (if on_change) at an unreported change. */
+static void agent_pause(struct agent *a, int64_t ms, int on_change)
+{
+    int64_t until = time_mono_ms() + ms;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int64_t left = until - time_mono_ms();
+        if (left <= 0 || a->done || (on_change && a->changes > a->changes_sent))
+            break;
+        agent_cond_wait_ms(a, left);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void agent_heartbeat_loop(struct agent *a)
+{
+    struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
+    int64_t backoff = 100, outage_since = 0, refused_logged = 0;
+    for (;;) {
+        pthread_mutex_lock(&a->mu);
+        int done = a->done, registered = a->registered;
+        pthread_mutex_unlock(&a->mu);
+        if (done)
+            break;
+        struct ddp_err err;
+        err_clear(&err);
+        int64_t t0 = time_mono_ms();
+        enum beat_result r = registered ? agent_beat(a, h, 1, &err) : agent_register(a, h, &err);
+        if (r == BEAT_UNREACHABLE || r == BEAT_REFUSED) {
+            if (r == BEAT_UNREACHABLE && !outage_since) {
+                pthread_mutex_lock(&a->mu);
+                size_t running = agent_running_count(a);
+                pthread_mutex_unlock(&a->mu);
+                log_warn("%s; keeping %zu workers running, retrying", err.msg, running);
+                outage_since = t0;
+            } else if (r == BEAT_REFUSED && !refused_logged) {
+                log_error("ddpd refused the agent: %s; retrying", err.msg);
+                refused_logged = 1;
+            }
+            agent_pause(a, backoff, 0);
+            backoff = backoff * 2 > AGENT_BACKOFF_MAX_MS ? AGENT_BACKOFF_MAX_MS : backoff * 2;
+            continue;
+        }
+        if (outage_since) {
+            log_info("ddpd reachable again after %.1fs", (time_mono_ms() - outage_since) / 1e3);
+            outage_since = 0;
+        }
+        refused_logged = 0;
+        backoff = 100;
+        if (r == BEAT_REREGISTER) {
+            log_warn("ddpd does not know this agent (%s): registering again", err.msg);
+            pthread_mutex_lock(&a->mu);
+            a->registered = 0;
+            a->version = 0;
+            a->applied = 0;
+            pthread_mutex_unlock(&a->mu);
+            continue;
+        }
+        if (!registered)
+            continue; /* first beat right after registering */
+        pthread_mutex_lock(&a->mu);
+        int64_t interval = a->interval_ms;
+        pthread_mutex_unlock(&a->mu);
+        agent_pause(a, t0 + interval - time_mono_ms(), 1);
+    }
+    /* Report the final exits (best effort: ddpd may be gone). */
+    pthread_mutex_lock(&a->mu);
+    int registered = a->registered;
+    pthread_mutex_unlock(&a->mu);
+    if (registered) {
+        struct ddp_err err;
+        err_clear(&err);
+        if (agent_beat(a, h, 0, &err) != BEAT_OK)
+            log_debug("final beat failed: %s", err.msg);
+    }
+    httpc_free(h);
+}
+
+/* ---- run ------------------------------------------------------------------------------ */
+
+int agent_run(const struct agent_config *cfg)
+{
+    struct agent a;
+    memset(&a, 0, sizeof(a));
+    a.cfg = cfg;
+    a.wake[0] = a.wake[1] = -1;
+    a.sfd = -1;
+    a.interval_ms = 1000;
+    int rc = 1, io_started = 0, report_started = 0;
+    pthread_t io_thread, report_thread;
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    a.gpu_used = xcalloc((size_t)cfg->gpus + 1, sizeof(int));
+    a.beat_path = xasprintf("/v1/nodes/%s:heartbeat", cfg->name);
+    if (rand_hex(a.incarnation, 16) < 0) {
+        log_error("cannot draw an incarnation id");
+        goto out;
+    }
+    if (pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        log_error("pipe: %s", strerror(errno));
+        goto out;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    a.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (a.sfd < 0) {
+        log_error("signalfd: %s", strerror(errno));
+        goto out;
+    }
+    if (pthread_create(&io_thread, NULL, agent_io_main, &a) != 0) {
+        log_error("cannot start the I/O thread");
+        goto out;
+    }
+    io_started = 1;
+    if (pthread_create(&report_thread, NULL, agent_report_main, &a) != 0) {
+        log_error("cannot start the report thread");
+        pthread_mutex_lock(&a.mu);
+        agent_on_stop_signal(&a, SIGTERM);
+        pthread_mutex_unlock(&a.mu);
+        goto out;
+    }
+    report_started = 1;
+    log_info("agent started name=%s work_dir=%s slots=%d gpus=%d", cfg->name, cfg->work_dir,
+             cfg->slots, cfg->gpus);
+    agent_heartbeat_loop(&a);
+    rc = 0;
+out:
+    if (report_started) {
+        pthread_mutex_lock(&a.mu);
+        a.done = 1;
+        pthread_cond_broadcast(&a.cond);
+        pthread_mutex_unlock(&a.mu);
+        pthread_join(report_thread, NULL);
+    }
+    if (io_started)
+        pthread_join(io_thread, NULL);
+    for (size_t i = 0; i < a.nworkers; i++) {
+        agent_close_fds(a.workers[i]);
+        agent_worker_free(a.workers[i]);
+    }
+    free(a.workers);
+    for (size_t i = 0; i < a.ndesired; i++)
+        assign_release(&a.desired[i]);
+    free(a.desired);
+    free(a.gpu_used);
+    free(a.beat_path);
+    if (a.sfd >= 0)
+        close(a.sfd);
+    for (int i = 0; i < 2; i++)
+        if (a.wake[i] >= 0)
+            close(a.wake[i]);
+    pthread_cond_destroy(&a.cond);
+    pthread_mutex_destroy(&a.mu);
+    if (rc == 0)
+        log_info("agent stopped");
+    return rc;
+}

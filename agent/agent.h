@@ -1,0 +1,38 @@
+/*
+ * agent.h - ddp-agent's loop: register with ddpd, heartbeat with the whole worker state,
+ * reconcile against the desired assignments of each answer, run the workers.
+ *
+ * Threads (all created and joined by agent_run()):
+ *   - the calling thread: register and the heartbeat loop (long poll), with its own httpc;
+ *   - the I/O thread: reads worker pipes (log lines, metrics), reaps children (signalfd for
+ *     SIGCHLD), drives the SIGTERM -> SIGKILL deadlines, and handles SIGTERM/SIGINT;
+ *   - the report thread: while the heartbeat thread sits in a long poll, a worker start or
+ *     exit is reported at once with a beat of its own (wait_ms 0), on its own httpc.
+ * One mutex guards the worker list and the desired set; only the I/O thread closes worker
+ * fds and frees workers, so a worker pointer taken under the lock stays valid for it.
+ */
+#ifndef DDP_AGENT_AGENT_H
+#define DDP_AGENT_AGENT_H
+
+struct agent_config {
+    const char *server;      /* base URL of ddpd */
+    const char *token;       /* agent token, or NULL: read token_file (waiting for it) */
+    const char *token_file;
+    const char *name;
+    const char *address;
+    int slots;
+    int gpus;                /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
+    const char *port_range;  /* "A-B" */
+    const char *work_dir;    /* absolute, exists */
+    int grace_s;             /* stop grace when an assignment gives none */
+};
+
+/*
+ * Runs the agent until SIGTERM or SIGINT (the caller must have blocked SIGCHLD, SIGTERM and
+ * SIGINT in every thread before calling). On those it stops every worker (SIGTERM, then
+ * SIGKILL after the grace period), reports their exits if ddpd answers, and returns 0.
+ * Returns 1 when it cannot start (its threads, the signalfd).
+ */
+int agent_run(const struct agent_config *cfg);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * logship.c - line splitting, UTF-8 cleaning and the acknowledged line queue.
+ *
+ * Invariants of struct logship_queue: items[head .. head+count) (mod cap) are owned strings;
+ * the item at offset i has seq first_seq + i; first_seq + count == next_seq; count <= max.
+ * Seqs only grow, so a re-sent item always carries the same seq (ddpd deduplicates by it).
+ */
+#include "agent/logship.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+
+void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
+                   void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\n') {
+            emit(ctx, s->buf, s->len);
+            s->len = 0;
+            continue;
+        }
+        s->buf[s->len++] = data[i];
+        if (s->len == sizeof(s->buf)) {
+            emit(ctx, s->buf, s->len);
+            s->len = 0;
+        }
+    }
+}
+
+void logship_split_flush(struct logship_splitter *s, logship_emit_fn emit, void *ctx)
+{
+    if (s->len > 0)
+        emit(ctx, s->buf, s->len);
+    s->len = 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
+static size_t logship_utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    size_t len;
+    unsigned int cp;
+    if (c < 0x80)
+        return c ? 1 : 0;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+char *logship_clean(const char *prefix, const char *line, size_t len)
+{
+    size_t plen = prefix ? strlen(prefix) : 0;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    char *out = xmalloc(plen + len + 1);
+    if (plen)
+        memcpy(out, prefix, plen);
+    const unsigned char *p = (const unsigned char *)line;
+    size_t o = plen;
+    for (size_t i = 0; i < len;) {
+        size_t k = logship_utf8_len(p + i, len - i);
+        if (k == 0) {
+            out[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(out + o, p + i, k);
+        o += k;
+        i += k;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+void logship_queue_init(struct logship_queue *q, size_t max)
+{
+    memset(q, 0, sizeof(*q));
+    q->max = max ? max : 1;
+    q->first_seq = 1;
+    q->next_seq = 1;
+}
+
+void logship_queue_release(struct logship_queue *q)
+{
+    if (!q)
+        return;
+    for (size_t i = 0; i < q->count; i++)
+        free(q->items[(q->head + i) % q->cap]);
+    free(q->items);
+    q->items = NULL;
+    q->count = q->cap = q->head = 0;
+    q->first_seq = q->next_seq;
+}
+
+static void logship_queue_drop_oldest(struct logship_queue *q)
+{
+    free(q->items[q->head]);
+    q->items[q->head] = NULL;
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    q->first_seq++;
+}
+
+void logship_queue_push(struct logship_queue *q, char *item)
+{
+    if (q->count == q->max) {
+        logship_queue_drop_oldest(q);
+        q->dropped++;
+    }
+    if (q->count == q->cap) {
+        size_t ncap = q->cap ? 2 * q->cap : 64;
+        if (ncap > q->max)
+            ncap = q->max;
+        char **n = xcalloc(ncap, sizeof(char *));
+        for (size_t i = 0; i < q->count; i++)
+            n[i] = q->items[(q->head + i) % q->cap];
+        free(q->items);
+        q->items = n;
+        q->cap = ncap;
+        q->head = 0;
+    }
+    q->items[(q->head + q->count) % q->cap] = item;
+    q->count++;
+    q->next_seq++;
+}
+
+const char *logship_queue_at(const struct logship_queue *q, size_t i)
+{
+    return q->items[(q->head + i) % q->cap];
+}
+
+json_t *logship_queue_take(const struct logship_queue *q, size_t limit, uint64_t *first)
+{
+    if (q->count == 0 || limit == 0)
+        return NULL;
+    size_t n = q->count < limit ? q->count : limit;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_string(logship_queue_at(q, i)));
+    *first = q->first_seq;
+    return arr;
+}
+
+void logship_queue_ack(struct logship_queue *q, uint64_t upto)
+{
+    while (q->count > 0 && q->first_seq <= upto)
+        logship_queue_drop_oldest(q);
+}

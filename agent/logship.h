@@ -1,0 +1,64 @@
+/*
+ * logship.h - worker output on its way to ddpd: splitting a byte stream into lines, making
+ * each line a valid JSON string, and a bounded queue of lines numbered by seq that keeps
+ * them until a heartbeat carrying them is answered 200.
+ */
+#ifndef DDP_AGENT_LOGSHIP_H
+#define DDP_AGENT_LOGSHIP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest line shipped, in bytes (ddpd cuts longer ones too); a longer line is split. */
+#define LOGSHIP_LINE_MAX 4096
+
+/* Splits a byte stream into lines; holds the unfinished tail. Zero-initialise to use. */
+struct logship_splitter {
+    char buf[LOGSHIP_LINE_MAX];
+    size_t len;
+};
+
+/* Called once per line, without its '\n' (line is not NUL-terminated). */
+typedef void (*logship_emit_fn)(void *ctx, const char *line, size_t len);
+
+/* Feeds n bytes; emits every completed line, and a full buffer as a line of its own. */
+void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
+                   void *ctx);
+/* Emits the unfinished tail (at end of stream), if any. */
+void logship_split_flush(struct logship_splitter *s, logship_emit_fn emit, void *ctx);
+
+/*
+ * Returns a new NUL-terminated copy of line (len bytes, prefixed with prefix, which may be
+ * NULL) that is valid UTF-8: invalid bytes and NUL become '?', a trailing '\r' is dropped.
+ * The caller frees it.
+ */
+char *logship_clean(const char *prefix, const char *line, size_t len);
+
+/* A FIFO of owned strings numbered by seq from 1; at most max kept (oldest dropped). */
+struct logship_queue {
+    char **items;      /* ring of cap entries */
+    size_t head;       /* index of the oldest */
+    size_t count;
+    size_t cap;
+    size_t max;
+    uint64_t first_seq; /* seq of the oldest item (next_seq when empty) */
+    uint64_t next_seq;  /* seq the next pushed item gets */
+    uint64_t dropped;   /* items dropped by the cap so far */
+};
+
+void logship_queue_init(struct logship_queue *q, size_t max);
+void logship_queue_release(struct logship_queue *q);
+/* Appends item (takes ownership); drops the oldest when full. */
+void logship_queue_push(struct logship_queue *q, char *item);
+/*
+ * A new JSON array of copies of the oldest items, at most limit; *first receives the seq of
+ * the first. Returns NULL (and leaves *first) when the queue is empty or limit is 0.
+ */
+json_t *logship_queue_take(const struct logship_queue *q, size_t limit, uint64_t *first);
+/* The i-th oldest item (borrowed), i < count. */
+const char *logship_queue_at(const struct logship_queue *q, size_t i);
+/* Drops every item with seq <= upto (an answered beat carried them). */
+void logship_queue_ack(struct logship_queue *q, uint64_t upto);
+
+#endif

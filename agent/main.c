@@ -1,0 +1,350 @@
+/*
+ * main.c - ddp-agent's command line: flags and their defaults (docs/agent.md), the agent
+ * token, the signal set-up every thread inherits, then agent_run().
+ *
+ * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when the agent cannot run, 2 on a
+ * usage error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "agent/agent.h"
+#include "common/args.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+
+#define AGENT_DEFAULT_SERVER "http://127.0.0.1:8470"
+#define AGENT_TOKEN_MAX 4096
+
+static const char usage_line[] =
+    "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
+    "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
+    "                 [--log-level debug|info|warn|error]\n";
+
+static void usage_help(void)
+{
+    fputs(usage_line, stdout);
+    fputs("\n"
+          "Runs the workers that ddpd assigns to this node.\n"
+          "  --server URL       ddpd (default $DDP_SERVER or " AGENT_DEFAULT_SERVER ")\n"
+          "  --token-file F     agent token file (default $DDP_AGENT_TOKEN, else\n"
+          "                     $DDP_HOME/agent.token; DDP_HOME defaults to ./.ddp)\n"
+          "  --name NAME        node name (default the host name)\n"
+          "  --address ADDR     address other nodes reach this one at (default the local\n"
+          "                     address of the route to the server)\n"
+          "  --slots N          worker slots (default the GPUs found, else the CPU count)\n"
+          "  --port-range A-B   ports ddpd may give this node's jobs (default 29500-29999)\n"
+          "  --work-dir DIR     logs, heartbeat files, checkpoints (default\n"
+          "                     $DDP_HOME/agent-NAME)\n"
+          "  --grace SECONDS    SIGTERM-to-SIGKILL grace when a job gives none (default 30)\n"
+          "  --log-level L      debug, info, warn or error (default info)\n",
+          stdout);
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("ddp-agent: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    fputs(usage_line, stderr);
+    return 2;
+}
+
+/* GPUs of this node: the /dev/nvidiaN device files. */
+static int count_gpus(void)
+{
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int n = 0;
+    if (glob("/dev/nvidia[0-9]*", 0, NULL, &g) == 0)
+        n = (int)g.gl_pathc;
+    globfree(&g);
+    return n;
+}
+
+/* The local address of the route to the server's host, or 127.0.0.1. */
+static char *route_address(const char *url)
+{
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    char host[256] = "";
+    const char *port = "80";
+    if (strncmp(url, "https://", 8) == 0)
+        port = "443";
+    size_t len;
+    if (*p == '[') {
+        len = strcspn(p + 1, "]");
+        p++;
+    } else {
+        len = strcspn(p, ":/");
+    }
+    if (len == 0 || len >= sizeof(host))
+        return xstrdup("127.0.0.1");
+    memcpy(host, p, len);
+    host[len] = '\0';
+    char portbuf[16];
+    const char *after = p + len + (p[-1] == '[' ? 1 : 0);
+    if (*after == ':') {
+        size_t pl = strcspn(after + 1, "/");
+        if (pl > 0 && pl < sizeof(portbuf)) {
+            memcpy(portbuf, after + 1, pl);
+            portbuf[pl] = '\0';
+            port = portbuf;
+        }
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_DGRAM;
+    char *out = NULL;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
+        goto out;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto out;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        char buf[INET6_ADDRSTRLEN] = "";
+        const void *src = ss.ss_family == AF_INET
+                              ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                              : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+        if (inet_ntop(ss.ss_family, src, buf, sizeof(buf)))
+            out = xstrdup(buf);
+    }
+    close(fd);
+out:
+    if (res)
+        freeaddrinfo(res);
+    return out ? out : xstrdup("127.0.0.1");
+}
+
+static int name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63)
+        return 0;
+    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+/* Reads the token file, waiting (and saying so once) while it does not exist yet: ddpd
+ * creates it at its first start. Returns NULL when SIGTERM/SIGINT came first or the file
+ * cannot be read. */
+static char *read_token(const char *path)
+{
+    int said = 0;
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    for (;;) {
+        struct ddp_err err;
+        err_clear(&err);
+        char *text = NULL;
+        int rc = fs_read_all(path, AGENT_TOKEN_MAX, &text, NULL, &err);
+        if (rc == 0) {
+            size_t n = strlen(text);
+            while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
+                text[--n] = '\0';
+            if (n > 0)
+                return text;
+            free(text);
+        } else if (rc != DDP_ENOTFOUND) {
+            log_error("cannot read the agent token: %s", err.msg);
+            return NULL;
+        }
+        if (!said) {
+            log_warn("waiting for the agent token file %s (ddpd creates it)", path);
+            said = 1;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 500 * 1000000L};
+        if (sigtimedwait(&stop, NULL, &ts) > 0)
+            return NULL;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"token-file", required_argument, NULL, 't'},
+        {"name", required_argument, NULL, 'n'},
+        {"address", required_argument, NULL, 'a'},
+        {"slots", required_argument, NULL, 'S'},
+        {"port-range", required_argument, NULL, 'p'},
+        {"work-dir", required_argument, NULL, 'w'},
+        {"grace", required_argument, NULL, 'g'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct agent_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL,
+               *address = NULL, *work_dir = NULL, *port_range = "29500-29999";
+    long slots = -1, grace = 30;
+    int level = LOG_INFO;
+    char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
+    char *token = NULL, *abs_work = NULL;
+    int rc = 2;
+    struct ddp_err err;
+    err_clear(&err);
+
+    log_init("ddp-agent", LOG_INFO);
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': server = optarg; break;
+        case 't': token_file = optarg; break;
+        case 'n': name = optarg; break;
+        case 'a': address = optarg; break;
+        case 'S':
+            if (args_parse_long("--slots", optarg, 1, 4096, &slots, &err) < 0) {
+                rc = usage_error("%s", err.msg);
+                goto out;
+            }
+            break;
+        case 'p': port_range = optarg; break;
+        case 'w': work_dir = optarg; break;
+        case 'g':
+            if (args_parse_long("--grace", optarg, 0, 3600, &grace, &err) < 0) {
+                rc = usage_error("%s", err.msg);
+                goto out;
+            }
+            break;
+        case 'l':
+            level = log_level_parse(optarg);
+            if (level < 0) {
+                rc = usage_error("--log-level: '%s' is not one of debug, info, warn, error",
+                                 optarg);
+                goto out;
+            }
+            log_set_level((enum log_level)level);
+            break;
+        case 'h':
+            usage_help();
+            rc = 0;
+            goto out;
+        default:
+            rc = usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+            goto out;
+        }
+    }
+    if (optind < argc) {
+        rc = usage_error("unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    if (!server || !*server)
+        server = AGENT_DEFAULT_SERVER;
+    if (strncmp(server, "http://", 7) != 0 && strncmp(server, "https://", 8) != 0) {
+        rc = usage_error("--server: '%s' is not an http:// or https:// URL", server);
+        goto out;
+    }
+    long lo, hi;
+    if (args_parse_range("--port-range", port_range, 1, 65535, &lo, &hi, &err) < 0) {
+        rc = usage_error("%s", err.msg);
+        goto out;
+    }
+    if (!name) {
+        char host[256] = "";
+        if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+            memcpy(host, "node", 5);
+        host[63] = '\0';
+        own_name = xstrdup(host);
+        name = own_name;
+    }
+    if (!name_ok(name)) {
+        rc = usage_error("--name: '%s' must be 1..63 characters of [A-Za-z0-9._-]", name);
+        goto out;
+    }
+    const char *home = getenv("DDP_HOME");
+    if (!home || !*home)
+        home = ".ddp";
+    if (!work_dir) {
+        own_work = xasprintf("%s/agent-%s", home, name);
+        work_dir = own_work;
+    }
+
+    /* Everything below is no usage error any more. */
+    rc = 1;
+    int gpus = count_gpus();
+    if (slots < 0)
+        slots = gpus > 0 ? gpus : sysconf(_SC_NPROCESSORS_ONLN);
+    if (slots < 1)
+        slots = 1;
+    if (!address) {
+        own_address = route_address(server);
+        address = own_address;
+    }
+    if (fs_mkdir_p(work_dir, 0755, &err) < 0) {
+        log_error("cannot create the work dir: %s", err.msg);
+        goto out;
+    }
+    abs_work = realpath(work_dir, NULL);
+    if (!abs_work) {
+        log_error("work dir %s: %s", work_dir, strerror(errno));
+        goto out;
+    }
+
+    /* Signals: every thread blocks these; the I/O thread takes them from a signalfd. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* Orphaned grandchildren of workers come to us, so that we reap them too. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        log_warn("cannot become a subreaper: %s", strerror(errno));
+
+    const char *env_token = getenv("DDP_AGENT_TOKEN");
+    if (!token_file && env_token && *env_token) {
+        token = xstrdup(env_token);
+    } else {
+        if (!token_file) {
+            own_tf = xasprintf("%s/agent.token", home);
+            token_file = own_tf;
+        }
+        token = read_token(token_file);
+        if (!token) {
+            rc = 0; /* stopped while waiting, or unreadable (logged) */
+            if (access(token_file, F_OK) == 0)
+                rc = 1;
+            goto out;
+        }
+    }
+
+    cfg.server = server;
+    cfg.token = token;
+    cfg.token_file = token_file;
+    cfg.name = name;
+    cfg.address = address;
+    cfg.slots = (int)slots;
+    cfg.gpus = gpus;
+    cfg.port_range = port_range;
+    cfg.work_dir = abs_work;
+    cfg.grace_s = (int)grace;
+    rc = agent_run(&cfg);
+out:
+    free(own_name);
+    free(own_address);
+    free(own_work);
+    free(own_tf);
+    free(token);
+    free(abs_work);
+    return rc;
+}

@@ -1,0 +1,340 @@
+/*
+ * spawn.c - the worker environment, fork/exec into an own process group, and the stop and
+ * reap sequence.
+ *
+ * Invariants:
+ *   - between fork and execve the child only calls async-signal-safe functions; every
+ *     string it may write was formatted by the parent before fork;
+ *   - a worker's process group is signalled only while its leader is unreaped (alive or a
+ *     zombie), so the group id cannot have been reused by another process;
+ *   - spawn_proc_reap() kills what is left of the group before it reaps the leader, so no
+ *     grandchild of a worker outlives it.
+ */
+#include "agent/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/xalloc.h"
+
+/* ---- environment ---------------------------------------------------------------------- */
+
+struct spawn_envb {
+    char **v;
+    size_t n;
+    size_t cap;
+};
+
+static int spawn_key_is(const char *kv, const char *key, size_t klen)
+{
+    return strncmp(kv, key, klen) == 0 && kv[klen] == '=';
+}
+
+static void spawn_envb_put(struct spawn_envb *b, char *kv)
+{
+    size_t klen = strcspn(kv, "=");
+    for (size_t i = 0; i < b->n; i++) {
+        if (spawn_key_is(b->v[i], kv, klen)) {
+            free(b->v[i]);
+            b->v[i] = kv;
+            return;
+        }
+    }
+    if (b->n + 1 >= b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 64;
+        b->v = xrealloc(b->v, b->cap * sizeof(char *));
+    }
+    b->v[b->n++] = kv;
+    b->v[b->n] = NULL;
+}
+
+static void spawn_envb_set(struct spawn_envb *b, const char *key, const char *val)
+{
+    spawn_envb_put(b, xasprintf("%s=%s", key, val));
+}
+
+static void spawn_envb_setl(struct spawn_envb *b, const char *key, long long val)
+{
+    spawn_envb_put(b, xasprintf("%s=%lld", key, val));
+}
+
+char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
+{
+    const struct assign *a = args->a;
+    struct spawn_envb b = {0};
+    int job_sets_omp = 0;
+
+    for (size_t i = 0; base && base[i]; i++) {
+        if (!strchr(base[i], '=') || spawn_key_is(base[i], "DDP_AGENT_TOKEN", 15))
+            continue;
+        spawn_envb_put(&b, xstrdup(base[i]));
+    }
+    for (size_t i = 0; i < a->nenv; i++) {
+        spawn_envb_set(&b, a->env_keys[i], a->env_vals[i]);
+        if (strcmp(a->env_keys[i], "OMP_NUM_THREADS") == 0)
+            job_sets_omp = 1;
+    }
+    int rank = assign_rank(a, args->local_rank);
+    spawn_envb_set(&b, "MASTER_ADDR", a->master_addr);
+    spawn_envb_setl(&b, "MASTER_PORT", a->master_port);
+    spawn_envb_setl(&b, "RANK", rank);
+    spawn_envb_setl(&b, "WORLD_SIZE", a->world_size);
+    spawn_envb_setl(&b, "LOCAL_RANK", args->local_rank);
+    spawn_envb_setl(&b, "LOCAL_WORLD_SIZE", a->nproc_per_node);
+    spawn_envb_setl(&b, "GROUP_RANK", a->group_rank);
+    spawn_envb_setl(&b, "GROUP_WORLD_SIZE", a->group_world_size);
+    spawn_envb_setl(&b, "ROLE_RANK", rank);
+    spawn_envb_setl(&b, "ROLE_WORLD_SIZE", a->world_size);
+    spawn_envb_set(&b, "ROLE_NAME", "default");
+    spawn_envb_setl(&b, "TORCHELASTIC_RESTART_COUNT", a->restart_count);
+    spawn_envb_setl(&b, "TORCHELASTIC_MAX_RESTARTS", a->max_restarts);
+    spawn_envb_set(&b, "TORCHELASTIC_RUN_ID", a->run_id ? a->run_id : a->job_id);
+    if (!job_sets_omp)
+        spawn_envb_set(&b, "OMP_NUM_THREADS", "1");
+    if (args->gpu >= 0)
+        spawn_envb_setl(&b, "CUDA_VISIBLE_DEVICES", args->gpu);
+    spawn_envb_set(&b, "DDP_JOB_ID", a->job_id);
+    spawn_envb_setl(&b, "DDP_GENERATION", (long long)a->generation);
+    spawn_envb_set(&b, "DDP_JOB_TOKEN", a->job_token ? a->job_token : "");
+    spawn_envb_set(&b, "DDP_CHECKPOINT_DIR", args->checkpoint_dir);
+    spawn_envb_setl(&b, "DDP_METRICS_FD", SPAWN_METRICS_FD);
+    spawn_envb_set(&b, "DDP_HEARTBEAT_FILE", args->heartbeat_file);
+    return b.v;
+}
+
+void spawn_env_free(char **env)
+{
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+const char *spawn_env_get(char *const *env, const char *key)
+{
+    size_t klen = strlen(key);
+    for (size_t i = 0; env && env[i]; i++)
+        if (spawn_key_is(env[i], key, klen))
+            return env[i] + klen + 1;
+    return NULL;
+}
+
+char *spawn_resolve(const char *file, char *const *env)
+{
+    if (!file || !*file)
+        return NULL;
+    if (strchr(file, '/'))
+        return xstrdup(file);
+    const char *path = spawn_env_get(env, "PATH");
+    if (!path)
+        path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = path;
+    for (;;) {
+        size_t len = strcspn(p, ":");
+        char *cand = len ? xasprintf("%.*s/%s", (int)len, p, file) : xasprintf("./%s", file);
+        struct stat st;
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        if (p[len] == '\0')
+            return NULL;
+        p += len + 1;
+    }
+}
+
+/* ---- fork and exec -------------------------------------------------------------------- */
+
+/* A fixed text for errno (strerror is not async-signal-safe). */
+static const char *spawn_errno_text(int e)
+{
+    switch (e) {
+    case ENOENT: return "no such file or directory";
+    case EACCES: return "permission denied";
+    case ENOEXEC: return "not an executable format";
+    case ENOTDIR: return "a path component is not a directory";
+    case ELOOP: return "too many symbolic links";
+    case E2BIG: return "argument list too long";
+    case ENOMEM: return "out of memory";
+    case ETXTBSY: return "text file busy";
+    case EISDIR: return "is a directory";
+    case ENAMETOOLONG: return "name too long";
+    default: return "exec failed";
+    }
+}
+
+static void spawn_child_say(int fd, const char *a, const char *b)
+{
+    ssize_t r = write(fd, a, strlen(a));
+    r = write(fd, b, strlen(b));
+    r = write(fd, "\n", 1);
+    (void)r;
+}
+
+/* The child, after fork. Never returns. */
+static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
+                        const char *run_msg, const char *cwd_msg)
+{
+    setpgid(0, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(127); /* the agent is already gone */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            sigaction(s, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    int out = fcntl(req->out_fd, F_DUPFD, 10);
+    int met = req->metrics_fd >= 0 ? fcntl(req->metrics_fd, F_DUPFD, 10) : -1;
+    int dn = fcntl(devnull, F_DUPFD, 10);
+    if (out < 0 || dn < 0 || (req->metrics_fd >= 0 && met < 0))
+        _exit(127);
+    if (dup2(dn, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 ||
+        (met >= 0 && dup2(met, SPAWN_METRICS_FD) < 0))
+        _exit(127);
+    int first_closed = met >= 0 ? SPAWN_METRICS_FD + 1 : SPAWN_METRICS_FD;
+    if (close_range((unsigned)first_closed, ~0U, 0) != 0)
+        for (int fd = first_closed; fd < 4096; fd++)
+            close(fd);
+    if (req->cwd && *req->cwd && chdir(req->cwd) != 0) {
+        spawn_child_say(2, cwd_msg, spawn_errno_text(errno));
+        _exit(127);
+    }
+    if (!req->path) {
+        spawn_child_say(2, run_msg, "command not found");
+        _exit(127);
+    }
+    execve(req->path, req->argv, req->envp);
+    spawn_child_say(2, run_msg, spawn_errno_text(errno));
+    _exit(127);
+}
+
+int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
+{
+    int rc = 0;
+    char *run_msg = xasprintf("ddp-agent: cannot run '%s': ", req->argv[0]);
+    char *cwd_msg = xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s': ",
+                              req->argv[0], req->cwd ? req->cwd : "");
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) {
+        rc = err_set(err, DDP_EINTERNAL, "cannot open /dev/null: %s", strerror(errno));
+        goto out;
+    }
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) {
+        rc = err_set(err, DDP_EINTERNAL, "fork failed: %s", strerror(errno));
+        goto out;
+    }
+    if (child == 0)
+        spawn_child(req, parent, devnull, run_msg, cwd_msg);
+    /* Both sides set the group so that it exists before either goes on; after the
+     * child's exec this may fail with EACCES, which is fine. */
+    setpgid(child, child);
+    *pid = child;
+out:
+    if (devnull >= 0)
+        close(devnull);
+    free(run_msg);
+    free(cwd_msg);
+    return rc;
+}
+
+/* ---- stop and reap -------------------------------------------------------------------- */
+
+void spawn_proc_init(struct spawn_proc *p, pid_t pid)
+{
+    memset(p, 0, sizeof(*p));
+    p->pid = pid;
+}
+
+void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s)
+{
+    if (p->exited || p->stopping)
+        return;
+    p->stopping = 1;
+    p->kill_at_ms = now_ms + (int64_t)grace_s * 1000;
+    kill(-p->pid, SIGTERM);
+    kill(p->pid, SIGCONT); /* a stopped worker must see the SIGTERM */
+}
+
+int64_t spawn_proc_tick(struct spawn_proc *p, int64_t now_ms)
+{
+    if (p->exited || !p->stopping)
+        return -1;
+    if (p->killed)
+        return 0;
+    if (now_ms >= p->kill_at_ms) {
+        spawn_proc_kill(p);
+        return 0;
+    }
+    return p->kill_at_ms - now_ms;
+}
+
+void spawn_proc_kill(struct spawn_proc *p)
+{
+    if (p->exited)
+        return;
+    p->killed = 1;
+    kill(-p->pid, SIGKILL);
+}
+
+void spawn_decode_status(int status, int *exit_code, int *sig)
+{
+    if (WIFEXITED(status)) {
+        *exit_code = WEXITSTATUS(status);
+        *sig = 0;
+    } else if (WIFSIGNALED(status)) {
+        *sig = WTERMSIG(status);
+        *exit_code = 128 + *sig;
+    } else {
+        *exit_code = -1;
+        *sig = 0;
+    }
+}
+
+int spawn_proc_reap(struct spawn_proc *p)
+{
+    if (p->exited)
+        return 1;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PID, (id_t)p->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0) {
+        if (errno != ECHILD)
+            return 0;
+        /* Not our child any more (reaped elsewhere): nothing to report but the loss. */
+        p->exited = 1;
+        p->exit_code = -1;
+        p->sig = 0;
+        return 1;
+    }
+    if (si.si_pid == 0)
+        return 0;
+    /* The leader is a zombie now: its group id is still reserved, kill the rest. */
+    kill(-p->pid, SIGKILL);
+    int status = 0;
+    pid_t r;
+    do
+        r = waitpid(p->pid, &status, 0);
+    while (r < 0 && errno == EINTR);
+    if (r == p->pid)
+        spawn_decode_status(status, &p->exit_code, &p->sig);
+    else {
+        p->exit_code = -1;
+        p->sig = 0;
+    }
+    p->exited = 1;
+    return 1;
+}

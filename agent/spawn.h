@@ -1,0 +1,99 @@
+/*
+ * spawn.h - worker processes: the torchrun environment, fork + exec into a process group of
+ * their own that dies with the agent, and the stop sequence (SIGTERM to the group, SIGKILL
+ * after the grace period) with reaping.
+ *
+ * Threads: spawn_start() may be called from any thread of a multi-threaded agent; between
+ * fork and exec the child calls only async-signal-safe functions (everything it needs is
+ * prepared by the parent).
+ */
+#ifndef DDP_AGENT_SPAWN_H
+#define DDP_AGENT_SPAWN_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "agent/assign.h"
+#include "common/err.h"
+
+/* The fd number a worker's metrics pipe has in the worker (DDP_METRICS_FD). */
+#define SPAWN_METRICS_FD 3
+
+/* What the environment of one worker needs beyond its assignment. */
+struct spawn_env_args {
+    const struct assign *a; /* borrowed */
+    int local_rank;
+    int gpu;                    /* CUDA_VISIBLE_DEVICES, or -1 when the node has no GPU */
+    const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR */
+    const char *heartbeat_file; /* DDP_HEARTBEAT_FILE */
+};
+
+/*
+ * A new NULL-terminated "K=V" array: base (the agent's environment, may be NULL), then the
+ * job's env, then the torchrun and DDP_* variables of docs/api.md overriding both.
+ * OMP_NUM_THREADS is 1 unless the job's env sets it. DDP_AGENT_TOKEN of base is left out
+ * (workers never see the agent's secret). Caller frees with spawn_env_free().
+ */
+char **spawn_env_build(char *const *base, const struct spawn_env_args *args);
+void spawn_env_free(char **env);
+/* The value of key in env (borrowed), or NULL. */
+const char *spawn_env_get(char *const *env, const char *key);
+
+/*
+ * The program execve() should run for file: file itself when it contains a '/', else the
+ * first executable regular file named file in the PATH of env (or of the agent when env has
+ * none). NULL when none is found. Caller frees.
+ */
+char *spawn_resolve(const char *file, char *const *env);
+
+struct spawn_req {
+    char *const *argv;  /* borrowed; argv[0] is what the worker sees */
+    char *const *envp;  /* borrowed */
+    const char *path;   /* from spawn_resolve(), or NULL: the child reports "not found" */
+    const char *cwd;    /* borrowed, or NULL */
+    int out_fd;         /* becomes the child's stdout and stderr */
+    int metrics_fd;     /* becomes the child's fd SPAWN_METRICS_FD, or -1 */
+};
+
+/*
+ * Forks a worker: own process group (pgid = pid), PR_SET_PDEATHSIG(SIGKILL) checked
+ * against getppid(), default signal dispositions and an empty signal mask, stdin from
+ * /dev/null, no other inherited fds, cwd, then execve. When the program cannot run (not
+ * found, cwd missing, exec refused), the child writes "ddp-agent: cannot run ..." to out_fd
+ * and exits 127. Returns 0 and *pid, or DDP_EINTERNAL (fork or /dev/null failed) with err.
+ */
+int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err);
+
+/*
+ * A worker being run. The stop sequence is driven by the caller's clock: spawn_proc_stop()
+ * sends SIGTERM to the group and arms the SIGKILL deadline; spawn_proc_tick() sends SIGKILL
+ * once it is due. spawn_proc_reap() is the only place that waits for the worker.
+ */
+struct spawn_proc {
+    pid_t pid;          /* also the process group id */
+    int64_t kill_at_ms; /* SIGKILL deadline; 0 = not stopping */
+    int stopping;
+    int killed;         /* SIGKILL was sent */
+    int exited;         /* reaped */
+    int exit_code;      /* exit status, or 128+N when killed by signal N */
+    int sig;            /* the signal that killed it, 0 if none */
+};
+
+void spawn_proc_init(struct spawn_proc *p, pid_t pid);
+/* SIGTERM to the group (once); SIGKILL due at now_ms + grace_s. No-op when exited. */
+void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s);
+/* SIGKILL to the group when due. Returns ms until the deadline (0 once sent), or -1 when no
+ * deadline is pending. */
+int64_t spawn_proc_tick(struct spawn_proc *p, int64_t now_ms);
+/* SIGKILL to the whole group at once (agent shutting down hard). */
+void spawn_proc_kill(struct spawn_proc *p);
+/*
+ * If the worker has exited: kills what is left of its process group (SIGKILL), reaps it,
+ * fills exit_code / sig and returns 1. Returns 0 while it runs. Never blocks.
+ */
+int spawn_proc_reap(struct spawn_proc *p);
+
+/* Decodes a wait status into (exit_code, sig) as above. */
+void spawn_decode_status(int status, int *exit_code, int *sig);
+
+#endif
