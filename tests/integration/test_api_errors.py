@@ -181,7 +181,7 @@ def test_errors_all():
             ("GET", "/v1/nope", "user", None),
             ("GET", "/v2/jobs", "user", None),
             ("POST", "/v1/jobs/%s:explode" % job["id"], "user", None),
-            ("GET", "/", None, None),
+            ("GET", "/v1/jobs/%s/secrets" % job["id"], "user", None),
         ], not_found)
 
         def wrong_method(case):
