@@ -517,7 +517,14 @@
             logGen = null;
             logPre.replaceChildren();
             rankSel.value = String(r);
+            markRank();
             kick();
+        }
+
+        function markRank() {
+            layout.querySelectorAll('.rank').forEach(function (b) {
+                b.classList.toggle('sel', +b.getAttribute('data-rank') === logRank);
+            });
         }
 
         function drawHead() {
@@ -581,6 +588,7 @@
             }
             rankSel.replaceChildren.apply(rankSel, opts);
             rankSel.value = String(logRank);
+            markRank();
         }
 
         function drawEvents(fresh) {

@@ -305,8 +305,15 @@ class Browser:
     def type_text(self, text):
         self.call("Input.insertText", {"text": text})
 
-    def screenshot(self, path):
-        data = self.call("Page.captureScreenshot", {"format": "png"}, timeout=60)["data"]
+    def screenshot(self, path, full_page=True):
+        """Writes a PNG of the page (the whole scrollable page unless full_page is False)."""
+        params = {"format": "png"}
+        if full_page:
+            size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+            params.update(captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": size["width"],
+                                "height": min(size["height"], 6000), "scale": 1})
+        data = self.call("Page.captureScreenshot", params, timeout=60)["data"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
