@@ -53,4 +53,19 @@ int rdzv_add(struct rdzv *r, const char *key, int64_t delta, int64_t *out, struc
 /* Every rank calls it with the same name; returns when all world_size ranks have. */
 int rdzv_barrier(struct rdzv *r, const char *name, int64_t timeout_ms, struct ddp_err *err);
 
+/* Limits of the store, enforced on both ends. */
+#define RDZV_KEY_MAX 256
+#define RDZV_VALUE_MAX (1024 * 1024)
+
+/* This rank's address on its connection to the store ("10.0.0.2"): the address peers can
+ * reach it at, as MASTER_ADDR's route sees it. Returns 0 or DDP_EIO. */
+int rdzv_local_host(const struct rdzv *r, char *buf, size_t size);
+
+/* A number that is the same on every rank for the n-th call on that rank (0, 1, 2, ...):
+ * users of the store (comm_new) prefix their keys with it so that two uses never meet. */
+uint64_t rdzv_next_id(struct rdzv *r);
+
+int rdzv_rank(const struct rdzv *r);
+int rdzv_world_size(const struct rdzv *r);
+
 #endif

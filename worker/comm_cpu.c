@@ -1,0 +1,818 @@
+/*
+ * comm_cpu.c - the CPU backend: a TCP ring on a dedicated comm thread.
+ *
+ * Set-up (init): each rank listens on an ephemeral port on all addresses and publishes
+ * "host:port nonce" under "comm/<id>/<rank>" in the rendezvous store (host = opts.local_addr,
+ * else the local address of its store connection). It connects to its right neighbour
+ * (rank+1) and says hello (magic, rank, comm id, the right's nonce), accepts from its left
+ * neighbour (rank-1) and checks the hello (a connection with the wrong rank, id or nonce is
+ * dropped and accepting goes on until the deadline), then answers with one ack byte. Data
+ * flows one way on each socket: out to the right on send_fd, in from the left on recv_fd.
+ *
+ * Collectives run in issue order (FIFO) on the comm thread. Each starts with a 24-byte header
+ * (magic, kind, dtype or root, sequence number, byte count) that the receiver compares with
+ * its own, so ranks that issue different collectives fail loudly instead of mixing data.
+ *
+ * All-reduce = reduce-scatter then all-gather over W segments of nearly equal size
+ * (count/W elements, the first count%W one more): 2(W-1) steps; in step t a rank sends one
+ * segment and receives another. Received reduce-scatter data lands in a chunk-sized staging
+ * buffer and is summed into the user's buffer chunk by chunk; all-gather data is received in
+ * place. Pipelining: the segment sent in step t is the one received in step t-1, and each
+ * byte of it goes out as soon as its chunk has been received and summed, so sending,
+ * receiving and summing overlap across the whole ring (non-blocking sockets + poll).
+ * Broadcast is a pipelined ring from the root (each rank forwards bytes as they arrive).
+ * Barrier is an all-reduce of W ones: nobody finishes before everybody has contributed.
+ *
+ * Failure: an inactivity deadline (opts.timeout_ms without any byte moving) gives
+ * DDP_ETIMEOUT naming the neighbour waited on; EOF, reset or a hang-up on the send socket
+ * give DDP_EPEER naming the neighbour. The first error is sticky: the thread shuts both
+ * sockets down (so the neighbours fail at once and the failure travels round the ring), fails
+ * every queued work with it, and every later call returns it.
+ *
+ * Invariants:
+ *  1. Only the comm thread touches the sockets and the staging buffer after init.
+ *  2. cpu->mu guards the queue, the work states, `stop`, `failed` and `fail`.
+ *  3. Every work is on the `all` list from issue until comm_wait() (or destroy) frees it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "worker/comm_internal.h"
+#include "worker/net.h"
+
+#define HELLO_MAGIC 0x44445048u /* "DDPH" */
+#define COLL_MAGIC 0x44445043u  /* "DDPC" */
+#define NONCE_HEX 32
+#define PEER_NAME_MAX (NET_ADDR_MAX + 16)
+
+enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
+
+struct comm_work {
+    enum work_kind kind;
+    void *buf;
+    size_t count; /* all-reduce elements */
+    enum comm_dtype dt;
+    size_t bytes; /* broadcast bytes */
+    int root;
+    int done;
+    int status;
+    struct ddp_err err;
+    struct comm_work *next;               /* the queue */
+    struct comm_work *all_prev, *all_next; /* every live work */
+};
+
+struct cpu {
+    int send_fd, recv_fd;
+    int left, right;
+    char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
+    size_t chunk;
+    void *stage;
+    uint64_t seq; /* collectives run so far (comm thread only) */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    struct comm_work *head, *tail;
+    struct comm_work *all;
+    int busy; /* the thread is running a work */
+    int stop;
+    int failed;
+    struct ddp_err fail;
+};
+
+/* The wire header in front of every collective, in host byte order (every rank of a job
+ * runs the same build on the same architecture). */
+struct coll_hdr {
+    uint32_t magic;
+    uint16_t kind;
+    uint16_t aux; /* dtype for all-reduce and barrier, root for broadcast */
+    uint64_t seq;
+    uint64_t bytes;
+};
+
+struct hello_msg {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t id;
+    char nonce[NONCE_HEX + 1];
+    char pad[7];
+};
+
+/* ---- the ring engine ---- */
+
+/* One collective as the engine sees it. */
+struct plan {
+    char *buf;
+    size_t esize;
+    enum comm_dtype dt;
+    int nsteps;
+    int has_send, has_recv;
+    /* all-reduce */
+    int rank, world;
+    size_t count;
+    /* broadcast */
+    int is_bcast;
+    size_t bytes;
+    const char *what;
+};
+
+static void seg_range(const struct plan *p, int i, size_t *off, size_t *len)
+{
+    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
+    size_t ui = (size_t)i;
+    *off = (ui * base + (ui < rem ? ui : rem)) * p->esize;
+    *len = (base + (ui < rem ? 1 : 0)) * p->esize;
+}
+
+static int mod(int a, int w)
+{
+    int m = a % w;
+    return m < 0 ? m + w : m;
+}
+
+static void step_send(const struct plan *p, int t, size_t *off, size_t *len)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_send ? p->bytes : 0;
+        return;
+    }
+    int seg = t < p->world - 1 ? mod(p->rank - t, p->world)
+                               : mod(p->rank + 1 - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+}
+
+static void step_recv(const struct plan *p, int t, size_t *off, size_t *len, int *reduce)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_recv ? p->bytes : 0;
+        *reduce = 0;
+        return;
+    }
+    int rs = t < p->world - 1;
+    int seg = rs ? mod(p->rank - t - 1, p->world) : mod(p->rank - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+    *reduce = rs;
+}
+
+/* The receive step whose data send step t forwards (-1: none). */
+static int step_dep(const struct plan *p, int t)
+{
+    if (p->is_bcast)
+        return p->has_recv ? 0 : -1;
+    return t - 1;
+}
+
+static void reduce_f32(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+static void reduce_f64(double *restrict dst, const double *restrict src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+static int fail_peer(struct comm *c, int peer, const char *name, const char *what, int e,
+                     struct ddp_err *err)
+{
+    (void)c;
+    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", peer, name, what,
+                   net_errno_text(e));
+}
+
+/* Runs one collective over the ring; returns 0 or the error. */
+static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr *mine,
+                    struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct coll_hdr);
+    struct coll_hdr theirs;
+    size_t shdr = 0, rhdr = 0;
+    int ss = 0, rs = 0;
+    size_t sdone = 0, rready = 0, sfill = 0;
+    int64_t last = time_mono_ms();
+    for (;;) {
+        int progress = 0, want_out = 0, want_in = 0;
+        /* Send side: the header, then every step's segment as far as its data is ready. */
+        while (p->has_send) {
+            const char *src;
+            size_t avail;
+            if (shdr < hsz) {
+                src = (const char *)mine + shdr;
+                avail = hsz - shdr;
+            } else {
+                if (ss >= p->nsteps)
+                    break;
+                size_t off, len;
+                step_send(p, ss, &off, &len);
+                if (sdone >= len) {
+                    ss++;
+                    sdone = 0;
+                    continue;
+                }
+                size_t allowed = len;
+                int d = step_dep(p, ss);
+                if (d >= 0 && (rhdr < hsz || rs < d))
+                    allowed = 0;
+                else if (d >= 0 && rs == d)
+                    allowed = rready;
+                if (allowed <= sdone)
+                    break; /* waits for the left neighbour's data */
+                src = p->buf + off + sdone;
+                avail = allowed - sdone;
+            }
+            ssize_t n = send(cpu->send_fd, src, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                if (shdr < hsz)
+                    shdr += (size_t)n;
+                else
+                    sdone += (size_t)n;
+                progress = 1;
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_out = 1;
+                break;
+            }
+            return fail_peer(c, cpu->right, cpu->right_name, p->what, n < 0 ? errno : 0, err);
+        }
+        /* Receive side: the header, then every step's segment (summed chunk by chunk). */
+        while (p->has_recv) {
+            char *dst;
+            size_t room;
+            size_t off = 0, len = 0, cend = 0;
+            int reduce = 0;
+            if (rhdr < hsz) {
+                dst = (char *)&theirs + rhdr;
+                room = hsz - rhdr;
+            } else {
+                if (rs >= p->nsteps)
+                    break;
+                step_recv(p, rs, &off, &len, &reduce);
+                if (rready >= len) {
+                    rs++;
+                    rready = 0;
+                    sfill = 0;
+                    continue;
+                }
+                if (reduce) {
+                    cend = len - rready < cpu->chunk ? len - rready : cpu->chunk;
+                    dst = (char *)cpu->stage + sfill;
+                    room = cend - sfill;
+                } else {
+                    dst = p->buf + off + rready;
+                    room = len - rready;
+                }
+            }
+            ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
+            if (n > 0) {
+                progress = 1;
+                if (rhdr < hsz) {
+                    rhdr += (size_t)n;
+                    if (rhdr == hsz &&
+                        (theirs.magic != mine->magic || theirs.kind != mine->kind ||
+                         theirs.aux != mine->aux || theirs.seq != mine->seq ||
+                         theirs.bytes != mine->bytes))
+                        return err_set(err, DDP_EINTERNAL,
+                                       "collective mismatch with rank %d (%s): it issued kind %u "
+                                       "aux %u seq %" PRIu64 " of %" PRIu64
+                                       " bytes, this rank kind %u aux %u seq %" PRIu64
+                                       " of %" PRIu64 " bytes",
+                                       cpu->left, cpu->left_name, theirs.kind, theirs.aux,
+                                       theirs.seq, theirs.bytes, mine->kind, mine->aux,
+                                       mine->seq, mine->bytes);
+                } else if (reduce) {
+                    sfill += (size_t)n;
+                    if (sfill == cend) {
+                        if (p->dt == COMM_F32)
+                            reduce_f32((float *)(p->buf + off + rready), cpu->stage,
+                                       cend / sizeof(float));
+                        else
+                            reduce_f64((double *)(p->buf + off + rready), cpu->stage,
+                                       cend / sizeof(double));
+                        rready += cend;
+                        sfill = 0;
+                    }
+                } else {
+                    rready += (size_t)n;
+                }
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_in = 1;
+                break;
+            }
+            return fail_peer(c, cpu->left, cpu->left_name, p->what, n < 0 ? errno : 0, err);
+        }
+        int send_done = !p->has_send || (shdr == hsz && ss >= p->nsteps);
+        int recv_done = !p->has_recv || (rhdr == hsz && rs >= p->nsteps);
+        if (send_done && recv_done)
+            return 0;
+        int64_t now = time_mono_ms();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        if (left_ms <= 0) {
+            int peer = !recv_done ? cpu->left : cpu->right;
+            const char *name = !recv_done ? cpu->left_name : cpu->right_name;
+            return err_set(err, DDP_ETIMEOUT,
+                           "peer rank %d (%s) silent for %" PRId64 " ms during %s", peer, name,
+                           c->opts.timeout_ms, p->what);
+        }
+        /* While this rank still has bytes for the right neighbour, any readable event on the
+         * send socket (it never carries data towards us) means that neighbour went away. */
+        struct pollfd pfd[2];
+        pfd[0].fd = send_done ? -1 : cpu->send_fd;
+        pfd[0].events = (short)(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
+        pfd[0].revents = 0;
+        pfd[1].fd = want_in ? cpu->recv_fd : -1;
+        pfd[1].events = POLLIN;
+        pfd[1].revents = 0;
+        int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
+        if (pn < 0 && errno != EINTR)
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+                soerr = errno;
+            return fail_peer(c, cpu->right, cpu->right_name, p->what, soerr, err);
+        }
+    }
+}
+
+static int run_work(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    memset(&p, 0, sizeof(p));
+    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)w->kind, .seq = cpu->seq++};
+    p.rank = c->rank;
+    p.world = c->world_size;
+    float *ones = NULL;
+    int ret = 0;
+    if (w->kind == WORK_BROADCAST) {
+        p.buf = w->buf;
+        p.esize = 1;
+        p.is_bcast = 1;
+        p.bytes = w->bytes;
+        p.nsteps = 1;
+        p.has_recv = c->rank != w->root;
+        p.has_send = cpu->right != w->root;
+        p.what = "broadcast";
+        h.aux = (uint16_t)w->root;
+        h.bytes = w->bytes;
+    } else {
+        if (w->kind == WORK_BARRIER) {
+            ones = xmalloc((size_t)c->world_size * sizeof(float));
+            for (int i = 0; i < c->world_size; i++)
+                ones[i] = 1.0f;
+            p.buf = (char *)ones;
+            p.count = (size_t)c->world_size;
+            p.dt = COMM_F32;
+            p.what = "barrier";
+        } else {
+            p.buf = w->buf;
+            p.count = w->count;
+            p.dt = w->dt;
+            p.what = "all-reduce";
+        }
+        p.esize = p.dt == COMM_F32 ? sizeof(float) : sizeof(double);
+        p.nsteps = 2 * (c->world_size - 1);
+        p.has_send = p.has_recv = 1;
+        h.aux = (uint16_t)p.dt;
+        h.bytes = p.count * p.esize;
+    }
+    ret = ring_run(c, &p, &h, err);
+    if (ret == 0 && ones) {
+        for (int i = 0; i < c->world_size; i++) {
+            if (ones[i] != (float)c->world_size) {
+                ret = err_set(err, DDP_EINTERNAL, "barrier: sum %g != world size %d",
+                              (double)ones[i], c->world_size);
+                break;
+            }
+        }
+    }
+    free(ones);
+    return ret;
+}
+
+/* ---- the comm thread and its queue ---- */
+
+static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
+                               const struct ddp_err *e)
+{
+    w->done = 1;
+    w->status = status;
+    if (status < 0 && e)
+        w->err = *e;
+    (void)cpu;
+}
+
+static void *comm_thread(void *arg)
+{
+    struct comm *c = arg;
+    struct cpu *cpu = c->impl;
+    pthread_mutex_lock(&cpu->mu);
+    for (;;) {
+        while (!cpu->stop && !cpu->head)
+            pthread_cond_wait(&cpu->cv_work, &cpu->mu);
+        if (cpu->stop)
+            break;
+        struct comm_work *w = cpu->head;
+        cpu->head = w->next;
+        if (!cpu->head)
+            cpu->tail = NULL;
+        cpu->busy = 1;
+        pthread_mutex_unlock(&cpu->mu);
+
+        struct ddp_err e;
+        err_clear(&e);
+        int ret = run_work(c, w, &e);
+        if (ret < 0) {
+            /* Tell the neighbours at once: they see EOF and fail in turn. */
+            shutdown(cpu->send_fd, SHUT_RDWR);
+            shutdown(cpu->recv_fd, SHUT_RDWR);
+            log_error("comm: rank %d: %s", c->rank, e.msg);
+        }
+
+        pthread_mutex_lock(&cpu->mu);
+        cpu->busy = 0;
+        work_finish_locked(cpu, w, ret, &e);
+        if (ret < 0) {
+            cpu->failed = 1;
+            cpu->fail = e;
+            for (struct comm_work *q = cpu->head; q; q = q->next)
+                work_finish_locked(cpu, q, ret, &e);
+            cpu->head = cpu->tail = NULL;
+        }
+        pthread_cond_broadcast(&cpu->cv_done);
+    }
+    /* Stopping: what is still queued will never run. */
+    struct ddp_err e;
+    err_set(&e, DDP_ECANCELLED, "comm destroyed before the collective ran");
+    for (struct comm_work *q = cpu->head; q; q = q->next)
+        work_finish_locked(cpu, q, DDP_ECANCELLED, &e);
+    cpu->head = cpu->tail = NULL;
+    pthread_cond_broadcast(&cpu->cv_done);
+    pthread_mutex_unlock(&cpu->mu);
+    return NULL;
+}
+
+/* Queues w (or finishes it at once for world size 1); returns the sticky error if any. */
+static int enqueue(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0;
+    pthread_mutex_lock(&cpu->mu);
+    if (cpu->failed) {
+        ret = err_set(err, cpu->fail.code, "%s", cpu->fail.msg);
+        pthread_mutex_unlock(&cpu->mu);
+        free(w);
+        return ret;
+    }
+    w->all_next = cpu->all;
+    if (cpu->all)
+        cpu->all->all_prev = w;
+    cpu->all = w;
+    if (c->world_size == 1) {
+        w->done = 1;
+    } else {
+        if (cpu->tail)
+            cpu->tail->next = w;
+        else
+            cpu->head = w;
+        cpu->tail = w;
+        pthread_cond_signal(&cpu->cv_work);
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    return 0;
+}
+
+static int cpu_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (!w)
+        return err_set(err, DDP_EINVAL, "comm_wait: NULL work");
+    pthread_mutex_lock(&cpu->mu);
+    while (!w->done)
+        pthread_cond_wait(&cpu->cv_done, &cpu->mu);
+    int ret = w->status;
+    if (ret < 0)
+        err_set(err, ret, "%s", w->err.msg);
+    if (w->all_prev)
+        w->all_prev->all_next = w->all_next;
+    else
+        cpu->all = w->all_next;
+    if (w->all_next)
+        w->all_next->all_prev = w->all_prev;
+    pthread_mutex_unlock(&cpu->mu);
+    free(w);
+    return ret;
+}
+
+static int cpu_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                               struct comm_work **out, struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_ALLREDUCE;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    int ret = enqueue(c, w, err);
+    if (ret == 0)
+        *out = w;
+    return ret;
+}
+
+static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root,
+                         struct ddp_err *err)
+{
+    if (c->world_size == 1)
+        return 0;
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_BROADCAST;
+    w->buf = buf;
+    w->bytes = bytes;
+    w->root = root;
+    int ret = enqueue(c, w, err);
+    if (ret < 0)
+        return ret;
+    return cpu_wait(c, w, err);
+}
+
+static int cpu_barrier(struct comm *c, struct ddp_err *err)
+{
+    if (c->world_size == 1)
+        return 0;
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_BARRIER;
+    int ret = enqueue(c, w, err);
+    if (ret < 0)
+        return ret;
+    return cpu_wait(c, w, err);
+}
+
+/* ---- set-up ---- */
+
+/* Parses "host:port nonce" published by a peer. */
+static int parse_addr(const char *v, size_t len, char *host, size_t hostsize, int *port,
+                      char *nonce)
+{
+    char tmp[NET_ADDR_MAX + NONCE_HEX + 8];
+    if (len >= sizeof(tmp))
+        return DDP_EINVAL;
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    char *sp = strchr(tmp, ' ');
+    if (!sp || strlen(sp + 1) != NONCE_HEX)
+        return DDP_EINVAL;
+    *sp = '\0';
+    memcpy(nonce, sp + 1, NONCE_HEX + 1);
+    return net_split_hostport(tmp, host, hostsize, port);
+}
+
+static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, int peer, int64_t deadline,
+                      char *host, size_t hostsize, int *port, char *nonce, struct ddp_err *err)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, peer);
+    void *v = NULL;
+    size_t len = 0;
+    int64_t left = deadline - time_mono_ms();
+    int ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err);
+    if (ret == DDP_ETIMEOUT)
+        ret = err_set(err, DDP_ETIMEOUT,
+                      "peer rank %d did not publish its ring address within %" PRId64 " ms",
+                      peer, c->opts.timeout_ms);
+    if (ret < 0)
+        return ret;
+    ret = parse_addr(v, len, host, hostsize, port, nonce);
+    if (ret < 0)
+        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address", peer);
+    free(v);
+    return ret;
+}
+
+static void format_name(char *out, size_t size, const char *host, int port)
+{
+    snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0, lfd = -1, fd = -1;
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    uint64_t id = rdzv_next_id(r);
+    char nonce[NONCE_HEX + 1];
+    char host[NET_ADDR_MAX], rhost[NET_ADDR_MAX], lhost[NET_ADDR_MAX];
+    char rnonce[NONCE_HEX + 1], lnonce[NONCE_HEX + 1];
+    int port = 0, rport = 0, lport = 0;
+    struct ddp_err e;
+
+    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
+        err_set(err, ret, "cannot read random bytes for the ring nonce");
+        goto out;
+    }
+    if ((ret = net_listen(NULL, 0, 16, &lfd, &port, &e)) < 0) {
+        err_set(err, ret, "ring: cannot listen: %s", e.msg);
+        goto out;
+    }
+    if (c->local_addr[0]) {
+        if (strlen(c->local_addr) >= sizeof(host)) {
+            ret = err_set(err, DDP_EINVAL, "local address '%s' is too long", c->local_addr);
+            goto out;
+        }
+        memcpy(host, c->local_addr, strlen(c->local_addr) + 1);
+    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
+        ret = err_set(err, DDP_EIO, "ring: cannot read the rendezvous connection's address");
+        goto out;
+    }
+    char key[64], val[NET_ADDR_MAX + NONCE_HEX + 8], me[PEER_NAME_MAX];
+    format_name(me, sizeof(me), host, port);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, c->rank);
+    int vl = snprintf(val, sizeof(val), "%s %s", me, nonce);
+    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
+        goto out;
+    if ((ret = fetch_peer(c, r, id, cpu->right, deadline, rhost, sizeof(rhost), &rport, rnonce,
+                          err)) < 0 ||
+        (ret = fetch_peer(c, r, id, cpu->left, deadline, lhost, sizeof(lhost), &lport, lnonce,
+                          err)) < 0)
+        goto out;
+    format_name(cpu->right_name, sizeof(cpu->right_name), rhost, rport);
+    format_name(cpu->left_name, sizeof(cpu->left_name), lhost, lport);
+
+    /* Connect to the right neighbour (it listens before it publishes) and say hello. */
+    int64_t backoff = 10;
+    for (;;) {
+        ret = net_connect(rhost, rport, deadline, &cpu->send_fd, &e);
+        if (ret == 0)
+            break;
+        if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
+            err_set(err, ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret,
+                    "ring: cannot connect to peer rank %d (%s): %s", cpu->right, cpu->right_name,
+                    e.msg);
+            ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
+            goto out;
+        }
+        time_sleep_ms(backoff);
+        backoff = backoff * 2 > 200 ? 200 : backoff * 2;
+    }
+    struct hello_msg hm;
+    memset(&hm, 0, sizeof(hm));
+    hm.magic = HELLO_MAGIC;
+    hm.rank = (uint32_t)c->rank;
+    hm.id = id;
+    memcpy(hm.nonce, rnonce, NONCE_HEX + 1);
+    if ((ret = net_send_all(cpu->send_fd, &hm, sizeof(hm), deadline, &e)) < 0) {
+        err_set(err, ret, "ring: hello to peer rank %d (%s): %s", cpu->right, cpu->right_name,
+                e.msg);
+        goto out;
+    }
+
+    /* Accept from the left neighbour; drop anyone else. */
+    for (;;) {
+        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
+            err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s", cpu->left,
+                    cpu->left_name, e.msg);
+            goto out;
+        }
+        struct hello_msg got;
+        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
+        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
+            got.nonce[NONCE_HEX] = '\0';
+            int ok = got.magic == HELLO_MAGIC && got.rank == (uint32_t)cpu->left &&
+                     got.id == id;
+            ok &= secret_equal(got.nonce, nonce);
+            if (ok)
+                break;
+            log_warn("comm: rank %d dropped a ring connection with a wrong hello", c->rank);
+        }
+        close(fd);
+        fd = -1;
+    }
+    uint8_t ack = 1;
+    if ((ret = net_send_all(fd, &ack, 1, deadline, &e)) < 0) {
+        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", cpu->left, cpu->left_name,
+                e.msg);
+        goto out;
+    }
+    cpu->recv_fd = fd;
+    fd = -1;
+    if ((ret = net_recv_all(cpu->send_fd, &ack, 1, deadline, &e)) < 0 || ack != 1) {
+        if (ret == 0)
+            ret = DDP_EPEER;
+        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s", cpu->right,
+                cpu->right_name, ret == DDP_EPEER ? e.msg : "bad ack");
+        goto out;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    if (lfd >= 0)
+        close(lfd);
+    return ret;
+}
+
+static void cpu_destroy(struct comm *c)
+{
+    struct cpu *cpu = c->impl;
+    if (!cpu)
+        return;
+    if (cpu->thread_started) {
+        pthread_mutex_lock(&cpu->mu);
+        cpu->stop = 1;
+        /* A collective in flight would only end at its timeout: cut it short. */
+        if (cpu->busy || cpu->head) {
+            shutdown(cpu->send_fd, SHUT_RDWR);
+            shutdown(cpu->recv_fd, SHUT_RDWR);
+        }
+        pthread_cond_signal(&cpu->cv_work);
+        pthread_mutex_unlock(&cpu->mu);
+        pthread_join(cpu->thread, NULL);
+    }
+    while (cpu->all) {
+        struct comm_work *w = cpu->all;
+        cpu->all = w->all_next;
+        free(w);
+    }
+    if (cpu->send_fd >= 0)
+        close(cpu->send_fd);
+    if (cpu->recv_fd >= 0)
+        close(cpu->recv_fd);
+    free(cpu->stage);
+    pthread_cond_destroy(&cpu->cv_work);
+    pthread_cond_destroy(&cpu->cv_done);
+    pthread_mutex_destroy(&cpu->mu);
+    free(cpu);
+    c->impl = NULL;
+}
+
+static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
+{
+    int ret = 0;
+    struct cpu *cpu = xcalloc(1, sizeof(*cpu));
+    cpu->send_fd = cpu->recv_fd = -1;
+    pthread_mutex_init(&cpu->mu, NULL);
+    pthread_cond_init(&cpu->cv_work, NULL);
+    pthread_cond_init(&cpu->cv_done, NULL);
+    c->impl = cpu;
+    if (c->world_size == 1)
+        return 0;
+    if (c->world_size > 65535) {
+        ret = err_set(err, DDP_EINVAL, "cpu backend: world size %d is over 65535",
+                      c->world_size);
+        goto out;
+    }
+    size_t chunk = c->opts.chunk_bytes ? c->opts.chunk_bytes : COMM_DEFAULT_CHUNK_BYTES;
+    chunk &= ~(size_t)7;
+    if (chunk < 8)
+        chunk = 8;
+    if (chunk > (size_t)64 << 20)
+        chunk = (size_t)64 << 20;
+    cpu->chunk = chunk;
+    cpu->stage = xmalloc(chunk);
+    cpu->right = (c->rank + 1) % c->world_size;
+    cpu->left = (c->rank + c->world_size - 1) % c->world_size;
+    if ((ret = ring_connect(c, r, err)) < 0)
+        goto out;
+    if (pthread_create(&cpu->thread, NULL, comm_thread, c) != 0) {
+        ret = err_set(err, DDP_EINTERNAL, "cannot start the comm thread");
+        goto out;
+    }
+    cpu->thread_started = 1;
+out:
+    return ret;
+}
+
+const struct comm_ops comm_cpu_ops = {
+    .name = "cpu",
+    .init = cpu_init,
+    .allreduce_async = cpu_allreduce_async,
+    .wait = cpu_wait,
+    .broadcast = cpu_broadcast,
+    .barrier = cpu_barrier,
+    .destroy = cpu_destroy,
+};
