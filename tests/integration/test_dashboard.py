@@ -6,8 +6,9 @@ reporting metrics for 3 epochs and log lines, as ddp-agent relays them).
 Checks, in order:
   1. the page asks for the token; a wrong token is refused, the right one typed in opens it;
   2. the jobs table lists the running job; its page has one chart point per finished epoch
-     (3), the rank layout (2 nodes, ranks 0-3), events, and the log of a rank growing live;
-     clicking another rank shows that rank's log;
+     (3; rank 3 exits 6 after epoch 2, so epoch 3 comes from generation 2, drawn after a
+     vertical line labelled with the restart's reason), the rank layout (2 nodes, ranks 0-3),
+     the events, and the log of a rank growing live; clicking another rank shows its log;
   3. Cancel on the jobs table, confirmed in the page's dialog, takes the job to CANCELLED
      and the table shows it without a reload;
   4. with 1000 more jobs (submitted through the API) and 100 more nodes, the first page
@@ -31,6 +32,7 @@ from api_sim import Api, SimNode, cluster, wait_for  # noqa: E402
 
 SKIP = 77
 EPOCHS = 3
+FAIL_AFTER = 2
 ART = os.path.join(os.environ.get("DDP_BUILD") or os.path.join(os.path.dirname(
     os.path.dirname(HERE)), "build"), "test-artifacts")
 
@@ -51,13 +53,16 @@ def text(sel):
 class Trainer:
     """Beats the simulated nodes every 0.25 s from a thread and plays a training run on the
     assignment of the watched job: rank 0's node reports one metrics line per epoch (EPOCHS
-    of them, ~1 s apart, with its log lines), every rank writes a log line each beat, and the
-    workers keep running until the job's assignment leaves the desired set (cancel)."""
+    of them, ~1 s apart, with its log lines), every rank writes a log line each beat. Once
+    epoch FAIL_AFTER is acknowledged, rank 3 exits 6 (peer lost): ddpd starts generation 2 and
+    the run goes on there from the next epoch (as after resuming from a checkpoint). The
+    workers then keep running until the job's assignment leaves the desired set (cancel)."""
 
     def __init__(self, nodes):
         self.nodes = nodes
         self.job_id = None
         self.epochs_sent = 0
+        self.failed_gen = 0     # the generation whose rank 3 exited, once it did
         self.log_seq = {}
         self.metric_seq = {}
         self.stop_ev = threading.Event()
@@ -76,10 +81,13 @@ class Trainer:
         for (job, gen, rank), w in node.workers.items():
             if job != self.job_id or w["state"] != "running":
                 continue
+            if gen <= self.failed_gen:
+                continue  # the failed generation's survivors: being stopped
             key = (job, gen, rank)
             lines = ["rank %d: step %d of generation %d" % (rank, self.log_seq.get(key, 0) + 1,
                                                             gen)]
             if rank == 0 and self.epochs_sent < EPOCHS and \
+                    (self.epochs_sent != FAIL_AFTER or self.failed_gen) and \
                     time.monotonic() - self.t_last_epoch > 1.0:
                 e = self.epochs_sent + 1
                 m = {"epoch": e, "epochs": 10, "loss": round(2.3 / (e + 0.5), 4),
@@ -98,9 +106,21 @@ class Trainer:
             node.pending_logs.append({"job_id": job, "generation": gen, "rank": rank,
                                       "seq": seq, "lines": lines})
 
+    def fail_rank3(self):
+        """After epoch FAIL_AFTER was acknowledged: rank 3 exits 6 (once)."""
+        if self.failed_gen or self.epochs_sent != FAIL_AFTER or \
+                any(n.pending_metrics for n in self.nodes):
+            return
+        for n in self.nodes:
+            for (job, gen, rank), w in n.workers.items():
+                if job == self.job_id and rank == 3 and w["state"] == "running":
+                    w.update(state="exited", exit_code=6, signal=0)
+                    self.failed_gen = gen
+
     def run(self):
         try:
             while not self.stop_ev.is_set():
+                self.fail_rank3()
                 for n in self.nodes:
                     if n.pending_logs or n.pending_metrics:
                         pass  # not yet acknowledged: sent again with this beat
@@ -151,20 +171,38 @@ def phase_live(b, c, api, trainer, job):
     assert xs == list(range(1, EPOCHS + 1)), xs
     ticks = b.js(count("#chart-loss .axis text"))
     assert ticks >= 6, "loss chart has %d axis texts" % ticks
-    print("chart: %d points at epochs %s, %d axis labels" % (pts, xs, ticks))
+    j = api.job(jid)
+    assert j["generation"] == 2 and j["restarts"] == 1, (j["generation"], j["restarts"])
+    marks = b.wait_js("one generation marker",
+                      "(m => m.length === 1 ? m : null)([...document.querySelectorAll("
+                      "'#chart-loss .marker text')].map(t => t.textContent))", timeout=15)
+    assert marks[0].startswith("gen 2: ") and "exited" in marks[0], marks
+    mx = b.js("(() => { const l = document.querySelector('#chart-loss .marker line'); "
+              "const p = [...document.querySelectorAll('#chart-loss circle.pt')]; "
+              "return [+p[%d].getAttribute('cx'), +l.getAttribute('x1'), "
+              "+p[%d].getAttribute('cx')]; })()" % (FAIL_AFTER - 1, FAIL_AFTER))
+    assert mx[0] < mx[1] < mx[2], "generation line not between epochs %d and %d: %s" % (
+        FAIL_AFTER, FAIL_AFTER + 1, mx)
+    print("chart: %d points at epochs %s, %d axis labels, marker %r between epochs %d and %d" %
+          (pts, xs, ticks, marks[0], FAIL_AFTER, FAIL_AFTER + 1))
 
     layout = b.js("[...document.querySelectorAll('#rank-layout .node-box')].map(n => "
                   "[n.querySelector('.node-name').firstChild.textContent, "
                   "[...n.querySelectorAll('.rank')].map(r => +r.dataset.rank)])")
     assert sorted(r for _, rs in layout for r in rs) == [0, 1, 2, 3], layout
     assert sorted(n for n, _ in layout) == ["sim-a", "sim-b"], layout
-    evs = b.js(text("#events"))
-    assert "RUNNING" in evs, evs
+    evs = b.js("[...document.querySelectorAll('#events li')].map(l => "
+               "l.querySelector('.state').textContent + ' ' + l.querySelector('.gen')"
+               ".textContent)")
+    assert "RESTARTING gen 1" in evs or "RESTARTING gen 2" in evs, evs
+    assert "RUNNING gen 2" in evs, evs
 
     n0 = b.wait_js("rank 0 log", count("#log .log-line"), timeout=15)
     b.wait_js("rank 0 log follows", "%s > %d" % (count("#log .log-line"), n0), timeout=15)
     log0 = b.js(text("#log"))
     assert "rank 0: step" in log0 and "epoch 1/10" in log0, log0[-500:]
+    gens = b.js("[...document.querySelectorAll('#log .log-gen')].map(g => g.textContent)")
+    assert gens and "generation 2" in gens[-1], gens
     b.click("#rank-layout .rank[data-rank='2']")
     b.wait_js("rank 2 log", "(%s).includes('rank 2: step')" % text("#log"), timeout=15)
     assert "rank 0: step" not in b.js(text("#log")), "rank 0 lines in rank 2's log"
@@ -292,7 +330,7 @@ def main():
         c.wait_nodes_ready(["sim-a", "sim-b"])
         trainer = Trainer(nodes)
         job = api.submit({"name": "dash-live", "command": ["ddp-worker", "--epochs", "10"],
-                          "nnodes": "2", "nproc_per_node": 2, "max_restarts": 0,
+                          "nnodes": "2", "nproc_per_node": 2, "max_restarts": 2,
                           "grace_period_s": 1})
         trainer.job_id = job["id"]
         trainer.start()
