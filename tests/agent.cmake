@@ -1,0 +1,5 @@
+# ddp-agent: unit tests of its modules and integration tests against a real ddpd.
+ddp_unit_test(NAME test_recon SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_recon.c LIBS ddpagent)
+ddp_unit_test(NAME test_logship SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_logship.c
+              LIBS ddpagent)
+ddp_unit_test(NAME test_spawn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_spawn.c LIBS ddpagent)

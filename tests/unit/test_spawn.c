@@ -1,0 +1,429 @@
+/*
+ * test_spawn.c - the worker environment (every torchrun and DDP_* variable, override order),
+ * PATH resolution, and real processes: exit codes, "command not found" as 127 with a line,
+ * stdout/stderr and the metrics fd, SIGTERM then SIGKILL to a process group whose members
+ * ignore SIGTERM, and PR_SET_PDEATHSIG. The clock of the stop sequence is passed in; waits
+ * for processes poll with a deadline.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/spawn.h"
+#include "common/timeutil.h"
+
+#define DEADLINE_MS 20000
+
+static char *argv_job[] = {"train", "--epochs", "3", NULL};
+static char *env_keys[] = {"FOO", "RANK", "OMP_NUM_THREADS", NULL};
+static char *env_vals[] = {"bar", "99", "4", NULL};
+
+static struct assign make_assign(void)
+{
+    struct assign a;
+    memset(&a, 0, sizeof(a));
+    a.job_id = "j-7";
+    a.generation = 2;
+    a.run_id = "j-7";
+    a.argv = argv_job;
+    a.argc = 3;
+    a.env_keys = env_keys;
+    a.env_vals = env_vals;
+    a.nenv = 3;
+    a.grace_period_s = 30;
+    a.group_rank = 1;
+    a.group_world_size = 2;
+    a.nproc_per_node = 2;
+    a.world_size = 4;
+    a.master_addr = "10.0.0.5";
+    a.master_port = 29512;
+    a.restart_count = 1;
+    a.max_restarts = 3;
+    a.job_token = "9b1f";
+    return a;
+}
+
+static void test_spawn_env_torchrun_variables(void **state)
+{
+    (void)state;
+    struct assign a = make_assign();
+    char *base[] = {"PATH=/usr/bin:/bin", "FOO=base", "DDP_AGENT_TOKEN=secret",
+                    "CUDA_VISIBLE_DEVICES=7", "WORLD_SIZE=1", NULL};
+    struct spawn_env_args args = {.a = &a, .local_rank = 1, .gpu = -1,
+                                  .checkpoint_dir = "/w/jobs/j-7/ckpt",
+                                  .heartbeat_file = "/w/jobs/j-7/gen-2/rank-3.heartbeat"};
+    char **env = spawn_env_build(base, &args);
+    static const char *const expect[][2] = {
+        {"PATH", "/usr/bin:/bin"},  {"FOO", "bar"},            {"MASTER_ADDR", "10.0.0.5"},
+        {"MASTER_PORT", "29512"},   {"RANK", "3"},             {"WORLD_SIZE", "4"},
+        {"LOCAL_RANK", "1"},        {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},
+        {"GROUP_WORLD_SIZE", "2"},  {"ROLE_RANK", "3"},        {"ROLE_WORLD_SIZE", "4"},
+        {"ROLE_NAME", "default"},   {"TORCHELASTIC_RESTART_COUNT", "1"},
+        {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "j-7"},
+        {"OMP_NUM_THREADS", "4"},   {"CUDA_VISIBLE_DEVICES", "7"}, {"DDP_JOB_ID", "j-7"},
+        {"DDP_GENERATION", "2"},    {"DDP_JOB_TOKEN", "9b1f"},
+        {"DDP_CHECKPOINT_DIR", "/w/jobs/j-7/ckpt"}, {"DDP_METRICS_FD", "3"},
+        {"DDP_HEARTBEAT_FILE", "/w/jobs/j-7/gen-2/rank-3.heartbeat"},
+    };
+    for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
+        const char *v = spawn_env_get(env, expect[i][0]);
+        if (!v || strcmp(v, expect[i][1]) != 0)
+            print_error("%s=%s, expected %s\n", expect[i][0], v ? v : "(unset)", expect[i][1]);
+        assert_non_null(v);
+        assert_string_equal(v, expect[i][1]);
+    }
+    assert_null(spawn_env_get(env, "DDP_AGENT_TOKEN"));
+    /* Each variable once. */
+    size_t n = 0, ranks = 0;
+    for (; env[n]; n++)
+        ranks += strncmp(env[n], "RANK=", 5) == 0;
+    assert_int_equal(ranks, 1);
+    spawn_env_free(env);
+
+    /* Without the job setting OMP_NUM_THREADS it is 1; a GPU overrides the agent's
+     * CUDA_VISIBLE_DEVICES; local rank 0 of group 1 is rank 2. */
+    a.nenv = 1;
+    args.local_rank = 0;
+    args.gpu = 1;
+    char *base2[] = {"OMP_NUM_THREADS=8", "CUDA_VISIBLE_DEVICES=7", NULL};
+    env = spawn_env_build(base2, &args);
+    assert_string_equal(spawn_env_get(env, "OMP_NUM_THREADS"), "1");
+    assert_string_equal(spawn_env_get(env, "CUDA_VISIBLE_DEVICES"), "1");
+    assert_string_equal(spawn_env_get(env, "RANK"), "2");
+    assert_string_equal(spawn_env_get(env, "ROLE_RANK"), "2");
+    assert_string_equal(spawn_env_get(env, "LOCAL_RANK"), "0");
+    spawn_env_free(env);
+}
+
+static void test_spawn_resolve_uses_path_of_env(void **state)
+{
+    (void)state;
+    char *env[] = {"PATH=/nonexistent:/bin:/usr/bin", NULL};
+    char *p = spawn_resolve("sh", env);
+    assert_non_null(p);
+    assert_true(strcmp(p, "/bin/sh") == 0 || strcmp(p, "/usr/bin/sh") == 0);
+    free(p);
+    assert_null(spawn_resolve("ddp-no-such-command-x", env));
+    char *env2[] = {"PATH=/nonexistent", NULL};
+    assert_null(spawn_resolve("sh", env2));
+    p = spawn_resolve("./relative/prog", env2);
+    assert_string_equal(p, "./relative/prog");
+    free(p);
+}
+
+/* Reads fd until EOF or the deadline into buf (NUL-terminated). */
+static size_t read_all(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int64_t end = time_mono_ms() + DEADLINE_MS;
+    while (len + 1 < cap && time_mono_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+/* Reads fd into buf until a newline arrives (or the deadline). */
+static void read_line(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    int64_t end = time_mono_ms() + DEADLINE_MS;
+    while (!strchr(buf, '\n') && time_mono_ms() < end && len + 1 < cap) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        assert_true(n > 0);
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+}
+
+static void wait_reaped(struct spawn_proc *p)
+{
+    int64_t end = time_mono_ms() + DEADLINE_MS;
+    while (!spawn_proc_reap(p) && time_mono_ms() < end)
+        time_sleep_ms(10);
+    assert_true(p->exited);
+}
+
+static int gone(pid_t pid)
+{
+    waitpid(pid, NULL, WNOHANG); /* reaps it when we adopted it (subreaper) */
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], st[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(st, 1, sizeof(st) - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    char *rp = strrchr(st, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static void wait_gone(pid_t pid)
+{
+    int64_t end = time_mono_ms() + DEADLINE_MS;
+    while (!gone(pid) && time_mono_ms() < end)
+        time_sleep_ms(10);
+    assert_true(gone(pid));
+}
+
+/* Starts argv (resolved in PATH) with its output on *out_rd and metrics on *met_rd. */
+static pid_t start(char **argv, const char *cwd, int *out_rd, int *met_rd)
+{
+    extern char **environ;
+    int out[2], met[2];
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(met, O_CLOEXEC), 0);
+    char *path = spawn_resolve(argv[0], environ);
+    struct spawn_req req = {.argv = argv, .envp = environ, .path = path, .cwd = cwd,
+                            .out_fd = out[1], .metrics_fd = met[1]};
+    pid_t pid = -1;
+    struct ddp_err err;
+    assert_int_equal(spawn_start(&req, &pid, &err), 0);
+    free(path);
+    close(out[1]);
+    close(met[1]);
+    *out_rd = out[0];
+    if (met_rd)
+        *met_rd = met[0];
+    else
+        close(met[0]);
+    return pid;
+}
+
+static void test_spawn_output_metrics_cwd_and_exit_code(void **state)
+{
+    (void)state;
+    char *argv[] = {"sh", "-c",
+                    "echo out; echo err >&2; pwd; echo '{\"loss\": 1}' >&3; exit 3",
+                    NULL};
+    int out, met;
+    pid_t pid = start(argv, "/tmp", &out, &met);
+    char buf[4096], mbuf[256];
+    read_all(out, buf, sizeof(buf));
+    read_all(met, mbuf, sizeof(mbuf));
+    assert_non_null(strstr(buf, "out\nerr\n/tmp\n"));
+    assert_string_equal(mbuf, "{\"loss\": 1}\n");
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 3);
+    assert_int_equal(p.sig, 0);
+    assert_int_equal(getpgid(pid) < 0, 1); /* reaped: no such process */
+    close(out);
+    close(met);
+}
+
+static void test_spawn_own_group_and_only_std_fds(void **state)
+{
+    (void)state;
+    /* fds 0-3 plus the one ls opens to list them: nothing else is inherited. */
+    char *argv[] = {"sh", "-c", "cut -d' ' -f5 /proc/self/stat; ls /proc/self/fd | wc -l",
+                    NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[256];
+    read_all(out, buf, sizeof(buf));
+    long pgid = strtol(buf, NULL, 10);
+    char *nl = strchr(buf, '\n');
+    assert_non_null(nl);
+    long nfds = strtol(nl + 1, NULL, 10);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    /* cut's pgid is the worker's: the shell's own pid, not ours. */
+    assert_int_equal(pgid, pid);
+    assert_int_equal(nfds, 5);
+    assert_int_equal(p.exit_code, 0);
+    close(out);
+}
+
+static void test_spawn_command_not_found_exits_127_with_a_line(void **state)
+{
+    (void)state;
+    char *argv[] = {"ddp-no-such-command-x", "a", NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[512];
+    read_all(out, buf, sizeof(buf));
+    assert_string_equal(buf, "ddp-agent: cannot run 'ddp-no-such-command-x': command not found\n");
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 127);
+    close(out);
+
+    char noexec[] = "/tmp/ddp-test-spawn-XXXXXX"; /* exists, not executable */
+    int fd = mkstemp(noexec);
+    assert_true(fd >= 0);
+    close(fd);
+    char *argv2[] = {noexec, NULL};
+    pid = start(argv2, NULL, &out, NULL);
+    read_all(out, buf, sizeof(buf));
+    unlink(noexec);
+    char want[128];
+    snprintf(want, sizeof(want), "ddp-agent: cannot run '%s': permission denied\n", noexec);
+    assert_string_equal(buf, want);
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 127);
+    close(out);
+
+    char *argv3[] = {"sh", "-c", "true", NULL};
+    pid = start(argv3, "/nonexistent-dir", &out, NULL);
+    read_all(out, buf, sizeof(buf));
+    assert_non_null(strstr(buf, "cannot enter working dir '/nonexistent-dir'"));
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 127);
+    close(out);
+}
+
+static void test_spawn_sigterm_stops_a_polite_worker(void **state)
+{
+    (void)state;
+    char *argv[] = {"sh", "-c", "echo ready; exec sleep 60", NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[64];
+    ssize_t n = 0;
+    struct pollfd pf = {.fd = out, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, DEADLINE_MS), 1);
+    n = read(out, buf, sizeof(buf));
+    assert_true(n > 0);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    spawn_proc_stop(&p, 1000, 30);
+    assert_int_equal(spawn_proc_tick(&p, 1000), 30000);
+    wait_reaped(&p);
+    assert_int_equal(p.sig, SIGTERM);
+    assert_int_equal(p.exit_code, 128 + SIGTERM);
+    assert_false(p.killed);
+    assert_int_equal(spawn_proc_tick(&p, 99999), -1);
+    close(out);
+}
+
+static void test_spawn_group_ignoring_sigterm_is_killed_after_grace(void **state)
+{
+    (void)state;
+    /* The shell and its child both ignore SIGTERM; the child's pid comes on stdout. */
+    char *argv[] = {"sh", "-c", "trap '' TERM; sleep 60 & echo $!; wait; wait", NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[64];
+    read_line(out, buf, sizeof(buf));
+    pid_t grandchild = (pid_t)strtol(buf, NULL, 10);
+    assert_true(grandchild > 0);
+
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    int64_t t0 = 5000;
+    spawn_proc_stop(&p, t0, 2);
+    /* Before the grace period is over: no SIGKILL, and SIGTERM changed nothing. */
+    assert_int_equal(spawn_proc_tick(&p, t0 + 1500), 500);
+    assert_false(p.killed);
+    time_sleep_ms(200);
+    assert_int_equal(spawn_proc_reap(&p), 0);
+    assert_false(gone(grandchild));
+    /* The grace period is over: SIGKILL to the group. */
+    assert_int_equal(spawn_proc_tick(&p, t0 + 2000), 0);
+    assert_true(p.killed);
+    wait_reaped(&p);
+    assert_int_equal(p.sig, SIGKILL);
+    assert_int_equal(p.exit_code, 128 + SIGKILL);
+    wait_gone(grandchild);
+    close(out);
+}
+
+static void test_spawn_reap_kills_leftover_group_members(void **state)
+{
+    (void)state;
+    /* The leader exits 0 at once and leaves a child in its group behind. */
+    char *argv[] = {"sh", "-c", "sleep 60 & echo $!", NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[64];
+    read_line(out, buf, sizeof(buf));
+    close(out);
+    pid_t left = (pid_t)strtol(buf, NULL, 10);
+    assert_true(left > 0);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 0);
+    wait_gone(left);
+}
+
+static void test_spawn_worker_dies_with_its_agent(void **state)
+{
+    (void)state;
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t agent = fork();
+    assert_true(agent >= 0);
+    if (agent == 0) {
+        /* A stand-in agent: starts a worker, says its pid, and dies without stopping it. */
+        extern char **environ;
+        char *argv[] = {"sleep", "60", NULL};
+        int devnull = open("/dev/null", O_WRONLY);
+        char *path = spawn_resolve("sleep", environ);
+        struct spawn_req req = {.argv = argv, .envp = environ, .path = path,
+                                .out_fd = devnull, .metrics_fd = -1};
+        pid_t w = -1;
+        if (spawn_start(&req, &w, NULL) != 0)
+            _exit(1);
+        ssize_t r = write(pfd[1], &w, sizeof(w));
+        _exit(r == sizeof(w) ? 0 : 1);
+    }
+    close(pfd[1]);
+    pid_t worker = -1;
+    assert_int_equal(read(pfd[0], &worker, sizeof(worker)), sizeof(worker));
+    close(pfd[0]);
+    int st;
+    assert_int_equal(waitpid(agent, &st, 0), agent);
+    assert_true(worker > 0);
+    wait_gone(worker);
+}
+
+int main(void)
+{
+    /* Orphans come to us, so that the tests can reap them and see them gone. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spawn_env_torchrun_variables),
+        cmocka_unit_test(test_spawn_resolve_uses_path_of_env),
+        cmocka_unit_test(test_spawn_output_metrics_cwd_and_exit_code),
+        cmocka_unit_test(test_spawn_own_group_and_only_std_fds),
+        cmocka_unit_test(test_spawn_command_not_found_exits_127_with_a_line),
+        cmocka_unit_test(test_spawn_sigterm_stops_a_polite_worker),
+        cmocka_unit_test(test_spawn_group_ignoring_sigterm_is_killed_after_grace),
+        cmocka_unit_test(test_spawn_reap_kills_leftover_group_members),
+        cmocka_unit_test(test_spawn_worker_dies_with_its_agent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
