@@ -557,7 +557,8 @@
                 ['command', (spec.command || []).join(' ')]
             ];
             summary.replaceChildren.apply(summary, items.map(function (kv) {
-                return el('div', null, el('dt', null, kv[0]), el('dd', null, kv[1]));
+                return el('div', { 'class': kv[0] === 'command' ? 'wide' : null },
+                          el('dt', null, kv[0]), el('dd', null, kv[1]));
             }));
         }
 

@@ -101,7 +101,7 @@
         var xs = pts.map(function (p) { return p.x; });
         var ys = pts.map(function (p) { return p.y; });
         (opts.markers || []).forEach(function (mk) { xs.push(mk.x); });
-        var xlo = Math.min.apply(null, xs.concat([1]));
+        var xlo = Math.min.apply(null, xs.concat([0]));
         var xhi = Math.max.apply(null, xs.concat([opts.xmax || 1, xlo + 1]));
         var xa = niceTicks(xlo, xhi, Math.min(10, Math.max(2, Math.floor(pw / 60))), true);
         xa.lo = Math.min(xa.lo, xlo);

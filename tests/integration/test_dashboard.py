@@ -14,7 +14,9 @@ Checks, in order:
   4. with 1000 more jobs (submitted through the API) and 100 more nodes, the first page
      renders one page of rows (paginated), walking every page lists every job once, newest
      first, the state filter works, and the nodes page lists all 102 nodes;
-  5. no JavaScript exception; the token is in no URL, not in ddpd's log, not in chromium's.
+  5. where ddp-agent and ddp-worker are built: two real agents train a 3-epoch job and its
+     page shows SUCCEEDED and one chart point per epoch;
+  6. no JavaScript exception; the token is in no URL, not in ddpd's log, not in chromium's.
 Screenshots go to $DDP_BUILD/test-artifacts/dashboard-*.png. Measured times are printed,
 never asserted. Exit 77 (ctest SKIP_RETURN_CODE) with "SKIPPED: ..." only when chromium is
 missing and cannot be installed.
@@ -312,6 +314,37 @@ def phase_scale(b, c, api, nodes_before):
     b.screenshot(os.path.join(ART, "dashboard-nodes.png"))
 
 
+def phase_real(b, c, api):
+    """With real ddp-agent and ddp-worker binaries: two agents train a short job for 3 epochs
+    (synthetic data, CPU ring); once it SUCCEEDED, its page shows one point per epoch."""
+    from cluster import BIN
+    worker = os.path.join(BIN, "ddp-worker")
+    c.start_agent("real-a", slots=1)
+    c.start_agent("real-b", slots=1)
+    c.wait_nodes_ready(["real-a", "real-b"], timeout=30)
+    job = api.submit({"name": "dash-real", "nnodes": "2", "nproc_per_node": 1,
+                      "max_restarts": 0, "grace_period_s": 2,
+                      "command": [worker, "--model", "mlp:32-16-4", "--data",
+                                  "synthetic:512:32:4", "--epochs", str(EPOCHS),
+                                  "--batch-size", "32", "--backend", "cpu", "--timeout", "30"]})
+    jid = job["id"]
+    b.navigate(c.url + "/#/jobs/" + jid)
+    done = api.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=120)
+    if done["state"] != "SUCCEEDED":
+        print("agent logs:\n" + c.log("agent-real-a.log")[-2000:] + c.log("agent-real-b.log")[-2000:])
+    assert done["state"] == "SUCCEEDED", "real job %s: %s (%s)" % (jid, done["state"],
+                                                                   done["reason"])
+    b.wait_js("real job SUCCEEDED on its page",
+              "(%s).includes('SUCCEEDED')" % text("#view .toolbar .state"), timeout=15)
+    b.wait_js("real chart has %d points" % EPOCHS,
+              "%s === %d" % (count("#chart-loss circle.pt"), EPOCHS), timeout=15)
+    xs = b.js("[...document.querySelectorAll('#chart-loss circle.pt')].map(c => +c.dataset.x)")
+    assert xs == list(range(1, EPOCHS + 1)), xs
+    b.wait_js("rank 0 log", count("#log .log-line"), timeout=15)
+    print("real agents: %s SUCCEEDED, chart points at epochs %s; screenshot %s" % (
+        jid, xs, b.screenshot(os.path.join(ART, "dashboard-real.png"))))
+
+
 def main():
     binary, why = chromium_cdp.ensure_chromium()
     if not binary:
@@ -339,6 +372,15 @@ def main():
             login(b, c.url, c.user_token)
             phase_live(b, c, api, trainer, job)
             phase_scale(b, c, api, len(nodes))
+            from cluster import BIN
+            if all(os.access(os.path.join(BIN, x), os.X_OK) for x in ("ddp-agent",
+                                                                      "ddp-worker")):
+                trainer.stop()  # the simulated nodes go LOST: the real job lands on real ones
+                wait_for("simulated nodes LOST", lambda: all(
+                    api.nodes()[n.name]["state"] == "LOST" for n in nodes), timeout=30)
+                phase_real(b, c, api)
+            else:
+                print("no ddp-agent/ddp-worker in %s: the real-agent part is not run" % BIN)
             b.pump(0.5)
             assert not b.exceptions, "JavaScript exceptions: %s" % b.exceptions[:3]
             tok = c.user_token
