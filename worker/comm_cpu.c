@@ -454,7 +454,7 @@ static void *comm_thread(void *arg)
             /* Tell the neighbours at once: they see EOF and fail in turn. */
             shutdown(cpu->send_fd, SHUT_RDWR);
             shutdown(cpu->recv_fd, SHUT_RDWR);
-            log_error("comm: rank %d: %s", c->rank, e.msg);
+            log_debug("comm: rank %d: %s", c->rank, e.msg);
         }
 
         pthread_mutex_lock(&cpu->mu);

@@ -1,0 +1,627 @@
+/*
+ * test_comm_cpu.c - the CPU ring backend: all-reduce against a reference sum for many counts
+ * and world sizes (ranks as threads on 127.0.0.1), async FIFO issue, broadcast from every
+ * root, barrier, world size 1, backend selection, a collective mismatch, and (heavy, run with
+ * the argument "heavy") 10^7 elements and peers in forked processes that are SIGKILLed or
+ * SIGSTOPped mid-collective.
+ *
+ * Tolerances: inputs are uniform in [-1, 1); an f32 result must be within
+ * 1e-5 * (1 + sum |x_r|) of the sum computed in double, an f64 result within
+ * 1e-12 * (1 + sum |x_r|). Every rank must also end with bit-identical buffers.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/timeutil.h"
+#include "worker/comm.h"
+#include "worker/rdzv.h"
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t sl = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Deterministic value of element i of rank r's input for test case seed s, in [-1, 1). */
+static double input(uint64_t s, int r, size_t i)
+{
+    uint64_t x = s * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^ (uint64_t)i;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+/* ---- ranks as threads ---- */
+
+struct ring_job;
+typedef int (*rank_body)(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err);
+
+struct ring_job {
+    int port, world;
+    size_t chunk;
+    int64_t timeout_ms;
+    rank_body body;
+    void *ctx;
+    uint64_t *digest; /* per rank, written by bodies that compare results across ranks */
+    int rc[64];
+    char msg[64][DDP_ERR_MSG_MAX];
+};
+
+struct rank_thread {
+    struct ring_job *job;
+    int rank;
+};
+
+static void *rank_thread_main(void *p)
+{
+    struct rank_thread *t = p;
+    struct ring_job *job = t->job;
+    struct rdzv *r = NULL;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    int rc = rdzv_open("127.0.0.1", job->port, t->rank, job->world, "secret", 20000, &r, &err);
+    if (rc == 0) {
+        struct comm_opts o;
+        comm_opts_default(&o);
+        o.chunk_bytes = job->chunk;
+        o.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
+        rc = comm_new("cpu", r, t->rank, job->world, &o, &c, &err);
+    }
+    if (rc == 0)
+        rc = job->body(job, t->rank, c, &err);
+    comm_free(c);
+    rdzv_close(r);
+    job->rc[t->rank] = rc;
+    memcpy(job->msg[t->rank], err.msg, sizeof(err.msg));
+    return NULL;
+}
+
+/* Runs body on world ranks (threads); every rank's result lands in job->rc/msg. */
+static void run_ring(struct ring_job *job)
+{
+    pthread_t th[64];
+    struct rank_thread rt[64];
+    job->port = free_port();
+    for (int i = 0; i < job->world; i++) {
+        rt[i] = (struct rank_thread){.job = job, .rank = i};
+        assert_int_equal(pthread_create(&th[i], NULL, rank_thread_main, &rt[i]), 0);
+    }
+    for (int i = 0; i < job->world; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void expect_all_ok(const struct ring_job *job)
+{
+    for (int i = 0; i < job->world; i++)
+        if (job->rc[i] != 0)
+            fail_msg("W=%d rank %d failed: %d %s", job->world, i, job->rc[i], job->msg[i]);
+}
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Checks buf (count elements of dt, the result of rank r) against the reference sum. */
+static int check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
+                     struct ddp_err *err)
+{
+    for (size_t i = 0; i < count; i++) {
+        double ref = 0, mag = 0;
+        for (int q = 0; q < world; q++) {
+            double x = input(seed, q, i);
+            if (dt == COMM_F32)
+                x = (double)(float)x;
+            ref += x;
+            mag += fabs(x);
+        }
+        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+        double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
+        if (!(fabs(got - ref) <= tol))
+            return err_set(err, DDP_EINTERNAL,
+                           "W=%d count %zu %s element %zu: got %.17g, reference %.17g", world,
+                           count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
+    }
+    return 0;
+}
+
+static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (dt == COMM_F32)
+            ((float *)buf)[i] = (float)input(seed, rank, i);
+        else
+            ((double *)buf)[i] = input(seed, rank, i);
+    }
+}
+
+/* The counts of the correctness sweep for world size w. */
+static size_t sweep_counts(int w, size_t *out)
+{
+    size_t base[] = {0, 1, 2, 3, 7, 13, 97, 1009, 65537, 100003};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+        out[n++] = base[i];
+    if (w > 1)
+        out[n++] = (size_t)w - 1;
+    out[n++] = (size_t)w + 1;
+    out[n++] = (size_t)w * 5;
+    return n;
+}
+
+/* For each count: an f32 and an f64 all-reduce issued together (async), waited in order. */
+static int sweep_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    size_t counts[16];
+    size_t n = sweep_counts(job->world, counts);
+    uint64_t digest = 0xcbf29ce484222325ull;
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        size_t cnt = counts[k];
+        float *a = malloc(cnt * sizeof(float) + 1);
+        double *b = malloc(cnt * sizeof(double) + 1);
+        fill(k * 2, rank, a, cnt, COMM_F32);
+        fill(k * 2 + 1, rank, b, cnt, COMM_F64);
+        struct comm_work *wa = NULL, *wb = NULL;
+        rc = comm_allreduce_async(c, a, cnt, COMM_F32, &wa, err);
+        if (rc == 0) {
+            rc = comm_allreduce_async(c, b, cnt, COMM_F64, &wb, err);
+            int r1 = comm_wait(c, wa, err);
+            if (rc == 0) {
+                int r2 = comm_wait(c, wb, err);
+                rc = r1 ? r1 : r2;
+            }
+        }
+        if (rc == 0)
+            rc = check_sum(k * 2, job->world, a, cnt, COMM_F32, err);
+        if (rc == 0)
+            rc = check_sum(k * 2 + 1, job->world, b, cnt, COMM_F64, err);
+        digest = fnv(a, cnt * sizeof(float), digest);
+        digest = fnv(b, cnt * sizeof(double), digest);
+        free(a);
+        free(b);
+    }
+    job->digest[rank] = digest;
+    return rc;
+}
+
+static void run_sweep(int world, size_t chunk)
+{
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    uint64_t digest[64] = {0};
+    job.world = world;
+    job.chunk = chunk;
+    job.body = sweep_body;
+    job.digest = digest;
+    run_ring(&job);
+    expect_all_ok(&job);
+    for (int i = 1; i < world; i++)
+        if (digest[i] != digest[0])
+            fail_msg("W=%d: rank %d's results differ from rank 0's", world, i);
+}
+
+static void test_comm_cpu_allreduce_w1_to_4(void **state)
+{
+    (void)state;
+    for (int w = 1; w <= 4; w++)
+        run_sweep(w, 0);
+}
+
+static void test_comm_cpu_allreduce_w5_to_8(void **state)
+{
+    (void)state;
+    for (int w = 5; w <= 8; w++)
+        run_sweep(w, 0);
+}
+
+static void test_comm_cpu_allreduce_small_chunks(void **state)
+{
+    (void)state;
+    /* Chunks of 40 and 8 bytes: many pipeline stages per segment, partial last chunks. */
+    run_sweep(3, 40);
+    run_sweep(2, 8);
+}
+
+static int bcast_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    size_t sizes[] = {0, 1, 3, 4096, 1000003};
+    int rc = 0;
+    for (int root = 0; rc == 0 && root < job->world; root++) {
+        for (size_t k = 0; rc == 0 && k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            size_t n = sizes[k];
+            unsigned char *b = malloc(n + 1);
+            for (size_t i = 0; i < n; i++)
+                b[i] = rank == root ? (unsigned char)(i * 7 + (size_t)root) : 0xEE;
+            rc = comm_broadcast(c, b, n, root, err);
+            for (size_t i = 0; rc == 0 && i < n; i++)
+                if (b[i] != (unsigned char)(i * 7 + (size_t)root))
+                    rc = err_set(err, DDP_EINTERNAL, "broadcast root %d size %zu byte %zu wrong",
+                                 root, n, i);
+            free(b);
+        }
+    }
+    return rc;
+}
+
+static void test_comm_cpu_broadcast_from_each_root(void **state)
+{
+    (void)state;
+    for (int w = 2; w <= 4; w++) {
+        struct ring_job job;
+        memset(&job, 0, sizeof(job));
+        job.world = w;
+        job.chunk = w == 3 ? 4096 : 0;
+        job.body = bcast_body;
+        run_ring(&job);
+        expect_all_ok(&job);
+    }
+}
+
+/* Rank 0 arrives late and raises a flag first; nobody may leave the barrier without it. */
+struct barrier_ctx {
+    pthread_mutex_t mu;
+    int flag;
+};
+
+static int barrier_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    struct barrier_ctx *b = job->ctx;
+    int rc = 0;
+    for (int round = 1; rc == 0 && round <= 3; round++) {
+        if (rank == 0) {
+            time_sleep_ms(30);
+            pthread_mutex_lock(&b->mu);
+            b->flag = round;
+            pthread_mutex_unlock(&b->mu);
+        }
+        rc = comm_barrier(c, err);
+        pthread_mutex_lock(&b->mu);
+        int f = b->flag;
+        pthread_mutex_unlock(&b->mu);
+        if (rc == 0 && f < round)
+            rc = err_set(err, DDP_EINTERNAL, "rank %d left barrier %d before rank 0 entered",
+                         rank, round);
+        if (rc == 0)
+            rc = comm_barrier(c, err); /* keep rank 0 from raising the next flag early */
+    }
+    return rc;
+}
+
+static void test_comm_cpu_barrier_waits_for_all(void **state)
+{
+    (void)state;
+    struct barrier_ctx b = {.flag = 0};
+    pthread_mutex_init(&b.mu, NULL);
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 4;
+    job.body = barrier_body;
+    job.ctx = &b;
+    run_ring(&job);
+    expect_all_ok(&job);
+    pthread_mutex_destroy(&b.mu);
+}
+
+static void test_comm_cpu_world_one(void **state)
+{
+    (void)state;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    assert_int_equal(comm_new("cpu", NULL, 0, 1, NULL, &c, &err), 0);
+    assert_string_equal(comm_backend_name(c), "cpu");
+    assert_int_equal(comm_rank(c), 0);
+    assert_int_equal(comm_world_size(c), 1);
+    float v[3] = {1.5f, -2, 3};
+    struct comm_work *w = NULL;
+    assert_int_equal(comm_allreduce_async(c, v, 3, COMM_F32, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_true(v[0] == 1.5f && v[1] == -2 && v[2] == 3);
+    assert_int_equal(comm_broadcast(c, v, sizeof(v), 0, &err), 0);
+    assert_int_equal(comm_barrier(c, &err), 0);
+    assert_int_equal(comm_broadcast(c, v, sizeof(v), 1, &err), DDP_EINVAL);
+    /* An un-waited work is freed by comm_free. */
+    assert_int_equal(comm_allreduce_async(c, v, 3, COMM_F32, &w, &err), 0);
+    comm_free(c);
+    comm_free(NULL);
+}
+
+static void test_comm_cpu_backend_selection(void **state)
+{
+    (void)state;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    assert_int_equal(comm_new("auto", NULL, 0, 1, NULL, &c, &err), 0);
+#ifndef DDP_HAVE_CUDA
+    assert_string_equal(comm_backend_name(c), "cpu");
+    comm_free(c);
+    c = NULL;
+    assert_int_equal(comm_new("nccl", NULL, 0, 1, NULL, &c, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "ddp was built without NCCL"));
+#endif
+    comm_free(c);
+    c = NULL;
+    assert_int_equal(comm_new("mpi", NULL, 0, 1, NULL, &c, &err), DDP_EINVAL);
+    assert_null(c);
+    assert_int_equal(comm_new("cpu", NULL, 0, 2, NULL, &c, &err), DDP_EINVAL);
+    assert_int_equal(comm_new("cpu", NULL, 2, 2, NULL, &c, &err), DDP_EINVAL);
+}
+
+/* Rank 1 issues a different count than the others: a loud error, never mixed data. */
+static int mismatch_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    (void)job;
+    float v[12] = {0};
+    return comm_allreduce(c, v, rank == 1 ? 12 : 11, COMM_F32, err);
+}
+
+static void test_comm_cpu_mismatch_detected(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 3;
+    job.timeout_ms = 10000;
+    job.body = mismatch_body;
+    int64_t t0 = time_mono_ms();
+    run_ring(&job);
+    int mismatch = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_true(job.rc[i] == DDP_EINTERNAL || job.rc[i] == DDP_EPEER);
+        if (job.rc[i] == DDP_EINTERNAL && strstr(job.msg[i], "mismatch"))
+            mismatch++;
+    }
+    assert_true(mismatch >= 1);
+    assert_true(time_mono_ms() - t0 < 10000); /* failed fast, not by the timeout */
+}
+
+/* After a failure every later call returns the same error. */
+static int sticky_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    (void)job;
+    double v[4] = {0};
+    int rc = comm_allreduce(c, v, rank == 0 ? 4 : 3, COMM_F64, err);
+    if (rc == 0)
+        return err_set(err, DDP_EINTERNAL, "mismatched all-reduce succeeded");
+    struct ddp_err e2;
+    int rc2 = comm_allreduce(c, v, 4, COMM_F64, &e2);
+    if (rc2 != rc || strcmp(e2.msg, err->msg) != 0)
+        return err_set(err, DDP_EINTERNAL, "second call gave %d '%s' after %d", rc2, e2.msg, rc);
+    if (comm_barrier(c, &e2) != rc || comm_broadcast(c, v, 8, 0, &e2) != rc)
+        return err_set(err, DDP_EINTERNAL, "barrier/broadcast not failed after an error");
+    return 0;
+}
+
+static void test_comm_cpu_error_is_sticky(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 2;
+    job.timeout_ms = 10000;
+    job.body = sticky_body;
+    run_ring(&job);
+    expect_all_ok(&job);
+}
+
+/* ---- heavy: 10^7 elements ---- */
+
+static int large_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    size_t cnt = 10000000 + 19;
+    float *a = malloc(cnt * sizeof(float));
+    fill(77, rank, a, cnt, COMM_F32);
+    int rc = comm_allreduce(c, a, cnt, COMM_F32, err);
+    if (rc == 0)
+        rc = check_sum(77, job->world, a, cnt, COMM_F32, err);
+    job->digest[rank] = fnv(a, cnt * sizeof(float), 0xcbf29ce484222325ull);
+    free(a);
+    return rc;
+}
+
+static void test_comm_cpu_allreduce_ten_million(void **state)
+{
+    (void)state;
+    for (int w = 2; w <= 3; w++) {
+        struct ring_job job;
+        memset(&job, 0, sizeof(job));
+        uint64_t digest[64] = {0};
+        job.world = w;
+        job.timeout_ms = 60000;
+        job.body = large_body;
+        job.digest = digest;
+        run_ring(&job);
+        expect_all_ok(&job);
+        for (int i = 1; i < w; i++)
+            assert_true(digest[i] == digest[0]);
+    }
+}
+
+/* ---- heavy: peers in processes, killed or stopped mid-collective ---- */
+
+enum { EXIT_NO_ERROR = 20, EXIT_PEER = 21, EXIT_TIMEOUT = 22, EXIT_OTHER = 23, EXIT_SETUP = 24 };
+
+/* A rank process: all-reduces 1M floats until an error; writes one byte to ready_fd after
+ * its first success. Never returns. */
+static void rank_process(int port, int rank, int world, int64_t timeout_ms, int ready_fd)
+{
+    struct rdzv *r = NULL;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    struct comm_opts o;
+    comm_opts_default(&o);
+    o.timeout_ms = timeout_ms;
+    if (rdzv_open("127.0.0.1", port, rank, world, "s", 20000, &r, &err) < 0 ||
+        comm_new("cpu", r, rank, world, &o, &c, &err) < 0) {
+        fprintf(stderr, "rank %d setup: %s\n", rank, err.msg);
+        _exit(EXIT_SETUP);
+    }
+    size_t n = 1 << 20;
+    float *v = calloc(n, sizeof(float));
+    int code = EXIT_NO_ERROR;
+    for (int i = 0; i < 100000; i++) {
+        int rc = comm_allreduce(c, v, n, COMM_F32, &err);
+        if (rc < 0) {
+            fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+            code = rc == DDP_EPEER ? EXIT_PEER : rc == DDP_ETIMEOUT ? EXIT_TIMEOUT : EXIT_OTHER;
+            break;
+        }
+        if (i == 0 && write(ready_fd, "r", 1) != 1)
+            _exit(EXIT_OTHER);
+    }
+    /* Leave at once: rank 0's store would otherwise wait for the victim to close. */
+    _exit(code);
+}
+
+/* Waits for pid until deadline; returns its exit code, or -1 (killed then) on timeout. */
+static int reap(pid_t pid, int64_t deadline)
+{
+    for (;;) {
+        int st = 0;
+        pid_t p = waitpid(pid, &st, WNOHANG);
+        if (p == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (p < 0)
+            return -2;
+        if (time_mono_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        time_sleep_ms(10);
+    }
+}
+
+/* Forks world rank processes, waits for them to run, hits `victim` with sig, and collects the
+ * others' exit codes (codes[victim] is left alone). Returns ms from the signal to the last
+ * exit. */
+static int64_t fault_run(int world, int victim, int sig, int64_t timeout_ms, int *codes)
+{
+    int port = free_port();
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pids[8];
+    for (int i = 0; i < world; i++) {
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            close(pfd[0]);
+            rank_process(port, i, world, timeout_ms, pfd[1]);
+        }
+    }
+    close(pfd[1]);
+    int ready = 0;
+    int64_t deadline = time_mono_ms() + 60000;
+    while (ready < world && time_mono_ms() < deadline) {
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            char b[8];
+            ssize_t n = read(pfd[0], b, sizeof(b));
+            if (n <= 0)
+                break;
+            ready += (int)n;
+        }
+    }
+    close(pfd[0]);
+    int64_t t0 = time_mono_ms();
+    kill(pids[victim], sig);
+    int64_t end = t0 + timeout_ms * 4 + 30000;
+    for (int i = 0; i < world; i++)
+        if (i != victim)
+            codes[i] = reap(pids[i], end);
+    int64_t took = time_mono_ms() - t0;
+    kill(pids[victim], SIGKILL);
+    kill(pids[victim], SIGCONT);
+    reap(pids[victim], time_mono_ms() + 10000);
+    if (ready < world)
+        fail_msg("only %d of %d ranks got going", ready, world);
+    return took;
+}
+
+static void test_comm_cpu_killed_peer_fails_others(void **state)
+{
+    (void)state;
+    int codes[8] = {0};
+    int64_t timeout_ms = 20000;
+    /* W=4: ranks 0 (sends to the victim), 2 (receives from it) and 3 (neither). */
+    int64_t took = fault_run(4, 1, SIGKILL, timeout_ms, codes);
+    for (int i = 0; i < 4; i++)
+        if (i != 1 && codes[i] != EXIT_PEER)
+            fail_msg("rank %d exited %d, want %d (peer lost)", i, codes[i], EXIT_PEER);
+    /* Well inside the timeout: the failure is noticed, not waited out. */
+    assert_true(took < timeout_ms);
+}
+
+static void test_comm_cpu_stopped_peer_times_out(void **state)
+{
+    (void)state;
+    int codes[8] = {0};
+    int64_t timeout_ms = 1500;
+    fault_run(3, 2, SIGSTOP, timeout_ms, codes);
+    /* The stopped rank's neighbours time out; the first to do so closes its sockets, so a
+     * rank may see that as a lost peer instead. Nobody hangs or succeeds. */
+    int timeouts = 0;
+    for (int i = 0; i < 2; i++) {
+        if (codes[i] != EXIT_TIMEOUT && codes[i] != EXIT_PEER)
+            fail_msg("rank %d exited %d, want %d or %d", i, codes[i], EXIT_TIMEOUT, EXIT_PEER);
+        timeouts += codes[i] == EXIT_TIMEOUT;
+    }
+    assert_true(timeouts >= 1);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_DFL); /* MSG_NOSIGNAL must make this harmless */
+    const struct CMUnitTest light[] = {
+        cmocka_unit_test(test_comm_cpu_world_one),
+        cmocka_unit_test(test_comm_cpu_backend_selection),
+        cmocka_unit_test(test_comm_cpu_allreduce_w1_to_4),
+        cmocka_unit_test(test_comm_cpu_allreduce_w5_to_8),
+        cmocka_unit_test(test_comm_cpu_allreduce_small_chunks),
+        cmocka_unit_test(test_comm_cpu_broadcast_from_each_root),
+        cmocka_unit_test(test_comm_cpu_barrier_waits_for_all),
+        cmocka_unit_test(test_comm_cpu_mismatch_detected),
+        cmocka_unit_test(test_comm_cpu_error_is_sticky),
+    };
+    const struct CMUnitTest heavy[] = {
+        cmocka_unit_test(test_comm_cpu_allreduce_ten_million),
+        cmocka_unit_test(test_comm_cpu_killed_peer_fails_others),
+        cmocka_unit_test(test_comm_cpu_stopped_peer_times_out),
+    };
+    if (argc > 1 && strcmp(argv[1], "heavy") == 0)
+        return cmocka_run_group_tests_name("comm_cpu_heavy", heavy, NULL, NULL);
+    return cmocka_run_group_tests_name("comm_cpu", light, NULL, NULL);
+}

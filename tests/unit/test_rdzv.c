@@ -1,0 +1,367 @@
+/*
+ * test_rdzv.c - the rendezvous store: set/get/wait/add/barrier between ranks running as
+ * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, rank 0's close.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/timeutil.h"
+#include "worker/rdzv.h"
+
+/* A port that was free a moment ago on 127.0.0.1. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t sl = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void test_rdzv_set_get_add_wait(void **state)
+{
+    (void)state;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "s", 5000, &r, &err), 0);
+    assert_int_equal(rdzv_set(r, "a", "hello", 5, &err), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r, "a", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(v, "hello", 5);
+    free(v);
+    /* Overwrite, and an empty value. */
+    assert_int_equal(rdzv_set(r, "a", "", 0, &err), 0);
+    assert_int_equal(rdzv_get(r, "a", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, 0);
+    free(v);
+    int64_t n = 0;
+    assert_int_equal(rdzv_add(r, "cnt", 5, &n, &err), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(rdzv_add(r, "cnt", -7, &n, &err), 0);
+    assert_int_equal(n, -2);
+    assert_int_equal(rdzv_get(r, "cnt", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, 2);
+    assert_memory_equal(v, "-2", 2);
+    free(v);
+    /* add on a non-integer value is refused and the connection stays usable. */
+    assert_int_equal(rdzv_set(r, "txt", "abc", 3, &err), 0);
+    assert_int_equal(rdzv_add(r, "txt", 1, &n, &err), DDP_EINVAL);
+    const char *keys[] = {"a", "cnt", "txt"};
+    assert_int_equal(rdzv_wait(r, keys, 3, 1000, &err), 0);
+    assert_int_equal(rdzv_barrier(r, "solo", 1000, &err), 0);
+    rdzv_close(r);
+}
+
+static void test_rdzv_deadline_expires(void **state)
+{
+    (void)state;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 5000, &r, &err), 0);
+    void *v = NULL;
+    size_t len = 0;
+    int64_t t0 = time_mono_ms();
+    assert_int_equal(rdzv_get(r, "missing", 150, &v, &len, &err), DDP_ETIMEOUT);
+    assert_true(time_mono_ms() - t0 >= 150);
+    assert_non_null(strstr(err.msg, "missing"));
+    assert_int_equal(rdzv_set(r, "x", "1", 1, &err), 0);
+    const char *keys[] = {"x", "missing"};
+    assert_int_equal(rdzv_wait(r, keys, 2, 100, &err), DDP_ETIMEOUT);
+    /* The connection is still in step after a timed-out request. */
+    assert_int_equal(rdzv_get(r, "x", 100, &v, &len, &err), 0);
+    free(v);
+    rdzv_close(r);
+}
+
+static void test_rdzv_limits(void **state)
+{
+    (void)state;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 5000, &r, &err), 0);
+    char key[RDZV_KEY_MAX + 2];
+    memset(key, 'k', sizeof(key) - 1);
+    key[sizeof(key) - 1] = '\0';
+    assert_int_equal(rdzv_set(r, key, "v", 1, &err), DDP_EINVAL);
+    key[RDZV_KEY_MAX] = '\0'; /* exactly the maximum */
+    assert_int_equal(rdzv_set(r, key, "v", 1, &err), 0);
+    assert_int_equal(rdzv_set(r, "", "v", 1, &err), DDP_EINVAL);
+    char *big = malloc(RDZV_VALUE_MAX + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < RDZV_VALUE_MAX + 1; i++)
+        big[i] = (char)(i * 31);
+    assert_int_equal(rdzv_set(r, "big", big, RDZV_VALUE_MAX + 1, &err), DDP_ETOOBIG);
+    assert_int_equal(rdzv_set(r, "big", big, RDZV_VALUE_MAX, &err), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r, "big", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, RDZV_VALUE_MAX);
+    assert_memory_equal(v, big, RDZV_VALUE_MAX);
+    free(v);
+    free(big);
+    rdzv_close(r);
+}
+
+struct rank_arg {
+    int port, rank, world;
+    int rc;
+    char msg[512];
+};
+
+static void *rank_main(void *p)
+{
+    struct rank_arg *a = p;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    int rc = rdzv_open("127.0.0.1", a->port, a->rank, a->world, "tok", 10000, &r, &err);
+    char key[32], val[32];
+    for (int round = 0; rc == 0 && round < 2; round++) {
+        /* Every rank publishes, then reads every other rank's value (blocking get). */
+        snprintf(key, sizeof(key), "k/%d/%d", round, a->rank);
+        int vl = snprintf(val, sizeof(val), "v%d-%d", round, a->rank * 7);
+        rc = rdzv_set(r, key, val, (size_t)vl, &err);
+        for (int q = 0; rc == 0 && q < a->world; q++) {
+            void *v = NULL;
+            size_t len = 0;
+            snprintf(key, sizeof(key), "k/%d/%d", round, q);
+            rc = rdzv_get(r, key, 10000, &v, &len, &err);
+            if (rc == 0) {
+                vl = snprintf(val, sizeof(val), "v%d-%d", round, q * 7);
+                if (len != (size_t)vl || memcmp(v, val, len) != 0)
+                    rc = err_set(&err, DDP_EINTERNAL, "rank %d read a wrong value for %s",
+                                 a->rank, key);
+            }
+            free(v);
+        }
+        int64_t n = 0;
+        if (rc == 0)
+            rc = rdzv_add(r, "counter", 1, &n, &err);
+        if (rc == 0)
+            rc = rdzv_barrier(r, "round", 10000, &err);
+        /* After the barrier every rank has added: the counter is complete. */
+        if (rc == 0)
+            rc = rdzv_add(r, "counter", 0, &n, &err);
+        if (rc == 0 && n != (int64_t)a->world * (round + 1))
+            rc = err_set(&err, DDP_EINTERNAL, "counter %lld after barrier %d", (long long)n,
+                         round);
+        if (rc == 0)
+            rc = rdzv_barrier(r, "round", 10000, &err);
+    }
+    a->rc = rc;
+    memcpy(a->msg, err.msg, sizeof(a->msg));
+    rdzv_close(r);
+    return NULL;
+}
+
+static void test_rdzv_ranks_exchange_and_barrier(void **state)
+{
+    (void)state;
+    enum { W = 5 };
+    struct rank_arg args[W];
+    pthread_t th[W];
+    int port = free_port();
+    /* Start the non-zero ranks first: they retry until rank 0 serves. */
+    for (int i = W - 1; i >= 0; i--) {
+        args[i] = (struct rank_arg){.port = port, .rank = i, .world = W};
+        assert_int_equal(pthread_create(&th[i], NULL, rank_main, &args[i]), 0);
+    }
+    for (int i = 0; i < W; i++) {
+        pthread_join(th[i], NULL);
+        if (args[i].rc != 0)
+            fail_msg("rank %d: %d %s", i, args[i].rc, args[i].msg);
+    }
+}
+
+static void test_rdzv_wrong_secret_refused(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *bad = NULL, *good = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "right", 5000, &r0, &err), 0);
+    int64_t t0 = time_mono_ms();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "wrong", 5000, &bad, &err), DDP_EPERM);
+    assert_null(bad);
+    assert_true(time_mono_ms() - t0 < 5000); /* refused, not timed out */
+    assert_non_null(strstr(err.msg, "DDP_JOB_TOKEN"));
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "rig", 5000, &bad, &err), DDP_EPERM);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "", 5000, &bad, &err), DDP_EPERM);
+    /* A rank that does not fit the world is refused too. */
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "right", 5000, &bad, &err), DDP_EINVAL);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "right", 5000, &good, &err), 0);
+    assert_int_equal(rdzv_set(good, "k", "v", 1, &err), 0);
+    rdzv_close(good);
+    rdzv_close(r0);
+}
+
+static void test_rdzv_garbage_client_dropped(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "s", 5000, &r0, &err), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    /* A frame announcing 2^31 bytes: over the bound, the server must drop us. */
+    unsigned char junk[8] = {0, 0, 0, 0x80, 1, 2, 3, 4};
+    assert_int_equal(send(fd, junk, sizeof(junk), MSG_NOSIGNAL), (ssize_t)sizeof(junk));
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char b[16];
+    assert_int_equal(recv(fd, b, sizeof(b), 0), 0); /* EOF: dropped */
+    close(fd);
+    /* A request before hello is refused with a reply, then dropped. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    unsigned char set[] = {4, 0, 0, 0, 2, 1, 0, 'k'};
+    assert_int_equal(send(fd, set, sizeof(set), MSG_NOSIGNAL), (ssize_t)sizeof(set));
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t n = recv(fd, b, sizeof(b), MSG_WAITALL);
+    assert_true(n >= 5);
+    assert_int_equal(b[4], 2); /* permission denied */
+    close(fd);
+    /* The store still serves its real clients. */
+    assert_int_equal(rdzv_set(r0, "after", "1", 1, &err), 0);
+    rdzv_close(r0);
+}
+
+static void test_rdzv_port_in_use(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    socklen_t sl = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    int port = ntohs(a.sin_port);
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "", 2000, &r, &err), DDP_EEXIST);
+    assert_null(r);
+    char want[64];
+    snprintf(want, sizeof(want), "MASTER_PORT %d is already in use", port);
+    assert_string_equal(err.msg, want);
+    close(fd);
+}
+
+static void test_rdzv_unreachable_times_out(void **state)
+{
+    (void)state;
+    int port = free_port();
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int64_t t0 = time_mono_ms();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "", 300, &r, &err), DDP_ETIMEOUT);
+    assert_true(time_mono_ms() - t0 >= 300);
+    assert_null(r);
+    assert_int_equal(rdzv_open("127.0.0.1", 0, 1, 2, "", 300, &r, &err), DDP_EINVAL);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 2, 2, "", 300, &r, &err), DDP_EINVAL);
+}
+
+struct closer {
+    struct rdzv *r;
+    int done;
+    pthread_mutex_t mu;
+};
+
+static void *close_main(void *p)
+{
+    struct closer *c = p;
+    rdzv_close(c->r);
+    pthread_mutex_lock(&c->mu);
+    c->done = 1;
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void test_rdzv_rank0_close_waits_for_others(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *r1 = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "", 10000, &r0, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "", 10000, &r1, &err), 0);
+    struct closer c = {.r = r0};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, close_main, &c), 0);
+    /* While rank 1 is still open, rank 0's close keeps serving it. */
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(rdzv_set(r1, "still", "here", 4, &err), 0);
+        pthread_mutex_lock(&c.mu);
+        int done = c.done;
+        pthread_mutex_unlock(&c.mu);
+        assert_int_equal(done, 0);
+        time_sleep_ms(5);
+    }
+    rdzv_close(r1);
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&c.mu);
+}
+
+static void test_rdzv_rank0_close_is_bounded(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *r1 = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 3, "", 200, &r0, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "", 200, &r1, &err), 0);
+    /* Rank 2 never comes and rank 1 stays: the close still returns (after ~200 ms). */
+    rdzv_close(r0);
+    assert_int_equal(rdzv_set(r1, "gone", "1", 1, &err), DDP_EPEER);
+    assert_int_equal(rdzv_set(r1, "gone", "1", 1, &err), DDP_EPEER);
+    rdzv_close(r1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rdzv_set_get_add_wait),
+        cmocka_unit_test(test_rdzv_deadline_expires),
+        cmocka_unit_test(test_rdzv_limits),
+        cmocka_unit_test(test_rdzv_ranks_exchange_and_barrier),
+        cmocka_unit_test(test_rdzv_wrong_secret_refused),
+        cmocka_unit_test(test_rdzv_garbage_client_dropped),
+        cmocka_unit_test(test_rdzv_port_in_use),
+        cmocka_unit_test(test_rdzv_unreachable_times_out),
+        cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
+        cmocka_unit_test(test_rdzv_rank0_close_is_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
