@@ -137,6 +137,9 @@ class Trainer:
 def login(b, url, token):
     b.navigate(url + "/")
     b.wait_js("login dialog", "!document.getElementById('login').hidden")
+    bg = b.js("getComputedStyle(document.querySelector('header.top')).backgroundColor")
+    assert bg == "rgb(29, 35, 48)", "app.css not applied (header background %r)" % bg
+    assert b.js("typeof DdpChart") == "object", "chart.js not loaded"
     b.click("#token")
     b.type_text("not-the-token")
     b.click("#login-submit")
