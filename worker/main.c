@@ -16,7 +16,7 @@ static const char usage_text[] =
     "usage: ddp-worker [--model mlp:784-256-128-10]\n"
     "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C]\n"
     "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
-    "                  [--momentum M] [--weight-decay W] [--seed S] [--bucket-cap-mb MB]\n"
+    "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed S] [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n";
 
@@ -30,7 +30,7 @@ static int usage_error(const char *msg)
 static const char *const valued[] = {
     "--model", "--data", "--epochs", "--batch-size", "--lr", "--lr-scale", "--momentum",
     "--weight-decay", "--seed", "--bucket-cap-mb", "--backend", "--checkpoint-dir",
-    "--timeout", "--trace", "--dump-params", "--max-steps", NULL};
+    "--timeout", "--lr-schedule", "--trace", "--dump-params", "--max-steps", NULL};
 
 static int is_valued(const char *name)
 {
@@ -72,6 +72,14 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
             o->lr_scale_linear = 0;
         else
             return err_set(err, DDP_EINVAL, "--lr-scale: want linear or none, got '%s'", val);
+    } else if (strcmp(name, "--lr-schedule") == 0) {
+        if (strcmp(val, "cosine") == 0)
+            o->lr_cosine = 1;
+        else if (strcmp(val, "constant") == 0)
+            o->lr_cosine = 0;
+        else
+            return err_set(err, DDP_EINVAL, "--lr-schedule: want cosine or constant, got '%s'",
+                           val);
     } else if (strcmp(name, "--momentum") == 0) {
         rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
         if (rc == 0)

@@ -61,8 +61,9 @@ void train_opts_default(struct train_opts *o)
     o->data = "fashion-mnist";
     o->epochs = 10;
     o->batch_size = 32;
-    o->lr = 0.02;
+    o->lr = 0.01;
     o->lr_scale_linear = 1;
+    o->lr_cosine = 1;
     o->momentum = 0.9;
     o->weight_decay = 0.0;
     o->seed = 1;
@@ -85,6 +86,13 @@ void train_format_thousands(double v, char *buf, size_t size)
         buf[o++] = digits[i];
     }
     buf[o < size ? o : size - 1] = '\0';
+}
+
+double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs)
+{
+    if (!cosine || epochs == 0)
+        return base;
+    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)epoch / (double)epochs));
 }
 
 struct hook_ctx {
@@ -366,6 +374,7 @@ int train_run(const struct train_opts *o)
 
     for (uint32_t epoch = r.start_epoch; epoch < (uint32_t)o->epochs && !stop; epoch++) {
         sampler_set_epoch(&smp, epoch);
+        r.opt.lr = (float)train_lr_at(lr, o->lr_cosine, epoch, (uint32_t)o->epochs);
         int64_t t0 = time_mono_ns();
         double loss_sum = 0.0, seen = 0.0;
         for (size_t start = 0; start < smp.num_samples; start += o->batch_size) {

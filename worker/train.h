@@ -21,6 +21,7 @@ struct train_opts {
     size_t batch_size;      /* per rank */
     double lr;              /* before scaling */
     int lr_scale_linear;    /* 1: lr * world_size */
+    int lr_cosine;          /* 1: cosine decay over the epochs (per epoch), 0: constant */
     double momentum;
     double weight_decay;
     uint64_t seed;
@@ -39,6 +40,10 @@ void train_opts_default(struct train_opts *o);
 
 /* Runs the job; returns the exit code. Failures are logged once, here. */
 int train_run(const struct train_opts *o);
+
+/* The learning rate of epoch (0-based) of epochs: base, or with cosine base * (1 +
+ * cos(pi * epoch / epochs)) / 2. */
+double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs);
 
 /* Formats v rounded to an integer with thousands separators ("14,250") into buf. */
 void train_format_thousands(double v, char *buf, size_t size);
