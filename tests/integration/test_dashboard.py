@@ -86,8 +86,8 @@ class Trainer:
             if gen <= self.failed_gen:
                 continue  # the failed generation's survivors: being stopped
             key = (job, gen, rank)
-            lines = ["rank %d: step %d of generation %d" % (rank, self.log_seq.get(key, 0) + 1,
-                                                            gen)]
+            lines = ["rank %d: step %d of generation %d <b>as text</b>" % (
+                rank, self.log_seq.get(key, 0) + 1, gen)]
             if rank == 0 and self.epochs_sent < EPOCHS and \
                     (self.epochs_sent != FAIL_AFTER or self.failed_gen) and \
                     time.monotonic() - self.t_last_epoch > 1.0:
@@ -211,6 +211,8 @@ def phase_live(b, c, api, trainer, job):
     b.click("#rank-layout .rank[data-rank='2']")
     b.wait_js("rank 2 log", "(%s).includes('rank 2: step')" % text("#log"), timeout=15)
     assert "rank 0: step" not in b.js(text("#log")), "rank 0 lines in rank 2's log"
+    assert "<b>as text</b>" in b.js(text("#log")) and b.js(count("#log b")) == 0, \
+        "log markup was interpreted"
     print("rank layout %s; log of rank 0 grew from %d lines; rank 2's log shown" % (layout, n0))
     print("screenshot", b.screenshot(os.path.join(ART, "dashboard-job.png")))
 
