@@ -5,3 +5,7 @@ ddp_script_test(NAME cli_commands
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_commands.py TIMEOUT 180 LABELS cli)
 ddp_script_test(NAME cli_follow
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_follow.py TIMEOUT 180 LABELS cli)
+# deploy/: up.sh and down.sh run for real (two runs of the main job), the other recipes checked
+# for syntax. Heavy: it runs real training; skipped under ASan.
+ddp_script_test(NAME cli_deploy
+  COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_deploy.py TIMEOUT 900 LABELS "cli;heavy")
