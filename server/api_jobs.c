@@ -1,0 +1,139 @@
+/*
+ * api_jobs.c - /v1/jobs*: submit, list, get, cancel, events, metrics, logs.
+ *
+ * Each handler parses and checks its inputs (answering 400/404 itself), calls coord_*,
+ * and sets the answer. Nothing here holds state.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/coord.h"
+#include "server/http.h"
+#include "server/validate.h"
+
+/* Reads the {id} of the path; answers 404 when it is not a job id. */
+static int api_job_id(struct api_req *r, int64_t *id)
+{
+    if (validate_job_id(r->param, id) != 0) {
+        api_reply_errf(r, DDP_ENOTFOUND, "job %.64s not found", r->param);
+        return -1;
+    }
+    return 0;
+}
+
+static void api_answer(struct api_req *r, int rc, int status, char *out,
+                       const struct ddp_err *e)
+{
+    if (rc)
+        api_reply_err(r, e);
+    else
+        api_reply_json(r, status, out);
+}
+
+void api_jobs_submit(struct api_req *r)
+{
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_submit(r->coord, body, r->now, &out, &e);
+    json_decref(body);
+    api_answer(r, rc, 201, out, &e);
+}
+
+void api_jobs_list(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    int state = -1;
+    int64_t page_size, token = 0;
+    const char *s = api_query(r, "state");
+    if (s) {
+        enum job_state st;
+        if (jobstate_parse(s, &st) != 0) {
+            api_reply_errf(r, DDP_EINVAL,
+                           "field 'state': '%.32s' is not one of PENDING, RUNNING, RESTARTING, "
+                           "SUCCEEDED, FAILED, CANCELLING, CANCELLED",
+                           s);
+            return;
+        }
+        state = (int)st;
+    }
+    if (api_query_int(r, "page_size", 1, 1000, 100, &page_size) != 0)
+        return;
+    const char *t = api_query(r, "page_token");
+    if (t && *t && api_query_int(r, "page_token", 1, INT64_MAX / 2, 0, &token) != 0)
+        return;
+    int rc = coord_list_jobs(r->coord, state, (int)page_size, token, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_get(struct api_req *r)
+{
+    int64_t id;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id(r, &id) != 0)
+        return;
+    int rc = coord_get_job(r->coord, id, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_cancel(struct api_req *r)
+{
+    int64_t id;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id(r, &id) != 0)
+        return;
+    /* an empty body or {} is fine; anything else must be a JSON object too */
+    if (r->body_len > 0) {
+        json_t *body = NULL;
+        if (api_parse_body(r, &body) != 0)
+            return;
+        int keys = (int)json_object_size(body);
+        json_decref(body);
+        if (keys) {
+            api_reply_errf(r, DDP_EINVAL, "cancel takes no fields");
+            return;
+        }
+    }
+    int rc = coord_cancel(r->coord, id, r->now, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_events(struct api_req *r)
+{
+    int64_t id, after;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0)
+        return;
+    int rc = coord_events(r->coord, id, after, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_metrics(struct api_req *r)
+{
+    int64_t id, after;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0)
+        return;
+    int rc = coord_metrics(r->coord, id, after, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_logs(struct api_req *r)
+{
+    int64_t id, after, limit, rank;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0 ||
+        api_query_int(r, "limit", 1, 10000, 1000, &limit) != 0 ||
+        api_query_int(r, "rank", 0, 1 << 20, -1, &rank) != 0)
+        return;
+    int rc = coord_logs(r->coord, id, (int)rank, after, (int)limit, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}

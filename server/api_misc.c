@@ -1,0 +1,79 @@
+/*
+ * api_misc.c - /healthz, /metrics, /v1/openapi.json and the dashboard files (/ and /ui/<file>),
+ * all served from memory (the documents are embedded at build time).
+ */
+#include <string.h>
+
+#include "common/xalloc.h"
+#include "server/embed.h"
+#include "server/http.h"
+#include "server/metrics.h"
+
+void api_misc_healthz(struct api_req *r)
+{
+    api_reply_json(r, 200, xstrdup("{\"status\":\"ok\"}"));
+}
+
+void api_misc_metrics(struct api_req *r)
+{
+    api_reply_json(r, 200, metrics_render(r->coord));
+    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+void api_misc_openapi(struct api_req *r)
+{
+    const struct embed_file *f = embed_find("schema/openapi.json");
+    if (!f) {
+        api_reply_errf(r, DDP_EUNAVAIL, "this ddpd was built without schema/openapi.json");
+        return;
+    }
+    api_reply_static(r, 200, "application/json", f->data, f->len);
+}
+
+static const char *api_content_type(const char *name)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = {
+        {".html", "text/html; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".json", "application/json"},
+        {".svg", "image/svg+xml"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"},
+    };
+    const char *dot = strrchr(name, '.');
+    if (dot)
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+            if (strcmp(dot, types[i].ext) == 0)
+                return types[i].type;
+    return "application/octet-stream";
+}
+
+static void api_web_file(struct api_req *r, const char *file)
+{
+    char name[512];
+    const struct embed_file *f = NULL;
+    if (!strstr(file, "..") && strlen(file) < sizeof(name) - 8) {
+        memcpy(name, "web/", 4);
+        memcpy(name + 4, file, strlen(file) + 1);
+        f = embed_find(name);
+    }
+    if (!f) {
+        api_reply_errf(r, DDP_ENOTFOUND, "no file %.200s in the dashboard", file);
+        return;
+    }
+    api_reply_static(r, 200, api_content_type(file), f->data, f->len);
+}
+
+void api_misc_index(struct api_req *r)
+{
+    api_web_file(r, "index.html");
+}
+
+void api_misc_ui(struct api_req *r)
+{
+    api_web_file(r, r->param);
+}

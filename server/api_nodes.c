@@ -1,0 +1,55 @@
+/*
+ * api_nodes.c - /v1/nodes: register and heartbeat (agent token), list (user token).
+ */
+#include <stdlib.h>
+
+#include "server/coord.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/validate.h"
+
+void api_nodes_register(struct api_req *r)
+{
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_register(r->coord, body, r->now, &out, &e);
+    json_decref(body);
+    if (rc)
+        api_reply_err(r, &e);
+    else
+        api_reply_json(r, 200, out);
+}
+
+void api_nodes_heartbeat(struct api_req *r)
+{
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    metrics_beat();
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "node %.64s not registered", r->param);
+        return;
+    }
+    if (api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_beat(r->coord, r->param, body, r->now, &out, &e);
+    json_decref(body);
+    if (rc)
+        api_reply_err(r, &e);
+    else
+        api_reply_json(r, 200, out);
+}
+
+void api_nodes_list(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    int rc = coord_list_nodes(r->coord, r->now, &out, &e);
+    if (rc)
+        api_reply_err(r, &e);
+    else
+        api_reply_json(r, 200, out);
+}

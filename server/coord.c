@@ -1,0 +1,1590 @@
+/*
+ * coord.c - the coordinator's state and rules (see coord.h for the contract, docs/ddpd.md
+ * for the rules in prose, jobstate.c for the state machine).
+ *
+ * Invariants:
+ *   1. One mutex (c->mu) guards everything here, the store included. Every change is
+ *      committed to SQLite while the mutex is held and applied to memory only after the
+ *      commit returned; a failed commit leaves memory as it was.
+ *   2. A node's desired set is computed, never stored: every RUNNING job whose current
+ *      placement holds the node. Any change of it bumps node->version and wakes the node's
+ *      held heartbeat.
+ *   3. A job in RESTARTING or CANCELLING keeps its last placement; entries whose workers may
+ *      still run are `draining` and still hold their slots. The job moves on when no entry
+ *      drains or when drain_deadline (grace_period_s + 10 s) has passed.
+ *   4. Worker reports for a generation that is not the job's current one are ignored.
+ *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused.
+ */
+#include "server/coord.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/exitcodes.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/sched.h"
+#include "server/store.h"
+#include "server/validate.h"
+
+enum end_kind {
+    END_NONE = 0,
+    END_FAILURE = 1, /* counts against max_restarts */
+    END_SCALE = 2,   /* scale-up: does not count */
+    END_FINAL = 3,   /* a limit (max_runtime_s): FAILED without restart */
+    END_CANCEL = 4,
+};
+
+#define RANK_RUNNING INT_MIN
+#define REASON_MAX 1024
+
+struct node {
+    char name[64];
+    char *address;
+    int slots;
+    int port_lo, port_hi;
+    char *incarnation;
+    int ready;              /* READY (1) or LOST (0) */
+    int64_t last_seen;      /* monotonic ms of the last beat (or of ddpd's start) */
+    int64_t last_beat_wall; /* 0: never */
+    int64_t registered_at;
+    uint64_t version;
+    pthread_cond_t cond;
+};
+
+struct job_node {
+    int node; /* index into c->nodes */
+    int group_rank;
+    int draining;
+};
+
+/* The part of a job written by a transition (copied whole, so a failed commit restores). */
+struct job_st {
+    enum job_state state;
+    int generation, restarts, world_size;
+    char master_addr[256];
+    int master_port;
+    struct job_node *pl; /* placement of the current (or last) generation; owned */
+    int npl;
+    char reason[REASON_MAX];
+    char end_reason[REASON_MAX];
+    int end_kind;
+    int64_t started_at, finished_at;
+    int64_t event_seq;
+};
+
+struct mark {
+    int64_t gen;
+    int rank; /* -1: metrics */
+    int64_t last_seq;
+};
+
+struct job {
+    int64_t id;
+    struct job_spec spec;
+    char *spec_text;
+    char token[33];
+    int64_t created_at;
+    struct job_st st;
+    json_t *last_metrics;
+    int64_t log_seq, metric_seq;
+    struct mark *marks;
+    size_t nmarks, capmarks;
+    int *rank_exit;         /* world_size entries: RANK_RUNNING or the exit status */
+    char fail_reason[REASON_MAX]; /* first failure seen in the current generation, or "" */
+    int64_t drain_deadline; /* monotonic ms */
+    char *json_cache;
+};
+
+struct coord {
+    pthread_mutex_t mu;
+    struct store *store;
+    struct coord_opts opts;
+    int64_t wall_offset; /* wall ms = now + wall_offset */
+    uint64_t version_base;
+    int shutting_down;
+    struct job **jobs;
+    size_t njobs, capjobs;
+    struct node **nodes;
+    size_t nnodes, capnodes;
+};
+
+static int64_t coord_wall(struct coord *c, int64_t now)
+{
+    return now + c->wall_offset;
+}
+
+static void coord_time_str(int64_t wall, char *buf, size_t size)
+{
+    time_format_rfc3339(wall, buf, size);
+}
+
+static json_t *coord_time_json(int64_t wall)
+{
+    char buf[40];
+    if (!wall)
+        return json_null();
+    coord_time_str(wall, buf, sizeof(buf));
+    return json_string(buf);
+}
+
+static struct job *coord_job(struct coord *c, int64_t id)
+{
+    if (id < 1 || (uint64_t)id > c->njobs)
+        return NULL;
+    return c->jobs[id - 1];
+}
+
+static int coord_node_index(struct coord *c, const char *name)
+{
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (strcmp(c->nodes[i]->name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void coord_bump(struct node *n)
+{
+    n->version++;
+    pthread_cond_broadcast(&n->cond);
+}
+
+/* 1 when node n has been silent for the node timeout (it counts as gone for jobs). */
+static int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
+{
+    return !n->ready && now - n->last_seen >= c->opts.node_timeout_ms;
+}
+
+/* --- JSON views ------------------------------------------------------------------------ */
+
+static json_t *coord_job_json(struct coord *c, const struct job *j)
+{
+    json_t *nodes = json_array();
+    int nproc = j->spec.nproc;
+    for (int i = 0; i < j->st.npl; i++) {
+        const struct job_node *p = &j->st.pl[i];
+        json_t *ranks = json_array();
+        for (int r = 0; r < nproc; r++)
+            json_array_append_new(ranks, json_integer((json_int_t)p->group_rank * nproc + r));
+        json_array_append_new(nodes, json_pack("{s:s, s:i, s:o}", "name",
+                                               c->nodes[p->node]->name, "group_rank",
+                                               p->group_rank, "ranks", ranks));
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "j-%lld", (long long)j->id);
+    json_t *o = json_pack("{s:s, s:s, s:O, s:s, s:i, s:i, s:i, s:s, s:i, s:o, s:O, s:s, s:o, "
+                          "s:o, s:o}",
+                          "id", id, "name", j->spec.name, "spec", j->spec.json, "state",
+                          jobstate_name(j->st.state), "generation", j->st.generation, "restarts",
+                          j->st.restarts, "world_size", j->st.world_size, "master_addr",
+                          j->st.master_addr, "master_port", j->st.master_port, "nodes", nodes,
+                          "last_metrics", j->last_metrics ? j->last_metrics : json_null(),
+                          "reason", j->st.reason, "created_at", coord_time_json(j->created_at),
+                          "started_at", coord_time_json(j->st.started_at), "finished_at",
+                          coord_time_json(j->st.finished_at));
+    if (!o)
+        abort();
+    return o;
+}
+
+static char *coord_job_text(struct coord *c, struct job *j)
+{
+    if (!j->json_cache) {
+        json_t *o = coord_job_json(c, j);
+        j->json_cache = jsonx_dumps(o);
+        json_decref(o);
+    }
+    return xstrdup(j->json_cache);
+}
+
+static void coord_job_dirty(struct job *j)
+{
+    free(j->json_cache);
+    j->json_cache = NULL;
+}
+
+static int coord_slots_used(struct coord *c, int node)
+{
+    int used = 0;
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
+            continue;
+        for (int k = 0; k < j->st.npl; k++)
+            if (j->st.pl[k].node == node && (j->st.state == JOB_RUNNING || j->st.pl[k].draining))
+                used += j->spec.nproc;
+    }
+    return used;
+}
+
+static json_t *coord_node_json(struct coord *c, int idx, int64_t now)
+{
+    struct node *n = c->nodes[idx];
+    char range[32];
+    snprintf(range, sizeof(range), "%d-%d", n->port_lo, n->port_hi);
+    int64_t wall = coord_wall(c, now);
+    json_t *age = n->last_beat_wall ? json_integer(wall - n->last_beat_wall > 0
+                                                       ? wall - n->last_beat_wall : 0)
+                                    : json_null();
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o}", "name", n->name,
+                          "address", n->address, "slots", n->slots, "slots_used",
+                          coord_slots_used(c, idx), "state", n->ready ? "READY" : "LOST",
+                          "port_range", range, "last_heartbeat",
+                          coord_time_json(n->last_beat_wall), "last_heartbeat_age_ms", age,
+                          "registered_at", coord_time_json(n->registered_at));
+    if (!o)
+        abort();
+    return o;
+}
+
+/* --- persistence of a job -------------------------------------------------------------- */
+
+static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < npl; i++)
+        json_array_append_new(a, json_pack("{s:s, s:i}", "name", c->nodes[pl[i].node]->name,
+                                           "group_rank", pl[i].group_rank));
+    char *s = jsonx_dumps(a);
+    json_decref(a);
+    return s;
+}
+
+/* Writes the jobs row of j as it would be with status st (in the open transaction). */
+static int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
+                         struct ddp_err *err)
+{
+    char *pl = coord_pl_text(c, st->pl, st->npl);
+    char *metrics = j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
+    struct store_job row = {
+        .id = j->id,
+        .name = j->spec.name,
+        .spec = j->spec_text,
+        .state = jobstate_name(st->state),
+        .generation = st->generation,
+        .restarts = st->restarts,
+        .world_size = st->world_size,
+        .master_addr = st->master_addr,
+        .master_port = st->master_port,
+        .nodes = pl,
+        .last_metrics = metrics,
+        .reason = st->reason,
+        .created_at = j->created_at,
+        .started_at = st->started_at,
+        .finished_at = st->finished_at,
+        .job_token = j->token,
+        .log_seq = j->log_seq,
+        .metric_seq = j->metric_seq,
+        .event_seq = st->event_seq,
+        .end_kind = st->end_kind,
+        .end_reason = st->end_reason,
+    };
+    int rc = store_job_put(c->store, &row, err);
+    free(pl);
+    free(metrics);
+    return rc;
+}
+
+/* Moves job j to status *next (a changed copy of j->st; next->pl may be a new array, which
+ * this function then owns): checks the state machine, commits the row and the event, and
+ * only then applies *next. On failure j is unchanged. */
+static int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
+                        struct ddp_err *err)
+{
+    int rc;
+    struct ddp_err e;
+    if (!jobstate_allowed(j->st.state, next->state)) {
+        log_error("BUG: refused transition job=j-%lld from=%s to=%s", (long long)j->id,
+                  jobstate_name(j->st.state), jobstate_name(next->state));
+        rc = err_set(err, DDP_EINTERNAL, "refused transition %s -> %s",
+                     jobstate_name(j->st.state), jobstate_name(next->state));
+        goto fail;
+    }
+    next->event_seq = j->st.event_seq + 1;
+    rc = store_begin(c->store, &e);
+    if (!rc)
+        rc = coord_put_job(c, j, next, &e);
+    if (!rc)
+        rc = store_event_add(c->store, j->id, next->event_seq, coord_wall(c, now),
+                             next->generation, jobstate_name(next->state), next->reason, &e);
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc) {
+        store_rollback(c->store);
+        log_error("cannot record transition job=j-%lld to=%s: %s", (long long)j->id,
+                  jobstate_name(next->state), e.msg);
+        err_set(err, DDP_EINTERNAL, "cannot record the change: %s", e.msg);
+        goto fail;
+    }
+    log_info("job j-%lld %s -> %s generation=%d reason=\"%s\"", (long long)j->id,
+             jobstate_name(j->st.state), jobstate_name(next->state), next->generation,
+             next->reason);
+    if (j->st.pl != next->pl)
+        free(j->st.pl);
+    j->st = *next;
+    coord_job_dirty(j);
+    return 0;
+fail:
+    if (next->pl != j->st.pl)
+        free(next->pl);
+    return rc;
+}
+
+/* Ends the current generation of a RUNNING (or, for a cancel, RESTARTING) job: its
+ * assignments leave the desired sets and the job waits for the workers to go. */
+static int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason,
+                                int64_t now, struct ddp_err *err)
+{
+    struct job_st next = j->st;
+    next.state = kind == END_CANCEL ? JOB_CANCELLING : JOB_RESTARTING;
+    snprintf(next.reason, sizeof(next.reason), "%s", reason);
+    if (kind != END_CANCEL) {
+        next.end_kind = kind;
+        snprintf(next.end_reason, sizeof(next.end_reason), "%s", reason);
+    }
+    int was_running = j->st.state == JOB_RUNNING;
+    int rc = coord_commit(c, j, &next, now, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < j->st.npl; i++) {
+        struct node *n = c->nodes[j->st.pl[i].node];
+        if (was_running)
+            j->st.pl[i].draining = !coord_node_gone(c, n, now);
+        coord_bump(n);
+    }
+    if (was_running)
+        j->drain_deadline = now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
+    return 0;
+}
+
+static int coord_draining(const struct job *j)
+{
+    for (int i = 0; i < j->st.npl; i++)
+        if (j->st.pl[i].draining)
+            return 1;
+    return 0;
+}
+
+/* RESTARTING / CANCELLING: clears drains that are over and finishes the job when it is
+ * due. A RESTARTING job that may restart is left for coord_schedule(). */
+static void coord_progress(struct coord *c, struct job *j, int64_t now)
+{
+    if (j->st.state != JOB_RESTARTING && j->st.state != JOB_CANCELLING)
+        return;
+    for (int i = 0; i < j->st.npl; i++)
+        if (j->st.pl[i].draining &&
+            (coord_node_gone(c, c->nodes[j->st.pl[i].node], now) || now >= j->drain_deadline))
+            j->st.pl[i].draining = 0;
+    if (coord_draining(j))
+        return;
+    struct job_st next = j->st;
+    if (j->st.state == JOB_CANCELLING) {
+        next.state = JOB_CANCELLED;
+        snprintf(next.reason, sizeof(next.reason), "cancelled");
+    } else if (j->st.end_kind == END_FINAL ||
+               (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)) {
+        next.state = JOB_FAILED;
+        snprintf(next.reason, sizeof(next.reason), "%s", j->st.end_reason);
+    } else {
+        return;
+    }
+    next.finished_at = coord_wall(c, now);
+    coord_commit(c, j, &next, now, NULL);
+}
+
+/* A job that is ready for a (new) generation: PENDING, or RESTARTING with nothing left to
+ * drain and a restart allowed. */
+static int coord_wants_start(const struct job *j)
+{
+    if (j->st.state == JOB_PENDING)
+        return 1;
+    if (j->st.state != JOB_RESTARTING || coord_draining(j))
+        return 0;
+    if (j->st.end_kind == END_FINAL)
+        return 0;
+    if (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)
+        return 0;
+    return 1;
+}
+
+struct cand {
+    struct sched_node *sn; /* one per node; NULL name = not READY */
+    int **ports;           /* used master ports per node */
+    size_t *nports, *capports;
+    size_t n;
+};
+
+static void coord_cand_add_port(struct cand *k, int node, int port)
+{
+    if (k->nports[node] == k->capports[node]) {
+        k->capports[node] = k->capports[node] ? 2 * k->capports[node] : 8;
+        k->ports[node] = xrealloc(k->ports[node], k->capports[node] * sizeof(int));
+    }
+    k->ports[node][k->nports[node]++] = port;
+    k->sn[node].used_ports = k->ports[node];
+    k->sn[node].nused = k->nports[node];
+}
+
+/* The scheduler's view: READY nodes with their free slots and used ports. Nodes that are
+ * not READY get free_slots -1 so they are never chosen. */
+static void coord_cand_build(struct coord *c, struct cand *k)
+{
+    k->n = c->nnodes;
+    k->sn = xcalloc(k->n + 1, sizeof(*k->sn));
+    k->ports = xcalloc(k->n + 1, sizeof(*k->ports));
+    k->nports = xcalloc(k->n + 1, sizeof(*k->nports));
+    k->capports = xcalloc(k->n + 1, sizeof(*k->capports));
+    for (size_t i = 0; i < k->n; i++) {
+        struct node *n = c->nodes[i];
+        k->sn[i].name = n->name;
+        k->sn[i].free_slots = n->ready ? n->slots : -1;
+        k->sn[i].port_lo = n->port_lo;
+        k->sn[i].port_hi = n->port_hi;
+    }
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            const struct job_node *jn = &j->st.pl[p];
+            if (j->st.state == JOB_RUNNING || jn->draining) {
+                if (k->sn[jn->node].free_slots >= 0)
+                    k->sn[jn->node].free_slots -= j->spec.nproc;
+                if (j->st.master_port)
+                    coord_cand_add_port(k, jn->node, j->st.master_port);
+            }
+        }
+    }
+}
+
+static void coord_cand_release(struct cand *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->ports[i]);
+    free(k->ports);
+    free(k->nports);
+    free(k->capports);
+    free(k->sn);
+}
+
+/* Tries to start the next generation of j on the candidates; updates them on success. */
+static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t now)
+{
+    struct sched_job sj = {j->spec.nmin, j->spec.nmax, j->spec.nproc};
+    size_t cap = k->n < (size_t)j->spec.nmax ? k->n : (size_t)j->spec.nmax;
+    struct sched_placement pl = {.idx = xcalloc(cap + 1, sizeof(size_t))};
+    int avoid_node = -1;
+    if (j->st.npl > 0 && j->st.master_port) {
+        avoid_node = j->st.pl[0].node;
+        k->sn[avoid_node].avoid_port = j->st.master_port;
+    }
+    int rc = sched_place(&sj, k->sn, k->n, &pl);
+    if (avoid_node >= 0)
+        k->sn[avoid_node].avoid_port = 0;
+    if (rc) {
+        free(pl.idx);
+        return rc;
+    }
+    struct job_st next = j->st;
+    int first = j->st.state == JOB_PENDING;
+    next.pl = xcalloc(pl.n, sizeof(*next.pl));
+    next.npl = (int)pl.n;
+    for (size_t i = 0; i < pl.n; i++) {
+        next.pl[i].node = (int)pl.idx[i];
+        next.pl[i].group_rank = (int)i;
+    }
+    next.state = JOB_RUNNING;
+    next.generation = j->st.generation + 1;
+    if (!first && j->st.end_kind == END_FAILURE)
+        next.restarts = j->st.restarts + 1;
+    next.world_size = (int)pl.n * j->spec.nproc;
+    snprintf(next.master_addr, sizeof(next.master_addr), "%s", c->nodes[pl.idx[0]]->address);
+    next.master_port = pl.master_port;
+    if (first)
+        snprintf(next.reason, sizeof(next.reason), "started on %zu node%s (world size %d)",
+                 pl.n, pl.n == 1 ? "" : "s", next.world_size);
+    else
+        snprintf(next.reason, sizeof(next.reason),
+                 "generation %d started on %zu node%s (world size %d, restarts %d/%d)",
+                 next.generation, pl.n, pl.n == 1 ? "" : "s", next.world_size, next.restarts,
+                 j->spec.max_restarts);
+    next.end_kind = END_NONE;
+    next.end_reason[0] = '\0';
+    if (!next.started_at)
+        next.started_at = coord_wall(c, now);
+    free(pl.idx);
+    rc = coord_commit(c, j, &next, now, NULL);
+    if (rc)
+        return rc;
+    free(j->rank_exit);
+    j->fail_reason[0] = '\0';
+    j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
+    for (int r = 0; r < j->st.world_size; r++)
+        j->rank_exit[r] = RANK_RUNNING;
+    for (int i = 0; i < j->st.npl; i++) {
+        int ni = j->st.pl[i].node;
+        k->sn[ni].free_slots -= j->spec.nproc;
+        coord_cand_add_port(k, ni, j->st.master_port);
+        coord_bump(c->nodes[ni]);
+    }
+    return 0;
+}
+
+/* FIFO over the jobs that want a generation (submit order); a job that does not fit does
+ * not block later ones. Then scale-up of RUNNING jobs below MAX onto READY nodes that no
+ * PENDING job can use. */
+static void coord_schedule(struct coord *c, int64_t now)
+{
+    struct cand k;
+    coord_cand_build(c, &k);
+    int pending_min_nproc = INT_MAX;
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (!coord_wants_start(j))
+            continue;
+        if (coord_start(c, j, &k, now) != 0 && j->st.state == JOB_PENDING &&
+            j->spec.nproc < pending_min_nproc)
+            pending_min_nproc = j->spec.nproc;
+    }
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (j->st.state != JOB_RUNNING || j->st.npl >= j->spec.nmax)
+            continue;
+        int any_exited = 0;
+        for (int r = 0; r < j->st.world_size && j->rank_exit; r++)
+            if (j->rank_exit[r] != RANK_RUNNING)
+                any_exited = 1;
+        if (any_exited)
+            continue; /* finishing: do not disturb */
+        for (size_t ni = 0; ni < k.n; ni++) {
+            if (k.sn[ni].free_slots < j->spec.nproc || k.sn[ni].free_slots >= pending_min_nproc)
+                continue;
+            int in = 0;
+            for (int p = 0; p < j->st.npl; p++)
+                if (j->st.pl[p].node == (int)ni)
+                    in = 1;
+            if (in)
+                continue;
+            char reason[128];
+            snprintf(reason, sizeof(reason), "scale up: %s joined", c->nodes[ni]->name);
+            if (coord_end_generation(c, j, END_SCALE, reason, now, NULL) == 0)
+                k.sn[ni].free_slots = -1; /* claimed for this job's next generation */
+            break;
+        }
+    }
+    coord_cand_release(&k);
+}
+
+/* --- jobs API -------------------------------------------------------------------------- */
+
+static void coord_jobs_push(struct coord *c, struct job *j)
+{
+    if (c->njobs == c->capjobs) {
+        c->capjobs = c->capjobs ? 2 * c->capjobs : 64;
+        c->jobs = xrealloc(c->jobs, c->capjobs * sizeof(*c->jobs));
+    }
+    c->jobs[c->njobs++] = j;
+}
+
+static void coord_job_free(struct job *j)
+{
+    if (!j)
+        return;
+    validate_spec_release(&j->spec);
+    free(j->spec_text);
+    free(j->st.pl);
+    json_decref(j->last_metrics);
+    free(j->marks);
+    free(j->rank_exit);
+    free(j->json_cache);
+    free(j);
+}
+
+int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
+                 struct ddp_err *err)
+{
+    struct job *j = xcalloc(1, sizeof(*j));
+    struct ddp_err e;
+    int rc = validate_job_spec(body, &j->spec, err);
+    if (rc)
+        goto out;
+    j->spec_text = jsonx_dumps(j->spec.json);
+    if (rand_hex(j->token, 16) != 0) {
+        rc = err_set(err, DDP_EINTERNAL, "no randomness for the job token");
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    j->id = (int64_t)c->njobs + 1;
+    j->created_at = coord_wall(c, now);
+    j->st.state = JOB_PENDING;
+    j->st.event_seq = 1;
+    snprintf(j->st.reason, sizeof(j->st.reason), "submitted");
+    rc = store_begin(c->store, &e);
+    if (!rc)
+        rc = coord_put_job(c, j, &j->st, &e);
+    if (!rc)
+        rc = store_event_add(c->store, j->id, 1, j->created_at, 0, "PENDING", "submitted", &e);
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc) {
+        store_rollback(c->store);
+        pthread_mutex_unlock(&c->mu);
+        log_error("cannot store job: %s", e.msg);
+        rc = err_set(err, DDP_EINTERNAL, "cannot store the job: %s", e.msg);
+        goto out;
+    }
+    coord_jobs_push(c, j);
+    *out = coord_job_text(c, j);
+    log_info("job submitted id=j-%lld name=%s nnodes=%d:%d nproc_per_node=%d", (long long)j->id,
+             j->spec.name, j->spec.nmin, j->spec.nmax, j->spec.nproc);
+    j = NULL;
+    coord_schedule(c, now);
+    pthread_mutex_unlock(&c->mu);
+out:
+    coord_job_free(j);
+    return rc;
+}
+
+static int coord_not_found(int64_t id, struct ddp_err *err)
+{
+    return err_set(err, DDP_ENOTFOUND, "job j-%lld not found", (long long)id);
+}
+
+int coord_get_job(struct coord *c, int64_t id, char **out, struct ddp_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    struct job *j = coord_job(c, id);
+    if (j)
+        *out = coord_job_text(c, j);
+    else
+        rc = coord_not_found(id, err);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_token, char **out,
+                    struct ddp_err *err)
+{
+    json_t *arr = json_array();
+    int64_t next = 0;
+    pthread_mutex_lock(&c->mu);
+    int64_t start = page_token > 0 && (uint64_t)page_token <= c->njobs ? page_token
+                                                                        : (int64_t)c->njobs;
+    if (page_token > 0 && (uint64_t)page_token > c->njobs)
+        start = (int64_t)c->njobs;
+    for (int64_t id = start; id >= 1; id--) {
+        struct job *j = c->jobs[id - 1];
+        if (state >= 0 && (int)j->st.state != state)
+            continue;
+        if ((int)json_array_size(arr) == page_size) {
+            next = id;
+            break;
+        }
+        json_array_append_new(arr, coord_job_json(c, j));
+    }
+    pthread_mutex_unlock(&c->mu);
+    char tok[32] = "";
+    if (next)
+        snprintf(tok, sizeof(tok), "%lld", (long long)next);
+    json_t *o = json_pack("{s:o, s:s}", "jobs", arr, "next_page_token", tok);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    (void)err;
+    return 0;
+}
+
+int coord_cancel(struct coord *c, int64_t id, int64_t now, char **out, struct ddp_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    struct job *j = coord_job(c, id);
+    if (!j) {
+        rc = coord_not_found(id, err);
+        goto out;
+    }
+    if (jobstate_is_live(j->st.state)) {
+        if (j->st.state == JOB_PENDING) {
+            struct job_st next = j->st;
+            next.state = JOB_CANCELLING;
+            snprintf(next.reason, sizeof(next.reason), "cancelled by user");
+            rc = coord_commit(c, j, &next, now, err);
+        } else {
+            rc = coord_end_generation(c, j, END_CANCEL, "cancelled by user", now, err);
+        }
+        if (rc)
+            goto out;
+        coord_progress(c, j, now);
+        coord_schedule(c, now);
+    }
+    *out = coord_job_text(c, j);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int coord_query(struct coord *c, int64_t id, const char *key,
+                       int (*fn)(struct store *, int64_t, int64_t, int, json_t **,
+                                 struct ddp_err *),
+                       int64_t after, char **out, struct ddp_err *err)
+{
+    json_t *arr = NULL;
+    struct ddp_err e;
+    int rc;
+    pthread_mutex_lock(&c->mu);
+    if (!coord_job(c, id)) {
+        rc = coord_not_found(id, err);
+    } else {
+        rc = fn(c->store, id, after, 10000, &arr, &e);
+        if (rc)
+            err_set(err, DDP_EINTERNAL, "%s", e.msg);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        return rc;
+    json_t *o = json_pack("{s:o}", key, arr);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    return 0;
+}
+
+int coord_events(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err)
+{
+    return coord_query(c, id, "events", store_events_json, after, out, err);
+}
+
+int coord_metrics(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err)
+{
+    return coord_query(c, id, "metrics", store_metrics_json, after, out, err);
+}
+
+int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, char **out,
+               struct ddp_err *err)
+{
+    json_t *arr = NULL;
+    struct ddp_err e;
+    int rc;
+    int64_t dropped = 0;
+    pthread_mutex_lock(&c->mu);
+    struct job *j = coord_job(c, id);
+    if (!j) {
+        rc = coord_not_found(id, err);
+    } else {
+        dropped = j->log_seq > c->opts.log_cap ? j->log_seq - c->opts.log_cap : 0;
+        rc = store_logs_json(c->store, id, rank, after, limit, &arr, &e);
+        if (rc)
+            err_set(err, DDP_EINTERNAL, "%s", e.msg);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc)
+        return rc;
+    int64_t next = after;
+    size_t n = json_array_size(arr);
+    if (n)
+        next = json_integer_value(json_object_get(json_array_get(arr, n - 1), "seq"));
+    json_t *o = json_pack("{s:o, s:I, s:I}", "lines", arr, "next", (json_int_t)next, "dropped",
+                          (json_int_t)dropped);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    return 0;
+}
+
+static void coord_tick_locked(struct coord *c, int64_t now);
+
+/* --- nodes API ------------------------------------------------------------------------- */
+
+static int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
+                          struct ddp_err *err)
+{
+    struct store_node row = {
+        .name = n->name,
+        .address = n->address,
+        .slots = n->slots,
+        .port_lo = n->port_lo,
+        .port_hi = n->port_hi,
+        .incarnation = n->incarnation,
+        .state = ready ? "READY" : "LOST",
+        .registered_at = n->registered_at,
+        .last_heartbeat = beat_wall,
+    };
+    struct ddp_err e;
+    int rc = store_begin(c->store, &e);
+    if (!rc)
+        rc = store_node_put(c->store, &row, &e);
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc) {
+        store_rollback(c->store);
+        log_error("cannot record node %s: %s", n->name, e.msg);
+        return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);
+    }
+    return 0;
+}
+
+static struct node *coord_node_new(struct coord *c, const char *name)
+{
+    struct node *n = xcalloc(1, sizeof(*n));
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    snprintf(n->name, sizeof(n->name), "%s", name);
+    n->version = c->version_base;
+    return n;
+}
+
+static void coord_node_free(struct node *n)
+{
+    if (!n)
+        return;
+    pthread_cond_destroy(&n->cond);
+    free(n->address);
+    free(n->incarnation);
+    free(n);
+}
+
+static void coord_nodes_push(struct coord *c, struct node *n)
+{
+    if (c->nnodes == c->capnodes) {
+        c->capnodes = c->capnodes ? 2 * c->capnodes : 64;
+        c->nodes = xrealloc(c->nodes, c->capnodes * sizeof(*c->nodes));
+    }
+    c->nodes[c->nnodes++] = n;
+}
+
+/* The node restarted (new incarnation): its workers are gone. */
+static void coord_node_restarted(struct coord *c, int ni, int64_t now)
+{
+    char reason[128];
+    snprintf(reason, sizeof(reason), "node %s restarted", c->nodes[ni]->name);
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        for (int p = 0; p < j->st.npl; p++) {
+            if (j->st.pl[p].node != ni)
+                continue;
+            if (j->st.state == JOB_RUNNING && !j->fail_reason[0])
+                snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
+            j->st.pl[p].draining = 0;
+        }
+    }
+}
+
+int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
+                   struct ddp_err *err)
+{
+    struct node_reg r;
+    int rc = validate_register(body, &r, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    int64_t wall = coord_wall(c, now);
+    int ni = coord_node_index(c, r.name);
+    if (ni < 0) {
+        struct node *n = coord_node_new(c, r.name);
+        n->address = xstrdup(r.address);
+        n->incarnation = xstrdup(r.incarnation);
+        n->slots = r.slots;
+        n->port_lo = r.port_lo;
+        n->port_hi = r.port_hi;
+        n->registered_at = wall;
+        rc = coord_put_node(c, n, 1, wall, err);
+        if (rc) {
+            coord_node_free(n);
+            goto out;
+        }
+        n->ready = 1;
+        n->last_seen = now;
+        n->last_beat_wall = wall;
+        coord_nodes_push(c, n);
+        ni = (int)c->nnodes - 1;
+        log_info("node registered name=%s address=%s slots=%d", r.name, r.address, r.slots);
+    } else {
+        struct node *n = c->nodes[ni];
+        int same = strcmp(n->incarnation, r.incarnation) == 0;
+        int changed = !same || !n->ready || strcmp(n->address, r.address) != 0 ||
+                      n->slots != r.slots || n->port_lo != r.port_lo || n->port_hi != r.port_hi;
+        if (changed) {
+            struct node tmp = *n;
+            tmp.address = (char *)r.address;
+            tmp.incarnation = (char *)r.incarnation;
+            tmp.slots = r.slots;
+            tmp.port_lo = r.port_lo;
+            tmp.port_hi = r.port_hi;
+            rc = coord_put_node(c, &tmp, 1, wall, err);
+            if (rc)
+                goto out;
+            free(n->address);
+            n->address = xstrdup(r.address);
+            free(n->incarnation);
+            n->incarnation = xstrdup(r.incarnation);
+            n->slots = r.slots;
+            n->port_lo = r.port_lo;
+            n->port_hi = r.port_hi;
+        }
+        n->ready = 1;
+        n->last_seen = now;
+        n->last_beat_wall = wall;
+        if (!same) {
+            log_info("node re-registered with a new incarnation name=%s", r.name);
+            coord_node_restarted(c, ni, now);
+            coord_bump(n);
+        }
+    }
+    coord_tick_locked(c, now);
+    json_t *o = json_pack("{s:o, s:i}", "node", coord_node_json(c, ni, now),
+                          "heartbeat_interval_ms", 1000);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* --- heartbeat ------------------------------------------------------------------------- */
+
+static struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
+{
+    for (size_t i = 0; i < j->nmarks; i++)
+        if (j->marks[i].gen == gen && j->marks[i].rank == rank)
+            return &j->marks[i];
+    if (!create)
+        return NULL;
+    if (j->nmarks == j->capmarks) {
+        j->capmarks = j->capmarks ? 2 * j->capmarks : 8;
+        j->marks = xrealloc(j->marks, j->capmarks * sizeof(*j->marks));
+    }
+    struct mark *m = &j->marks[j->nmarks++];
+    m->gen = gen;
+    m->rank = rank;
+    m->last_seq = 0;
+    return m;
+}
+
+/* What a beat's logs/metrics may change in a job, kept to undo a failed commit. */
+struct beat_undo {
+    struct job *job;
+    int64_t log_seq, metric_seq;
+    json_t *last_metrics;
+    struct mark *marks;
+    size_t nmarks;
+    int touched_logs, touched_metrics;
+};
+
+static struct beat_undo *coord_undo_for(struct beat_undo *u, size_t *nu, struct job *j)
+{
+    for (size_t i = 0; i < *nu; i++)
+        if (u[i].job == j)
+            return &u[i];
+    struct beat_undo *x = &u[(*nu)++];
+    memset(x, 0, sizeof(*x));
+    x->job = j;
+    x->log_seq = j->log_seq;
+    x->metric_seq = j->metric_seq;
+    x->last_metrics = j->last_metrics ? json_incref(j->last_metrics) : NULL;
+    x->nmarks = j->nmarks;
+    x->marks = xcalloc(j->nmarks + 1, sizeof(struct mark));
+    if (j->nmarks)
+        memcpy(x->marks, j->marks, j->nmarks * sizeof(struct mark));
+    return x;
+}
+
+/* Cuts s to at most LOG_LINE_MAX bytes on a UTF-8 character boundary. */
+static char *coord_cut_line(const char *s)
+{
+    size_t n = strlen(s);
+    if (n <= LOG_LINE_MAX)
+        return xstrdup(s);
+    n = LOG_LINE_MAX;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return xstrndup(s, n);
+}
+
+/* Stores the beat's new log lines and metrics (deduplicated by seq) in one transaction. */
+static int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
+                           struct ddp_err *err)
+{
+    size_t cap = b->nlogs + b->nmetrics;
+    if (cap == 0)
+        return 0;
+    struct beat_undo *u = xcalloc(cap, sizeof(*u));
+    size_t nu = 0;
+    struct ddp_err e;
+    int rc = store_begin(c->store, &e);
+    int64_t wall = coord_wall(c, now);
+    for (size_t i = 0; !rc && i < b->nlogs; i++) {
+        const struct beat_log *l = &b->logs[i];
+        struct job *j = coord_job(c, l->job);
+        if (!j || l->generation > j->st.generation)
+            continue;
+        size_t n = json_array_size(l->lines);
+        struct mark *m = coord_mark(j, l->generation, l->rank, 0);
+        int64_t last = m ? m->last_seq : 0;
+        if (l->seq + (int64_t)n - 1 <= last)
+            continue;
+        struct beat_undo *x = coord_undo_for(u, &nu, j);
+        x->touched_logs = 1;
+        for (size_t k = 0; !rc && k < n; k++) {
+            if (l->seq + (int64_t)k <= last)
+                continue;
+            char *text = coord_cut_line(json_string_value(json_array_get(l->lines, k)));
+            rc = store_log_add(c->store, j->id, j->log_seq + 1, l->generation, l->rank, text,
+                               &e);
+            free(text);
+            if (!rc)
+                j->log_seq++;
+        }
+        m = coord_mark(j, l->generation, l->rank, 1);
+        m->last_seq = l->seq + (int64_t)n - 1;
+        if (!rc)
+            rc = store_mark_put(c->store, j->id, l->generation, l->rank, m->last_seq, &e);
+    }
+    for (size_t i = 0; !rc && i < b->nmetrics; i++) {
+        const struct beat_metric *mt = &b->metrics[i];
+        struct job *j = coord_job(c, mt->job);
+        if (!j || mt->generation > j->st.generation)
+            continue;
+        struct mark *m = coord_mark(j, mt->generation, -1, 0);
+        if (m && mt->seq <= m->last_seq)
+            continue;
+        struct beat_undo *x = coord_undo_for(u, &nu, j);
+        x->touched_metrics = 1;
+        char *text = jsonx_dumps(mt->metric);
+        rc = store_metric_add(c->store, j->id, j->metric_seq + 1, wall, mt->generation, text,
+                              &e);
+        free(text);
+        if (rc)
+            break;
+        j->metric_seq++;
+        m = coord_mark(j, mt->generation, -1, 1);
+        m->last_seq = mt->seq;
+        rc = store_mark_put(c->store, j->id, mt->generation, -1, m->last_seq, &e);
+        json_decref(j->last_metrics);
+        j->last_metrics = json_deep_copy(mt->metric);
+    }
+    for (size_t i = 0; !rc && i < nu; i++) {
+        struct job *j = u[i].job;
+        if (u[i].touched_logs && j->log_seq > c->opts.log_cap)
+            rc = store_log_trim(c->store, j->id, j->log_seq - c->opts.log_cap, &e);
+        if (!rc && u[i].touched_metrics && j->metric_seq > c->opts.metric_cap)
+            rc = store_metric_trim(c->store, j->id, j->metric_seq - c->opts.metric_cap, &e);
+        if (!rc)
+            rc = coord_put_job(c, j, &j->st, &e);
+    }
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc) {
+        store_rollback(c->store);
+        log_error("cannot store heartbeat data: %s", e.msg);
+        err_set(err, DDP_EINTERNAL, "cannot store logs and metrics: %s", e.msg);
+        for (size_t i = 0; i < nu; i++) {
+            struct job *j = u[i].job;
+            j->log_seq = u[i].log_seq;
+            j->metric_seq = u[i].metric_seq;
+            json_decref(j->last_metrics);
+            j->last_metrics = u[i].last_metrics;
+            u[i].last_metrics = NULL;
+            j->nmarks = u[i].nmarks;
+            if (u[i].nmarks)
+                memcpy(j->marks, u[i].marks, u[i].nmarks * sizeof(struct mark));
+        }
+    }
+    for (size_t i = 0; i < nu; i++) {
+        if (u[i].touched_metrics)
+            coord_job_dirty(u[i].job);
+        json_decref(u[i].last_metrics);
+        free(u[i].marks);
+    }
+    free(u);
+    return rc;
+}
+
+/* The group rank of node ni in j's placement, or -1. */
+static int coord_group_rank(const struct job *j, int ni)
+{
+    for (int p = 0; p < j->st.npl; p++)
+        if (j->st.pl[p].node == ni)
+            return j->st.pl[p].group_rank;
+    return -1;
+}
+
+/* Ends a RUNNING job's generation for a recorded failure, or finishes it when every rank
+ * exited 0. Returns 1 when the job changed. */
+static int coord_check_ranks(struct coord *c, struct job *j, int64_t now)
+{
+    if (j->st.state != JOB_RUNNING)
+        return 0;
+    if (j->fail_reason[0])
+        return coord_end_generation(c, j, END_FAILURE, j->fail_reason, now, NULL) == 0;
+    if (!j->rank_exit || j->st.world_size == 0)
+        return 0;
+    for (int r = 0; r < j->st.world_size; r++)
+        if (j->rank_exit[r] != 0)
+            return 0;
+    struct job_st next = j->st;
+    next.state = JOB_SUCCEEDED;
+    snprintf(next.reason, sizeof(next.reason), "all %d ranks exited 0", j->st.world_size);
+    next.finished_at = coord_wall(c, now);
+    if (coord_commit(c, j, &next, now, NULL) != 0)
+        return 0;
+    for (int p = 0; p < j->st.npl; p++)
+        coord_bump(c->nodes[j->st.pl[p].node]);
+    return 1;
+}
+
+/* Records exits and hangs of the current generation's ranks on node ni. Returns 1 when
+ * anything was newly recorded. */
+static int coord_beat_workers(struct coord *c, int ni, const struct beat *b)
+{
+    int changed = 0;
+    const char *nname = c->nodes[ni]->name;
+    for (size_t i = 0; i < b->nworkers; i++) {
+        const struct beat_worker *w = &b->workers[i];
+        struct job *j = coord_job(c, w->job);
+        if (!j || j->st.state != JOB_RUNNING || w->generation != j->st.generation ||
+            w->rank >= j->st.world_size || !j->rank_exit)
+            continue;
+        int gr = coord_group_rank(j, ni);
+        if (gr < 0 || w->rank / j->spec.nproc != gr || !w->exited ||
+            j->rank_exit[w->rank] != RANK_RUNNING)
+            continue;
+        int status = w->signal ? 128 + w->signal : (w->exit_code < 0 ? 1 : w->exit_code);
+        j->rank_exit[w->rank] = status;
+        changed = 1;
+        if (status == 0 || j->fail_reason[0])
+            continue;
+        char why[256];
+        const char *name = exitcode_str(status);
+        if (w->signal)
+            snprintf(why, sizeof(why), "rank %d on %s killed by signal %d", w->rank, nname,
+                     w->signal);
+        else if (name)
+            snprintf(why, sizeof(why), "rank %d on %s exited %d (%s)", w->rank, nname, status,
+                     name);
+        else
+            snprintf(why, sizeof(why), "rank %d on %s exited %d", w->rank, nname, status);
+        json_t *lines = NULL;
+        struct ddp_err e;
+        size_t off = (size_t)snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", why);
+        if (store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e) == 0) {
+            for (size_t k = 0; k < json_array_size(lines) && off < sizeof(j->fail_reason); k++)
+                off += (size_t)snprintf(j->fail_reason + off, sizeof(j->fail_reason) - off,
+                                        "%s'%.200s'", k ? " | " : "; last output: ",
+                                        json_string_value(json_array_get(lines, k)));
+            json_decref(lines);
+        }
+    }
+    for (size_t i = 0; i < b->nprogress; i++) {
+        const struct beat_progress *g = &b->progress[i];
+        struct job *j = coord_job(c, g->job);
+        if (!j || j->st.state != JOB_RUNNING || g->generation != j->st.generation ||
+            j->spec.hang_timeout_s <= 0 || g->rank >= j->st.world_size || !j->rank_exit ||
+            j->rank_exit[g->rank] != RANK_RUNNING || j->fail_reason[0])
+            continue;
+        if (g->age_ms > (int64_t)j->spec.hang_timeout_s * 1000) {
+            snprintf(j->fail_reason, sizeof(j->fail_reason),
+                     "rank %d on %s hung (no progress for %lld s)", g->rank, nname,
+                     (long long)(g->age_ms / 1000));
+            changed = 1;
+        }
+    }
+    return changed;
+}
+
+/* Clears the drains of node ni for jobs whose old workers the beat no longer reports
+ * running. Returns 1 when a drain ended. */
+static int coord_beat_drains(struct coord *c, int ni, const struct beat *b)
+{
+    int changed = 0;
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (j->st.state != JOB_RESTARTING && j->st.state != JOB_CANCELLING)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            if (j->st.pl[p].node != ni || !j->st.pl[p].draining)
+                continue;
+            int running = 0;
+            for (size_t k = 0; k < b->nworkers; k++)
+                if (b->workers[k].job == j->id && b->workers[k].generation == j->st.generation &&
+                    !b->workers[k].exited)
+                    running = 1;
+            if (!running) {
+                j->st.pl[p].draining = 0;
+                changed = 1;
+            }
+        }
+    }
+    return changed;
+}
+
+static json_t *coord_assignments(struct coord *c, int ni)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (j->st.state != JOB_RUNNING)
+            continue;
+        int gr = coord_group_rank(j, ni);
+        if (gr < 0)
+            continue;
+        char id[32];
+        snprintf(id, sizeof(id), "j-%lld", (long long)j->id);
+        json_t *s = j->spec.json;
+        json_t *a = json_pack(
+            "{s:s, s:i, s:s, s:O, s:O, s:O, s:O, s:O, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, "
+            "s:s}",
+            "job_id", id, "generation", j->st.generation, "run_id", id, "command",
+            json_object_get(s, "command"), "env", json_object_get(s, "env"), "workdir",
+            json_object_get(s, "workdir"), "checkpoint_dir", json_object_get(s, "checkpoint_dir"),
+            "grace_period_s", json_object_get(s, "grace_period_s"), "group_rank", gr,
+            "group_world_size", j->st.npl, "nproc_per_node", j->spec.nproc, "world_size",
+            j->st.world_size, "master_addr", j->st.master_addr, "master_port",
+            j->st.master_port, "restart_count", j->st.restarts, "max_restarts",
+            j->spec.max_restarts, "job_token", j->token);
+        if (!a)
+            abort();
+        json_array_append_new(arr, a);
+    }
+    return arr;
+}
+
+int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t now, char **out,
+               struct ddp_err *err)
+{
+    struct beat b;
+    int rc = validate_beat(body, &b, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    int ni = coord_node_index(c, name);
+    if (ni < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "node %s not registered", name);
+        goto out;
+    }
+    struct node *n = c->nodes[ni];
+    if (strcmp(n->incarnation, b.incarnation) != 0) {
+        rc = err_set(err, DDP_EABORTED,
+                     "node %s: incarnation differs from the registered one; register again",
+                     name);
+        goto out;
+    }
+    int64_t wall = coord_wall(c, now);
+    int changed = 0;
+    if (!n->ready) {
+        rc = coord_put_node(c, n, 1, wall, err);
+        if (rc)
+            goto out;
+        n->ready = 1;
+        changed = 1;
+        log_info("node %s READY again", n->name);
+    }
+    n->last_seen = now;
+    n->last_beat_wall = wall;
+    rc = coord_beat_data(c, &b, now, err);
+    if (rc)
+        goto out;
+    changed |= coord_beat_workers(c, ni, &b);
+    changed |= coord_beat_drains(c, ni, &b);
+    if (changed) {
+        for (size_t i = 0; i < b.nworkers; i++) {
+            struct job *j = coord_job(c, b.workers[i].job);
+            if (j)
+                coord_check_ranks(c, j, now);
+        }
+        for (size_t i = 0; i < b.nprogress; i++) {
+            struct job *j = coord_job(c, b.progress[i].job);
+            if (j)
+                coord_check_ranks(c, j, now);
+        }
+        for (size_t i = 0; i < c->njobs; i++)
+            coord_progress(c, c->jobs[i], now);
+        coord_schedule(c, now);
+    }
+    if (!changed && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += b.wait_ms / 1000;
+        ts.tv_nsec += (long)(b.wait_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!c->shutting_down && (uint64_t)b.version == n->version)
+            if (pthread_cond_timedwait(&n->cond, &c->mu, &ts) != 0)
+                break;
+    }
+    json_t *o = json_pack("{s:I, s:o}", "version", (json_int_t)n->version, "assignments",
+                          coord_assignments(c, ni));
+    *out = jsonx_dumps(o);
+    json_decref(o);
+out:
+    pthread_mutex_unlock(&c->mu);
+    validate_beat_release(&b);
+    return rc;
+}
+
+int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *err)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nnodes; i++)
+        json_array_append_new(arr, coord_node_json(c, (int)i, now));
+    pthread_mutex_unlock(&c->mu);
+    json_t *o = json_pack("{s:o}", "nodes", arr);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    (void)err;
+    return 0;
+}
+
+/* --- tick ------------------------------------------------------------------------------ */
+
+static void coord_tick_locked(struct coord *c, int64_t now)
+{
+    int64_t wall = coord_wall(c, now);
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct node *n = c->nodes[i];
+        if (n->ready && now - n->last_seen > c->opts.node_timeout_ms) {
+            if (coord_put_node(c, n, 0, n->last_beat_wall, NULL) != 0)
+                continue;
+            n->ready = 0;
+            log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,
+                     (long long)(now - n->last_seen));
+        }
+    }
+    for (size_t i = 0; i < c->njobs; i++) {
+        struct job *j = c->jobs[i];
+        if (j->st.state != JOB_RUNNING)
+            continue;
+        for (int p = 0; p < j->st.npl && !j->fail_reason[0]; p++) {
+            struct node *n = c->nodes[j->st.pl[p].node];
+            if (coord_node_gone(c, n, now))
+                snprintf(j->fail_reason, sizeof(j->fail_reason),
+                         "node %s lost (no heartbeat for %lld s)", n->name,
+                         (long long)((now - n->last_seen) / 1000));
+        }
+        if (!j->fail_reason[0] && j->spec.max_runtime_s > 0 && j->st.started_at &&
+            wall - j->st.started_at > j->spec.max_runtime_s * 1000) {
+            char reason[128];
+            snprintf(reason, sizeof(reason), "max_runtime_s %lld exceeded",
+                     (long long)j->spec.max_runtime_s);
+            coord_end_generation(c, j, END_FINAL, reason, now, NULL);
+            continue;
+        }
+        coord_check_ranks(c, j, now);
+    }
+    for (size_t i = 0; i < c->njobs; i++)
+        coord_progress(c, c->jobs[i], now);
+    coord_schedule(c, now);
+}
+
+void coord_tick(struct coord *c, int64_t now)
+{
+    pthread_mutex_lock(&c->mu);
+    coord_tick_locked(c, now);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes_ready,
+                  int64_t *nodes_lost)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int s = 0; s < JOB_STATE_COUNT; s++)
+        jobs[s] = 0;
+    for (size_t i = 0; i < c->njobs; i++)
+        jobs[c->jobs[i]->st.state]++;
+    *nodes_ready = *nodes_lost = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i]->ready)
+            (*nodes_ready)++;
+        else
+            (*nodes_lost)++;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void coord_shutdown(struct coord *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->shutting_down = 1;
+    for (size_t i = 0; i < c->nnodes; i++)
+        pthread_cond_broadcast(&c->nodes[i]->cond);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* --- loading --------------------------------------------------------------------------- */
+
+struct coord_load {
+    struct coord *c;
+    int64_t now;
+    struct ddp_err *err;
+};
+
+static int coord_load_node(void *ctx, const struct store_node *r)
+{
+    struct coord_load *L = ctx;
+    struct coord *c = L->c;
+    struct node *n = coord_node_new(c, r->name ? r->name : "");
+    n->address = xstrdup(r->address ? r->address : "");
+    n->incarnation = xstrdup(r->incarnation ? r->incarnation : "");
+    n->slots = (int)r->slots;
+    n->port_lo = (int)r->port_lo;
+    n->port_hi = (int)r->port_hi;
+    n->registered_at = r->registered_at;
+    n->last_beat_wall = r->last_heartbeat;
+    n->ready = 0; /* alive again only when it beats again */
+    n->last_seen = L->now;
+    coord_nodes_push(c, n);
+    return 0;
+}
+
+static int coord_load_job(void *ctx, const struct store_job *r)
+{
+    struct coord_load *L = ctx;
+    struct coord *c = L->c;
+    struct job *j = xcalloc(1, sizeof(*j));
+    json_t *spec = NULL, *nodes = NULL;
+    int rc;
+    if ((uint64_t)r->id != c->njobs + 1) {
+        rc = err_set(L->err, DDP_EINTERNAL, "jobs table: id %lld out of sequence",
+                     (long long)r->id);
+        goto out;
+    }
+    j->id = r->id;
+    spec = json_loads(r->spec ? r->spec : "", 0, NULL);
+    rc = validate_job_spec(spec, &j->spec, L->err);
+    if (rc)
+        goto out;
+    j->spec_text = xstrdup(r->spec);
+    enum job_state st;
+    if (!r->state || jobstate_parse(r->state, &st) != 0) {
+        rc = err_set(L->err, DDP_EINTERNAL, "job j-%lld: bad state", (long long)r->id);
+        goto out;
+    }
+    snprintf(j->token, sizeof(j->token), "%s", r->job_token ? r->job_token : "");
+    j->created_at = r->created_at;
+    j->st.state = st;
+    j->st.generation = (int)r->generation;
+    j->st.restarts = (int)r->restarts;
+    j->st.world_size = (int)r->world_size;
+    snprintf(j->st.master_addr, sizeof(j->st.master_addr), "%s",
+             r->master_addr ? r->master_addr : "");
+    j->st.master_port = (int)r->master_port;
+    snprintf(j->st.reason, sizeof(j->st.reason), "%s", r->reason ? r->reason : "");
+    snprintf(j->st.end_reason, sizeof(j->st.end_reason), "%s",
+             r->end_reason ? r->end_reason : "");
+    j->st.end_kind = (int)r->end_kind;
+    j->st.started_at = r->started_at;
+    j->st.finished_at = r->finished_at;
+    j->st.event_seq = r->event_seq;
+    j->log_seq = r->log_seq;
+    j->metric_seq = r->metric_seq;
+    if (r->last_metrics)
+        j->last_metrics = json_loads(r->last_metrics, 0, NULL);
+    nodes = json_loads(r->nodes ? r->nodes : "[]", 0, NULL);
+    size_t np = json_array_size(nodes);
+    j->st.pl = xcalloc(np + 1, sizeof(*j->st.pl));
+    for (size_t i = 0; i < np; i++) {
+        json_t *e = json_array_get(nodes, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        int ni = name ? coord_node_index(c, name) : -1;
+        if (ni < 0) {
+            rc = err_set(L->err, DDP_EINTERNAL, "job j-%lld: unknown node in placement",
+                         (long long)r->id);
+            goto out;
+        }
+        struct job_node *p = &j->st.pl[j->st.npl++];
+        p->node = ni;
+        p->group_rank = (int)json_integer_value(json_object_get(e, "group_rank"));
+        p->draining = st == JOB_RESTARTING || st == JOB_CANCELLING;
+    }
+    j->drain_deadline =
+        L->now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
+    if (st == JOB_RUNNING) {
+        j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
+        for (int k = 0; k < j->st.world_size; k++)
+            j->rank_exit[k] = RANK_RUNNING;
+    }
+    coord_jobs_push(c, j);
+    j = NULL;
+out:
+    json_decref(spec);
+    json_decref(nodes);
+    coord_job_free(j);
+    return rc;
+}
+
+static int coord_load_mark(void *ctx, int64_t job, int64_t gen, int64_t rank, int64_t last)
+{
+    struct coord_load *L = ctx;
+    struct job *j = coord_job(L->c, job);
+    if (j)
+        coord_mark(j, gen, (int)rank, 1)->last_seq = last;
+    return 0;
+}
+
+int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
+               struct coord **out, struct ddp_err *err)
+{
+    struct coord *c = xcalloc(1, sizeof(*c));
+    int rc;
+    pthread_mutex_init(&c->mu, NULL);
+    c->opts.node_timeout_ms = 5000;
+    c->opts.log_cap = 100000;
+    c->opts.metric_cap = 10000;
+    c->opts.drain_extra_ms = 10000;
+    if (opts) {
+        if (opts->node_timeout_ms > 0)
+            c->opts.node_timeout_ms = opts->node_timeout_ms;
+        if (opts->log_cap > 0)
+            c->opts.log_cap = opts->log_cap;
+        if (opts->metric_cap > 0)
+            c->opts.metric_cap = opts->metric_cap;
+        if (opts->drain_extra_ms > 0)
+            c->opts.drain_extra_ms = opts->drain_extra_ms;
+    }
+    c->wall_offset = time_wall_ms() - now;
+    c->version_base = (uint64_t)time_wall_ms();
+    rc = store_open(db_path, &c->store, err);
+    if (rc)
+        goto out;
+    struct coord_load L = {c, now, err};
+    rc = store_load_nodes(c->store, coord_load_node, &L, err);
+    if (!rc)
+        rc = store_load_jobs(c->store, coord_load_job, &L, err);
+    if (!rc)
+        rc = store_load_marks(c->store, coord_load_mark, &L, err);
+    if (rc)
+        goto out;
+    log_info("state loaded db=%s jobs=%zu nodes=%zu", db_path, c->njobs, c->nnodes);
+    *out = c;
+    c = NULL;
+out:
+    coord_close(c);
+    return rc;
+}
+
+void coord_close(struct coord *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->njobs; i++)
+        coord_job_free(c->jobs[i]);
+    free(c->jobs);
+    for (size_t i = 0; i < c->nnodes; i++)
+        coord_node_free(c->nodes[i]);
+    free(c->nodes);
+    store_close(c->store);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

@@ -1,0 +1,460 @@
+/*
+ * http.c - the HTTP front of ddpd over libmicrohttpd.
+ *
+ * One thread per connection (MHD_USE_THREAD_PER_CONNECTION with an internal polling
+ * thread), so a held heartbeat simply blocks its own thread in coord_beat().
+ * Invariants:
+ *   1. A body is never kept past HTTP_BODY_MAX bytes; the rest is read and dropped and the
+ *      request is answered 413 RESOURCE_EXHAUSTED (with Content-Length or chunked).
+ *   2. Every answer is decided after the whole request was read: 404 unknown route,
+ *      405 (+Allow) wrong method, 401/403 auth, then the handler.
+ *   3. Every error body is {"error": {"code", "status", "message"}} from common/err.h.
+ */
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/metrics.h"
+
+enum route_auth { AUTH_NONE, AUTH_USER, AUTH_AGENT };
+
+struct route {
+    const char *method;
+    const char *pattern; /* "{}" matches [^/:]+, "{*}" the non-empty rest of the path */
+    enum route_auth auth;
+    void (*fn)(struct api_req *r);
+};
+
+static const struct route http_routes[] = {
+    {"GET", "/healthz", AUTH_NONE, api_misc_healthz},
+    {"GET", "/metrics", AUTH_NONE, api_misc_metrics},
+    {"GET", "/", AUTH_NONE, api_misc_index},
+    {"GET", "/ui/{*}", AUTH_NONE, api_misc_ui},
+    {"GET", "/v1/openapi.json", AUTH_USER, api_misc_openapi},
+    {"POST", "/v1/jobs", AUTH_USER, api_jobs_submit},
+    {"GET", "/v1/jobs", AUTH_USER, api_jobs_list},
+    {"GET", "/v1/jobs/{}", AUTH_USER, api_jobs_get},
+    {"POST", "/v1/jobs/{}:cancel", AUTH_USER, api_jobs_cancel},
+    {"GET", "/v1/jobs/{}/events", AUTH_USER, api_jobs_events},
+    {"GET", "/v1/jobs/{}/metrics", AUTH_USER, api_jobs_metrics},
+    {"GET", "/v1/jobs/{}/logs", AUTH_USER, api_jobs_logs},
+    {"GET", "/v1/nodes", AUTH_USER, api_nodes_list},
+    {"POST", "/v1/nodes:register", AUTH_AGENT, api_nodes_register},
+    {"POST", "/v1/nodes/{}:heartbeat", AUTH_AGENT, api_nodes_heartbeat},
+};
+#define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
+
+/* Route names for metrics: the patterns, with {} shown as {id}. */
+static const char *const http_route_names[HTTP_NROUTES] = {
+    "/healthz",
+    "/metrics",
+    "/",
+    "/ui/{file}",
+    "/v1/openapi.json",
+    "/v1/jobs",
+    "/v1/jobs",
+    "/v1/jobs/{id}",
+    "/v1/jobs/{id}:cancel",
+    "/v1/jobs/{id}/events",
+    "/v1/jobs/{id}/metrics",
+    "/v1/jobs/{id}/logs",
+    "/v1/nodes",
+    "/v1/nodes:register",
+    "/v1/nodes/{name}:heartbeat",
+};
+
+struct ddpd_server {
+    struct MHD_Daemon *d;
+    struct coord *coord;
+    char *user_token;
+    char *agent_token;
+    int port;
+};
+
+/* Per-request state (MHD's con_cls). */
+struct http_conn {
+    int64_t start_ns;
+    char *body;
+    size_t len, cap;
+    int too_big;
+};
+
+/* Matches path against pattern; on success copies the captured part to param. */
+static int http_match(const char *pattern, const char *path, char *param, size_t psize)
+{
+    const char *p = pattern, *s = path;
+    param[0] = '\0';
+    while (*p) {
+        if (strncmp(p, "{*}", 3) == 0) {
+            size_t n = strlen(s);
+            if (n == 0 || n >= psize)
+                return 0;
+            memcpy(param, s, n + 1);
+            return 1;
+        }
+        if (strncmp(p, "{}", 2) == 0) {
+            size_t n = strcspn(s, "/:");
+            if (n == 0 || n >= psize)
+                return 0;
+            memcpy(param, s, n);
+            param[n] = '\0';
+            s += n;
+            p += 2;
+            continue;
+        }
+        if (*p != *s)
+            return 0;
+        p++;
+        s++;
+    }
+    return *s == '\0';
+}
+
+const char *api_query(struct api_req *r, const char *key)
+{
+    if (!r->conn)
+        return NULL;
+    return MHD_lookup_connection_value((struct MHD_Connection *)r->conn, MHD_GET_ARGUMENT_KIND,
+                                       key);
+}
+
+void api_reply_json(struct api_req *r, int status, char *text)
+{
+    free(r->out);
+    r->status = status;
+    r->out = text;
+    r->out_len = strlen(text);
+    r->static_out = NULL;
+    r->content_type = "application/json";
+}
+
+void api_reply_err(struct api_req *r, const struct ddp_err *err)
+{
+    json_t *o = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err_http_status(err->code),
+                          "status", err_status_name(err->code), "message", err->msg);
+    if (!o) /* a message that is not UTF-8 */
+        o = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err_http_status(err->code),
+                      "status", err_status_name(err->code), "message", err_str(err->code));
+    api_reply_json(r, err_http_status(err->code), jsonx_dumps(o));
+    json_decref(o);
+}
+
+void api_reply_errf(struct api_req *r, int code, const char *fmt, ...)
+{
+    struct ddp_err e;
+    va_list ap;
+    e.code = code;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+    va_end(ap);
+    api_reply_err(r, &e);
+}
+
+void api_reply_static(struct api_req *r, int status, const char *content_type,
+                      const unsigned char *data, size_t len)
+{
+    free(r->out);
+    r->out = NULL;
+    r->status = status;
+    r->static_out = data;
+    r->out_len = len;
+    r->content_type = content_type;
+}
+
+int api_parse_body(struct api_req *r, json_t **out)
+{
+    struct ddp_err e;
+    if (jsonx_parse_object(r->body ? r->body : "", r->body_len, out, &e) != 0) {
+        api_reply_err(r, &e);
+        return -1;
+    }
+    return 0;
+}
+
+int api_query_int(struct api_req *r, const char *key, int64_t min, int64_t max, int64_t def,
+                  int64_t *out)
+{
+    const char *v = api_query(r, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    int64_t x = 0;
+    size_t n = strlen(v);
+    int ok = n > 0 && n <= 18;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            ok = 0;
+        else
+            x = x * 10 + (v[i] - '0');
+    }
+    if (!ok || x < min || x > max) {
+        api_reply_errf(r, DDP_EINVAL, "field '%s': expected an integer in [%lld, %lld]", key,
+                       (long long)min, (long long)max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* 0 when authorization carries the token of `need`; else the error code. */
+static int http_auth(enum route_auth need, const char *authorization, const char *user_token,
+                     const char *agent_token, struct ddp_err *err)
+{
+    if (need == AUTH_NONE)
+        return 0;
+    const char *tok = NULL;
+    if (authorization && strncmp(authorization, "Bearer ", 7) == 0)
+        tok = authorization + 7;
+    if (!tok || !*tok)
+        return err_set(err, DDP_EUNAUTH, "missing bearer token (Authorization: Bearer <token>)");
+    int is_user = secret_equal(tok, user_token);
+    int is_agent = secret_equal(tok, agent_token);
+    if ((need == AUTH_USER && is_user) || (need == AUTH_AGENT && is_agent))
+        return 0;
+    if (is_user || is_agent)
+        return err_set(err, DDP_EPERM, "this call needs the %s token",
+                       need == AUTH_USER ? "user" : "agent");
+    return err_set(err, DDP_EUNAUTH, "wrong bearer token");
+}
+
+void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
+                   const char *agent_token, int *route_out)
+{
+    char param[1024];
+    char allow[64] = "";
+    int found = -1, path_known = 0;
+    struct ddp_err e;
+    *route_out = -1;
+    for (int i = 0; i < HTTP_NROUTES; i++) {
+        if (!http_match(http_routes[i].pattern, r->path, param, sizeof(param)))
+            continue;
+        path_known = 1;
+        if (strcmp(http_routes[i].method, r->method) == 0) {
+            found = i;
+            break;
+        }
+        if (!strstr(allow, http_routes[i].method)) {
+            size_t n = strlen(allow);
+            snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "", http_routes[i].method);
+        }
+    }
+    if (found < 0 && !path_known) {
+        api_reply_errf(r, DDP_ENOTFOUND, "no route for %.200s", r->path);
+        return;
+    }
+    if (found < 0) {
+        /* remember the route for metrics by its first pattern match */
+        for (int i = 0; i < HTTP_NROUTES; i++)
+            if (http_match(http_routes[i].pattern, r->path, param, sizeof(param))) {
+                *route_out = i;
+                break;
+            }
+        api_reply_errf(r, DDP_EMETHOD, "method %.16s not allowed on %.200s (allowed: %s)",
+                       r->method, r->path, allow);
+        snprintf(r->allow, sizeof(r->allow), "%s", allow);
+        return;
+    }
+    *route_out = found;
+    /* re-match to capture the parameter of the chosen route */
+    http_match(http_routes[found].pattern, r->path, param, sizeof(param));
+    if (http_auth(http_routes[found].auth, authorization, user_token, agent_token, &e) != 0) {
+        api_reply_err(r, &e);
+        return;
+    }
+    if (r->body_total > HTTP_BODY_MAX) {
+        api_reply_errf(r, DDP_ETOOBIG, "body of %zu bytes is over the limit of %d bytes",
+                       r->body_total, HTTP_BODY_MAX);
+        return;
+    }
+    r->param = param;
+    http_routes[found].fn(r);
+    r->param = NULL;
+}
+
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode toe)
+{
+    struct http_conn *hc = *con_cls;
+    if (hc) {
+        free(hc->body);
+        free(hc);
+        *con_cls = NULL;
+    }
+}
+
+static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                    const char *method, const char *version,
+                                    const char *upload_data, size_t *upload_data_size,
+                                    void **con_cls)
+{
+    struct ddpd_server *s = cls;
+    struct http_conn *hc = *con_cls;
+    if (!hc) {
+        hc = xcalloc(1, sizeof(*hc));
+        hc->start_ns = time_mono_ns();
+        *con_cls = hc;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        if (!hc->too_big && hc->len + n <= HTTP_BODY_MAX) {
+            if (hc->len + n + 1 > hc->cap) {
+                hc->cap = (hc->len + n + 1) * 2;
+                if (hc->cap > HTTP_BODY_MAX + 1)
+                    hc->cap = HTTP_BODY_MAX + 1;
+                hc->body = xrealloc(hc->body, hc->cap);
+            }
+            memcpy(hc->body + hc->len, upload_data, n);
+            hc->len += n;
+            hc->body[hc->len] = '\0';
+        } else {
+            hc->too_big = 1; /* read on and drop, answer 413 at the end */
+            free(hc->body);
+            hc->body = NULL;
+            hc->cap = 0;
+        }
+        hc->len += hc->too_big ? n : 0;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    struct api_req r = {
+        .coord = s->coord,
+        .conn = conn,
+        .method = method,
+        .path = url,
+        .body = hc->too_big ? "" : (hc->body ? hc->body : ""),
+        .body_len = hc->too_big ? 0 : hc->len,
+        .body_total = hc->len,
+        .now = time_mono_ms(),
+    };
+    int route = -1;
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    http_dispatch(&r, auth, s->user_token, s->agent_token, &route);
+    struct MHD_Response *resp;
+    if (r.static_out)
+        resp = MHD_create_response_from_buffer(r.out_len, (void *)r.static_out,
+                                               MHD_RESPMEM_PERSISTENT);
+    else
+        resp = MHD_create_response_from_buffer(r.out_len, r.out ? r.out : (char *)"",
+                                               r.out ? MHD_RESPMEM_MUST_FREE
+                                                     : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(r.out);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            r.content_type ? r.content_type : "application/json");
+    if (r.allow[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r.allow);
+    if (r.status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
+    MHD_destroy_response(resp);
+    metrics_http(route, r.status, time_mono_ns() - hc->start_ns);
+    log_debug("%s %s -> %d", method, url, r.status);
+    return ret;
+}
+
+static void http_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    log_warn("http: %s", buf);
+}
+
+int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **out,
+               struct ddp_err *err)
+{
+    struct ddpd_server *s = xcalloc(1, sizeof(*s));
+    struct addrinfo hints = {0}, *ai = NULL;
+    int rc = 0;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", o->port);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(o->host && *o->host ? o->host : NULL, portstr, &hints, &ai);
+    if (gai != 0) {
+        rc = err_set(err, DDP_EINVAL, "--listen: cannot resolve '%s': %s", o->host,
+                     gai_strerror(gai));
+        goto out;
+    }
+    s->coord = c;
+    s->user_token = xstrdup(o->user_token);
+    s->agent_token = xstrdup(o->agent_token);
+    metrics_set_routes(http_route_names, HTTP_NROUTES);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (o->tls_cert_pem) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            rc = err_set(err, DDP_EINVAL, "--tls-cert: this libmicrohttpd has no TLS support");
+            goto out;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    if (o->tls_cert_pem)
+        s->d = MHD_start_daemon(
+            flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024),
+            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
+            http_completed, s, MHD_OPTION_HTTPS_MEM_CERT, o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY,
+            o->tls_key_pem, MHD_OPTION_END);
+    else
+        s->d = MHD_start_daemon(
+            flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024),
+            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
+            http_completed, s, MHD_OPTION_END);
+    if (!s->d) {
+        rc = err_set(err, DDP_EUNAVAIL, "cannot listen on %s:%d (in use or not allowed)",
+                     o->host, o->port);
+        goto out;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : o->port;
+    *out = s;
+    s = NULL;
+out:
+    if (ai)
+        freeaddrinfo(ai);
+    http_stop(s);
+    return rc;
+}
+
+int http_port(struct ddpd_server *s)
+{
+    return s->port;
+}
+
+void http_stop(struct ddpd_server *s)
+{
+    if (!s)
+        return;
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    free(s->user_token);
+    free(s->agent_token);
+    free(s);
+}

@@ -1,0 +1,100 @@
+/*
+ * http.h - ddpd's HTTP front: libmicrohttpd daemon, static route table, body cap, auth,
+ * gRPC-style error bodies. Handlers (api_*.c) see only struct api_req.
+ */
+#ifndef DDP_SERVER_HTTP_H
+#define DDP_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define HTTP_BODY_MAX (1024 * 1024)
+
+struct coord;
+
+struct ddpd_server;
+
+struct api_req {
+    struct coord *coord;
+    void *conn;          /* the MHD connection (for query arguments) */
+    const char *method;
+    const char *path;
+    const char *param;   /* the {id} / {name} / {file} part of the path, or "" */
+    const char *body;    /* NUL-terminated; body_len bytes */
+    size_t body_len;
+    size_t body_total;   /* bytes the client sent (more than body_len when over the cap) */
+    int64_t now;         /* monotonic ms at dispatch */
+    /* the answer, set by the api_reply_* helpers */
+    int status;
+    char *out;                    /* owned, freed by http.c */
+    const unsigned char *static_out; /* borrowed (embedded file) */
+    size_t out_len;
+    const char *content_type;
+    char allow[64]; /* the Allow header of a 405, else "" */
+};
+
+/* Query argument key of the request, or NULL. */
+const char *api_query(struct api_req *r, const char *key);
+
+/* Sets a JSON answer; takes ownership of text (malloc'd). */
+void api_reply_json(struct api_req *r, int status, char *text);
+/* Sets the error answer {"error": {...}} for err->code / err->msg. */
+void api_reply_err(struct api_req *r, const struct ddp_err *err);
+/* Same with a code and a message. */
+void api_reply_errf(struct api_req *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sets a borrowed (static) answer. */
+void api_reply_static(struct api_req *r, int status, const char *content_type,
+                      const unsigned char *data, size_t len);
+
+/* Parses the body as a JSON object; on failure the 400 answer is already set and -1 is
+ * returned. The caller owns *out (json_decref). */
+int api_parse_body(struct api_req *r, json_t **out);
+
+/* Reads an optional integer query argument in [min, max] (default def); on failure the 400
+ * answer is set and -1 returned. */
+int api_query_int(struct api_req *r, const char *key, int64_t min, int64_t max, int64_t def,
+                  int64_t *out);
+
+/* Handlers (api_jobs.c, api_nodes.c, api_misc.c). */
+void api_jobs_submit(struct api_req *r);
+void api_jobs_list(struct api_req *r);
+void api_jobs_get(struct api_req *r);
+void api_jobs_cancel(struct api_req *r);
+void api_jobs_events(struct api_req *r);
+void api_jobs_metrics(struct api_req *r);
+void api_jobs_logs(struct api_req *r);
+void api_nodes_register(struct api_req *r);
+void api_nodes_heartbeat(struct api_req *r);
+void api_nodes_list(struct api_req *r);
+void api_misc_healthz(struct api_req *r);
+void api_misc_metrics(struct api_req *r);
+void api_misc_openapi(struct api_req *r);
+void api_misc_index(struct api_req *r);
+void api_misc_ui(struct api_req *r);
+
+struct http_opts {
+    const char *host; /* "" = every address */
+    int port;
+    const char *user_token;  /* borrowed for the server's life */
+    const char *agent_token;
+    const char *tls_cert_pem; /* NULL: plain HTTP */
+    const char *tls_key_pem;
+};
+
+/* Starts the daemon; *out is stopped with http_stop(). */
+int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **out,
+               struct ddp_err *err);
+/* The port actually bound (useful with port 0). */
+int http_port(struct ddpd_server *s);
+void http_stop(struct ddpd_server *s);
+
+/* Dispatch without a network (tests, fuzzing): routes method + path with the given
+ * Authorization header value (or NULL) and body; fills r's answer. r->coord must be set. */
+void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
+                   const char *agent_token, int *route_out);
+
+#endif

@@ -1,0 +1,240 @@
+/*
+ * main.c - ddpd: flags, token files, then the HTTP server plus the ticker (this thread)
+ * until SIGTERM or SIGINT.
+ *
+ * Signals are blocked in every thread; the main thread takes them with sigtimedwait(),
+ * which doubles as the ~200 ms tick of coord_tick().
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/args.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/coord.h"
+#include "server/http.h"
+
+#define TICK_MS 200
+
+static void ddpd_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ddpd [options]\n"
+            "\n"
+            "The ddp coordinator: jobs, nodes and rank assignment over HTTP/JSON, kept in SQLite.\n"
+            "\n"
+            "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470)\n"
+            "  --db PATH                 SQLite database (default $DDP_HOME/ddp.db; DDP_HOME\n"
+            "                            defaults to ./.ddp and is created)\n"
+            "  --token-file F            user token (default user.token next to the database;\n"
+            "                            created with a random token, mode 0600, if missing)\n"
+            "  --agent-token-file F      agent token (default agent.token next to the database;\n"
+            "                            created like the user token)\n"
+            "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
+            "  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
+            "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
+            "  --help                    this text\n");
+}
+
+/* Reads the token at path, creating it with a random token (mode 0600) if missing. */
+static int ddpd_token(const char *path, const char *what, char **out, struct ddp_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = fs_read_all(path, 4096, &text, &len, err);
+    if (rc == DDP_ENOTFOUND) {
+        char tok[65];
+        if (rand_hex(tok, 32) != 0)
+            return err_set(err, DDP_EIO, "no randomness for the %s token", what);
+        char line[80];
+        int n = snprintf(line, sizeof(line), "%s\n", tok);
+        rc = fs_write_atomic(path, line, (size_t)n, 0600, err);
+        if (rc)
+            return rc;
+        log_info("created %s token file=%s", what, path);
+        *out = xstrdup(tok);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
+                       text[len - 1] == '\t'))
+        text[--len] = '\0';
+    if (len == 0) {
+        free(text);
+        return err_set(err, DDP_EINVAL, "%s token file %s is empty", what, path);
+    }
+    log_info("using %s token file=%s", what, path);
+    *out = text;
+    return 0;
+}
+
+static char *ddpd_beside(const char *db, const char *name)
+{
+    char *copy = xstrdup(db);
+    char *dir = dirname(copy);
+    char *p = xasprintf("%s/%s", dir, name);
+    free(copy);
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_LISTEN = 1, O_DB, O_TOKEN, O_AGENT_TOKEN, O_NODE_TIMEOUT, O_CERT, O_KEY, O_LOG, O_HELP };
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"db", required_argument, NULL, O_DB},
+        {"token-file", required_argument, NULL, O_TOKEN},
+        {"agent-token-file", required_argument, NULL, O_AGENT_TOKEN},
+        {"node-timeout", required_argument, NULL, O_NODE_TIMEOUT},
+        {"tls-cert", required_argument, NULL, O_CERT},
+        {"tls-key", required_argument, NULL, O_KEY},
+        {"log-level", required_argument, NULL, O_LOG},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
+    const char *cert = NULL, *key = NULL;
+    long node_timeout = 5;
+    int level = LOG_INFO;
+    struct ddp_err err = {0};
+    int status = 1, o;
+    char host[256];
+    int port = 0;
+    char *db_owned = NULL, *tf_owned = NULL, *af_owned = NULL;
+    char *user_token = NULL, *agent_token = NULL, *cert_pem = NULL, *key_pem = NULL;
+    struct coord *coord = NULL;
+    struct ddpd_server *server = NULL;
+
+    log_init("ddpd", LOG_INFO);
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case O_LISTEN: listen = optarg; break;
+        case O_DB: db = optarg; break;
+        case O_TOKEN: token_file = optarg; break;
+        case O_AGENT_TOKEN: agent_file = optarg; break;
+        case O_NODE_TIMEOUT:
+            if (args_parse_long("--node-timeout", optarg, 1, 3600, &node_timeout, &err) != 0)
+                goto usage;
+            break;
+        case O_CERT: cert = optarg; break;
+        case O_KEY: key = optarg; break;
+        case O_LOG:
+            level = log_level_parse(optarg);
+            if (level < 0) {
+                err_set(&err, DDP_EINVAL, "--log-level: '%s' is not debug, info, warn, error or off",
+                        optarg);
+                goto usage;
+            }
+            break;
+        case O_HELP:
+            ddpd_usage(stdout);
+            return 0;
+        default:
+            if (optopt)
+                err_set(&err, DDP_EINVAL, "option needs a value or is unknown: %s",
+                        argv[optind - 1]);
+            else
+                err_set(&err, DDP_EINVAL, "unknown option: %s", argv[optind - 1]);
+            goto usage;
+        }
+    }
+    if (optind < argc) {
+        err_set(&err, DDP_EINVAL, "unexpected argument: %s", argv[optind]);
+        goto usage;
+    }
+    if (args_parse_hostport("--listen", listen, host, (int)sizeof(host), &port, &err) != 0)
+        goto usage;
+    if ((cert == NULL) != (key == NULL)) {
+        err_set(&err, DDP_EINVAL, "--tls-cert and --tls-key go together");
+        goto usage;
+    }
+    log_init("ddpd", (enum log_level)level);
+
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (!db) {
+        const char *home = getenv("DDP_HOME");
+        if (!home || !*home)
+            home = ".ddp";
+        if (fs_mkdir_p(home, 0700, &err) != 0)
+            goto fail;
+        db = db_owned = xasprintf("%s/ddp.db", home);
+    } else {
+        char *copy = xstrdup(db);
+        int rc = fs_mkdir_p(dirname(copy), 0700, &err);
+        free(copy);
+        if (rc)
+            goto fail;
+    }
+    if (!token_file)
+        token_file = tf_owned = ddpd_beside(db, "user.token");
+    if (!agent_file)
+        agent_file = af_owned = ddpd_beside(db, "agent.token");
+    if (ddpd_token(token_file, "user", &user_token, &err) != 0 ||
+        ddpd_token(agent_file, "agent", &agent_token, &err) != 0)
+        goto fail;
+    if (strcmp(user_token, agent_token) == 0) {
+        err_set(&err, DDP_EINVAL, "the user and agent tokens must differ");
+        goto fail;
+    }
+    if (cert && (fs_read_all(cert, 1 << 20, &cert_pem, NULL, &err) != 0 ||
+                 fs_read_all(key, 1 << 20, &key_pem, NULL, &err) != 0))
+        goto fail;
+
+    struct coord_opts copts = {.node_timeout_ms = node_timeout * 1000};
+    if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0)
+        goto fail;
+    struct http_opts hopts = {host, port, user_token, agent_token, cert_pem, key_pem};
+    if (http_start(&hopts, coord, &server, &err) != 0)
+        goto fail;
+    log_info("listening on %s://%s:%d db=%s node_timeout=%lds", cert ? "https" : "http", host,
+             http_port(server), db, node_timeout);
+
+    for (;;) {
+        struct timespec ts = {0, TICK_MS * 1000000L};
+        int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_info("signal %d: shutting down", sig);
+            break;
+        }
+        coord_tick(coord, time_mono_ms());
+    }
+    status = 0;
+    goto out;
+usage:
+    fprintf(stderr, "ddpd: %s\n", err.msg);
+    ddpd_usage(stderr);
+    return 2;
+fail:
+    log_error("%s", err.msg);
+out:
+    coord_shutdown(coord);
+    http_stop(server);
+    coord_close(coord);
+    free(db_owned);
+    free(tf_owned);
+    free(af_owned);
+    free(user_token);
+    free(agent_token);
+    free(cert_pem);
+    free(key_pem);
+    return status;
+}

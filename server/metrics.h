@@ -1,0 +1,26 @@
+/*
+ * metrics.h - ddpd's own Prometheus counters (HTTP requests by route and code, a request
+ * latency histogram, heartbeats received) and the /metrics text. Lock-free: counters are
+ * C11 atomics, safe from any thread.
+ */
+#ifndef DDP_SERVER_METRICS_H
+#define DDP_SERVER_METRICS_H
+
+#include <stdint.h>
+
+struct coord;
+
+/* Routes are numbered by the caller (http.c's table); names are borrowed for the life of
+ * the process. At most METRICS_MAX_ROUTES routes. */
+#define METRICS_MAX_ROUTES 32
+void metrics_set_routes(const char *const *names, int n);
+
+/* Counts one request on route (-1: no route matched) answered with HTTP status code,
+ * which took ns nanoseconds. */
+void metrics_http(int route, int code, int64_t ns);
+void metrics_beat(void);
+
+/* The Prometheus text exposition (version 0.0.4); caller frees. */
+char *metrics_render(struct coord *c);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * sched.c - gang scheduling of one job as a pure function over (job, candidate nodes).
+ *
+ * Rules (docs/ddpd.md):
+ *   1. A node is usable when it has at least nproc_per_node free slots.
+ *   2. Usable nodes are taken in name order, at most MAX of them; fewer than MIN means no
+ *      placement at all (gang: all or nothing).
+ *   3. Node ranks follow that order; group rank 0 serves MASTER_PORT, the lowest port of its
+ *      range that no other live job uses on it and that is not the port this job's
+ *      previous generation used there.
+ * Invariant: the result depends only on the inputs (no clock, no randomness).
+ */
+#include "server/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/xalloc.h"
+
+int sched_pick_port(const struct sched_node *node)
+{
+    for (int p = node->port_lo; p > 0 && p <= node->port_hi; p++) {
+        if (p == node->avoid_port)
+            continue;
+        int used = 0;
+        for (size_t i = 0; i < node->nused; i++)
+            if (node->used_ports[i] == p) {
+                used = 1;
+                break;
+            }
+        if (!used)
+            return p;
+    }
+    return 0;
+}
+
+int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
+                struct sched_placement *out)
+{
+    int rc = DDP_EUNAVAIL;
+    size_t *order = NULL;
+    size_t n = 0;
+    if (job->nmin < 1 || job->nmax < job->nmin || job->nproc < 1)
+        return DDP_EINVAL;
+    order = xcalloc(nnodes + 1, sizeof(*order));
+    /* insertion sort of the usable nodes by name: node counts are small */
+    for (size_t i = 0; i < nnodes; i++) {
+        if (nodes[i].free_slots < job->nproc)
+            continue;
+        size_t k = n;
+        while (k > 0 && strcmp(nodes[order[k - 1]].name, nodes[i].name) > 0) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+        n++;
+    }
+    if (n < (size_t)job->nmin)
+        goto out;
+    if (n > (size_t)job->nmax)
+        n = (size_t)job->nmax;
+    int port = sched_pick_port(&nodes[order[0]]);
+    if (port == 0)
+        goto out;
+    memcpy(out->idx, order, n * sizeof(*order));
+    out->n = n;
+    out->master_port = port;
+    rc = 0;
+out:
+    free(order);
+    return rc;
+}

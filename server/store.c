@@ -1,0 +1,567 @@
+/*
+ * store.c - SQLite persistence of ddpd.
+ *
+ * Invariants:
+ *   1. The schema is exactly the embedded migrations schema/NNN_*.sql with NNN <=
+ *      PRAGMA user_version; each migration and its user_version bump commit together.
+ *   2. journal_mode=WAL, synchronous=FULL: a COMMIT that returned is on disk.
+ *   3. Prepared statements are made once at open and reset after each use.
+ */
+#include "server/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/embed.h"
+
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_JOB_PUT,
+    ST_EVENT_ADD,
+    ST_METRIC_ADD,
+    ST_METRIC_TRIM,
+    ST_LOG_ADD,
+    ST_LOG_TRIM,
+    ST_MARK_PUT,
+    ST_NODE_PUT,
+    ST_EVENTS,
+    ST_METRICS,
+    ST_LOGS_ALL,
+    ST_LOGS_RANK,
+    ST_LAST_LINES,
+    ST_COUNT
+};
+
+static const char *const store_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_JOB_PUT] = "INSERT OR REPLACE INTO jobs (id, name, spec, state, generation, restarts, "
+                   "world_size, master_addr, master_port, nodes, last_metrics, reason, "
+                   "created_at, started_at, finished_at, job_token, log_seq, metric_seq, "
+                   "event_seq, end_kind, end_reason) VALUES "
+                   "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
+    [ST_EVENT_ADD] = "INSERT INTO events (job_id, seq, time, generation, state, reason) "
+                     "VALUES (?1,?2,?3,?4,?5,?6)",
+    [ST_METRIC_ADD] = "INSERT OR REPLACE INTO metrics (job_id, seq, time, generation, metric) "
+                      "VALUES (?1,?2,?3,?4,?5)",
+    [ST_METRIC_TRIM] = "DELETE FROM metrics WHERE job_id = ?1 AND seq <= ?2",
+    [ST_LOG_ADD] = "INSERT OR REPLACE INTO logs (job_id, seq, generation, rank, text) "
+                   "VALUES (?1,?2,?3,?4,?5)",
+    [ST_LOG_TRIM] = "DELETE FROM logs WHERE job_id = ?1 AND seq <= ?2",
+    [ST_MARK_PUT] = "INSERT OR REPLACE INTO marks (job_id, generation, rank, last_seq) "
+                    "VALUES (?1,?2,?3,?4)",
+    [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
+                    "incarnation, state, registered_at, last_heartbeat) "
+                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+    [ST_EVENTS] = "SELECT seq, time, generation, state, reason FROM events "
+                  "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    [ST_METRICS] = "SELECT seq, time, generation, metric FROM metrics "
+                   "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    [ST_LOGS_ALL] = "SELECT seq, rank, generation, text FROM logs "
+                    "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    [ST_LOGS_RANK] = "SELECT seq, rank, generation, text FROM logs "
+                     "WHERE job_id = ?1 AND rank = ?4 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    [ST_LAST_LINES] = "SELECT text FROM logs WHERE job_id = ?1 AND generation = ?2 AND "
+                      "rank = ?3 ORDER BY seq DESC LIMIT ?4",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT];
+    int in_tx;
+};
+
+static int store_fail(struct store *st, struct ddp_err *err, const char *what)
+{
+    return err_set(err, DDP_EIO, "sqlite %s: %s", what, sqlite3_errmsg(st->db));
+}
+
+/* Runs a prepared statement that returns no rows, then resets it. */
+static int store_step_done(struct store *st, int which, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[which];
+    int r = sqlite3_step(s);
+    int rc = 0;
+    if (r != SQLITE_DONE)
+        rc = store_fail(st, err, "step");
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return rc;
+}
+
+static void store_bind_text(sqlite3_stmt *s, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(s, i);
+}
+
+static void store_bind_time(sqlite3_stmt *s, int i, int64_t v)
+{
+    if (v)
+        sqlite3_bind_int64(s, i, v);
+    else
+        sqlite3_bind_null(s, i);
+}
+
+static int store_exec(struct store *st, const char *sql, struct ddp_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        int rc = err_set(err, DDP_EIO, "sqlite: %s", msg ? msg : "error");
+        sqlite3_free(msg);
+        return rc;
+    }
+    return 0;
+}
+
+int store_schema_version(struct store *st)
+{
+    sqlite3_stmt *s = NULL;
+    int v = -1;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* Migration number of "schema/NNN_name.sql", or -1 if the name is not a migration. */
+static int store_migration_number(const char *name)
+{
+    if (strncmp(name, "schema/", 7) != 0)
+        return -1;
+    const char *p = name + 7;
+    int v = 0, digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 6) {
+        v = v * 10 + (*p - '0');
+        p++;
+        digits++;
+    }
+    size_t n = strlen(name);
+    if (digits == 0 || *p != '_' || n < 4 || strcmp(name + n - 4, ".sql") != 0)
+        return -1;
+    return v;
+}
+
+static int store_migrate(struct store *st, struct ddp_err *err)
+{
+    int have = store_schema_version(st);
+    if (have < 0)
+        return store_fail(st, err, "user_version");
+    /* embed_files is sorted by name, so migrations come in number order */
+    for (size_t i = 0; i < embed_nfiles; i++) {
+        int num = store_migration_number(embed_files[i].name);
+        if (num <= have)
+            continue;
+        int rc = store_exec(st, "BEGIN IMMEDIATE", err);
+        if (rc)
+            return rc;
+        rc = store_exec(st, (const char *)embed_files[i].data, err);
+        if (!rc) {
+            char sql[64];
+            snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", num);
+            rc = store_exec(st, sql, err);
+        }
+        if (!rc)
+            rc = store_exec(st, "COMMIT", err);
+        if (rc) {
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+        log_info("schema migration applied name=%s version=%d", embed_files[i].name, num);
+        have = num;
+    }
+    return 0;
+}
+
+int store_open(const char *path, struct store **out, struct ddp_err *err)
+{
+    struct store *st = xcalloc(1, sizeof(*st));
+    int rc;
+    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                           SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        rc = err_set(err, DDP_EIO, "cannot open database %s: %s", path,
+                     st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    rc = store_exec(st, "PRAGMA journal_mode=WAL", err);
+    if (!rc)
+        rc = store_exec(st, "PRAGMA synchronous=FULL", err);
+    if (!rc)
+        rc = store_exec(st, "PRAGMA foreign_keys=ON", err);
+    if (!rc)
+        rc = store_migrate(st, err);
+    if (rc)
+        goto out;
+    for (int i = 0; i < ST_COUNT; i++)
+        if (sqlite3_prepare_v3(st->db, store_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->st[i],
+                               NULL) != SQLITE_OK) {
+            rc = store_fail(st, err, "prepare");
+            goto out;
+        }
+    *out = st;
+    st = NULL;
+out:
+    store_close(st);
+    return rc;
+}
+
+void store_close(struct store *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(st->st[i]);
+    sqlite3_close(st->db);
+    free(st);
+}
+
+int store_begin(struct store *st, struct ddp_err *err)
+{
+    int rc = store_step_done(st, ST_BEGIN, err);
+    if (!rc)
+        st->in_tx = 1;
+    return rc;
+}
+
+int store_commit(struct store *st, struct ddp_err *err)
+{
+    int rc = store_step_done(st, ST_COMMIT, err);
+    if (!rc)
+        st->in_tx = 0;
+    return rc;
+}
+
+void store_rollback(struct store *st)
+{
+    if (!sqlite3_get_autocommit(st->db))
+        store_step_done(st, ST_ROLLBACK, NULL);
+    st->in_tx = 0;
+}
+
+int store_job_put(struct store *st, const struct store_job *j, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_JOB_PUT];
+    sqlite3_bind_int64(s, 1, j->id);
+    store_bind_text(s, 2, j->name);
+    store_bind_text(s, 3, j->spec);
+    store_bind_text(s, 4, j->state);
+    sqlite3_bind_int64(s, 5, j->generation);
+    sqlite3_bind_int64(s, 6, j->restarts);
+    sqlite3_bind_int64(s, 7, j->world_size);
+    store_bind_text(s, 8, j->master_addr ? j->master_addr : "");
+    sqlite3_bind_int64(s, 9, j->master_port);
+    store_bind_text(s, 10, j->nodes ? j->nodes : "[]");
+    store_bind_text(s, 11, j->last_metrics);
+    store_bind_text(s, 12, j->reason ? j->reason : "");
+    sqlite3_bind_int64(s, 13, j->created_at);
+    store_bind_time(s, 14, j->started_at);
+    store_bind_time(s, 15, j->finished_at);
+    store_bind_text(s, 16, j->job_token);
+    sqlite3_bind_int64(s, 17, j->log_seq);
+    sqlite3_bind_int64(s, 18, j->metric_seq);
+    sqlite3_bind_int64(s, 19, j->event_seq);
+    sqlite3_bind_int64(s, 20, j->end_kind);
+    store_bind_text(s, 21, j->end_reason ? j->end_reason : "");
+    return store_step_done(st, ST_JOB_PUT, err);
+}
+
+int store_event_add(struct store *st, int64_t job, int64_t seq, int64_t time, int64_t gen,
+                    const char *state, const char *reason, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_EVENT_ADD];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, seq);
+    sqlite3_bind_int64(s, 3, time);
+    sqlite3_bind_int64(s, 4, gen);
+    store_bind_text(s, 5, state);
+    store_bind_text(s, 6, reason);
+    return store_step_done(st, ST_EVENT_ADD, err);
+}
+
+int store_metric_add(struct store *st, int64_t job, int64_t seq, int64_t time, int64_t gen,
+                     const char *metric, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_METRIC_ADD];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, seq);
+    sqlite3_bind_int64(s, 3, time);
+    sqlite3_bind_int64(s, 4, gen);
+    store_bind_text(s, 5, metric);
+    return store_step_done(st, ST_METRIC_ADD, err);
+}
+
+int store_metric_trim(struct store *st, int64_t job, int64_t upto, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_METRIC_TRIM];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, upto);
+    return store_step_done(st, ST_METRIC_TRIM, err);
+}
+
+int store_log_add(struct store *st, int64_t job, int64_t seq, int64_t gen, int64_t rank,
+                  const char *text, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_LOG_ADD];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, seq);
+    sqlite3_bind_int64(s, 3, gen);
+    sqlite3_bind_int64(s, 4, rank);
+    store_bind_text(s, 5, text);
+    return store_step_done(st, ST_LOG_ADD, err);
+}
+
+int store_log_trim(struct store *st, int64_t job, int64_t upto, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_LOG_TRIM];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, upto);
+    return store_step_done(st, ST_LOG_TRIM, err);
+}
+
+int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int64_t last_seq,
+                   struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_MARK_PUT];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, gen);
+    sqlite3_bind_int64(s, 3, rank);
+    sqlite3_bind_int64(s, 4, last_seq);
+    return store_step_done(st, ST_MARK_PUT, err);
+}
+
+int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_NODE_PUT];
+    store_bind_text(s, 1, n->name);
+    store_bind_text(s, 2, n->address);
+    sqlite3_bind_int64(s, 3, n->slots);
+    sqlite3_bind_int64(s, 4, n->port_lo);
+    sqlite3_bind_int64(s, 5, n->port_hi);
+    store_bind_text(s, 6, n->incarnation);
+    store_bind_text(s, 7, n->state);
+    sqlite3_bind_int64(s, 8, n->registered_at);
+    store_bind_time(s, 9, n->last_heartbeat);
+    return store_step_done(st, ST_NODE_PUT, err);
+}
+
+static const char *store_col_text(sqlite3_stmt *s, int i)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : NULL;
+}
+
+int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = 0, r;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT id, name, spec, state, generation, restarts, world_size, "
+                           "master_addr, master_port, nodes, last_metrics, reason, created_at, "
+                           "started_at, finished_at, job_token, log_seq, metric_seq, event_seq, "
+                           "end_kind, end_reason FROM jobs ORDER BY id",
+                           -1, &s, NULL) != SQLITE_OK)
+        return store_fail(st, err, "prepare");
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_job j = {
+            .id = sqlite3_column_int64(s, 0),
+            .name = store_col_text(s, 1),
+            .spec = store_col_text(s, 2),
+            .state = store_col_text(s, 3),
+            .generation = sqlite3_column_int64(s, 4),
+            .restarts = sqlite3_column_int64(s, 5),
+            .world_size = sqlite3_column_int64(s, 6),
+            .master_addr = store_col_text(s, 7),
+            .master_port = sqlite3_column_int64(s, 8),
+            .nodes = store_col_text(s, 9),
+            .last_metrics = store_col_text(s, 10),
+            .reason = store_col_text(s, 11),
+            .created_at = sqlite3_column_int64(s, 12),
+            .started_at = sqlite3_column_int64(s, 13),
+            .finished_at = sqlite3_column_int64(s, 14),
+            .job_token = store_col_text(s, 15),
+            .log_seq = sqlite3_column_int64(s, 16),
+            .metric_seq = sqlite3_column_int64(s, 17),
+            .event_seq = sqlite3_column_int64(s, 18),
+            .end_kind = sqlite3_column_int64(s, 19),
+            .end_reason = store_col_text(s, 20),
+        };
+        rc = fn(ctx, &j);
+        if (rc)
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_fail(st, err, "load jobs");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = 0, r;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
+                           "registered_at, last_heartbeat FROM nodes ORDER BY name",
+                           -1, &s, NULL) != SQLITE_OK)
+        return store_fail(st, err, "prepare");
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_node n = {
+            .name = store_col_text(s, 0),
+            .address = store_col_text(s, 1),
+            .slots = sqlite3_column_int64(s, 2),
+            .port_lo = sqlite3_column_int64(s, 3),
+            .port_hi = sqlite3_column_int64(s, 4),
+            .incarnation = store_col_text(s, 5),
+            .state = store_col_text(s, 6),
+            .registered_at = sqlite3_column_int64(s, 7),
+            .last_heartbeat = sqlite3_column_int64(s, 8),
+        };
+        rc = fn(ctx, &n);
+        if (rc)
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_fail(st, err, "load nodes");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = 0, r;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT job_id, generation, rank, last_seq FROM marks "
+                           "ORDER BY job_id, generation, rank",
+                           -1, &s, NULL) != SQLITE_OK)
+        return store_fail(st, err, "prepare");
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        rc = fn(ctx, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+                sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3));
+        if (rc)
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_fail(st, err, "load marks");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static json_t *store_time_json(int64_t ms)
+{
+    char buf[40];
+    time_format_rfc3339(ms, buf, sizeof(buf));
+    return json_string(buf);
+}
+
+/* Runs a SELECT prepared with (job, after, limit[, rank]) and turns each row into an
+ * object with row_fn. */
+static int store_query(struct store *st, int which, int64_t job, int64_t after, int limit,
+                       int rank, json_t *(*row_fn)(sqlite3_stmt *), json_t **out,
+                       struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[which];
+    json_t *arr = json_array();
+    int r, rc = 0;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, after);
+    sqlite3_bind_int(s, 3, limit);
+    if (which == ST_LOGS_RANK)
+        sqlite3_bind_int(s, 4, rank);
+    while ((r = sqlite3_step(s)) == SQLITE_ROW)
+        json_array_append_new(arr, row_fn(s));
+    if (r != SQLITE_DONE)
+        rc = store_fail(st, err, "query");
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc) {
+        json_decref(arr);
+        return rc;
+    }
+    *out = arr;
+    return 0;
+}
+
+static json_t *store_event_row(sqlite3_stmt *s)
+{
+    return json_pack("{s:I, s:o, s:I, s:s, s:s}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
+                     "time", store_time_json(sqlite3_column_int64(s, 1)), "generation",
+                     (json_int_t)sqlite3_column_int64(s, 2), "state", store_col_text(s, 3),
+                     "reason", store_col_text(s, 4));
+}
+
+static json_t *store_metric_row(sqlite3_stmt *s)
+{
+    const char *text = store_col_text(s, 3);
+    json_t *m = json_loads(text ? text : "{}", 0, NULL);
+    if (!m)
+        m = json_object();
+    return json_pack("{s:I, s:o, s:I, s:o}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
+                     "time", store_time_json(sqlite3_column_int64(s, 1)), "generation",
+                     (json_int_t)sqlite3_column_int64(s, 2), "metric", m);
+}
+
+static json_t *store_log_row(sqlite3_stmt *s)
+{
+    const char *text = store_col_text(s, 3);
+    return json_pack("{s:I, s:I, s:I, s:s}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
+                     "rank", (json_int_t)sqlite3_column_int64(s, 1), "generation",
+                     (json_int_t)sqlite3_column_int64(s, 2), "text", text ? text : "");
+}
+
+int store_events_json(struct store *st, int64_t job, int64_t after, int limit, json_t **out,
+                      struct ddp_err *err)
+{
+    return store_query(st, ST_EVENTS, job, after, limit, 0, store_event_row, out, err);
+}
+
+int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, json_t **out,
+                       struct ddp_err *err)
+{
+    return store_query(st, ST_METRICS, job, after, limit, 0, store_metric_row, out, err);
+}
+
+int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
+                    json_t **out, struct ddp_err *err)
+{
+    return store_query(st, rank < 0 ? ST_LOGS_ALL : ST_LOGS_RANK, job, after, limit, rank,
+                       store_log_row, out, err);
+}
+
+int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n,
+                     json_t **out, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_LAST_LINES];
+    json_t *arr = json_array();
+    int r, rc = 0;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, gen);
+    sqlite3_bind_int64(s, 3, rank);
+    sqlite3_bind_int(s, 4, n);
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *t = store_col_text(s, 0);
+        json_array_insert_new(arr, 0, json_string(t ? t : ""));
+    }
+    if (r != SQLITE_DONE)
+        rc = store_fail(st, err, "query");
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc) {
+        json_decref(arr);
+        return rc;
+    }
+    *out = arr;
+    return 0;
+}

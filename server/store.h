@@ -1,0 +1,100 @@
+/*
+ * store.h - ddpd's SQLite file: migrations, durable writes, loading at start, and the
+ * reads that are not on the hot path (events, metrics, logs).
+ *
+ * The store is not thread safe: coord.c calls it under its one mutex. Writes happen inside
+ * store_begin()/store_commit() (one transaction per change of state); a failed statement
+ * leaves the transaction for the caller to store_rollback(). Durability: WAL journal with
+ * synchronous=FULL, so a committed change survives kill -9 and power loss.
+ */
+#ifndef DDP_SERVER_STORE_H
+#define DDP_SERVER_STORE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+struct store;
+
+/* A jobs row. Strings are borrowed; NULL last_metrics and 0 times mean SQL NULL. */
+struct store_job {
+    int64_t id;
+    const char *name;
+    const char *spec;
+    const char *state;
+    int64_t generation, restarts, world_size;
+    const char *master_addr;
+    int64_t master_port;
+    const char *nodes;
+    const char *last_metrics;
+    const char *reason;
+    int64_t created_at, started_at, finished_at;
+    const char *job_token;
+    int64_t log_seq, metric_seq, event_seq;
+    int64_t end_kind;
+    const char *end_reason;
+};
+
+/* A nodes row (strings borrowed; last_heartbeat 0 = NULL). */
+struct store_node {
+    const char *name;
+    const char *address;
+    int64_t slots, port_lo, port_hi;
+    const char *incarnation;
+    const char *state;
+    int64_t registered_at, last_heartbeat;
+};
+
+/* Opens (creating) the database at path, sets WAL + synchronous=FULL and applies the
+ * embedded migrations newer than PRAGMA user_version, each in its own transaction. On
+ * success *out is the store (caller closes with store_close()). */
+int store_open(const char *path, struct store **out, struct ddp_err *err);
+/* Closes; accepts NULL. */
+void store_close(struct store *st);
+/* The schema version now (PRAGMA user_version), or -1 on error. */
+int store_schema_version(struct store *st);
+
+int store_begin(struct store *st, struct ddp_err *err);
+int store_commit(struct store *st, struct ddp_err *err);
+/* Rolls back the open transaction, if any; never fails from the caller's view. */
+void store_rollback(struct store *st);
+
+int store_job_put(struct store *st, const struct store_job *j, struct ddp_err *err);
+int store_event_add(struct store *st, int64_t job, int64_t seq, int64_t time, int64_t gen,
+                    const char *state, const char *reason, struct ddp_err *err);
+int store_metric_add(struct store *st, int64_t job, int64_t seq, int64_t time, int64_t gen,
+                     const char *metric, struct ddp_err *err);
+/* Deletes the metrics of job with seq <= upto. */
+int store_metric_trim(struct store *st, int64_t job, int64_t upto, struct ddp_err *err);
+int store_log_add(struct store *st, int64_t job, int64_t seq, int64_t gen, int64_t rank,
+                  const char *text, struct ddp_err *err);
+/* Deletes the log lines of job with seq <= upto. */
+int store_log_trim(struct store *st, int64_t job, int64_t upto, struct ddp_err *err);
+int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int64_t last_seq,
+                   struct ddp_err *err);
+int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
+
+/* Loading at start: calls fn once per row (rows borrowed for the call); a non-zero return
+ * from fn stops the walk and is returned. */
+typedef int (*store_job_fn)(void *ctx, const struct store_job *j);
+typedef int (*store_node_fn)(void *ctx, const struct store_node *n);
+typedef int (*store_mark_fn)(void *ctx, int64_t job, int64_t gen, int64_t rank,
+                             int64_t last_seq);
+int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err);
+int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_err *err);
+int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_err *err);
+
+/* Reads for the GET calls. Each writes a new JSON array to *out (caller decrefs). Times
+ * come out as RFC 3339 strings. rank < 0 means every rank. */
+int store_events_json(struct store *st, int64_t job, int64_t after, int limit, json_t **out,
+                      struct ddp_err *err);
+int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, json_t **out,
+                       struct ddp_err *err);
+int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
+                    json_t **out, struct ddp_err *err);
+/* The last n lines (oldest first) of (job, gen, rank) as a new array of strings. */
+int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n,
+                     json_t **out, struct ddp_err *err);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * validate.h - strict checks of everything a client sends ddpd: job specs, node
+ * registrations, heartbeats, job ids. Each function either succeeds or fills err with
+ * DDP_EINVAL and a message naming the field and the rule it broke; on failure nothing is
+ * written to the out-parameter.
+ */
+#ifndef DDP_SERVER_VALIDATE_H
+#define DDP_SERVER_VALIDATE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define SPEC_MAX_ARGS 256
+#define SPEC_MAX_ARG_LEN 4096
+#define SPEC_MAX_ENV 256
+#define SPEC_MAX_NODES 1024
+#define SPEC_MAX_NPROC 1024
+#define SPEC_MAX_PATH 4096
+#define BEAT_MAX_ITEMS 4096
+#define BEAT_MAX_LINES 5000
+#define BEAT_MAX_WAIT_MS 2000
+#define LOG_LINE_MAX 4096
+
+/* A validated job spec. json is the canonical spec (every field present, defaults filled
+ * in, nnodes as "MIN:MAX"), owned by the struct; the numbers are copies of its fields. */
+struct job_spec {
+    json_t *json;
+    const char *name; /* borrowed from json */
+    int nmin, nmax;
+    int nproc;
+    int max_restarts;
+    int64_t max_runtime_s;
+    int grace_period_s;
+    int hang_timeout_s;
+};
+
+/* Validates a job spec object. On success *out owns a new canonical json. */
+int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err);
+/* Releases what *spec owns; accepts a zeroed struct. */
+void validate_spec_release(struct job_spec *spec);
+
+/* A node registration; strings borrowed from the body. */
+struct node_reg {
+    const char *name;
+    const char *address;
+    const char *incarnation;
+    int slots;
+    int port_lo, port_hi;
+};
+int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err);
+
+struct beat_worker {
+    int64_t job;
+    int64_t generation;
+    int rank, local_rank;
+    int64_t pid;
+    int exited;
+    int exit_code, signal;
+};
+struct beat_log {
+    int64_t job, generation;
+    int rank;
+    int64_t seq;
+    const json_t *lines; /* borrowed array of strings */
+};
+struct beat_metric {
+    int64_t job, generation, seq;
+    const json_t *metric; /* borrowed object */
+};
+struct beat_progress {
+    int64_t job, generation;
+    int rank;
+    int64_t age_ms;
+};
+
+/* A heartbeat body. Arrays are owned by the struct (validate_beat_release); json values
+ * in them are borrowed from the body, which must outlive the struct. */
+struct beat {
+    const char *incarnation;
+    int64_t version;
+    int wait_ms; /* clamped to BEAT_MAX_WAIT_MS */
+    struct beat_worker *workers;
+    size_t nworkers;
+    struct beat_log *logs;
+    size_t nlogs;
+    struct beat_metric *metrics;
+    size_t nmetrics;
+    struct beat_progress *progress;
+    size_t nprogress;
+};
+int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err);
+void validate_beat_release(struct beat *b);
+
+/* Parses "j-<n>" (n >= 1, decimal, no sign or leading zero); returns 0 or -1. */
+int validate_job_id(const char *s, int64_t *out);
+
+/* 1 when s is 1..63 characters of [A-Za-z0-9._-]. */
+int validate_name(const char *s);
+
+#endif
