@@ -1,0 +1,148 @@
+"""ddp-agent with a real ddpd: two agents (two nodes, 2 slots each) on loopback run a 2 x 2 job
+whose command writes its environment; every torchrun and DDP_* variable is checked on every
+rank, with the job's own env overridden where docs/api.md says so. The job SUCCEEDS, each
+rank's output reaches ddpd with a "[rank R] " prefix (and the local rank log keeps it raw),
+rank 0's metrics line is relayed. A command that does not exist is reported as an exit with
+code 127 and a log line saying what failed."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_sim import cluster, run_tests  # noqa: E402
+from cluster import wait_for  # noqa: E402
+
+PY = "/usr/bin/python3"
+
+# Writes the environment (and cwd) to OUT/rank-R.json atomically, says hello, and rank 0
+# writes one metrics line to DDP_METRICS_FD.
+ENV_SCRIPT = r"""
+import json, os, sys
+out, rank = sys.argv[1], os.environ["RANK"]
+env = dict(os.environ)
+env["__cwd"] = os.getcwd()
+tmp = os.path.join(out, ".rank-%s.tmp" % rank)
+with open(tmp, "w") as f:
+    json.dump(env, f)
+os.rename(tmp, os.path.join(out, "rank-%s.json" % rank))
+print("hello from rank %s" % rank, flush=True)
+print("to stderr from rank %s" % rank, file=sys.stderr, flush=True)
+if rank == "0":
+    os.write(int(os.environ["DDP_METRICS_FD"]), b'{"epoch": 1, "loss": 0.25}\n')
+"""
+
+
+def dump_logs(c, names):
+    print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
+    for n in names:
+        print("---- agent-%s.log\n%s" % (n, c.log("agent-%s.log" % n)[-4000:]))
+
+
+def logs_of(c, job_id, rank):
+    a = c.get("/v1/jobs/%s/logs?rank=%d&limit=1000" % (job_id, rank))
+    assert a.status == 200, a
+    return [ln["text"] for ln in a.json["lines"]]
+
+
+def test_agent_env_every_variable_on_every_rank():
+    with cluster(node_timeout=5) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            # node-b's own environment carries the agent token: workers must not see it.
+            c.start_agent("node-b", slots=2, env={"DDP_AGENT_TOKEN": c.agent_token})
+            c.wait_nodes_ready(["node-a", "node-b"])
+            out = os.path.join(c.tmp, "env-out")
+            os.makedirs(out)
+            job = c.submit({"name": "envprobe", "command": [PY, "-c", ENV_SCRIPT, out],
+                            "nnodes": "2", "nproc_per_node": 2, "max_restarts": 1,
+                            "env": {"FOO": "bar", "RANK": "99", "MASTER_PORT": "1"}})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+            assert done["generation"] == 1 and done["world_size"] == 4, done
+
+            envs = {}
+            for r in range(4):
+                with open(os.path.join(out, "rank-%d.json" % r)) as f:
+                    envs[r] = json.load(f)
+            assert sorted(os.listdir(out)) == ["rank-%d.json" % r for r in range(4)]
+            node_of = {}
+            for n in done["nodes"]:
+                for r in n["ranks"]:
+                    node_of[r] = n
+            assert sorted(node_of) == [0, 1, 2, 3], done["nodes"]
+            masters = set()
+            for r, e in envs.items():
+                node = node_of[r]
+                work = os.path.realpath(os.path.join(c.tmp, "agent-" + node["name"]))
+                want = {
+                    "RANK": str(r), "WORLD_SIZE": "4", "LOCAL_RANK": str(r % 2),
+                    "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": str(node["group_rank"]),
+                    "GROUP_WORLD_SIZE": "2", "ROLE_RANK": str(r), "ROLE_WORLD_SIZE": "4",
+                    "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0",
+                    "TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_RUN_ID": jid,
+                    "OMP_NUM_THREADS": "1", "DDP_JOB_ID": jid, "DDP_GENERATION": "1",
+                    "DDP_METRICS_FD": "3", "FOO": "bar",
+                    "MASTER_ADDR": done["master_addr"], "MASTER_PORT": str(done["master_port"]),
+                    "DDP_CHECKPOINT_DIR": os.path.join(work, "jobs", jid, "ckpt"),
+                    "DDP_HEARTBEAT_FILE": os.path.join(work, "jobs", jid, "gen-1",
+                                                       "rank-%d.heartbeat" % r),
+                    "__cwd": work,
+                }
+                for k, v in want.items():
+                    assert e.get(k) == v, "rank %d: %s=%r, expected %r" % (r, k, e.get(k), v)
+                assert r == node["group_rank"] * 2 + int(e["LOCAL_RANK"])
+                assert os.path.isdir(e["DDP_CHECKPOINT_DIR"]), e["DDP_CHECKPOINT_DIR"]
+                assert len(e["DDP_JOB_TOKEN"]) >= 8, e["DDP_JOB_TOKEN"]
+                assert "DDP_AGENT_TOKEN" not in e, "rank %d sees the agent token" % r
+                if not any(d.startswith("nvidia") and d[6:].isdigit()
+                           for d in os.listdir("/dev")):
+                    assert e.get("CUDA_VISIBLE_DEVICES") == os.environ.get(
+                        "CUDA_VISIBLE_DEVICES"), e.get("CUDA_VISIBLE_DEVICES")
+                masters.add((e["MASTER_ADDR"], e["MASTER_PORT"], e["DDP_JOB_TOKEN"]))
+            assert len(masters) == 1, masters  # equal across ranks
+            group0 = [n for n in done["nodes"] if n["group_rank"] == 0][0]
+            assert group0["ranks"] == [0, 1], group0
+
+            # Output reached ddpd with the rank prefix; the local file keeps it raw.
+            for r in range(4):
+                lines = wait_for("rank %d log lines at ddpd" % r,
+                                 lambda: (lambda ls: ls if len(ls) >= 2 else None)(
+                                     logs_of(c, jid, r)), timeout=20)
+                assert "[rank %d] hello from rank %d" % (r, r) in lines, lines
+                assert "[rank %d] to stderr from rank %d" % (r, r) in lines, lines
+                work = os.path.join(c.tmp, "agent-" + node_of[r]["name"])
+                with open(os.path.join(work, "jobs", jid, "gen-1", "rank-%d.log" % r)) as f:
+                    raw = f.read()
+                assert "hello from rank %d\n" % r in raw and "[rank" not in raw, raw
+            m = c.get("/v1/jobs/%s/metrics" % jid)
+            assert m.status == 200, m
+            assert [x["metric"] for x in m.json["metrics"]] == [{"epoch": 1, "loss": 0.25}], m
+        except BaseException:
+            dump_logs(c, ["node-a", "node-b"])
+            raise
+
+
+def test_agent_command_not_found_exits_127():
+    with cluster(node_timeout=5) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            job = c.submit({"command": ["ddp-no-such-command-x", "--flag"], "nnodes": "1",
+                            "nproc_per_node": 1, "max_restarts": 0})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "FAILED", done
+            want = "[rank 0] ddp-agent: cannot run 'ddp-no-such-command-x': command not found"
+            wait_for("the exec failure line at ddpd", lambda: want in logs_of(c, jid, 0),
+                     timeout=20)
+            ev = c.get("/v1/jobs/%s/events" % jid).json["events"]
+            assert any("127" in e["reason"] for e in ev), ev
+            assert "code=127" in c.log("agent-node-a.log")
+        except BaseException:
+            dump_logs(c, ["node-a"])
+            raise
+
+
+if __name__ == "__main__":
+    run_tests(globals())
