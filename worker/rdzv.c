@@ -47,6 +47,7 @@
 #define RDZV_KEYS_MAX 65536
 #define RDZV_SECRET_MAX 1024
 #define RDZV_WAIT_KEYS_MAX 1024
+#define RDZV_CLOSE_WAIT_MAX_MS 10000
 
 enum rdzv_op { OP_HELLO = 1, OP_SET = 2, OP_GET = 3, OP_WAIT = 4, OP_ADD = 5 };
 enum rdzv_status { ST_OK = 0, ST_TIMEOUT = 1, ST_PERM = 2, ST_INVAL = 3 };
@@ -340,8 +341,9 @@ static void handle_hello(struct rdzv_server *s, struct sconn *c, struct rbuf *r)
     }
     if ((int)world != s->world || rank >= world) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "rank %u of world size %u does not fit the store's world size %d",
-                 rank, world, s->world);
+        snprintf(msg, sizeof(msg),
+                 "rank %u of world size %u does not fit the store's world size %d", rank, world,
+                 s->world);
         conn_reply_text(c, ST_INVAL, msg);
         c->closing = 1;
         return;
@@ -904,7 +906,11 @@ void rdzv_close(struct rdzv *r)
         return;
     if (r->fd >= 0)
         close(r->fd);
-    server_stop(r->srv, time_mono_ms() + r->timeout_ms);
+    /* Ranks only need the store while they set up, so a short bound is enough for a slow
+     * rank to finish with it, and a stopped rank does not hold rank 0's exit for long. */
+    int64_t wait =
+        r->timeout_ms < RDZV_CLOSE_WAIT_MAX_MS ? r->timeout_ms : RDZV_CLOSE_WAIT_MAX_MS;
+    server_stop(r->srv, time_mono_ms() + wait);
     free(r);
 }
 
@@ -990,8 +996,9 @@ int rdzv_wait(struct rdzv *r, const char *const *keys, int nkeys, int64_t timeou
     }
     ret = request(r, &b, t, &status, &reply, &rlen, err);
     if (ret == 0 && status == ST_TIMEOUT)
-        ret = err_set(err, DDP_ETIMEOUT, "rendezvous keys (%d, first '%s') not all set within %u ms",
-                      nkeys, nkeys ? keys[0] : "", t);
+        ret = err_set(err, DDP_ETIMEOUT,
+                      "rendezvous keys (%d, first '%s') not all set within %u ms", nkeys,
+                      nkeys ? keys[0] : "", t);
     else if (ret == 0)
         ret = status_error(r, status, reply, rlen, "wait", err);
     free(reply);
