@@ -212,56 +212,71 @@ static void watch_draw_bar(struct watch *w)
 {
     if (!w->tty)
         return;
-    char line[512];
-    size_t o = 0;
+    char line[512], tail[256];
+    size_t o = 0, t = 0;
     int64_t now = time_mono_ms();
     int64_t el = (now - w->start_ms) / 1000;
     if (strcmp(w->state, "RUNNING") == 0) {
         int64_t cur = w->epoch >= 0 ? w->epoch + 1 : 1;
+        if (w->epochs > 0 && cur > w->epochs)
+            cur = w->epochs;
         double frac = -1;
         int estimate = 0;
         if (w->steps > 0) {
             frac = (double)w->step / (double)w->steps;
         } else if (w->epoch_dur_ms > 0 && w->epoch_t0 > 0) {
             frac = (double)(now - w->epoch_t0) / (double)w->epoch_dur_ms;
-            if (frac > 0.99)
-                frac = 0.99;
             estimate = 1;
         }
+        if (frac > 0.99)
+            frac = 0.99;
+        if (frac >= 0)
+            watch_append(tail, sizeof(tail), &t, "] %s%3d%%", estimate ? "~" : "",
+                         (int)(frac * 100));
+        else
+            watch_append(tail, sizeof(tail), &t, "]");
+        if (w->have_loss)
+            watch_append(tail, sizeof(tail), &t, "  loss %.4f", w->loss);
+        if (w->have_sps)
+            watch_append(tail, sizeof(tail), &t, "  %.0f samples/s", w->sps);
+        if (w->gen > 1)
+            watch_append(tail, sizeof(tail), &t, "  gen %lld", (long long)w->gen);
+        watch_append(tail, sizeof(tail), &t, "  %lld:%02lld", (long long)(el / 60),
+                     (long long)(el % 60));
         if (w->epochs > 0)
             watch_append(line, sizeof(line), &o, "epoch %lld/%lld [", (long long)cur,
                          (long long)w->epochs);
         else
             watch_append(line, sizeof(line), &o, "epoch %lld [", (long long)cur);
+        /* The bar takes what the terminal width leaves, within bounds. */
+        int width = w->cols - 1 - (int)o - (int)t;
+        if (width > CLI_BAR_WIDTH)
+            width = CLI_BAR_WIDTH;
+        if (width < 10)
+            width = 10;
         if (frac >= 0) {
-            int fill = (int)(frac * CLI_BAR_WIDTH);
-            for (int i = 0; i < CLI_BAR_WIDTH; i++)
+            int fill = (int)(frac * width);
+            for (int i = 0; i < width; i++)
                 watch_append(line, sizeof(line), &o, "%c",
                              i < fill ? '=' : (i == fill ? '>' : ' '));
-            watch_append(line, sizeof(line), &o, "] %s%3d%%", estimate ? "~" : "",
-                         (int)(frac * 100));
         } else {
             /* No measure yet: a bouncing marker shows that the job is alive. */
-            int pos = (int)((now / 250) % (2 * (CLI_BAR_WIDTH - 3)));
-            if (pos >= CLI_BAR_WIDTH - 3)
-                pos = 2 * (CLI_BAR_WIDTH - 3) - pos;
-            for (int i = 0; i < CLI_BAR_WIDTH; i++)
+            int span = width - 3;
+            int pos = (int)((now / 250) % (2 * span));
+            if (pos >= span)
+                pos = 2 * span - pos;
+            for (int i = 0; i < width; i++)
                 watch_append(line, sizeof(line), &o, "%s",
                              i == pos ? "<" : (i == pos + 1 ? "=" : (i == pos + 2 ? ">" : " ")));
-            watch_append(line, sizeof(line), &o, "]");
         }
-        if (w->have_loss)
-            watch_append(line, sizeof(line), &o, "  loss %.4f", w->loss);
-        if (w->have_sps)
-            watch_append(line, sizeof(line), &o, "  %.0f samples/s", w->sps);
-        watch_append(line, sizeof(line), &o, "  gen %lld", (long long)w->gen);
+        watch_append(line, sizeof(line), &o, "%s", tail);
     } else {
         watch_append(line, sizeof(line), &o, "%s", w->state[0] ? w->state : "...");
         if (w->gen > 0)
             watch_append(line, sizeof(line), &o, " (gen %lld)", (long long)w->gen);
+        watch_append(line, sizeof(line), &o, "  %lld:%02lld", (long long)(el / 60),
+                     (long long)(el % 60));
     }
-    watch_append(line, sizeof(line), &o, "  %lld:%02lld", (long long)(el / 60),
-                 (long long)(el % 60));
     /* Never wrap: a wrapped line cannot be redrawn in place with \r. */
     if (w->cols > 1 && o >= (size_t)w->cols)
         line[w->cols - 1] = '\0';
@@ -333,10 +348,10 @@ static void watch_on_metric(struct watch *w, const json_t *rec)
     printf("%s\n", line);
 }
 
-/* Reads new events or metrics (kind "events"/"metrics") after *after and hands each to fn
- * (table mode) or prints the answer (json). */
-static int watch_read(struct cli *cli, struct watch *w, const char *kind, int64_t *after,
-                      void (*fn)(struct watch *, const json_t *), struct ddp_err *err)
+/* Reads the items of kind ("events"/"metrics") after *after into a new reference *items
+(those with seq <= *after left out) and advances *after; with -o json prints the answer. */
+static int watch_fetch(struct cli *cli, struct watch *w, const char *kind, int64_t *after,
+                       json_t **items, struct ddp_err *err)
 {
     char *suffix = xasprintf("/%s?after=%lld", kind, (long long)*after);
     json_t *ans = NULL;
@@ -344,21 +359,54 @@ static int watch_read(struct cli *cli, struct watch *w, const char *kind, int64_
     free(suffix);
     if (rc < 0)
         return rc;
-    json_t *items = json_object_get(ans, kind);
-    if (cli->json && json_array_size(items) > 0)
+    json_t *all = json_object_get(ans, kind);
+    if (cli->json && json_array_size(all) > 0)
         cli_print_json_line(ans);
+    json_t *out = json_array();
     size_t i;
     json_t *it;
-    json_array_foreach(items, i, it) {
+    json_array_foreach(all, i, it) {
         int64_t seq = cli_int(it, "seq", 0);
         if (seq <= *after)
             continue;
         *after = seq;
-        if (!cli->json)
-            fn(w, it);
+        json_array_append(out, it);
     }
     json_decref(ans);
+    *items = out;
     return 0;
+}
+
+/* Hands new events and metrics to their printers in time order, so that a replay (or a
+ * slow poll) reads like the job's history. On equal times a metric goes before an event
+ * that ends the job and after any other event (RUNNING comes before the first epoch). */
+static void watch_merge(struct watch *w, const json_t *events, const json_t *metrics)
+{
+    size_t ie = 0, im = 0, ne = json_array_size(events), nm = json_array_size(metrics);
+    while (ie < ne || im < nm) {
+        const json_t *e = ie < ne ? json_array_get(events, ie) : NULL;
+        const json_t *m = im < nm ? json_array_get(metrics, im) : NULL;
+        int take_event;
+        if (!m) {
+            take_event = 1;
+        } else if (!e) {
+            take_event = 0;
+        } else {
+            int64_t te = cli_parse_time(cli_str(e, "time", NULL));
+            int64_t tm = cli_parse_time(cli_str(m, "time", NULL));
+            if (te != tm)
+                take_event = te < tm;
+            else
+                take_event = !cli_state_final(cli_str(e, "state", NULL));
+        }
+        if (take_event) {
+            watch_on_event(w, e);
+            ie++;
+        } else {
+            watch_on_metric(w, m);
+            im++;
+        }
+    }
 }
 
 int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
@@ -411,9 +459,17 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         if (cli_job_call_patient(cli, w.id, NULL, &job, &err) < 0)
             goto fail;
         int final = cli_state_final(cli_str(job, "state", NULL));
-        if (watch_read(cli, &w, "events", &w.ev_after, watch_on_event, &err) < 0 ||
-            watch_read(cli, &w, "metrics", &w.met_after, watch_on_metric, &err) < 0)
+        json_t *events = NULL, *metrics = NULL;
+        if (watch_fetch(cli, &w, "events", &w.ev_after, &events, &err) < 0)
             goto fail;
+        if (watch_fetch(cli, &w, "metrics", &w.met_after, &metrics, &err) < 0) {
+            json_decref(events);
+            goto fail;
+        }
+        if (!cli->json)
+            watch_merge(&w, events, metrics);
+        json_decref(events);
+        json_decref(metrics);
         if (final)
             break;
         /* Redraw the bar a few times per poll so the estimate moves smoothly. */

@@ -114,6 +114,8 @@ def test_cli_nodes_status_logs_watch_wait_success():
             assert states[0] in ("PENDING", "RUNNING") and states[-1] == "SUCCEEDED", w
             assert "RUNNING" in states, w
             assert lines[-1].startswith("job %s SUCCEEDED" % jid), w
+            assert lines.index(epochs[-1]) < lines.index([ln for ln in lines
+                                                          if ln.startswith("state SUCC")][0]), w
             assert "loss 0.4000" in lines[-1], w
 
             f = follow.finish(timeout=30)
@@ -127,7 +129,14 @@ def test_cli_nodes_status_logs_watch_wait_success():
         assert r.rc == 0 and r.out.startswith("job %s SUCCEEDED" % jid), r
         r = ctl(c, "wait", jid, "-o", "json")
         assert r.rc == 0 and json.loads(r.out)["state"] == "SUCCEEDED", r
-        r = ctl(c, "watch", jid, "-o", "json")  # a finished job: replays, ends at once
+        # A finished job: watch replays its history in time order and ends at once.
+        r = ctl(c, "watch", jid)
+        assert r.rc == 0, r
+        kinds = [ln.split()[0] + (" " + ln.split()[1] if ln.startswith("state") else "")
+                 for ln in r.out.splitlines()]
+        assert kinds[-4:] == ["epoch", "epoch", "state SUCCEEDED", "job"], r
+        assert kinds.index("state RUNNING") < kinds.index("epoch"), r
+        r = ctl(c, "watch", jid, "-o", "json")
         assert r.rc == 0, r
         docs = [json.loads(ln) for ln in r.out.splitlines()]
         assert docs[-1]["id"] == jid and docs[-1]["state"] == "SUCCEEDED", r
