@@ -109,8 +109,8 @@ static void *rank_thread_main(void *p)
 /* Runs body on world ranks (threads); every rank's result lands in job->rc/msg. */
 static void run_ring(struct ring_job *job)
 {
-    pthread_t th[64];
-    struct rank_thread rt[64];
+    static pthread_t th[64];
+    static struct rank_thread rt[64];
     job->port = free_port();
     for (int i = 0; i < job->world; i++) {
         rt[i] = (struct rank_thread){.job = job, .rank = i};
@@ -168,13 +168,14 @@ static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dty
     }
 }
 
-/* The counts of the correctness sweep for world size w. */
-static size_t sweep_counts(int w, size_t *out)
+/* The counts of the correctness sweep for world size w (small: up to 1009 only). */
+static size_t sweep_counts(int w, int small, size_t *out)
 {
     size_t base[] = {0, 1, 2, 3, 7, 13, 97, 1009, 65537, 100003};
     size_t n = 0;
     for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
-        out[n++] = base[i];
+        if (!small || base[i] <= 1009)
+            out[n++] = base[i];
     if (w > 1)
         out[n++] = (size_t)w - 1;
     out[n++] = (size_t)w + 1;
@@ -186,7 +187,7 @@ static size_t sweep_counts(int w, size_t *out)
 static int sweep_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
 {
     size_t counts[16];
-    size_t n = sweep_counts(job->world, counts);
+    size_t n = sweep_counts(job->world, job->ctx != NULL, counts);
     uint64_t digest = 0xcbf29ce484222325ull;
     int rc = 0;
     for (size_t k = 0; rc == 0 && k < n; k++) {
@@ -218,11 +219,14 @@ static int sweep_body(struct ring_job *job, int rank, struct comm *c, struct ddp
     return rc;
 }
 
-static void run_sweep(int world, size_t chunk)
+static void run_sweep_small(int world, size_t chunk, int small)
 {
     struct ring_job job;
     memset(&job, 0, sizeof(job));
     uint64_t digest[64] = {0};
+    static int small_flag;
+    job.ctx = small ? &small_flag : NULL;
+    job.timeout_ms = 60000;
     job.world = world;
     job.chunk = chunk;
     job.body = sweep_body;
@@ -232,6 +236,11 @@ static void run_sweep(int world, size_t chunk)
     for (int i = 1; i < world; i++)
         if (digest[i] != digest[0])
             fail_msg("W=%d: rank %d's results differ from rank 0's", world, i);
+}
+
+static void run_sweep(int world, size_t chunk)
+{
+    run_sweep_small(world, chunk, 0);
 }
 
 static void test_comm_cpu_allreduce_w1_to_4(void **state)
@@ -437,7 +446,102 @@ static void test_comm_cpu_error_is_sticky(void **state)
     expect_all_ok(&job);
 }
 
-/* ---- heavy: 10^7 elements ---- */
+/* The ring still forms when a stranger connects to a rank's ring port with a bad hello. */
+static void *intruder_rank1(void *p)
+{
+    struct ring_job *job = p;
+    struct rdzv *r = NULL;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    int rc = rdzv_open("127.0.0.1", job->port, 1, 2, "secret", 20000, &r, &err);
+    void *v = NULL;
+    size_t len = 0;
+    int fd = -1;
+    if (rc == 0)
+        rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, &err);
+    if (rc == 0) {
+        /* "host:port nonce": connect to rank 0's ring port and send a wrong hello. */
+        char val[128];
+        snprintf(val, sizeof(val), "%.*s", (int)len, (const char *)v);
+        char *colon = strrchr(val, ':');
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        char junk[56];
+        memset(junk, 'x', sizeof(junk));
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+            send(fd, junk, sizeof(junk), MSG_NOSIGNAL) != (ssize_t)sizeof(junk))
+            rc = err_set(&err, DDP_EINTERNAL, "intruder could not connect");
+    }
+    free(v);
+    struct comm_opts o;
+    comm_opts_default(&o);
+    o.timeout_ms = 20000;
+    if (rc == 0)
+        rc = comm_new("cpu", r, 1, 2, &o, &c, &err);
+    float x[3] = {1, 2, 3};
+    if (rc == 0)
+        rc = comm_allreduce(c, x, 3, COMM_F32, &err);
+    if (rc == 0 && (x[0] != 2 || x[1] != 4 || x[2] != 6))
+        rc = err_set(&err, DDP_EINTERNAL, "wrong sum");
+    if (rc == 0) {
+        /* The stranger was dropped (or reset when rank 0 closed its listener). */
+        struct timeval tv = {.tv_sec = 10};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        char b[4];
+        if (recv(fd, b, sizeof(b), 0) > 0)
+            rc = err_set(&err, DDP_EINTERNAL, "stranger got an answer");
+    }
+    if (fd >= 0)
+        close(fd);
+    comm_free(c);
+    rdzv_close(r);
+    job->rc[1] = rc;
+    memcpy(job->msg[1], err.msg, sizeof(err.msg));
+    return NULL;
+}
+
+static int small_sum_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    (void)job;
+    (void)rank;
+    float x[3] = {1, 2, 3};
+    int rc = comm_allreduce(c, x, 3, COMM_F32, err);
+    if (rc == 0 && (x[0] != 2 || x[1] != 4 || x[2] != 6))
+        rc = err_set(err, DDP_EINTERNAL, "wrong sum");
+    return rc;
+}
+
+static void test_comm_cpu_stranger_dropped(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 2;
+    job.body = small_sum_body;
+    job.port = free_port();
+    struct rank_thread rt0 = {.job = &job, .rank = 0};
+    pthread_t t0, t1;
+    assert_int_equal(pthread_create(&t0, NULL, rank_thread_main, &rt0), 0);
+    assert_int_equal(pthread_create(&t1, NULL, intruder_rank1, &job), 0);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    expect_all_ok(&job);
+}
+
+/* ---- heavy: many ranks, 10^7 elements ---- */
+
+static void test_comm_cpu_allreduce_w16_w64(void **state)
+{
+    (void)state;
+    run_sweep_small(16, 0, 1);
+    run_sweep_small(64, 0, 1);
+}
+
 
 static int large_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
 {
@@ -615,8 +719,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_barrier_waits_for_all),
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),
+        cmocka_unit_test(test_comm_cpu_stranger_dropped),
     };
     const struct CMUnitTest heavy[] = {
+        cmocka_unit_test(test_comm_cpu_allreduce_w16_w64),
         cmocka_unit_test(test_comm_cpu_allreduce_ten_million),
         cmocka_unit_test(test_comm_cpu_killed_peer_fails_others),
         cmocka_unit_test(test_comm_cpu_stopped_peer_times_out),
