@@ -157,6 +157,17 @@ static int agent_grace(const struct agent *a, const struct assign *as)
     return as && as->grace_period_s >= 0 ? as->grace_period_s : a->cfg->grace_s;
 }
 
+/* More lines are queued than one beat carries: the next beat goes at once. Holds a->mu. */
+static int agent_backlog(const struct agent *a)
+{
+    size_t lines = 0, metrics = 0;
+    for (size_t i = 0; i < a->nworkers; i++) {
+        lines += a->workers[i]->logs.count;
+        metrics += a->workers[i]->metrics.count;
+    }
+    return lines > AGENT_BEAT_LINES_MAX || metrics > AGENT_BEAT_METRICS_MAX;
+}
+
 static void agent_note_change(struct agent *a)
 {
     a->changes++;
@@ -441,6 +452,8 @@ static int agent_read_fd(struct agent *a, struct worker *w, int is_metrics, int 
             logship_split(&w->met_split, buf, (size_t)n, agent_emit_metric, w);
         else
             logship_split(&w->out_split, buf, (size_t)n, agent_emit_log, w);
+        if (agent_backlog(a))
+            pthread_cond_broadcast(&a->cond); /* the heartbeat thread ships at once */
         if (!locked)
             pthread_mutex_unlock(&a->mu);
     }
@@ -798,7 +811,8 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
 
     pthread_mutex_lock(&a->mu);
     uint64_t snap = a->changes;
-    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent && !a->shutting_down
+    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent &&
+                          !a->shutting_down && !agent_backlog(a)
                       ? a->interval_ms
                       : 0;
     json_t *body = agent_beat_body(a, wait_ms, &acks, &nacks);
@@ -912,7 +926,8 @@ static void agent_pause(struct agent *a, int64_t ms, int on_change)
     pthread_mutex_lock(&a->mu);
     for (;;) {
         int64_t left = until - time_mono_ms();
-        if (left <= 0 || a->done || (on_change && a->changes > a->changes_sent))
+        if (left <= 0 || a->done ||
+            (on_change && (a->changes > a->changes_sent || agent_backlog(a))))
             break;
         agent_cond_wait_ms(a, left);
     }

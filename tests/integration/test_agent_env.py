@@ -144,5 +144,35 @@ def test_agent_command_not_found_exits_127():
             raise
 
 
+def test_agent_ships_many_lines_in_order_once():
+    """5000 lines written at once go out 1000 a beat, each line once, in order."""
+    n = 5000
+    with cluster(node_timeout=5) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            job = c.submit({"command": [PY, "-c", "for i in range(%d): print('line', i)" % n],
+                            "nnodes": "1", "nproc_per_node": 1, "max_restarts": 0})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+
+            def all_lines():
+                texts, after = [], 0
+                for _ in range(100):
+                    a = c.get("/v1/jobs/%s/logs?rank=0&after=%d&limit=1000" % (jid, after))
+                    assert a.status == 200, a
+                    texts += [ln["text"] for ln in a.json["lines"]]
+                    if not a.json["lines"]:
+                        break
+                    after = a.json["next"]
+                return texts if len(texts) >= n else None
+            texts = wait_for("%d lines at ddpd" % n, all_lines, timeout=30)
+            assert texts == ["[rank 0] line %d" % i for i in range(n)], texts[:3]
+        except BaseException:
+            dump_logs(c, ["node-a"])
+            raise
+
+
 if __name__ == "__main__":
     run_tests(globals())
