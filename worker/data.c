@@ -136,7 +136,11 @@ int data_read_file(const char *path, uint8_t **buf, size_t *len, struct ddp_err 
         if (got == 0) {
             int zerr = 0;
             const char *m = gzerror(gz, &zerr);
-            if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
+            if (zerr == Z_BUF_ERROR) { /* the stream ended early */
+                rc = err_set(err, DDP_EIO, "data file %s: truncated gzip stream", path);
+                goto out;
+            }
+            if (zerr != Z_OK) {
                 rc = err_set(err, DDP_EIO, "data file %s: %s", path, m ? m : "read error");
                 goto out;
             }

@@ -1,0 +1,213 @@
+/*
+ * test_ckpt.c - checkpoint format: round trip, every corrupted byte and every truncation
+ * detected, keep-newest-two, and the newest-valid scan that skips a corrupt file.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "worker/ckpt.h"
+
+static void make_meta(struct ckpt_meta *m, uint32_t epoch)
+{
+    memset(m, 0, sizeof(*m));
+    m->epoch = epoch;
+    m->step = 1234 + epoch;
+    m->seed = 42;
+    rng_seed(&m->rng, 99);
+    m->world_size = 4;
+    m->nlayers = 2;
+    m->widths[0] = 3;
+    m->widths[1] = 4;
+    m->widths[2] = 2;
+    m->nparams = 3 * 4 + 4 + 4 * 2 + 2;
+}
+
+static void make_arrays(float *p, float *mo, size_t n, float base)
+{
+    for (size_t i = 0; i < n; i++) {
+        p[i] = base + (float)i * 0.25f;
+        mo[i] = -base - (float)i;
+    }
+}
+
+static void test_ckpt_round_trip(void **state)
+{
+    (void)state;
+    struct ckpt_meta m;
+    make_meta(&m, 3);
+    float p[26], mo[26], p2[26], mo2[26];
+    make_arrays(p, mo, 26, 1.5f);
+    uint8_t *buf;
+    size_t len;
+    struct ddp_err err;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    assert_int_equal(len, 88 + 12 + 2 * 26 * 4 + 4);
+    struct ckpt_view v;
+    assert_int_equal(ckpt_decode(buf, len, "x", &v, &err), 0);
+    assert_int_equal(v.meta.epoch, 3);
+    assert_int_equal(v.meta.step, 1237);
+    assert_int_equal(v.meta.seed, 42);
+    assert_memory_equal(&v.meta.rng, &m.rng, sizeof(m.rng));
+    assert_int_equal(v.meta.world_size, 4);
+    int w[3] = {3, 4, 2}, w2[3] = {3, 5, 2};
+    assert_true(ckpt_matches(&v.meta, w, 3));
+    assert_false(ckpt_matches(&v.meta, w2, 3));
+    assert_false(ckpt_matches(&v.meta, w, 2));
+    ckpt_copy_arrays(&v, p2, mo2);
+    assert_memory_equal(p, p2, sizeof(p));
+    assert_memory_equal(mo, mo2, sizeof(mo));
+    free(buf);
+    /* nparams not matching the widths is refused when encoding. */
+    m.nparams++;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), DDP_EINVAL);
+}
+
+static void test_ckpt_detects_every_flip_and_truncation(void **state)
+{
+    (void)state;
+    struct ckpt_meta m;
+    make_meta(&m, 1);
+    float p[26], mo[26];
+    make_arrays(p, mo, 26, 0.0f);
+    uint8_t *buf;
+    size_t len;
+    struct ddp_err err;
+    struct ckpt_view v;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    for (size_t i = 0; i < len; i++) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            buf[i] ^= (uint8_t)(1u << bit);
+            if (ckpt_decode(buf, len, "flip", &v, &err) == 0)
+                fail_msg("flip of bit %d of byte %zu not detected", bit, i);
+            buf[i] ^= (uint8_t)(1u << bit);
+        }
+    }
+    for (size_t l = 0; l < len; l++)
+        if (ckpt_decode(buf, l, "cut", &v, &err) == 0)
+            fail_msg("truncation to %zu bytes not detected", l);
+    assert_int_equal(ckpt_decode(buf, len, "ok", &v, &err), 0);
+    free(buf);
+}
+
+static char tmpdir[256];
+
+static int make_tmp(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_ckpt.XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    return 0;
+}
+
+static int remove_tmp(void **state)
+{
+    (void)state;
+    struct ddp_err err;
+    fs_remove_tree(tmpdir, &err);
+    return 0;
+}
+
+static void save_epoch(const char *dir, uint32_t epoch)
+{
+    struct ckpt_meta m;
+    make_meta(&m, epoch);
+    float p[26], mo[26];
+    make_arrays(p, mo, 26, (float)epoch);
+    uint8_t *buf;
+    size_t len;
+    struct ddp_err err;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    assert_int_equal(ckpt_save(dir, epoch, buf, len, &err), 0);
+    free(buf);
+}
+
+static int exists(const char *dir, uint32_t epoch)
+{
+    char *path = ckpt_path(dir, epoch);
+    struct stat st;
+    int ok = stat(path, &st) == 0;
+    free(path);
+    return ok;
+}
+
+static void test_ckpt_keeps_newest_two(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/a/b", tmpdir); /* created on the way */
+    for (uint32_t e = 1; e <= 4; e++)
+        save_epoch(dir, e);
+    assert_false(exists(dir, 1));
+    assert_false(exists(dir, 2));
+    assert_true(exists(dir, 3));
+    assert_true(exists(dir, 4));
+}
+
+static void test_ckpt_find_newest_skips_corrupt(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/scan", tmpdir);
+    int w[3] = {3, 4, 2}, other[3] = {3, 4, 3};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint32_t epoch = 0;
+    struct ddp_err err;
+    /* Missing folder and empty folder: not found. */
+    assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), DDP_ENOTFOUND);
+    save_epoch(dir, 5);
+    save_epoch(dir, 6);
+    /* Corrupt epoch 6 (one byte in the parameters): epoch 5 is found. */
+    char *p6 = ckpt_path(dir, 6);
+    FILE *f = fopen(p6, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 120, SEEK_SET), 0);
+    assert_int_equal(fputc(0x7f, f), 0x7f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), 0);
+    assert_int_equal(epoch, 5);
+    struct ckpt_view v;
+    assert_int_equal(ckpt_decode(buf, len, "found", &v, &err), 0);
+    assert_int_equal(v.meta.epoch, 5);
+    free(buf);
+    /* Truncate epoch 6 instead: same. */
+    assert_int_equal(truncate(p6, 50), 0);
+    assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), 0);
+    assert_int_equal(epoch, 5);
+    free(buf);
+    /* A model of other widths finds nothing. */
+    assert_int_equal(ckpt_find_newest(dir, other, 3, &buf, &len, &epoch, &err),
+                     DDP_ENOTFOUND);
+    /* Stray files are ignored. */
+    char *stray = ckpt_path(dir, 9);
+    struct ddp_err e2;
+    assert_int_equal(fs_write_atomic(stray, "junk", 4, 0644, &e2), 0);
+    assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), 0);
+    assert_int_equal(epoch, 5);
+    free(buf);
+    free(stray);
+    free(p6);
+}
+
+int main(void)
+{
+    log_init("test_ckpt", LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ckpt_round_trip),
+        cmocka_unit_test(test_ckpt_detects_every_flip_and_truncation),
+        cmocka_unit_test(test_ckpt_keeps_newest_two),
+        cmocka_unit_test(test_ckpt_find_newest_skips_corrupt),
+    };
+    return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
+}
