@@ -3,6 +3,7 @@
  */
 #include "common/args.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@ int args_parse_long(const char *what, const char *s, long min, long max, long *o
 {
     if (!s || !*s)
         return err_set(err, DDP_EINVAL, "%s: empty value, expected an integer", what);
+    if (isspace((unsigned char)*s)) /* strtol would skip it */
+        return err_set(err, DDP_EINVAL, "%s: '%s' is not an integer", what, s);
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);

@@ -797,6 +797,8 @@ int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, 
 }
 
 static void coord_tick_locked(struct coord *c, int64_t now);
+static int coord_group_rank(const struct job *j, int ni);
+static int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
 
 /* --- nodes API ------------------------------------------------------------------------- */
 
@@ -867,13 +869,14 @@ static void coord_node_restarted(struct coord *c, int ni, int64_t now)
     snprintf(reason, sizeof(reason), "node %s restarted", c->nodes[ni]->name);
     for (size_t i = 0; i < c->njobs; i++) {
         struct job *j = c->jobs[i];
-        for (int p = 0; p < j->st.npl; p++) {
-            if (j->st.pl[p].node != ni)
-                continue;
-            if (j->st.state == JOB_RUNNING && !j->fail_reason[0])
+        if (j->st.state == JOB_RUNNING && coord_group_rank(j, ni) >= 0) {
+            if (!j->fail_reason[0])
                 snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
-            j->st.pl[p].draining = 0;
+            coord_check_ranks(c, j, now);
         }
+        for (int p = 0; p < j->st.npl; p++)
+            if (j->st.pl[p].node == ni)
+                j->st.pl[p].draining = 0;
     }
 }
 
@@ -1304,6 +1307,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
             if (j)
                 coord_check_ranks(c, j, now);
         }
+        coord_beat_drains(c, ni, &b); /* generations this beat just ended */
         for (size_t i = 0; i < c->njobs; i++)
             coord_progress(c, c->jobs[i], now);
         coord_schedule(c, now);

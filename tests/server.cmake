@@ -1,0 +1,28 @@
+# ddpd's unit tests and fuzz target (issue 2).
+ddp_unit_test(NAME test_jobstate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobstate.c
+  LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_sched SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sched.c
+  LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_validate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_validate.c
+  LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_store SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_store.c
+  LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_coord SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_coord.c
+  LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_common.c
+  LIBS ddpcommon)
+
+if(DDP_FUZZ)
+  add_executable(fuzz_request ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_request.c)
+  target_compile_options(fuzz_request PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_request PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_request PRIVATE ddpserver ddpcommon)
+  set_target_properties(fuzz_request PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # libFuzzer writes new inputs into the first corpus folder: give it a scratch copy so the
+  # seed corpus in the source tree stays as committed.
+  add_test(NAME fuzz_request
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+            sh -c "rm -rf fuzz_request_work && mkdir fuzz_request_work && exec $<TARGET_FILE:fuzz_request> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_request_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/request_corpus"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_tests_properties(fuzz_request PROPERTIES TIMEOUT 120 LABELS "fuzz")
+endif()

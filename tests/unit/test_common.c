@@ -1,0 +1,185 @@
+/*
+ * test_common.c - common/: strict argument parsing, the error table, jsonx getters,
+ * atomic file writes and constant-time secret comparison.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <dirent.h>
+
+#include <cmocka.h>
+
+#include "common/args.h"
+#include "common/err.h"
+#include "common/fsutil.h"
+#include "common/jsonx.h"
+#include "common/randutil.h"
+#include "common/xalloc.h"
+
+static void test_common_args_long(void **state)
+{
+    long v = 7;
+    struct ddp_err e;
+    assert_int_equal(args_parse_long("--slots", "12", 1, 100, &v, &e), 0);
+    assert_int_equal(v, 12);
+    const char *bad[] = {"", "12x", "x", "0", "101", " 5", "1e3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 7;
+        assert_int_not_equal(args_parse_long("--slots", bad[i], 1, 100, &v, &e), 0);
+        assert_int_equal(v, 7);
+        assert_non_null(strstr(e.msg, "--slots"));
+    }
+}
+
+static void test_common_args_range_and_hostport(void **state)
+{
+    long lo = 0, hi = 0;
+    struct ddp_err e;
+    assert_int_equal(args_parse_range("--port-range", "29500-29999", 1, 65535, &lo, &hi, &e), 0);
+    assert_int_equal(lo, 29500);
+    assert_int_equal(hi, 29999);
+    assert_int_not_equal(args_parse_range("--port-range", "9-1", 1, 65535, &lo, &hi, &e), 0);
+    char host[64];
+    int port = 0;
+    assert_int_equal(args_parse_hostport("--listen", "127.0.0.1:8470", host, sizeof(host),
+                                         &port, &e),
+                     0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 8470);
+    assert_int_not_equal(args_parse_hostport("--listen", "127.0.0.1", host, sizeof(host), &port,
+                                             &e),
+                         0);
+    assert_int_not_equal(args_parse_hostport("--listen", "h:99999", host, sizeof(host), &port,
+                                             &e),
+                         0);
+}
+
+static void test_common_err_table(void **state)
+{
+    struct {
+        int code, http;
+        const char *status;
+    } rows[] = {
+        {DDP_EINVAL, 400, "INVALID_ARGUMENT"},   {DDP_EUNAUTH, 401, "UNAUTHENTICATED"},
+        {DDP_EPERM, 403, "PERMISSION_DENIED"},   {DDP_ENOTFOUND, 404, "NOT_FOUND"},
+        {DDP_EABORTED, 409, "ABORTED"},          {DDP_ETOOBIG, 413, "RESOURCE_EXHAUSTED"},
+        {DDP_EINTERNAL, 500, "INTERNAL"},        {DDP_EUNAVAIL, 503, "UNAVAILABLE"},
+        {DDP_EMETHOD, 405, "INVALID_ARGUMENT"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        assert_int_equal(err_http_status(rows[i].code), rows[i].http);
+        assert_string_equal(err_status_name(rows[i].code), rows[i].status);
+    }
+    assert_int_equal(err_http_status(-999), 500);
+    assert_string_equal(err_status_name(-999), "UNKNOWN");
+    assert_int_equal(err_from_status_name("NOT_FOUND"), DDP_ENOTFOUND);
+    assert_int_equal(err_from_status_name("nope"), DDP_EINTERNAL);
+    struct ddp_err e;
+    assert_int_equal(err_set(&e, DDP_EINVAL, "field '%s': bad", "x"), DDP_EINVAL);
+    assert_string_equal(e.msg, "field 'x': bad");
+    err_clear(&e);
+    assert_int_equal(e.code, 0);
+    assert_string_equal(e.msg, "");
+    assert_int_equal(err_set(NULL, DDP_EIO, "ignored"), DDP_EIO);
+}
+
+static void test_common_jsonx(void **state)
+{
+    json_t *o = NULL;
+    struct ddp_err e;
+    const char *text = "{\"n\": 5, \"s\": \"x\", \"b\": true, \"a\": [], \"f\": 1.5}";
+    assert_int_equal(jsonx_parse_object(text, strlen(text), &o, &e), 0);
+    int64_t n = 0;
+    assert_int_equal(jsonx_get_int(o, "n", 1, 0, 10, &n, &e), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(jsonx_get_int(o, "n", 1, 6, 10, &n, &e), DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "field 'n'"));
+    assert_int_equal(jsonx_get_int(o, "s", 1, 0, 10, &n, &e), DDP_EINVAL);
+    assert_int_equal(jsonx_get_int(o, "missing", 1, 0, 10, &n, &e), DDP_EINVAL);
+    n = 42;
+    assert_int_equal(jsonx_get_int(o, "missing", 0, 0, 10, &n, &e), 0);
+    assert_int_equal(n, 42);
+    const char *s = NULL;
+    assert_int_equal(jsonx_get_string(o, "s", 1, &s, &e), 0);
+    assert_string_equal(s, "x");
+    int b = 0;
+    assert_int_equal(jsonx_get_bool(o, "b", 1, &b, &e), 0);
+    assert_true(b);
+    static const char *const keys[] = {"n", "s", "b", "a", NULL};
+    assert_int_equal(jsonx_check_keys(o, keys, NULL, &e), DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "unknown field 'f'"));
+    json_decref(o);
+    assert_int_equal(jsonx_parse_object("[1]", 3, &o, &e), DDP_EINVAL);
+    assert_int_equal(jsonx_parse_object("{\"a\":1,\"a\":2}", 13, &o, &e), DDP_EINVAL);
+    assert_int_equal(jsonx_parse_object("{", 1, &o, &e), DDP_EINVAL);
+}
+
+static void test_common_fs_write_atomic(void **state)
+{
+    char dir[] = "/tmp/ddp-test-common-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *path = xasprintf("%s/token", dir);
+    struct ddp_err e;
+    assert_int_equal(fs_write_atomic(path, "one\n", 4, 0600, &e), 0);
+    assert_int_equal(fs_write_atomic(path, "second\n", 7, 0600, &e), 0);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(fs_read_all(path, 100, &text, &len, &e), 0);
+    assert_int_equal(len, 7);
+    assert_string_equal(text, "second\n");
+    free(text);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    /* no temp file left beside it */
+    DIR *d = opendir(dir);
+    int entries = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            entries++;
+    closedir(d);
+    assert_int_equal(entries, 1);
+    assert_int_equal(fs_read_all(path, 3, &text, &len, &e), DDP_ETOOBIG);
+    char *missing = xasprintf("%s/missing", dir);
+    assert_int_equal(fs_read_all(missing, 100, &text, &len, &e), DDP_ENOTFOUND);
+    char *bad = xasprintf("%s/no/such/dir/f", dir);
+    assert_int_not_equal(fs_write_atomic(bad, "x", 1, 0600, &e), 0);
+    free(bad);
+    free(missing);
+    free(path);
+    assert_int_equal(fs_remove_tree(dir, &e), 0);
+}
+
+static void test_common_secret_equal(void **state)
+{
+    assert_true(secret_equal("abc", "abc"));
+    assert_false(secret_equal("abc", "abd"));
+    assert_false(secret_equal("abc", "ab"));
+    assert_false(secret_equal("ab", "abc"));
+    assert_false(secret_equal("", "a"));
+    assert_true(secret_equal("", ""));
+    char a[65], b[65];
+    assert_int_equal(rand_hex(a, 32), 0);
+    assert_int_equal(rand_hex(b, 32), 0);
+    assert_int_equal(strlen(a), 64);
+    assert_false(secret_equal(a, b));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_common_args_long),
+        cmocka_unit_test(test_common_args_range_and_hostport),
+        cmocka_unit_test(test_common_err_table),
+        cmocka_unit_test(test_common_jsonx),
+        cmocka_unit_test(test_common_fs_write_atomic),
+        cmocka_unit_test(test_common_secret_equal),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

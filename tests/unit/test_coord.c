@@ -1,0 +1,562 @@
+/*
+ * test_coord.c - the elastic rules of ddpd's coordinator, driven through coord_* with a
+ * clock of our own (no sleeping): start, success, failure and restart budget, node loss
+ * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/fsutil.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "server/coord.h"
+
+struct fx {
+    char dir[64];
+    char *db;
+    struct coord *c;
+    int64_t now;
+    struct coord_opts opts;
+};
+
+static int setup(void **state)
+{
+    struct fx *f = xcalloc(1, sizeof(*f));
+    log_init("test", LOG_WARN);
+    snprintf(f->dir, sizeof(f->dir), "/tmp/ddp-test-coord-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    f->db = xasprintf("%s/ddp.db", f->dir);
+    f->now = 1000000;
+    f->opts.node_timeout_ms = 5000;
+    f->opts.log_cap = 5;
+    if (coord_open(f->db, &f->opts, f->now, &f->c, NULL) != 0)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    coord_close(f->c);
+    fs_remove_tree(f->dir, NULL);
+    free(f->db);
+    free(f);
+    return 0;
+}
+
+static json_t *parse(const char *text)
+{
+    json_t *o = json_loads(text, 0, NULL);
+    assert_non_null(o);
+    return o;
+}
+
+static int64_t submit(struct fx *f, const char *spec)
+{
+    json_t *body = parse(spec);
+    char *out = NULL;
+    struct ddp_err e;
+    if (coord_submit(f->c, body, f->now, &out, &e) != 0)
+        fail_msg("submit %s: %s", spec, e.msg);
+    json_decref(body);
+    json_t *j = parse(out);
+    int64_t id = strtoll(json_string_value(json_object_get(j, "id")) + 2, NULL, 10);
+    json_decref(j);
+    free(out);
+    return id;
+}
+
+static void reg(struct fx *f, const char *name, int slots, const char *inc)
+{
+    char text[256];
+    snprintf(text, sizeof(text),
+             "{\"name\":\"%s\",\"address\":\"10.0.0.%c\",\"slots\":%d,\"incarnation\":\"%s\","
+             "\"port_range\":\"30000-30010\"}",
+             name, name[strlen(name) - 1], slots, inc);
+    json_t *body = parse(text);
+    char *out = NULL;
+    struct ddp_err e;
+    if (coord_register(f->c, body, f->now, &out, &e) != 0)
+        fail_msg("register %s: %s", name, e.msg);
+    json_decref(body);
+    free(out);
+}
+
+/* One heartbeat; returns the answer (caller decrefs) or NULL with *code set. */
+static json_t *beat_rc(struct fx *f, const char *name, const char *inc, const char *extra,
+                       int *code)
+{
+    char text[4096];
+    snprintf(text, sizeof(text), "{\"incarnation\":\"%s\"%s%s}", inc, extra ? "," : "",
+             extra ? extra : "");
+    json_t *body = parse(text);
+    char *out = NULL;
+    struct ddp_err e;
+    *code = coord_beat(f->c, name, body, f->now, &out, &e);
+    json_decref(body);
+    if (*code)
+        return NULL;
+    json_t *a = parse(out);
+    free(out);
+    return a;
+}
+
+static json_t *beat(struct fx *f, const char *name, const char *extra)
+{
+    int code;
+    json_t *a = beat_rc(f, name, "inc-1", extra, &code);
+    if (!a)
+        fail_msg("beat %s failed with %d", name, code);
+    return a;
+}
+
+static void beat0(struct fx *f, const char *name, const char *extra)
+{
+    json_decref(beat(f, name, extra));
+}
+
+static json_t *job(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    assert_int_equal(coord_get_job(f->c, id, &out, NULL), 0);
+    json_t *j = parse(out);
+    free(out);
+    return j;
+}
+
+static void expect_state(struct fx *f, int64_t id, const char *state, const char *reason_part)
+{
+    json_t *j = job(f, id);
+    const char *s = json_string_value(json_object_get(j, "state"));
+    const char *r = json_string_value(json_object_get(j, "reason"));
+    if (strcmp(s, state) != 0 || (reason_part && !strstr(r, reason_part)))
+        fail_msg("job j-%lld: state %s reason '%s', expected %s '%s'", (long long)id, s, r,
+                 state, reason_part ? reason_part : "");
+    json_decref(j);
+}
+
+/* The job's events contain one in state with a reason containing reason_part. */
+static void expect_event(struct fx *f, int64_t id, const char *state, const char *reason_part)
+{
+    char *out = NULL;
+    assert_int_equal(coord_events(f->c, id, 0, &out, NULL), 0);
+    json_t *o = parse(out);
+    json_t *ev = json_object_get(o, "events");
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *e = json_array_get(ev, i);
+        if (strcmp(json_string_value(json_object_get(e, "state")), state) == 0 &&
+            strstr(json_string_value(json_object_get(e, "reason")), reason_part))
+            found = 1;
+    }
+    if (!found)
+        fail_msg("job j-%lld: no %s event with '%s' in %s", (long long)id, state, reason_part,
+                 out);
+    json_decref(o);
+    free(out);
+}
+
+static int64_t job_int(struct fx *f, int64_t id, const char *key)
+{
+    json_t *j = job(f, id);
+    int64_t v = json_integer_value(json_object_get(j, key));
+    json_decref(j);
+    return v;
+}
+
+static void tick(struct fx *f, int64_t advance_ms)
+{
+    f->now += advance_ms;
+    coord_tick(f->c, f->now);
+}
+
+static char *worker(const char *job, int gen, int rank, const char *state, int code)
+{
+    return xasprintf("{\"job_id\":\"%s\",\"generation\":%d,\"rank\":%d,\"local_rank\":0,"
+                     "\"state\":\"%s\",\"exit_code\":%d}",
+                     job, gen, rank, state, code);
+}
+
+static void test_coord_start_and_succeed(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"nproc_per_node\":2}");
+    expect_state(f, id, "PENDING", "submitted");
+    reg(f, "node-b", 2, "inc-1");
+    tick(f, 100);
+    expect_state(f, id, "PENDING", NULL); /* gang: one node is not enough */
+    reg(f, "node-a", 2, "inc-1");
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", "started on 2 nodes (world size 4)");
+    json_t *j = job(f, id);
+    assert_int_equal(json_integer_value(json_object_get(j, "world_size")), 4);
+    assert_string_equal(json_string_value(json_object_get(j, "master_addr")), "10.0.0.a");
+    assert_int_equal(json_integer_value(json_object_get(j, "master_port")), 30000);
+    json_t *n0 = json_array_get(json_object_get(j, "nodes"), 0);
+    assert_string_equal(json_string_value(json_object_get(n0, "name")), "node-a");
+    json_decref(j);
+    json_t *a = beat(f, "node-b", NULL);
+    json_t *as = json_array_get(json_object_get(a, "assignments"), 0);
+    assert_int_equal(json_integer_value(json_object_get(as, "group_rank")), 1);
+    assert_int_equal(json_integer_value(json_object_get(as, "world_size")), 4);
+    json_decref(a);
+    char *w0 = worker("j-1", 1, 0, "exited", 0), *w1 = worker("j-1", 1, 1, "exited", 0);
+    char *w2 = worker("j-1", 1, 2, "exited", 0), *w3 = worker("j-1", 1, 3, "exited", 0);
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s,%s]", w0, w1);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RUNNING", NULL);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s,%s]", w2, w3);
+    beat0(f, "node-b", extra);
+    expect_state(f, id, "SUCCEEDED", "all 4 ranks exited 0");
+    a = beat(f, "node-a", NULL);
+    assert_int_equal(json_array_size(json_object_get(a, "assignments")), 0);
+    json_decref(a);
+    free(w0), free(w1), free(w2), free(w3);
+}
+
+static void test_coord_failure_restarts_then_fails(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"max_restarts\":1}");
+    expect_state(f, id, "RUNNING", NULL);
+    int port1 = (int)job_int(f, id, "master_port");
+    char extra[1024];
+    char *dead = worker("j-1", 1, 1, "exited", 6), *alive = worker("j-1", 1, 0, "running", 0);
+    snprintf(extra, sizeof(extra),
+             "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,\"seq\":1,\"lines\":"
+             "[\"peer 0 went away\"]}],\"workers\":[%s]",
+             dead);
+    beat0(f, "node-b", extra);
+    expect_state(f, id, "RESTARTING", "rank 1 on node-b exited 6 (peer lost)");
+    expect_state(f, id, "RESTARTING", "peer 0 went away");
+    /* node-a still runs its old worker: the job waits */
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", alive);
+    json_t *a = beat(f, "node-a", extra);
+    assert_int_equal(json_array_size(json_object_get(a, "assignments")), 0);
+    json_decref(a);
+    tick(f, 100);
+    expect_state(f, id, "RESTARTING", NULL);
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", "generation 2");
+    assert_int_equal(job_int(f, id, "restarts"), 1);
+    assert_int_equal(job_int(f, id, "generation"), 2);
+    assert_int_not_equal(job_int(f, id, "master_port"), port1);
+    /* a report for generation 1 now is ignored */
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", dead);
+    beat0(f, "node-b", extra);
+    expect_state(f, id, "RUNNING", NULL);
+    /* the second failure spends the budget: FAILED once the workers are gone */
+    free(dead);
+    dead = worker("j-1", 2, 0, "exited", 1);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", dead);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RESTARTING", "rank 0 on node-a exited 1");
+    beat0(f, "node-b", NULL);
+    tick(f, 100);
+    expect_state(f, id, "FAILED", "rank 0 on node-a exited 1");
+    assert_int_equal(job_int(f, id, "restarts"), 1);
+    free(dead);
+    free(alive);
+}
+
+static void test_coord_drain_is_bounded(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"grace_period_s\":5,\"nproc_per_node\":2}");
+    char *w = worker("j-1", 1, 0, "exited", 9), *w1 = worker("j-1", 1, 1, "running", 0);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s,%s]", w, w1);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RESTARTING", "(hang)");
+    /* the agent keeps reporting a running old worker, but only for grace + 10 s */
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w1);
+    free(w1);
+    for (int i = 0; i < 14; i++) {
+        f->now += 1000;
+        beat0(f, "node-a", extra);
+        coord_tick(f->c, f->now);
+    }
+    expect_state(f, id, "RESTARTING", NULL);
+    f->now += 1500;
+    beat0(f, "node-a", extra);
+    coord_tick(f->c, f->now);
+    expect_state(f, id, "RUNNING", "generation 2");
+}
+
+static void test_coord_node_lost_scales_down(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\",\"nproc_per_node\":2}");
+    assert_int_equal(job_int(f, id, "world_size"), 4);
+    for (int i = 0; i < 6; i++) {
+        f->now += 1000;
+        beat0(f, "node-a", NULL);
+        coord_tick(f->c, f->now);
+    }
+    expect_state(f, id, "RESTARTING", "node node-b lost (no heartbeat for");
+    char *nodes = NULL;
+    assert_int_equal(coord_list_nodes(f->c, f->now, &nodes, NULL), 0);
+    assert_non_null(strstr(nodes, "\"LOST\""));
+    free(nodes);
+    beat0(f, "node-a", NULL); /* no old workers left on node-a */
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2");
+    assert_int_equal(job_int(f, id, "restarts"), 1);
+}
+
+static void test_coord_scale_up_is_not_a_restart(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\"}");
+    expect_state(f, id, "RUNNING", "started on 1 node");
+    reg(f, "node-c", 1, "inc-1");
+    expect_state(f, id, "RESTARTING", "scale up: node-c joined");
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", "on 2 nodes (world size 2");
+    assert_int_equal(job_int(f, id, "restarts"), 0);
+    /* a pending job that could use a new node blocks scale-up onto it */
+    int64_t id2 = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\"}");
+    int64_t id3 = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:3\"}");
+    (void)id3;
+    reg(f, "node-d", 1, "inc-1");
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", NULL);
+    expect_state(f, id2, "PENDING", NULL);
+}
+
+static void test_coord_cancel_idempotent(void **state)
+{
+    struct fx *f = *state;
+    int64_t p = submit(f, "{\"command\":[\"w\"]}");
+    char *out = NULL;
+    assert_int_equal(coord_cancel(f->c, p, f->now, &out, NULL), 0);
+    free(out);
+    expect_state(f, p, "CANCELLED", NULL);
+    reg(f, "node-a", 1, "inc-1");
+    int64_t r = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, r, "RUNNING", NULL);
+    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    free(out);
+    expect_state(f, r, "CANCELLING", "cancelled by user");
+    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    free(out);
+    expect_state(f, r, "CANCELLING", NULL);
+    beat0(f, "node-a", NULL);
+    expect_state(f, r, "CANCELLED", NULL);
+    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    free(out);
+    expect_state(f, r, "CANCELLED", NULL);
+    struct ddp_err e;
+    assert_int_equal(coord_cancel(f->c, 99, f->now, &out, &e), DDP_ENOTFOUND);
+    assert_string_equal(e.msg, "job j-99 not found");
+    char *ev = NULL;
+    assert_int_equal(coord_events(f->c, r, 0, &ev, NULL), 0);
+    assert_non_null(strstr(ev, "\"CANCELLING\""));
+    assert_non_null(strstr(ev, "\"CANCELLED\""));
+    free(ev);
+}
+
+static void test_coord_limits_runtime_and_hang(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    int64_t rt = submit(f, "{\"command\":[\"w\"],\"max_runtime_s\":10,\"max_restarts\":5}");
+    int64_t hg = submit(f, "{\"command\":[\"w\"],\"hang_timeout_s\":5}");
+    expect_state(f, rt, "RUNNING", NULL);
+    expect_state(f, hg, "RUNNING", NULL);
+    f->now += 4000;
+    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
+                       "\"age_ms\":4000}]");
+    expect_state(f, hg, "RUNNING", NULL);
+    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
+                       "\"age_ms\":6000}]");
+    expect_event(f, hg, "RESTARTING", "rank 0 on node-a hung (no progress for 6 s)");
+    expect_state(f, hg, "RUNNING", "generation 2");
+    f->now += 7000;
+    beat0(f, "node-a", NULL);
+    tick(f, 0);
+    expect_state(f, rt, "RESTARTING", "max_runtime_s 10 exceeded");
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, rt, "FAILED", "max_runtime_s 10 exceeded");
+}
+
+static void test_coord_restart_of_ddpd_keeps_jobs(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    int64_t pend = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, id, "RUNNING", NULL);
+    coord_close(f->c);
+    f->c = NULL;
+    f->now += 60000; /* ddpd was down for a minute */
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    expect_state(f, id, "RUNNING", NULL);
+    expect_state(f, pend, "PENDING", NULL);
+    char *nodes = NULL;
+    assert_int_equal(coord_list_nodes(f->c, f->now, &nodes, NULL), 0);
+    assert_non_null(strstr(nodes, "\"LOST\""));
+    free(nodes);
+    tick(f, 3000);
+    expect_state(f, id, "RUNNING", NULL); /* not ended before node-timeout from the start */
+    beat0(f, "node-a", NULL);
+    tick(f, 3000);
+    expect_state(f, id, "RUNNING", NULL);
+    assert_int_equal(job_int(f, id, "generation"), 1);
+    /* and a job id is never reused */
+    int64_t next = submit(f, "{\"command\":[\"w\"]}");
+    assert_int_equal(next, 3);
+}
+
+static void test_coord_restart_then_node_silent(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    coord_close(f->c);
+    f->c = NULL;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    tick(f, 4900);
+    expect_state(f, id, "RUNNING", NULL);
+    tick(f, 200);
+    expect_state(f, id, "RESTARTING", "node node-a lost");
+}
+
+static void test_coord_logs_dedup_and_cap(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    const char *l1 = "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+                     "\"lines\":[\"a\",\"b\",\"c\"]}],\"metrics\":[{\"job_id\":\"j-1\","
+                     "\"generation\":1,\"seq\":1,\"metric\":{\"epoch\":1,\"loss\":0.5}}]";
+    beat0(f, "node-a", l1);
+    beat0(f, "node-a", l1); /* a duplicated beat stores nothing twice */
+    char *out = NULL;
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "lines")), 3);
+    assert_int_equal(json_integer_value(json_object_get(o, "next")), 3);
+    assert_int_equal(json_integer_value(json_object_get(o, "dropped")), 0);
+    json_decref(o);
+    assert_int_equal(coord_metrics(f->c, id, 0, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "metrics")), 1);
+    json_decref(o);
+    json_t *j = job(f, id);
+    assert_true(json_is_object(json_object_get(j, "last_metrics")));
+    json_decref(j);
+    /* overlapping batch: seq 2..5, only 4 and 5 are new; then the cap of 5 drops the oldest */
+    beat0(f, "node-a", "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":2,"
+                       "\"lines\":[\"b\",\"c\",\"d\",\"e\"]},{\"job_id\":\"j-1\",\"generation\":"
+                       "1,\"rank\":1,\"seq\":1,\"lines\":[\"x\",\"y\"]}]");
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    json_t *lines = json_object_get(o, "lines");
+    assert_int_equal(json_array_size(lines), 5);
+    assert_int_equal(json_integer_value(json_object_get(o, "dropped")), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(lines, 0), "text")),
+                        "c");
+    json_decref(o);
+    assert_int_equal(coord_logs(f->c, id, 1, 0, 100, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "lines")), 2);
+    json_decref(o);
+    assert_int_equal(coord_logs(f->c, id, -1, 6, 1, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "lines")), 1);
+    assert_int_equal(json_integer_value(json_object_get(o, "next")), 7);
+    json_decref(o);
+}
+
+static void test_coord_beat_errors_and_new_incarnation(void **state)
+{
+    struct fx *f = *state;
+    int code = 0;
+    assert_null(beat_rc(f, "ghost", "inc-1", NULL, &code));
+    assert_int_equal(code, DDP_ENOTFOUND);
+    reg(f, "node-a", 1, "inc-1");
+    assert_null(beat_rc(f, "node-a", "inc-other", NULL, &code));
+    assert_int_equal(code, DDP_EABORTED);
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, id, "RUNNING", NULL);
+    reg(f, "node-a", 1, "inc-1"); /* same incarnation: nothing happens */
+    expect_state(f, id, "RUNNING", NULL);
+    reg(f, "node-a", 1, "inc-2");
+    /* the old workers died with the agent: no drain to wait for */
+    expect_event(f, id, "RESTARTING", "node node-a restarted");
+    expect_state(f, id, "RUNNING", "generation 2");
+}
+
+static void test_coord_list_pages(void **state)
+{
+    struct fx *f = *state;
+    for (int i = 0; i < 5; i++)
+        submit(f, "{\"command\":[\"w\"]}");
+    char *out = NULL;
+    assert_int_equal(coord_list_jobs(f->c, -1, 2, 0, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    json_t *jobs = json_object_get(o, "jobs");
+    assert_int_equal(json_array_size(jobs), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(jobs, 0), "id")), "j-5");
+    assert_string_equal(json_string_value(json_object_get(o, "next_page_token")), "3");
+    json_decref(o);
+    assert_int_equal(coord_list_jobs(f->c, -1, 10, 3, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "jobs")), 3);
+    assert_string_equal(json_string_value(json_object_get(o, "next_page_token")), "");
+    json_decref(o);
+    assert_int_equal(coord_list_jobs(f->c, JOB_RUNNING, 10, 0, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "jobs")), 0);
+    json_decref(o);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_coord_start_and_succeed),
+        T(test_coord_failure_restarts_then_fails),
+        T(test_coord_drain_is_bounded),
+        T(test_coord_node_lost_scales_down),
+        T(test_coord_scale_up_is_not_a_restart),
+        T(test_coord_cancel_idempotent),
+        T(test_coord_limits_runtime_and_hang),
+        T(test_coord_restart_of_ddpd_keeps_jobs),
+        T(test_coord_restart_then_node_silent),
+        T(test_coord_logs_dedup_and_cap),
+        T(test_coord_beat_errors_and_new_incarnation),
+        T(test_coord_list_pages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
