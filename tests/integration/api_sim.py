@@ -149,6 +149,7 @@ class SimNode:
         self.workers = {}
         self.pending_logs = []
         self.pending_metrics = []
+        self.progress = []  # sent with every beat while set
         self.next_pid = 10000
 
     def register(self, expect=200):
@@ -166,6 +167,8 @@ class SimNode:
             body["logs"] = self.pending_logs
         if self.pending_metrics:
             body["metrics"] = self.pending_metrics
+        if self.progress:
+            body["progress"] = self.progress
         return body
 
     def beat(self, version=None, wait_ms=0, expect=200, timeout=30):

@@ -272,5 +272,24 @@ def test_jobs_cancel_running_runtime_fifo_ports():
         assert j["state"] == "FAILED" and "runtime" in (j["reason"] or ""), j
 
 
+def test_jobs_hang_timeout_from_progress():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "hang", slots=1)
+        n.register()
+        job = api.submit({"command": ["w"], "hang_timeout_s": 2, "max_restarts": 0})
+        wait_assigned(job["id"], [n])
+        api.wait_state(job["id"], "RUNNING", poke=n.beat)
+        # Fresh progress: nothing happens.
+        n.progress = [{"job_id": job["id"], "generation": 1, "rank": 0, "age_ms": 100}]
+        for _ in range(3):
+            n.beat()
+        assert api.job(job["id"])["state"] == "RUNNING"
+        # No progress for longer than hang_timeout_s: the generation fails (no restarts left).
+        n.progress[0]["age_ms"] = 5000
+        j = api.wait_state(job["id"], "FAILED", timeout=30, poke=n.beat)
+        assert "hang" in j["reason"] or "progress" in j["reason"], j
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

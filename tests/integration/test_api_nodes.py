@@ -107,6 +107,13 @@ def test_nodes_long_poll():
         held = time.monotonic() - t0
         assert a.json["version"] == v0 and a.json["assignments"] == [], a
         assert held >= 0.4, "long poll not held (%.3fs of 0.8s)" % held
+        assert held < 0.8 + 10, "long poll held %.1fs for wait_ms 800" % held
+        # wait_ms is capped at 2000.
+        t0 = time.monotonic()
+        a = n.beat(wait_ms=6000)
+        held = time.monotonic() - t0
+        assert a.json["version"] == v0 and 1.0 <= held < 5.0, \
+            "wait_ms 6000 held %.2fs (cap 2 s)" % held
         # A version the agent does not have yet: answered at once with the current set.
         a = n.beat(version=v0 + 1000, wait_ms=2000)
         assert a.json["version"] == v0, a
