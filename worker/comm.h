@@ -55,6 +55,8 @@ struct comm_ops {
  */
 int comm_new(const char *backend, struct rdzv *r, int rank, int world_size,
              const struct comm_opts *opts, struct comm **out, struct ddp_err *err);
+/* Stops the backend (a collective in flight is cut short) and frees every work not yet
+ * waited for. Accepts NULL. */
 void comm_free(struct comm *c);
 
 const char *comm_backend_name(const struct comm *c);

@@ -19,7 +19,8 @@
  *     mid-request marks its connection broken and fails every later call.
  *  2. Every size is bounded: keys RDZV_KEY_MAX, values RDZV_VALUE_MAX, frames
  *     RDZV_FRAME_MAX, RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys. A peer that breaks a
- *     bound, sends garbage or a wrong secret is answered (where it can be) and dropped.
+ *     bound, sends garbage or a wrong secret is answered (where it can be) and dropped; one
+ *     that says nothing is dropped after RDZV_HELLO_WAIT_MS.
  *  3. Only the server thread touches the key-value table and the connections; the mutex
  *     guards just `stop` and the departure bookkeeping that rank 0's rdzv_close() waits on.
  *  4. Counters (ADD) are stored as decimal text, like torch's TCPStore, so GET reads them.
@@ -48,6 +49,7 @@
 #define RDZV_SECRET_MAX 1024
 #define RDZV_WAIT_KEYS_MAX 1024
 #define RDZV_CLOSE_WAIT_MAX_MS 10000
+#define RDZV_HELLO_WAIT_MS 10000 /* a connection must say hello within this */
 
 enum rdzv_op { OP_HELLO = 1, OP_SET = 2, OP_GET = 3, OP_WAIT = 4, OP_ADD = 5 };
 enum rdzv_status { ST_OK = 0, ST_TIMEOUT = 1, ST_PERM = 2, ST_INVAL = 3 };
@@ -132,6 +134,7 @@ struct sconn {
     int rank;
     int closing; /* drop once the out buffer is flushed */
     int dead;
+    int64_t hello_deadline; /* dropped if not authenticated by then */
     uint8_t *in;
     size_t in_len, in_cap;
     uint8_t *out;
@@ -532,6 +535,13 @@ static void *server_main(void *arg)
             if (c->out_off < c->out_len)
                 ev |= POLLOUT;
             pfd[2 + i] = (struct pollfd){.fd = c->fd, .events = ev};
+            if (!c->authed) {
+                int64_t left = c->hello_deadline - now;
+                if (left < 0)
+                    left = 0;
+                if (timeout < 0 || left < timeout)
+                    timeout = (int)(left > 0x7fffffff ? 0x7fffffff : left);
+            }
             if (c->pend) {
                 int64_t left = c->pend_deadline - now;
                 if (left < 0)
@@ -561,6 +571,8 @@ static void *server_main(void *arg)
         now = time_mono_ms();
         for (int i = 0; i < s->nconns; i++) {
             struct sconn *c = &s->conns[i];
+            if (!c->authed && !c->closing && now >= c->hello_deadline)
+                c->dead = 1;
             if (c->pend && !c->dead && now >= c->pend_deadline) {
                 free(c->pend);
                 c->pend = NULL;
@@ -594,6 +606,7 @@ static void *server_main(void *arg)
                 memset(c, 0, sizeof(*c));
                 c->fd = fd;
                 c->rank = -1;
+                c->hello_deadline = time_mono_ms() + RDZV_HELLO_WAIT_MS;
             }
         }
     }

@@ -3,8 +3,9 @@
  * MASTER_ADDR:MASTER_PORT, like torch.distributed's TCPStore. Ranks use it to exchange
  * their ring addresses (and the NCCL unique id), and as a barrier.
  *
- * Every message carries the job secret (DDP_JOB_TOKEN, may be empty); the server drops a
- * connection whose first message has the wrong secret. Every call has a deadline
+ * The first message of every connection carries the job secret (DDP_JOB_TOKEN, may be
+ * empty), compared in constant time; the server answers a wrong secret with a refusal and
+ * drops the connection (the client gets DDP_EPERM). Every call has a deadline
  * (timeout_ms): nothing here blocks forever.
  *
  * Thread safety: one struct rdzv is used by one thread at a time. Rank 0's serving thread is
