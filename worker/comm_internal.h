@@ -5,6 +5,13 @@
  *
  * A backend's init() fills c->impl; destroy() frees it (and may be called on a half-built
  * comm after init failed). comm.c owns struct comm itself.
+ *
+ * Adding a transport (issue 7's shared memory between same-host ranks): give it its own ops
+ * table (comm_shm.c) and pick it in comm.c's pick_backend() for "cpu" when !opts.force_tcp
+ * and every rank published the same host id in the store (init can decide and fall back to
+ * comm_cpu_ops' functions, since the ops take struct comm). The TCP ring keeps its store key
+ * layout "comm/<id>/<rank>" = "host:port nonce"; a hierarchical mode can run the ring over
+ * one leader per host by creating it on a sub-world (rank/world of the leaders).
  */
 #ifndef DDP_WORKER_COMM_INTERNAL_H
 #define DDP_WORKER_COMM_INTERNAL_H
