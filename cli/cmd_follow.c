@@ -470,6 +470,7 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             watch_merge(&w, events, metrics);
         json_decref(events);
         json_decref(metrics);
+        fflush(stdout); /* piped into tee or a log: each line as it happens */
         if (final)
             break;
         /* Redraw the bar a few times per poll so the estimate moves smoothly. */

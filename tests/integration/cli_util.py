@@ -2,6 +2,7 @@
 real ddpctl binary against a real ddpd (api_sim.cluster) with the local-cluster defaults
 (DDP_HOME, DDP_SERVER), in the foreground or in the background, every run under a timeout."""
 import os
+import select
 import subprocess
 import time
 
@@ -48,12 +49,30 @@ class Background:
 
     def __init__(self, c, *args, env=None, cwd=None):
         self.args = list(args)
+        self.early = b""  # stdout read by read_until, before finish()
         self.p = subprocess.Popen([CTL] + self.args, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
                                   env=env if env is not None else ctl_env(c), cwd=cwd)
 
     def running(self):
         return self.p.poll() is None
+
+    def read_until(self, text, timeout=30):
+        """Reads stdout (bounded in time) until it holds text; fails if it does not."""
+        fd = self.p.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.early:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("ddpctl %s: no %r within %ss; stdout so far:\n%s" % (
+                    " ".join(self.args), text, timeout, self.early.decode(errors="replace")))
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise AssertionError("ddpctl %s ended before printing %r:\n%r" % (
+                        " ".join(self.args), text, self.finish(5)))
+                self.early += chunk
 
     def finish(self, timeout=30):
         try:
@@ -63,6 +82,8 @@ class Background:
             out, err = self.p.communicate(timeout=10)
             raise AssertionError("ddpctl %s did not end within %ss; stdout:\n%s\nstderr:\n%s"
                                  % (" ".join(self.args), timeout, out, err))
+        out = self.early.decode(errors="replace") + out
+        self.early = b""
         return Run(self.args, self.p.returncode, out, err)
 
     def kill(self):

@@ -74,6 +74,9 @@ def test_cli_nodes_status_logs_watch_wait_success():
             b.pending_logs = [log(jid, 1, 3, 1, "hello from 3")]
             a.beat()
             b.beat()
+            # Piped, each line comes out as it happens, not at the end.
+            watch.read_until("epoch 1/3 loss 0.9000")
+            follow.read_until("[rank 3] hello from 3")
             r = ctl(c, "logs", jid)
             assert r.rc == 0, r
             for want in ("[rank 0] hello from 0", "[rank 0] second line of 0",
@@ -167,6 +170,38 @@ def test_cli_watch_wait_failed():
             assert w.rc == 1, w
             assert w.out.splitlines()[-1].startswith("job %s FAILED" % jid), w
             assert any(ln.startswith("state FAILED") for ln in w.out.splitlines()), w
+        finally:
+            waiter.kill()
+            watch.kill()
+
+
+def test_cli_follow_rides_out_ddpd_restart():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        a, b = two_nodes(api)
+        r = ctl(c, "submit", "--parsable", "--", "/bin/true")
+        jid = r.out.strip()
+        wait_assigned(jid, [a])
+        api.wait_state(jid, "RUNNING", poke=lambda: (a.beat(), b.beat()))
+        waiter = Background(c, "wait", jid)
+        watch = Background(c, "watch", jid)
+        try:
+            watch.read_until("state RUNNING")  # watch is past its first call
+            c.kill_ddpd()
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 3:
+                assert waiter.running() and watch.running(), (waiter.finish(1) if not waiter.running() else watch.finish(1))
+                time.sleep(0.1)
+            c.start_ddpd()
+            a.exit_workers(jid, 0)
+            beat_until([a, b], lambda: api.job(jid)["state"] == "SUCCEEDED", "SUCCEEDED")
+            w = waiter.finish(timeout=30)
+            assert w.rc == 0 and w.out.startswith("job %s SUCCEEDED" % jid), w
+            assert "cannot reach ddpd at %s" % c.url in w.err and "retrying" in w.err, w
+            assert "ddpd answers again" in w.err, w
+            w = watch.finish(timeout=30)
+            assert w.rc == 0 and "retrying" in w.err, w
+            assert w.out.splitlines()[-1].startswith("job %s SUCCEEDED" % jid), w
         finally:
             waiter.kill()
             watch.kill()
