@@ -229,11 +229,19 @@ def test_nodes_healthz_and_prometheus_metrics():
         fams = parse_prometheus(a.text)
         samples = [s for f in fams.values() for s in f["samples"]]
 
-        def having(label, values):
-            return [s for s in samples if s[1].get(label) in values]
-        jobs = having("state", ("PENDING",))
-        assert jobs and any(v >= 1 for _, _, v in jobs), "no jobs-by-state series with PENDING"
-        assert having("state", ("READY",)), "no nodes-by-state series with READY"
+        def by_state(states):
+            """{state: value} of the family whose state label covers states, or None."""
+            for f in fams.values():
+                got = {s[1]["state"]: s[2] for s in f["samples"] if "state" in s[1]}
+                if set(states) <= set(got):
+                    return got
+            return None
+        jobs = by_state(("PENDING", "RUNNING", "RESTARTING", "SUCCEEDED", "FAILED",
+                         "CANCELLING", "CANCELLED"))
+        assert jobs and jobs["PENDING"] == 1 and sum(jobs.values()) == 1, \
+            "no jobs-by-state family with the one PENDING job: %r" % jobs
+        nodes = by_state(("READY", "LOST"))
+        assert nodes == {"READY": 1, "LOST": 0}, "nodes by state: %r" % nodes
         codes = [s for s in samples if "code" in s[1]]
         assert any(s[1]["code"] == "404" for s in codes) and \
             any(s[1]["code"] == "201" for s in codes), "no HTTP requests by code (201, 404)"
