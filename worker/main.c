@@ -18,7 +18,8 @@ static const char usage_text[] =
     "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
     "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed S] [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
-    "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n";
+    "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
+    "                  [--kill-after-epoch N]   (fault injection for tests)\n";
 
 static int usage_error(const char *msg)
 {
@@ -30,7 +31,8 @@ static int usage_error(const char *msg)
 static const char *const valued[] = {
     "--model", "--data", "--epochs", "--batch-size", "--lr", "--lr-scale", "--momentum",
     "--weight-decay", "--seed", "--bucket-cap-mb", "--backend", "--checkpoint-dir",
-    "--timeout", "--lr-schedule", "--trace", "--dump-params", "--max-steps", NULL};
+    "--timeout", "--lr-schedule", "--trace", "--dump-params", "--max-steps",
+    "--kill-after-epoch", NULL};
 
 static int is_valued(const char *name)
 {
@@ -112,6 +114,10 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         o->trace_path = val;
     } else if (strcmp(name, "--dump-params") == 0) {
         o->dump_params = val;
+    } else if (strcmp(name, "--kill-after-epoch") == 0) {
+        rc = args_parse_long(name, val, 1, 1000000, &l, err);
+        if (rc == 0)
+            o->kill_after_epoch = (int)l;
     } else if (strcmp(name, "--max-steps") == 0) {
         rc = args_parse_long(name, val, 1, 1000000000L, &l, err);
         if (rc == 0)

@@ -27,6 +27,7 @@
 #include <cblas.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +449,10 @@ int train_run(const struct train_opts *o)
                 code = DDP_EXIT_CHECKPOINT;
                 goto fail;
             }
+        }
+        if (o->kill_after_epoch > 0 && epoch + 1 == (uint32_t)o->kill_after_epoch) {
+            log_warn("--kill-after-epoch %d: killing this rank", o->kill_after_epoch);
+            raise(SIGKILL);
         }
     }
     if (o->dump_params) {

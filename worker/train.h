@@ -33,6 +33,8 @@ struct train_opts {
     const char *trace_path; /* --trace, or NULL */
     const char *dump_params; /* --dump-params, or NULL */
     long max_steps;         /* --max-steps, 0 = no limit */
+    int kill_after_epoch;   /* --kill-after-epoch (fault injection for tests): after this
+                               epoch's checkpoint, SIGKILL this process; 0 = never */
 };
 
 /* Fills o with ddp-worker's defaults (the main job). */

@@ -1,0 +1,164 @@
+"""Helpers for ddp-worker's integration tests: start W ranks as real processes with the
+torchrun environment set by hand (MASTER_ADDR=127.0.0.1, a free MASTER_PORT, RANK,
+WORLD_SIZE, LOCAL_RANK, GROUP_RANK, ...), wait for them with a deadline, and always stop
+them (process groups, SIGKILL) even when a test fails.
+"""
+import array
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("DDP_BIN") or os.path.join(REPO, "build", "bin")
+WORKER = os.path.join(BIN, "ddp-worker")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Ranks:
+    """W ranks of one job; nodes ranks-per-node groups (GROUP_RANK), each node with its own
+    checkpoint dir when ckpt_dirs is given (a list, one per node)."""
+
+    def __init__(self, workdir, world, args, nodes=1, ckpt_dirs=None, env=None, port=None,
+                 tag="run"):
+        self.workdir = workdir
+        self.world = world
+        self.procs = []
+        self.tag = tag
+        self.port = port or free_port()
+        per_node = world // nodes
+        for r in range(world):
+            e = dict(os.environ)
+            for k in ("RANK", "WORLD_SIZE", "DDP_CHECKPOINT_DIR", "DDP_METRICS_FD",
+                      "DDP_HEARTBEAT_FILE"):
+                e.pop(k, None)
+            e.update({
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port),
+                "RANK": str(r), "WORLD_SIZE": str(world),
+                "LOCAL_RANK": str(r % per_node), "LOCAL_WORLD_SIZE": str(per_node),
+                "GROUP_RANK": str(r // per_node), "GROUP_WORLD_SIZE": str(nodes),
+                "OMP_NUM_THREADS": "1", "DDP_LOG_LEVEL": "info",
+            })
+            if ckpt_dirs:
+                e["DDP_CHECKPOINT_DIR"] = ckpt_dirs[r // per_node]
+            if env:
+                e.update(env(r) if callable(env) else env)
+            argv = [WORKER] + [a.replace("{rank}", str(r)) for a in args]
+            out = open(self.path(r, "out"), "wb")
+            err = open(self.path(r, "err"), "wb")
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=err, env=e,
+                                               start_new_session=True))
+            out.close()
+            err.close()
+
+    def path(self, rank, kind):
+        return os.path.join(self.workdir, "%s.rank%d.%s" % (self.tag, rank, kind))
+
+    def out(self, rank):
+        with open(self.path(rank, "out"), "r", errors="replace") as f:
+            return f.read()
+
+    def err(self, rank):
+        with open(self.path(rank, "err"), "r", errors="replace") as f:
+            return f.read()
+
+    def wait(self, timeout):
+        """Exit codes of all ranks (negative = signal); kills everything at the deadline."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        for p in self.procs:
+            left = deadline - time.monotonic()
+            try:
+                codes.append(p.wait(timeout=max(left, 0.01)))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError("%s: ranks still running after %.0f s\n%s" %
+                                     (self.tag, timeout, self.logs()))
+        return codes
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def logs(self):
+        parts = []
+        for r in range(self.world):
+            parts.append("--- rank %d stdout\n%s--- rank %d stderr\n%s" %
+                         (r, self.out(r)[-2000:], r, self.err(r)[-3000:]))
+        return "\n".join(parts)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def run_ok(workdir, world, args, timeout=120, **kw):
+    with Ranks(workdir, world, args, **kw) as rk:
+        codes = rk.wait(timeout)
+        if any(c != 0 for c in codes):
+            raise AssertionError("%s: exit codes %s\n%s" % (rk.tag, codes, rk.logs()))
+        return [rk.out(r) for r in range(world)], [rk.err(r) for r in range(world)]
+
+
+def read_floats(path):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    return a
+
+
+def rel_diff(a, b):
+    """max |a-b| / max |b| and ||a-b|| / ||b||."""
+    assert len(a) == len(b), (len(a), len(b))
+    mx = max(abs(x - y) for x, y in zip(a, b))
+    scale = max(abs(y) for y in b)
+    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)))
+    den = math.sqrt(sum(y * y for y in b))
+    return mx / scale, num / den
+
+
+class Checks:
+    """Collects named checks; exits 1 with the failures listed."""
+
+    def __init__(self, name):
+        self.name = name
+        self.failed = []
+        self.count = 0
+
+    def check(self, what, cond, detail=""):
+        self.count += 1
+        if cond:
+            print("ok   %s" % what, flush=True)
+        else:
+            print("FAIL %s %s" % (what, detail), flush=True)
+            self.failed.append(what)
+
+    def done(self):
+        if self.failed:
+            print("%s: %d of %d checks failed" % (self.name, len(self.failed), self.count))
+            sys.exit(1)
+        print("%s: all %d checks passed" % (self.name, self.count))
+
+
+def tempdir(prefix):
+    return tempfile.mkdtemp(prefix=prefix)
