@@ -255,6 +255,74 @@ static void test_rdzv_garbage_client_dropped(void **state)
     rdzv_close(r0);
 }
 
+/* Sends one frame (body given) on fd and reads the reply's status byte; -1 on EOF/error. */
+static int raw_request(int fd, const unsigned char *body, uint32_t len)
+{
+    unsigned char hdr[4] = {(unsigned char)len, (unsigned char)(len >> 8),
+                            (unsigned char)(len >> 16), (unsigned char)(len >> 24)};
+    if (send(fd, hdr, 4, MSG_NOSIGNAL) != 4 || send(fd, body, len, MSG_NOSIGNAL) != (ssize_t)len)
+        return -1;
+    unsigned char rh[5];
+    if (recv(fd, rh, 5, MSG_WAITALL) != 5)
+        return -1;
+    uint32_t rlen = rh[0] | rh[1] << 8 | (uint32_t)rh[2] << 16 | (uint32_t)rh[3] << 24;
+    char skip[256];
+    for (uint32_t left = rlen - 1; left > 0;) {
+        ssize_t n = recv(fd, skip, left < sizeof(skip) ? left : sizeof(skip), 0);
+        if (n <= 0)
+            return -1;
+        left -= (uint32_t)n;
+    }
+    return rh[4];
+}
+
+static void test_rdzv_malformed_requests_refused(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    /* hello: rank 1 of 2, secret "s" */
+    unsigned char hello[] = {1, 1, 0, 0, 0, 2, 0, 0, 0, 's'};
+    assert_int_equal(raw_request(fd, hello, sizeof(hello)), 0);
+    /* SET with an empty key, GET with a 300-byte key length, WAIT with 5000 keys, ADD cut
+     * short, SET whose key runs past the frame: each refused, the connection kept. */
+    unsigned char set_empty[] = {2, 0, 0, 'v'};
+    assert_int_equal(raw_request(fd, set_empty, sizeof(set_empty)), 3);
+    unsigned char get_long[] = {3, 0, 0, 0, 0, 0x2c, 0x01, 'k'};
+    assert_int_equal(raw_request(fd, get_long, sizeof(get_long)), 3);
+    unsigned char wait_many[] = {4, 0, 0, 0, 0, 0x88, 0x13};
+    assert_int_equal(raw_request(fd, wait_many, sizeof(wait_many)), 3);
+    unsigned char add_short[] = {5, 1, 0, 0};
+    assert_int_equal(raw_request(fd, add_short, sizeof(add_short)), 3);
+    unsigned char set_past[] = {2, 10, 0, 'k'};
+    assert_int_equal(raw_request(fd, set_past, sizeof(set_past)), 3);
+    unsigned char set_ok[] = {2, 1, 0, 'k', 'v'};
+    assert_int_equal(raw_request(fd, set_ok, sizeof(set_ok)), 0);
+    /* A second hello or an unknown op: refused and dropped. */
+    unsigned char bad_op[] = {99};
+    assert_int_equal(raw_request(fd, bad_op, sizeof(bad_op)), 3);
+    char b[4];
+    assert_int_equal(recv(fd, b, sizeof(b), 0), 0);
+    close(fd);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r0, "k", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, 1);
+    free(v);
+    rdzv_close(r0);
+}
+
 static void test_rdzv_port_in_use(void **state)
 {
     (void)state;
@@ -358,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_rdzv_ranks_exchange_and_barrier),
         cmocka_unit_test(test_rdzv_wrong_secret_refused),
         cmocka_unit_test(test_rdzv_garbage_client_dropped),
+        cmocka_unit_test(test_rdzv_malformed_requests_refused),
         cmocka_unit_test(test_rdzv_port_in_use),
         cmocka_unit_test(test_rdzv_unreachable_times_out),
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
