@@ -40,7 +40,30 @@ def test_durability_kill9_during_submits():
                         acked[name] = a.json["id"]
                 else:
                     errors.append(a)
+        # Meanwhile node dur-a ships 10 log lines a beat; a 200 means they are stored.
+        xa = na.assignment(run["id"])
+        log_rank = xa["group_rank"] * xa["nproc_per_node"]
+        log_acked = [0]
+
+        def log_beater():
+            seq = 1
+            for _ in range(5000):
+                body = na.beat_body()
+                body["logs"] = [{"job_id": run["id"], "generation": xa["generation"],
+                                 "rank": log_rank, "seq": seq,
+                                 "lines": ["L%d" % i for i in range(seq, seq + 10)]}]
+                try:
+                    a = c.request("POST", "/v1/nodes/dur-a:heartbeat", body=body,
+                                  token="agent", timeout=20)
+                except Exception:  # ddpd killed: the lines were not acknowledged
+                    return
+                if a.status != 200:
+                    errors.append(a)
+                    return
+                seq += 10
+                log_acked[0] = seq - 1
         threads = [threading.Thread(target=client, args=(t,)) for t in range(CLIENTS)]
+        threads.append(threading.Thread(target=log_beater))
         for th in threads:
             th.start()
         try:
@@ -81,6 +104,22 @@ def test_durability_kill9_during_submits():
         extra = len([n for n in by_name if n.startswith("d-")]) - n_acked
         print("acknowledged %d of %d before kill -9; %d more stored but unacknowledged"
               % (n_acked, CLIENTS * PER_CLIENT, extra))
+        # Every acknowledged log line is there once, in order.
+        texts, after = [], 0
+        for _ in range(1000):
+            a = api.get("/v1/jobs/%s/logs?rank=%d&limit=1000&after=%d" % (run["id"], log_rank,
+                                                                         after))
+            assert a.status == 200, a
+            if not a.json["lines"]:
+                break
+            texts += [ln["text"] for ln in a.json["lines"]]
+            after = a.json["next"]
+        assert log_acked[0] > 0, "no log beat acknowledged before the kill"
+        assert texts[:log_acked[0]] == ["L%d" % i for i in range(1, log_acked[0] + 1)], \
+            "acknowledged log lines lost or duplicated (%d acknowledged, %d stored)" % (
+                log_acked[0], len(texts))
+        assert texts == ["L%d" % i for i in range(1, len(texts) + 1)], "log lines out of order"
+        print("log lines: %d acknowledged, %d stored" % (log_acked[0], len(texts)))
         # The nodes are known, LOST until they beat; the running job carries on.
         nodes = api.nodes()
         assert {k: v["state"] for k, v in nodes.items()} == \
