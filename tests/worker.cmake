@@ -10,3 +10,7 @@ ddp_unit_test(NAME test_reducer SOURCES unit/test_reducer.c LIBS ddp TIMEOUT 120
 set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 ddp_script_test(NAME worker_equivalence
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_equivalence.py TIMEOUT 300 LABELS worker)
+ddp_script_test(NAME worker_overlap
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
+ddp_script_test(NAME worker_resume
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_resume.py TIMEOUT 400 LABELS worker)
