@@ -1,0 +1,159 @@
+"""ddp-worker's failure behaviour and its outputs:
+  - killing one rank makes every other rank exit 6 with "peer ... lost" within the timeout;
+  - bad input is a distinct exit code with a message naming the file or flag: missing data
+    file and bad IDX magic (3), model width not matching the data, unknown flag, bad value
+    (2); MASTER_PORT already taken on rank 0 (5);
+  - rank 0 prints the epoch line in the documented form, writes the JSON metrics line to
+    DDP_METRICS_FD, and touches DDP_HEARTBEAT_FILE.
+"""
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from worker_util import WORKER, Checks, Ranks, free_port, run_ok, tempdir
+
+TIMEOUT_S = 8
+
+
+def single(args, env=None, timeout=60, pass_fds=()):
+    e = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDP_CHECKPOINT_DIR"):
+        e.pop(k, None)
+    e["OMP_NUM_THREADS"] = "1"
+    if env:
+        e.update(env)
+    p = subprocess.run([WORKER] + args, env=e, capture_output=True, timeout=timeout,
+                       pass_fds=pass_fds)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def peer_lost(c, work):
+    hb = os.path.join(work, "hb{rank}")
+    args = ["--model", "mlp:64-256-256-8", "--data", "synthetic:20000:64:8", "--epochs", "50",
+            "--batch-size", "16", "--timeout", str(TIMEOUT_S)]
+    with Ranks(work, 3, args, env=lambda r: {"DDP_HEARTBEAT_FILE": hb.replace("{rank}",
+                                                                               str(r))},
+               tag="lost") as rk:
+        # Training has started once every rank touched its heartbeat file.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(os.path.exists(hb.replace("{rank}", str(r))) for r in range(3)):
+                break
+            if any(p.poll() is not None for p in rk.procs):
+                break
+            time.sleep(0.02)
+        c.check("lost: all 3 ranks training", all(p.poll() is None for p in rk.procs),
+                rk.logs())
+        os.kill(rk.procs[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        codes = []
+        for r in (0, 2):
+            try:
+                codes.append(rk.procs[r].wait(timeout=TIMEOUT_S + 20))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        took = time.monotonic() - t0
+        c.check("lost: ranks 0 and 2 exit 6 (%s) in %.1f s (timeout %d s)" %
+                (codes, took, TIMEOUT_S), codes == [6, 6] and took < TIMEOUT_S + 5,
+                rk.logs())
+        for r in (0, 2):
+            e = rk.err(r)
+            c.check("lost: rank %d says 'peer ... lost'" % r,
+                    re.search(r"peer .*lost", e) is not None, e[-800:])
+
+
+def bad_input(c, work):
+    code, _, err = single(["--data", "idx:%s/nope.gz,%s/nope2.gz" % (work, work)])
+    c.check("missing data file: exit 3 naming it (%d)" % code,
+            code == 3 and "nope.gz" in err, err[-400:])
+    bad = os.path.join(work, "bad-idx.gz")
+    with gzip.open(bad, "wb") as f:
+        f.write(b"\x00\x00\x0d\x03" + b"\x00" * 64)
+    lab = os.path.join(work, "lab.idx")
+    with open(lab, "wb") as f:
+        f.write(b"\x00\x00\x08\x01\x00\x00\x00\x01\x00")
+    code, _, err = single(["--data", "idx:%s,%s" % (bad, lab)])
+    c.check("bad IDX magic: exit 3 naming the file (%d)" % code,
+            code == 3 and "bad-idx.gz" in err and "magic" in err, err[-400:])
+    code, _, err = single(["--model", "mlp:100-10", "--data", "synthetic:100:20:10"])
+    c.check("model width vs data: exit 2 naming --model (%d)" % code,
+            code == 2 and "--model" in err and "20 features" in err, err[-400:])
+    code, _, err = single(["--model", "mlp:20-7", "--data", "synthetic:100:20:10"])
+    c.check("model outputs vs classes: exit 2 naming --model (%d)" % code,
+            code == 2 and "--model" in err and "10 classes" in err, err[-400:])
+    code, _, err = single(["--frobnicate"])
+    c.check("unknown flag: exit 2 naming it (%d)" % code, code == 2 and "--frobnicate" in err)
+    code, _, err = single(["--epochs", "ten"])
+    c.check("bad value: exit 2 naming the flag (%d)" % code, code == 2 and "--epochs" in err)
+    code, _, err = single(["--lr-scale", "cubic"])
+    c.check("bad --lr-scale: exit 2 (%d)" % code, code == 2 and "--lr-scale" in err)
+    code, _, err = single(["--data", "mnist"])
+    c.check("unknown data set: exit 2 naming --data (%d)" % code, code == 2 and "--data" in err)
+
+
+def port_in_use(c, work):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        with Ranks(work, 2, ["--model", "mlp:8-4", "--data", "synthetic:64:8:4",
+                             "--timeout", "5"], port=port, tag="port") as rk:
+            rk.procs[1].kill()
+            codes = rk.wait(60)
+            e = rk.err(0)
+            c.check("port in use: rank 0 exits 5 naming the port (%s)" % codes[0],
+                    codes[0] == 5 and str(port) in e, e[-500:])
+
+
+def outputs(c, work):
+    r, w = os.pipe()
+    hb = os.path.join(work, "heartbeat")
+    try:
+        code, out, err = single(["--model", "mlp:16-32-4", "--data", "synthetic:2000:16:4",
+                                 "--epochs", "3"],
+                                env={"DDP_METRICS_FD": str(w), "DDP_HEARTBEAT_FILE": hb,
+                                     "DDP_GENERATION": "2"},
+                                pass_fds=(w,))
+    finally:
+        os.close(w)
+    with os.fdopen(r) as f:
+        metrics = f.read()
+    c.check("single process: exit 0 (%d)" % code, code == 0, err[-500:])
+    lines = [l for l in out.splitlines() if l.startswith("epoch")]
+    pat = re.compile(r"^epoch \d+/3 \| loss \d+\.\d{4} \| test acc \d\.\d{4} \| "
+                     r"\d{1,3}(,\d{3})* samples/s$")
+    c.check("epoch lines in the documented form (%s)" % lines[:1],
+            len(lines) == 3 and all(pat.match(l) for l in lines))
+    objs = [json.loads(l) for l in metrics.splitlines()]
+    keys = {"epoch", "epochs", "loss", "test_acc", "samples_per_s", "world_size",
+            "generation", "time_s"}
+    c.check("3 metrics lines with the documented keys",
+            len(objs) == 3 and all(set(o) == keys for o in objs) and
+            objs[2]["epoch"] == 3 and objs[0]["generation"] == 2 and
+            objs[0]["world_size"] == 1, metrics)
+    c.check("metrics match the printed line",
+            bool(objs) and ("loss %.4f" % objs[0]["loss"]) in lines[0])
+    c.check("heartbeat file touched", os.path.exists(hb))
+
+
+def main():
+    c = Checks("worker_failure")
+    work = tempdir("ddp-fail-")
+    try:
+        bad_input(c, work)
+        outputs(c, work)
+        port_in_use(c, work)
+        peer_lost(c, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    c.done()
+
+
+if __name__ == "__main__":
+    main()
