@@ -306,9 +306,16 @@
 
     /* -- jobs table ---------------------------------------------------------------------- */
 
+    /* "MIN:MAX" as stored, shortened to "N" when MIN == MAX. */
+    function nnodesText(spec) {
+        var v = String(spec.nnodes === undefined ? '?' : spec.nnodes);
+        var p = v.split(':');
+        return p.length === 2 && p[0] === p[1] ? p[0] : v;
+    }
+
     function jobShape(j) {
         var spec = j.spec || {};
-        var n = j.nodes && j.nodes.length ? j.nodes.length : String(spec.nnodes || '?');
+        var n = j.nodes && j.nodes.length ? j.nodes.length : nnodesText(spec);
         return n + ' \u00d7 ' + (spec.nproc_per_node || 1);
     }
 
@@ -541,7 +548,7 @@
             var spec = job.spec || {};
             var m = job.last_metrics || {};
             var items = [
-                ['nodes \u00d7 procs', jobShape(job) + '  (nnodes ' + (spec.nnodes || '?') + ')'],
+                ['nodes \u00d7 procs', jobShape(job) + '  (nnodes ' + nnodesText(spec) + ')'],
                 ['world size', job.world_size || '\u2013'],
                 ['generation', job.generation],
                 ['restarts', job.restarts + ' of ' + (spec.max_restarts === undefined ? '?'
