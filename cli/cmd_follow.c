@@ -64,11 +64,18 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
         if (st->last_gen != 0 && gen != st->last_gen)
             printf("--- generation %lld ---\n", (long long)gen);
         st->last_gen = gen;
+        /* ddp-agent ships lines as "[rank R] text"; strip that so that the output is the
+         * same whichever way the line was stored: prefixed for all ranks, bare for one. */
+        int64_t rank = cli_int(l, "rank", -1);
+        const char *text = cli_str(l, "text", "");
+        char own[40];
+        snprintf(own, sizeof(own), "[rank %lld] ", (long long)rank);
+        if (strncmp(text, own, strlen(own)) == 0)
+            text += strlen(own);
         if (prefix)
-            printf("[rank %lld] %s\n", (long long)cli_int(l, "rank", -1),
-                   cli_str(l, "text", ""));
+            printf("%s%s\n", own, text);
         else
-            printf("%s\n", cli_str(l, "text", ""));
+            printf("%s\n", text);
     }
     int64_t next = cli_int(page, "next", 0);
     if (n > 0 && next > st->after)
