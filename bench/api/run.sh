@@ -80,6 +80,7 @@ BENCH_TOKEN=$agent BENCH_NODES=$nodes BENCH_THREADS=$threads BENCH_DELAY_MS=0 \
   "$tmp/beatmax.txt" -t"$threads" -c"$conns" -d"${dur}s" -s "$here/heartbeat.lua" "$url"
 
 /usr/bin/python3 - "$tmp" "$nodes" "$(nproc)" <<'EOF'
+import os
 import re
 import sys
 
@@ -106,7 +107,8 @@ rows = [("GET /v1/jobs/{id} (max)", parse(tmp + "/get.txt")),
         ("heartbeat, %d nodes @ ~1/s" % nodes, parse(tmp + "/beat1.txt")),
         ("heartbeat, %d nodes (max)" % nodes, parse(tmp + "/beatmax.txt"))]
 print()
-print("ddpd under wrk on 127.0.0.1 (%s CPUs, shared with wrk)" % cpus)
+print("ddpd under wrk on 127.0.0.1 (%s CPUs, shared with wrk; load average now %.1f)"
+      % (cpus, os.getloadavg()[0]))
 print("%-32s %12s %9s %9s %8s %7s" % ("run", "requests/s", "p50 ms", "p99 ms", "non-2xx",
                                       "errors"))
 for name, (rps, p50, p99, bad, errs) in rows:
