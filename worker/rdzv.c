@@ -154,7 +154,7 @@ struct rdzv_server {
     pthread_cond_t cv;
     int stop;             /* guarded by mu */
     unsigned char *state; /* per rank: 0 unseen, 1 connected, 2 left; guarded by mu */
-    int departed;         /* ranks 1..W-1 that connected and left; guarded by mu */
+    int live;             /* ranks 1..W-1 in state 1; guarded by mu */
     struct sconn *conns;
     int nconns;
     struct kv *kvs;
@@ -315,10 +315,11 @@ static void serve_pending(struct rdzv_server *s)
 static void mark_rank(struct rdzv_server *s, int rank, unsigned char st)
 {
     pthread_mutex_lock(&s->mu);
-    if (st == 2 && s->state[rank] == 1 && rank != 0)
-        s->departed++;
-    if (s->state[rank] != 2)
-        s->state[rank] = st;
+    if (rank != 0 && st == 1 && s->state[rank] != 1)
+        s->live++;
+    if (rank != 0 && st == 2 && s->state[rank] == 1)
+        s->live--;
+    s->state[rank] = st;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -675,13 +676,18 @@ out:
     return ret;
 }
 
-/* Waits (until deadline) for ranks 1..W-1 to leave, then stops and frees the server. */
+/*
+ * Waits (until deadline) until no other rank is connected, then stops and frees the server.
+ * A rank that never connected is not waited for: in a run that got as far as closing, every
+ * rank has connected (the comm set-up needs them all), and on a failure path a rank that
+ * comes later finds no store and fails by its own deadline.
+ */
 static void server_stop(struct rdzv_server *s, int64_t deadline_ms)
 {
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
-    while (s->departed < s->world - 1) {
+    while (s->live > 0) {
         int64_t left = deadline_ms - time_mono_ms();
         if (left <= 0)
             break;

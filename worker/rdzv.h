@@ -31,8 +31,8 @@ struct rdzv;
 int rdzv_open(const char *master_addr, int master_port, int rank, int world_size,
               const char *secret, int64_t timeout_ms, struct rdzv **out, struct ddp_err *err);
 
-/* Closes the connection; rank 0 also waits for the others to leave (at most the open's
- * timeout_ms, and never more than 10 s), then stops serving. Accepts NULL. */
+/* Closes the connection; rank 0 also waits until no other rank is connected (at most the
+ * open's timeout_ms, and never more than 10 s), then stops serving. Accepts NULL. */
 void rdzv_close(struct rdzv *r);
 
 /* Sets key (at most 256 bytes) to value (at most 1 MiB, copied). */

@@ -417,6 +417,21 @@ static void test_rdzv_rank0_close_is_bounded(void **state)
     rdzv_close(r1);
 }
 
+static void test_rdzv_rank0_close_skips_ranks_never_seen(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *r1 = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 3, "", 30000, &r0, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "", 30000, &r1, &err), 0);
+    rdzv_close(r1);
+    /* Rank 2 never came (died before connecting): rank 0 does not wait the 10 s cap for it. */
+    int64_t t0 = time_mono_ms();
+    rdzv_close(r0);
+    assert_true(time_mono_ms() - t0 < 10000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_rdzv_unreachable_times_out),
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
         cmocka_unit_test(test_rdzv_rank0_close_is_bounded),
+        cmocka_unit_test(test_rdzv_rank0_close_skips_ranks_never_seen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
