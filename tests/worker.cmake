@@ -16,3 +16,25 @@ ddp_script_test(NAME worker_resume
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_resume.py TIMEOUT 400 LABELS worker)
 ddp_script_test(NAME worker_failure
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_failure.py TIMEOUT 240 LABELS worker)
+
+# Fuzz targets: the loaders are compiled into the target itself so that they carry the
+# fuzzer's coverage and ASan/UBSan instrumentation (libddp in this build does not).
+if(DDP_FUZZ)
+  foreach(t idx ckpt)
+    add_executable(fuzz_${t} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_${t}.c
+      ${PROJECT_SOURCE_DIR}/worker/data.c ${PROJECT_SOURCE_DIR}/worker/ckpt.c
+      ${PROJECT_SOURCE_DIR}/worker/rng.c)
+    target_include_directories(fuzz_${t} PRIVATE ${PROJECT_SOURCE_DIR})
+    target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz_${t} PRIVATE ddpcommon PkgConfig::ZLIB m)
+    set_target_properties(fuzz_${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    # libFuzzer writes new inputs into its first corpus folder: a scratch copy keeps the
+    # committed seed corpus as it is.
+    add_test(NAME fuzz_${t}
+      COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+              sh -c "rm -rf fuzz_${t}_work && mkdir fuzz_${t}_work && exec $<TARGET_FILE:fuzz_${t}> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_${t}_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${t}_corpus"
+      WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 120 LABELS "fuzz")
+  endforeach()
+endif()
