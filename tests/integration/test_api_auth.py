@@ -3,7 +3,13 @@ token 401 UNAUTHENTICATED, the agent token on user calls and the user token on a
 PERMISSION_DENIED, /healthz and /metrics open; explicit --token-file / --agent-token-file are
 used as given. No refused call changes the database."""
 import os
+import shutil
+import ssl
 import stat
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
 
 import api_sim
 from api_sim import Api, Cluster, cluster, db_dump, expect_error, wait_for
@@ -60,7 +66,6 @@ def test_auth_tokens_and_roles():
 
 
 def test_auth_explicit_token_files():
-    import tempfile
     d = tempfile.mkdtemp(prefix="ddp-tok-")
     uf, af = os.path.join(d, "u.tok"), os.path.join(d, "a.tok")
     with open(uf, "w") as f:
@@ -90,6 +95,81 @@ def test_auth_explicit_token_files():
         for f in (uf, af):
             os.unlink(f)
         os.rmdir(d)
+
+
+def test_auth_tokens_next_to_db_and_help():
+    """--db elsewhere: the tokens are created next to the database. --help names every flag
+    of the issue."""
+    out = subprocess.run([os.path.join(BIN, "ddpd"), "--help"], capture_output=True,
+                         timeout=30)
+    text = (out.stdout + out.stderr).decode()
+    assert out.returncode == 0, text
+    for flag in ("--listen", "--db", "--token-file", "--agent-token-file", "--node-timeout",
+                 "--tls-cert", "--tls-key", "--help"):
+        assert flag in text, "--help does not document " + flag
+    c = Cluster(node_timeout=300)
+    d = tempfile.mkdtemp(prefix="ddp-db-", dir=c.tmp)
+    try:
+        c.ddpd = c._spawn([os.path.join(BIN, "ddpd"), "--listen", "127.0.0.1:%d" % c.port,
+                           "--db", os.path.join(d, "x.db")], "ddpd.log")
+        wait_for("ddpd /healthz", c._healthy, timeout=20)
+        for f in ("user.token", "agent.token"):
+            p = os.path.join(d, f)
+            assert os.path.isfile(p), "%s not created next to the database" % f
+            assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
+        c.user_token = open(os.path.join(d, "user.token")).read().strip()
+        assert Api(c).get("/v1/jobs").status == 200
+    finally:
+        c.stop()
+
+
+def test_auth_tls():
+    """--tls-cert / --tls-key: HTTPS with a self-signed certificate; the same API and auth."""
+    if not shutil.which("openssl"):
+        raise AssertionError("openssl (Debian package openssl) is needed for the TLS test")
+    c = Cluster(node_timeout=300)
+    try:
+        cert, key = os.path.join(c.tmp, "cert.pem"), os.path.join(c.tmp, "key.pem")
+        p = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                            "-keyout", key, "-out", cert, "-days", "2", "-subj",
+                            "/CN=127.0.0.1"], capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        c.ddpd = c._spawn([os.path.join(BIN, "ddpd"), "--listen", "127.0.0.1:%d" % c.port,
+                           "--tls-cert", cert, "--tls-key", key], "ddpd.log")
+        ctx = ssl.create_default_context(cafile=cert)
+        ctx.check_hostname = False
+        url = "https://127.0.0.1:%d" % c.port
+
+        def get(path, token=None):
+            req = urllib.request.Request(url + path)
+            if token:
+                req.add_header("Authorization", "Bearer " + token)
+            try:
+                with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        def up():
+            if c.ddpd.poll() is not None:
+                raise AssertionError("ddpd exited: " + c.log("ddpd.log"))
+            try:
+                return get("/healthz") == 200
+            except OSError:
+                return False
+        wait_for("ddpd over HTTPS", up, timeout=20)
+        user = open(os.path.join(c.home, "user.token")).read().strip()
+        assert get("/v1/jobs", user) == 200
+        assert get("/v1/jobs") == 401
+        # Plain HTTP on the TLS port gets no API answer.
+        try:
+            plain = urllib.request.urlopen("http://127.0.0.1:%d/healthz" % c.port,
+                                           timeout=10).status
+        except (OSError, ValueError, urllib.error.HTTPError):
+            plain = None
+        assert plain != 200, "plain HTTP answered on the TLS port"
+    finally:
+        c.stop()
 
 
 if __name__ == "__main__":

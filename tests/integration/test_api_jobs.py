@@ -291,5 +291,24 @@ def test_jobs_hang_timeout_from_progress():
         assert "hang" in j["reason"] or "progress" in j["reason"], j
 
 
+def test_jobs_rank_order_deterministic():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        ns = [SimNode(api, name, slots=1) for name in ("n-c", "n-a", "n-b")]
+        for n in ns:
+            n.register()
+        orders = []
+        for _ in range(2):
+            job = api.submit({"command": ["w"], "nnodes": "3"})
+            xs = wait_assigned(job["id"], ns)
+            orders.append([x["group_rank"] for x in xs])
+            assert sorted(orders[-1]) == [0, 1, 2], orders
+            assert all(x["master_addr"] == "127.0.0.1" for x in xs)
+            for n in ns:
+                n.exit_workers(job["id"], 0)
+            api.wait_state(job["id"], "SUCCEEDED", poke=lambda: beat_all(ns))
+        assert orders[0] == orders[1], "same nodes, different node ranks: %s" % orders
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

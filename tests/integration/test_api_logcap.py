@@ -1,6 +1,7 @@
-"""The per-job log cap of a real ddpd: past 100000 lines the oldest are dropped first and
+"""The per-job caps of a real ddpd. Logs: of a real ddpd: past 100000 lines the oldest are dropped first and
 GET /v1/jobs/{id}/logs says how many (`dropped`); the newest lines are all kept, in order.
-Sends 100 beats of 1000 lines (the agent's per-beat maximum) plus one of 500."""
+Sends 100 beats of 1000 lines (the agent's per-beat maximum) plus one of 500. Metrics: past
+10000 per job the oldest are dropped; events are never dropped."""
 import api_sim
 from api_sim import Api, SimNode, cluster, wait_assigned
 
@@ -42,6 +43,34 @@ def test_logcap_oldest_dropped_and_counted():
             after = a.json["next"]
         assert len(got) == CAP and got[0] == "l%d" % (EXTRA + 1) and got[-1] == "l%d" % total, \
             (len(got), got[:1], got[-1:])
+
+
+def test_logcap_metrics_capped_events_kept():
+    cap, extra = 10000, 500
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "mets", slots=1)
+        n.register()
+        job = api.submit({"command": ["w"]})
+        wait_assigned(job["id"], [n])
+        seq = 1
+        while seq <= cap + extra:
+            k = min(1000, cap + extra - seq + 1)
+            n.pending_metrics = [{"job_id": job["id"], "generation": 1, "seq": i,
+                                  "metric": {"step": i}} for i in range(seq, seq + k)]
+            n.beat()
+            seq += k
+        a = api.get("/v1/jobs/%s/metrics" % job["id"])
+        assert a.status == 200, a
+        steps = [m["metric"]["step"] for m in a.json["metrics"]]
+        assert steps == list(range(extra + 1, cap + extra + 1)), (len(steps), steps[:3],
+                                                                 steps[-3:])
+        assert api.job(job["id"])["last_metrics"] == {"step": cap + extra}
+        n.exit_workers(job["id"], 0)
+        api.wait_state(job["id"], "SUCCEEDED", poke=n.beat)
+        ev = api.events(job["id"])
+        assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1)), ev
+        assert [e["state"] for e in ev] == ["PENDING", "RUNNING", "SUCCEEDED"], ev
 
 
 if __name__ == "__main__":
