@@ -81,7 +81,7 @@
         if (step / unit < 1e-4 || Math.abs(v) >= 1e9) {
             return v.toExponential(1);
         }
-        return (v / unit).toFixed(Math.min(dec, 6)) + (big ? 'k' : '');
+        return v === 0 ? '0' : (v / unit).toFixed(Math.min(dec, 6)) + (big ? 'k' : '');
     }
 
     function draw(container, opts) {
