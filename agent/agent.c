@@ -754,7 +754,7 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
 
 /* Applies a 200 answer's desired set when it is not older than the applied one. Holds
  * a->mu. */
-static void agent_apply_answer(struct agent *a, const json_t *ans)
+static int agent_apply_answer(struct agent *a, const json_t *ans)
 {
     struct ddp_err err;
     err_clear(&err);
@@ -764,13 +764,14 @@ static void agent_apply_answer(struct agent *a, const json_t *ans)
                                               &err) < 0 ||
         jsonx_get_array(ans, "assignments", 1, &arr, &err) < 0) {
         log_warn("ignoring a heartbeat answer: %s", err.msg[0] ? err.msg : "not an object");
-        return;
+        return 0;
     }
     if (version < a->version) {
         log_debug("ignoring an older desired set version=%" PRId64 " applied=%" PRId64,
                   version, a->version);
-        return;
+        return 0;
     }
+    int changed = version != a->version || !a->applied;
     if (version != a->version || a->ndesired != json_array_size(arr)) {
         size_t n = json_array_size(arr), k = 0;
         struct assign *d = xcalloc(n + 1, sizeof(*d));
@@ -792,16 +793,19 @@ static void agent_apply_answer(struct agent *a, const json_t *ans)
     }
     a->applied = 1;
     agent_reconcile(a);
+    return changed;
 }
 
 enum beat_result { BEAT_OK, BEAT_UNREACHABLE, BEAT_REREGISTER, BEAT_REFUSED };
 
 /*
  * One heartbeat on h. wait_allowed: may ask for a long poll when ddpd has seen every
- * change. Returns what happened; on BEAT_UNREACHABLE and BEAT_REFUSED err says why.
+ * change. Returns what happened; on BEAT_UNREACHABLE and BEAT_REFUSED err says why. On
+ * BEAT_OK, *quick (may be NULL) is 1 when the next beat should go at once: this one reported
+ * worker starts or exits, its answer brought a new desired set, or lines are backed up.
  */
 static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_allowed,
-                                   struct ddp_err *err)
+                                   int *quick, struct ddp_err *err)
 {
     struct agent_ack *acks = NULL;
     size_t nacks = 0;
@@ -837,9 +841,12 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
             if (acks[i].metric_upto)
                 logship_queue_ack(&w->metrics, acks[i].metric_upto);
         }
-        if (snap > a->changes_sent)
+        int reported = snap > a->changes_sent;
+        if (reported)
             a->changes_sent = snap;
-        agent_apply_answer(a, ans);
+        int changed = agent_apply_answer(a, ans);
+        if (quick)
+            *quick = reported || changed || agent_backlog(a);
     } else if (status == 404 || status == 409) {
         res = BEAT_REREGISTER;
         err_set(err, status == 404 ? DDP_ENOTFOUND : DDP_EABORTED, "ddpd answered %ld", status);
@@ -909,7 +916,7 @@ static void *agent_report_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         struct ddp_err err;
         err_clear(&err);
-        enum beat_result r = agent_beat(a, h, 0, &err);
+        enum beat_result r = agent_beat(a, h, 0, NULL, &err);
         if (r != BEAT_OK)
             log_debug("report beat failed: %s", err.msg);
         pthread_mutex_lock(&a->mu);
@@ -947,7 +954,9 @@ static void agent_heartbeat_loop(struct agent *a)
         struct ddp_err err;
         err_clear(&err);
         int64_t t0 = time_mono_ms();
-        enum beat_result r = registered ? agent_beat(a, h, 1, &err) : agent_register(a, h, &err);
+        int quick = 0;
+        enum beat_result r = registered ? agent_beat(a, h, 1, &quick, &err)
+                                        : agent_register(a, h, &err);
         if (r == BEAT_UNREACHABLE || r == BEAT_REFUSED) {
             if (r == BEAT_UNREACHABLE && !outage_since) {
                 pthread_mutex_lock(&a->mu);
@@ -978,8 +987,11 @@ static void agent_heartbeat_loop(struct agent *a)
             pthread_mutex_unlock(&a->mu);
             continue;
         }
-        if (!registered)
-            continue; /* first beat right after registering */
+        if (!registered || quick)
+            continue; /* right after registering, reporting or a new desired set: a long
+                       * poll follows at once */
+        /* A long poll that came back without news: ddpd held it for the interval (beat
+         * again now) or does not hold (wait out the rest of the interval). */
         pthread_mutex_lock(&a->mu);
         int64_t interval = a->interval_ms;
         pthread_mutex_unlock(&a->mu);
@@ -992,7 +1004,7 @@ static void agent_heartbeat_loop(struct agent *a)
     if (registered) {
         struct ddp_err err;
         err_clear(&err);
-        if (agent_beat(a, h, 0, &err) != BEAT_OK)
+        if (agent_beat(a, h, 0, NULL, &err) != BEAT_OK)
             log_debug("final beat failed: %s", err.msg);
     }
     httpc_free(h);

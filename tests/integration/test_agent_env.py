@@ -6,6 +6,7 @@ rank 0's metrics line is relayed. A command that does not exist is reported as a
 code 127 and a log line saying what failed."""
 import json
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +37,16 @@ def dump_logs(c, names):
     print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
     for n in names:
         print("---- agent-%s.log\n%s" % (n, c.log("agent-%s.log" % n)[-4000:]))
+
+
+def stop_agents(c):
+    """SIGTERM to every agent: each exits 0, and clean (no sanitizer report)."""
+    for name, p in c.agents.items():
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0, name
+        log = c.log("agent-%s.log" % name)
+        assert "agent stopped" in log and "Sanitizer" not in log and "runtime error" not in log, \
+            log[-3000:]
 
 
 def logs_of(c, job_id, rank):
@@ -118,6 +129,7 @@ def test_agent_env_every_variable_on_every_rank():
             m = c.get("/v1/jobs/%s/metrics" % jid)
             assert m.status == 200, m
             assert [x["metric"] for x in m.json["metrics"]] == [{"epoch": 1, "loss": 0.25}], m
+            stop_agents(c)
         except BaseException:
             dump_logs(c, ["node-a", "node-b"])
             raise
@@ -139,6 +151,7 @@ def test_agent_command_not_found_exits_127():
             ev = c.get("/v1/jobs/%s/events" % jid).json["events"]
             assert any("127" in e["reason"] for e in ev), ev
             assert "code=127" in c.log("agent-node-a.log")
+            stop_agents(c)
         except BaseException:
             dump_logs(c, ["node-a"])
             raise
@@ -169,6 +182,7 @@ def test_agent_ships_many_lines_in_order_once():
                 return texts if len(texts) >= n else None
             texts = wait_for("%d lines at ddpd" % n, all_lines, timeout=30)
             assert texts == ["[rank 0] line %d" % i for i in range(n)], texts[:3]
+            stop_agents(c)
         except BaseException:
             dump_logs(c, ["node-a"])
             raise

@@ -1,7 +1,8 @@
 """ddp-agent with a real ddpd: `kill -9` of an agent while a 2 x 2 job runs. Its workers die
 with it (PR_SET_PDEATHSIG, checked by pid), ddpd marks the node LOST, and the job's
 generation ends everywhere (the surviving node's workers are stopped; with max_restarts 0
-the job FAILS)."""
+the job FAILS). SIGTERM to an agent: it stops its workers, reports their exits to ddpd and
+exits 0."""
 import os
 import signal
 import sys
@@ -74,6 +75,38 @@ def test_agent_kill9_takes_its_workers_and_ends_the_generation():
             print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
             for n in ("node-a", "node-b"):
                 print("---- agent-%s.log\n%s" % (n, c.log("agent-%s.log" % n)[-4000:]))
+            raise
+
+
+def test_agent_sigterm_stops_workers_and_exits_0():
+    with cluster(node_timeout=5) as c:
+        try:
+            agent = c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            out = os.path.join(c.tmp, "pids")
+            os.makedirs(out)
+            job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
+                            "nproc_per_node": 2, "max_restarts": 0, "grace_period_s": 5})
+            jid = job["id"]
+            wait_for("2 workers running", lambda: len(
+                [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
+            pids = []
+            for r in range(2):
+                with open(os.path.join(out, "rank-%d.pid" % r)) as f:
+                    pids.append(int(f.read()))
+            c.wait_state(jid, "RUNNING", timeout=30)
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(timeout=30) == 0
+            assert not any(pid_alive(p) for p in pids), pids
+            log = c.log("agent-node-a.log")
+            assert log.count("signal=15") == 2 and "agent stopped" in log, log
+            assert "Sanitizer" not in log and "runtime error" not in log, log
+            # ddpd got the exits (SIGTERM is not success): the job ends.
+            done = c.wait_state(jid, ("FAILED", "SUCCEEDED", "CANCELLED"), timeout=30)
+            assert done["state"] == "FAILED", done
+        except BaseException:
+            print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
+            print("---- agent-node-a.log\n" + c.log("agent-node-a.log")[-4000:])
             raise
 
 
