@@ -87,5 +87,27 @@ def test_agent_keeps_workers_while_ddpd_is_away():
             raise
 
 
+def test_agent_registers_again_when_ddpd_forgets_it():
+    """ddpd comes back without its database: the agent's beats get 404, it registers
+    again (same incarnation) and its node is READY."""
+    with cluster(node_timeout=3) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            c.kill_ddpd()
+            for f in os.listdir(c.home):
+                if f.startswith("ddp.db"):
+                    os.unlink(os.path.join(c.home, f))
+            c.start_ddpd()
+            c.wait_nodes_ready(["node-a"], timeout=30)
+            log = c.log("agent-node-a.log")
+            assert "registering again" in log, log
+            assert log.count("registered with ddpd") == 2, log
+        except BaseException:
+            print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
+            print("---- agent-node-a.log\n" + c.log("agent-node-a.log")[-4000:])
+            raise
+
+
 if __name__ == "__main__":
     run_tests(globals())
