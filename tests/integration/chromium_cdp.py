@@ -302,6 +302,16 @@ class Browser:
             self.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y,
                                                    "button": "left", "clickCount": 1})
 
+    KEYS = {"ArrowDown": 40, "ArrowUp": 38, "Enter": 13, "Escape": 27, "Tab": 9}
+
+    def press(self, key):
+        """Presses and releases one named key (KEYS) in the focused element."""
+        code = self.KEYS[key]
+        for kind in ("rawKeyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key,
+                                                 "windowsVirtualKeyCode": code,
+                                                 "nativeVirtualKeyCode": code})
+
     def type_text(self, text):
         self.call("Input.insertText", {"text": text})
 

@@ -299,8 +299,14 @@ def phase_scale(b, c, api, nodes_before):
     b.navigate(c.url + "/#/jobs?state=CANCELLED")
     b.wait_js("filtered", "%s === 1 && %s === 'CANCELLED'" % (
         count("#jobs tbody tr[data-id]"), text("#jobs tbody tr .state")), timeout=30)
-    b.navigate(c.url + "/#/jobs?state=PENDING")
-    b.wait_js("filtered pending", "%s === 50" % count("#jobs tbody tr[data-id]"), timeout=30)
+    # the state selector, by keyboard: the first state after "all states" is PENDING
+    b.navigate(c.url + "/#/jobs")
+    b.wait_js("unfiltered", "%s === 50" % count("#jobs tbody tr[data-id]"), timeout=30)
+    b.js("document.getElementById('state-filter').focus()")
+    b.press("ArrowDown")
+    b.wait_js("filtered pending", "location.hash.includes('state=PENDING') && %s === 50 && "
+              "document.getElementById('state-filter').value === 'PENDING'" %
+              count("#jobs tbody tr[data-id]"), timeout=30)
     states = b.js("[...new Set([...document.querySelectorAll('#jobs tbody .state')]"
                   ".map(s => s.textContent))]")
     assert states == ["PENDING"], states
