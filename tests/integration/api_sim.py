@@ -12,8 +12,11 @@
   any failed.
 """
 import os
+import re
 import secrets
+import signal
 import sqlite3
+import subprocess
 import sys
 import time
 import traceback
@@ -58,9 +61,29 @@ class cluster:
         return self.c
 
     def __exit__(self, *exc):
-        if exc[0] is not None:
-            print("ddpd log tail:\n" + self.c.log("ddpd.log")[-3000:])
-        self.c.stop()
+        """Stops ddpd with SIGTERM first: it must exit 0 within 10 s, and its log must hold no
+        sanitizer report (ASan, LeakSanitizer, UBSan) from any of its runs."""
+        c = self.c
+        problem = None
+        try:
+            if c.ddpd is not None and c.ddpd.poll() is None:
+                c.ddpd.send_signal(signal.SIGTERM)
+                try:
+                    c.ddpd.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    problem = "ddpd did not stop within 10 s of SIGTERM"
+            log = c.log("ddpd.log")
+            if problem is None and c.ddpd is not None and c.ddpd.returncode != 0:
+                problem = "ddpd exited with %s after SIGTERM" % c.ddpd.returncode
+            m = re.search(r"(ERROR: (Address|Leak|Thread)Sanitizer|runtime error:).*", log)
+            if m:
+                problem = "sanitizer report in ddpd.log: " + log[m.start():m.start() + 3000]
+            if exc[0] is not None or problem:
+                print("ddpd log tail:\n" + log[-3000:])
+        finally:
+            c.stop()
+        if problem and exc[0] is None:
+            raise AssertionError(problem)
 
 
 class Api:
