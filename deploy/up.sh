@@ -157,7 +157,7 @@ done
 "$CTL" nodes
 
 # ---- 4. the main job ----------------------------------------------------------------------
-step "submitting the main job: ddp-worker on Fashion-MNIST, 2 nodes x 2 processes, $EPOCHS epochs"
+step "submitting the main job: ddp-worker on Fashion-MNIST, 2 nodes x 2 processes, $EPOCHS epoch(s)"
 JOB=$("$CTL" submit --parsable --name fashion-mnist --nnodes 2 --nproc-per-node 2 -- \
   "$BIN/ddp-worker" --epochs "$EPOCHS" ${WORKER_ARGS[@]+"${WORKER_ARGS[@]}"})
 echo "   job $JOB"
