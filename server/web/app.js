@@ -630,8 +630,17 @@
                                          markers: markers, xmax: xmax });
         }
 
+        /* Scrolling up stops following the end; scrolling back down resumes it. */
+        logPre.addEventListener('scroll', function () {
+            follow.checked = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
+        });
+        follow.addEventListener('change', function () {
+            if (follow.checked) {
+                logPre.scrollTop = logPre.scrollHeight;
+            }
+        });
+
         function appendLog(lines) {
-            var atEnd = logPre.scrollHeight - logPre.scrollTop - logPre.clientHeight < 24;
             var frag = document.createDocumentFragment();
             lines.forEach(function (l) {
                 if (l.generation !== logGen) {
@@ -648,7 +657,7 @@
                 logPre.removeChild(logPre.firstChild);
                 logLines--;
             }
-            if (follow.checked && (atEnd || lines.length)) {
+            if (follow.checked) {
                 logPre.scrollTop = logPre.scrollHeight;
             }
         }

@@ -204,6 +204,10 @@ def phase_live(b, c, api, trainer, job):
 
     n0 = b.wait_js("rank 0 log", count("#log .log-line"), timeout=15)
     b.wait_js("rank 0 log follows", "%s > %d" % (count("#log .log-line"), n0), timeout=15)
+    b.wait_js("log view at its end", "(l => l.scrollHeight > l.clientHeight && "
+              "l.scrollHeight - l.scrollTop - l.clientHeight < 24)(document.getElementById('log'))"
+              " || document.getElementById('log').scrollHeight <= "
+              "document.getElementById('log').clientHeight", timeout=30)
     log0 = b.js(text("#log"))
     assert "rank 0: step" in log0 and "epoch 1/10" in log0, log0[-500:]
     gens = b.js("[...document.querySelectorAll('#log .log-gen')].map(g => g.textContent)")
