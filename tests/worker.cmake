@@ -38,3 +38,6 @@ if(DDP_FUZZ)
     set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 120 LABELS "fuzz")
   endforeach()
 endif()
+ddp_script_test(NAME worker_accuracy
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_accuracy.py TIMEOUT 1800
+  LABELS "worker;heavy")

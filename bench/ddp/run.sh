@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/ddp: ddp-worker's training throughput (samples/s) at W = 1 and 2 ranks on this host,
+# for the main MLP 784-256-128-10 and the large MLP 1024-4096-4096-10 on synthetic data,
+# with the reducer's overlap on and off, and how much of the communication time the overlap
+# hides:  hidden = 1 - exposed(overlap on) / comm(overlap off), from the runtime's trace
+# (comm = first bucket issued -> last bucket done; exposed = end of backward -> last bucket
+# done; medians over the steps).
+# One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP.
+# Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+build=${1:-$repo/build}
+worker=$build/bin/ddp-worker
+[ -x "$worker" ] || { echo "no $worker: build first" >&2; exit 1; }
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# run W MODEL DIM STEPS BATCH CAP OVERLAP(1|0) -> "samples_per_s comm_ms exposed_ms"
+run() {
+  local w=$1 model=$2 dim=$3 steps=$4 batch=$5 cap=$6 ov=$7
+  local n=$((w * batch * steps)) port
+  port=$(free_port)
+  local extra=()
+  [ "$ov" = 1 ] || extra=(--no-overlap)
+  pids=()
+  for ((r = 0; r < w; r++)); do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r \
+    LOCAL_WORLD_SIZE=$w GROUP_RANK=0 GROUP_WORLD_SIZE=1 OMP_NUM_THREADS=1 DDP_LOG_LEVEL=warn \
+      timeout 600 "$worker" --model "$model" --data "synthetic:$n:$dim:10" --epochs 1 \
+      --batch-size "$batch" --bucket-cap-mb "$cap" --trace "$work/t$r" "${extra[@]}" \
+      >"$work/out$r" 2>"$work/err$r" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { cat "$work"/err*; exit 1; }; done
+  pids=()
+  local sps
+  sps=$(sed -n 's/.*| \([0-9,]*\) samples\/s$/\1/p' "$work/out0" | tr -d ,)
+  echo "$sps $(python3 "$here/trace_stats.py" "$work/t0")"
+}
+
+printf '%-26s %3s %7s %12s %12s %9s %11s %8s\n' model W overlap samples/s vs_W1 comm_ms exposed_ms hidden
+for spec in "mlp:784-256-128-10 784 300 32 25" "mlp:1024-4096-4096-10 1024 12 32 25"; do
+  set -- $spec
+  model=$1 dim=$2 steps=$3 batch=$4 cap=$5
+  read -r base _ _ < <(run 1 "$model" "$dim" "$steps" "$batch" "$cap" 1)
+  printf '%-26s %3d %7s %12s %12s %9s %11s %8s\n' "$model" 1 - "$base" 1.00 - - -
+  read -r s_off c_off e_off < <(run 2 "$model" "$dim" "$steps" "$batch" "$cap" 0)
+  read -r s_on c_on e_on < <(run 2 "$model" "$dim" "$steps" "$batch" "$cap" 1)
+  hidden=$(python3 -c "c=$c_off; e=$e_on; print('%.0f%%' % (100*(1-e/c)) if c > 0 else '-')")
+  r_off=$(python3 -c "print('%.2f' % ($s_off/$base))")
+  r_on=$(python3 -c "print('%.2f' % ($s_on/$base))")
+  printf '%-26s %3d %7s %12s %12s %9s %11s %8s\n' "$model" 2 off "$s_off" "$r_off" "$c_off" "$e_off" -
+  printf '%-26s %3d %7s %12s %12s %9s %11s %8s\n' "$model" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden"
+done
+echo "# $(nproc) cores; OMP_NUM_THREADS=1 per rank; batch 32 per rank; CPU backend (TCP ring);"
+echo "# hidden = 1 - exposed_ms(overlap on) / comm_ms(overlap off)"
