@@ -57,6 +57,7 @@ extern char **environ;
 #define AGENT_METRIC_QUEUE_MAX 1000 /* metrics lines kept per worker */
 #define AGENT_BEAT_LINES_MAX 1000   /* log lines per beat (docs/api.md) */
 #define AGENT_BEAT_METRICS_MAX 200  /* metrics lines per beat */
+#define AGENT_BEAT_BYTES_MAX (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
 #define AGENT_BACKOFF_MAX_MS 2000
 #define AGENT_FORGOTTEN_KEEP_MS 30000 /* unshipped lines of a forgotten worker, at most */
 #define AGENT_READ_CHUNK 65536
@@ -106,6 +107,7 @@ struct agent {
     uint64_t changes_sent;
     uint64_t changes_urgent; /* the report thread beat for changes up to this */
     int polling;             /* the heartbeat thread waits in a long poll */
+    int refused_bodies;      /* beats refused with 400/413 in a row */
     int shutting_down;
     int done;
     int *gpu_used;
@@ -671,6 +673,7 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
     json_t *workers = json_array(), *logs = json_array(), *metrics = json_array(),
            *progress = json_array();
     size_t line_budget = AGENT_BEAT_LINES_MAX, metric_budget = AGENT_BEAT_METRICS_MAX;
+    size_t byte_budget = AGENT_BEAT_BYTES_MAX;
     int64_t now_wall = time_wall_ms();
     *acks = xcalloc(a->nworkers + 1, sizeof(**acks));
     *nacks = 0;
@@ -714,7 +717,7 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
             }
         }
         uint64_t first = 0;
-        json_t *lines = logship_queue_take(&w->logs, line_budget, &first);
+        json_t *lines = logship_queue_take(&w->logs, line_budget, &byte_budget, &first);
         if (lines) {
             size_t k = json_array_size(lines);
             line_budget -= k;
@@ -728,6 +731,10 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
             json_array_append_new(logs, o);
         }
         for (size_t k = 0; k < w->metrics.count && metric_budget > 0; k++) {
+            size_t sz = strlen(logship_queue_at(&w->metrics, k)) + 64;
+            if (sz > byte_budget)
+                break;
+            byte_budget -= sz;
             json_t *m = json_loads(logship_queue_at(&w->metrics, k), 0, NULL);
             if (!m)
                 m = json_object();
@@ -856,7 +863,22 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
         err_set(err, DDP_EINTERNAL, "heartbeat refused with HTTP %ld: %s", status,
                 msg ? msg : "no message");
         res = BEAT_REFUSED;
+        /* ddpd refuses the body itself: re-sending the same lines would block the worker
+         * state forever, so after a second refusal in a row they are given up. */
+        if ((status == 400 || status == 413) && ++a->refused_bodies >= 2) {
+            size_t dropped = 0;
+            for (size_t i = 0; i < a->nworkers; i++) {
+                struct worker *w = a->workers[i];
+                dropped += w->logs.count + w->metrics.count;
+                logship_queue_ack(&w->logs, w->logs.next_seq);
+                logship_queue_ack(&w->metrics, w->metrics.next_seq);
+            }
+            log_error("dropping %zu queued log and metrics lines that ddpd refuses", dropped);
+            a->refused_bodies = 0;
+        }
     }
+    if (res != BEAT_REFUSED)
+        a->refused_bodies = 0;
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->mu);
     json_decref(ans);

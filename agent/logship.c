@@ -151,15 +151,32 @@ const char *logship_queue_at(const struct logship_queue *q, size_t i)
     return q->items[(q->head + i) % q->cap];
 }
 
-json_t *logship_queue_take(const struct logship_queue *q, size_t limit, uint64_t *first)
+size_t logship_json_size(const char *s)
 {
-    if (q->count == 0 || limit == 0)
+    size_t n = 2;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        n += (*p < 0x20 || *p == '"' || *p == '\\') ? 6 : 1;
+    return n;
+}
+
+json_t *logship_queue_take(const struct logship_queue *q, size_t limit, size_t *bytes,
+                           uint64_t *first)
+{
+    if (q->count == 0 || limit == 0 || *bytes == 0)
         return NULL;
     size_t n = q->count < limit ? q->count : limit;
+    size_t used = 0;
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, json_string(logship_queue_at(q, i)));
+    for (size_t i = 0; i < n; i++) {
+        const char *item = logship_queue_at(q, i);
+        size_t sz = logship_json_size(item) + 1;
+        if (i > 0 && used + sz > *bytes)
+            break;
+        json_array_append_new(arr, json_string(item));
+        used += sz;
+    }
     *first = q->first_seq;
+    *bytes = used >= *bytes ? 0 : *bytes - used;
     return arr;
 }
 

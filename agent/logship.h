@@ -52,10 +52,15 @@ void logship_queue_release(struct logship_queue *q);
 /* Appends item (takes ownership); drops the oldest when full. */
 void logship_queue_push(struct logship_queue *q, char *item);
 /*
- * A new JSON array of copies of the oldest items, at most limit; *first receives the seq of
- * the first. Returns NULL (and leaves *first) when the queue is empty or limit is 0.
+ * A new JSON array of copies of the oldest items: at most limit items and, except for the
+ * first item, at most *bytes bytes of JSON text (logship_json_size); *bytes is decreased by
+ * what was taken and *first receives the seq of the first item. Returns NULL (and leaves
+ * *first and *bytes) when the queue is empty, limit is 0 or *bytes is 0.
  */
-json_t *logship_queue_take(const struct logship_queue *q, size_t limit, uint64_t *first);
+json_t *logship_queue_take(const struct logship_queue *q, size_t limit, size_t *bytes,
+                           uint64_t *first);
+/* An upper bound of the size of s as a JSON string (quotes and escapes included). */
+size_t logship_json_size(const char *s);
 /* The i-th oldest item (borrowed), i < count. */
 const char *logship_queue_at(const struct logship_queue *q, size_t i);
 /* Drops every item with seq <= upto (an answered beat carried them). */

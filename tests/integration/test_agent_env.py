@@ -158,30 +158,45 @@ def test_agent_command_not_found_exits_127():
 
 
 def test_agent_ships_many_lines_in_order_once():
-    """5000 lines written at once go out 1000 a beat, each line once, in order."""
-    n = 5000
+    """5000 short lines written at once go out 1000 a beat, and 1500 lines of 4000 bytes
+    (6 MB, far more than the 1 MiB a beat may carry) in beats under the size limit; each
+    line once, in order."""
+    n, nlong = 5000, 1500
     with cluster(node_timeout=5) as c:
         try:
             c.start_agent("node-a", slots=2)
             c.wait_nodes_ready(["node-a"])
-            job = c.submit({"command": [PY, "-c", "for i in range(%d): print('line', i)" % n],
-                            "nnodes": "1", "nproc_per_node": 1, "max_restarts": 0})
-            jid = job["id"]
-            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
-            assert done["state"] == "SUCCEEDED", done
 
-            def all_lines():
+            def all_lines(jid, want):
                 texts, after = [], 0
-                for _ in range(100):
+                for _ in range(200):
                     a = c.get("/v1/jobs/%s/logs?rank=0&after=%d&limit=1000" % (jid, after))
                     assert a.status == 200, a
                     texts += [ln["text"] for ln in a.json["lines"]]
                     if not a.json["lines"]:
                         break
                     after = a.json["next"]
-                return texts if len(texts) >= n else None
-            texts = wait_for("%d lines at ddpd" % n, all_lines, timeout=30)
+                return texts if len(texts) >= want else None
+
+            job = c.submit({"command": [PY, "-c", "for i in range(%d): print('line', i)" % n],
+                            "nnodes": "1", "nproc_per_node": 1, "max_restarts": 0})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+            texts = wait_for("%d lines at ddpd" % n, lambda: all_lines(jid, n), timeout=30)
             assert texts == ["[rank 0] line %d" % i for i in range(n)], texts[:3]
+
+            script = "for i in range(%d): print('%%05d' %% i + 'x' * 3995)" % nlong
+            job = c.submit({"command": [PY, "-c", script], "nnodes": "1",
+                            "nproc_per_node": 1, "max_restarts": 0})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+            texts = wait_for("%d long lines at ddpd" % nlong, lambda: all_lines(jid, nlong),
+                             timeout=60)
+            assert texts == ["[rank 0] %05d" % i + "x" * 3995 for i in range(nlong)], \
+                [t[:20] for t in texts[:3]]
+            assert "refused" not in c.log("agent-node-a.log")
             stop_agents(c)
         except BaseException:
             dump_logs(c, ["node-a"])

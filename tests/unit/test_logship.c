@@ -98,24 +98,25 @@ static void test_logship_queue_seq_ack_and_resend(void **state)
     struct logship_queue q;
     logship_queue_init(&q, 100);
     uint64_t first = 0;
-    assert_null(logship_queue_take(&q, 10, &first));
+    size_t big = 1 << 20;
+    assert_null(logship_queue_take(&q, 10, &big, &first));
     for (int i = 0; i < 5; i++) {
         char buf[16];
         snprintf(buf, sizeof(buf), "l%d", i + 1);
         logship_queue_push(&q, strdup(buf));
     }
-    json_t *a = logship_queue_take(&q, 3, &first);
+    json_t *a = logship_queue_take(&q, 3, &big, &first);
     assert_int_equal(first, 1);
     assert_int_equal(json_array_size(a), 3);
     assert_string_equal(json_string_value(json_array_get(a, 2)), "l3");
     json_decref(a);
     /* The answer was lost: nothing acked, the same seqs go again. */
-    a = logship_queue_take(&q, 3, &first);
+    a = logship_queue_take(&q, 3, &big, &first);
     assert_int_equal(first, 1);
     json_decref(a);
     logship_queue_ack(&q, 3);
     assert_int_equal(q.count, 2);
-    a = logship_queue_take(&q, 10, &first);
+    a = logship_queue_take(&q, 10, &big, &first);
     assert_int_equal(first, 4);
     assert_string_equal(json_string_value(json_array_get(a, 0)), "l4");
     json_decref(a);
@@ -124,7 +125,7 @@ static void test_logship_queue_seq_ack_and_resend(void **state)
     logship_queue_ack(&q, 5);
     assert_int_equal(q.count, 0);
     logship_queue_push(&q, strdup("l6"));
-    a = logship_queue_take(&q, 10, &first);
+    a = logship_queue_take(&q, 10, &big, &first);
     assert_int_equal(first, 6);
     json_decref(a);
     logship_queue_release(&q);
@@ -135,6 +136,7 @@ static void test_logship_queue_cap_drops_oldest(void **state)
     (void)state;
     struct logship_queue q;
     logship_queue_init(&q, 4);
+    size_t big = 1 << 20;
     for (int i = 0; i < 10; i++) {
         char buf[16];
         snprintf(buf, sizeof(buf), "l%d", i + 1);
@@ -143,11 +145,36 @@ static void test_logship_queue_cap_drops_oldest(void **state)
     assert_int_equal(q.count, 4);
     assert_int_equal(q.dropped, 6);
     uint64_t first = 0;
-    json_t *a = logship_queue_take(&q, 100, &first);
+    json_t *a = logship_queue_take(&q, 100, &big, &first);
     assert_int_equal(first, 7);
     assert_string_equal(json_string_value(json_array_get(a, 0)), "l7");
     assert_string_equal(json_string_value(json_array_get(a, 3)), "l10");
     json_decref(a);
+    logship_queue_release(&q);
+}
+
+static void test_logship_queue_take_bounded_by_bytes(void **state)
+{
+    (void)state;
+    struct logship_queue q;
+    logship_queue_init(&q, 100);
+    for (int i = 0; i < 10; i++)
+        logship_queue_push(&q, strdup("abcdefgh")); /* 10 bytes as JSON, +1 separator */
+    uint64_t first = 0;
+    size_t bytes = 35;
+    json_t *a = logship_queue_take(&q, 100, &bytes, &first);
+    assert_int_equal(json_array_size(a), 3);
+    assert_int_equal(bytes, 2);
+    json_decref(a);
+    /* Escapes count: a quote or a control byte takes 6 bytes at most. */
+    assert_int_equal(logship_json_size("a\"b\x01"), 2 + 1 + 6 + 1 + 6);
+    /* The first item always goes, even over the budget (a beat is never empty for it). */
+    bytes = 1;
+    a = logship_queue_take(&q, 100, &bytes, &first);
+    assert_int_equal(json_array_size(a), 1);
+    assert_int_equal(bytes, 0);
+    json_decref(a);
+    assert_null(logship_queue_take(&q, 100, &bytes, &first));
     logship_queue_release(&q);
 }
 
@@ -159,6 +186,7 @@ int main(void)
         cmocka_unit_test(test_logship_clean_makes_valid_utf8),
         cmocka_unit_test(test_logship_queue_seq_ack_and_resend),
         cmocka_unit_test(test_logship_queue_cap_drops_oldest),
+        cmocka_unit_test(test_logship_queue_take_bounded_by_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
