@@ -94,6 +94,64 @@ def test_nodes_lost_reform_scale_up():
         assert nb.assignment(job["id"]) is None, nb.assignments
 
 
+def test_nodes_elastic_edges():
+    """MAX bounds the nodes taken; a duplicated exit beat (lost answer) is one restart; a job
+    below MIN waits in RESTARTING and starts again when a node returns; cancel of a
+    RESTARTING job."""
+    with cluster(node_timeout=NODE_TIMEOUT) as c:
+        api = Api(c)
+        ns = [SimNode(api, "e%d" % i, slots=1) for i in range(3)]
+        for n in ns:
+            n.register()
+            n.beat()
+        job = api.submit({"command": ["w"], "nnodes": "1:2", "max_restarts": 5})
+        wait_for("job on 2 nodes", lambda: beat_all(ns) or
+                 sum(1 for n in ns if n.assignment(job["id"])) == 2, timeout=30)
+        beat_all(ns)
+        assert sum(1 for n in ns if n.assignment(job["id"])) == 2, "more than MAX nodes"
+        j = api.wait_state(job["id"], "RUNNING", poke=lambda: beat_all(ns))
+        assert j["world_size"] == 2, j
+        # A worker exits 1; the agent's beat is sent twice (the first answer was lost).
+        member = next(n for n in ns if n.assignment(job["id"]))
+        member.exit_workers(job["id"], 1)
+        body = member.beat_body()
+        for _ in range(2):
+            a = api.post("/v1/nodes/%s:heartbeat" % member.name, body, token="agent")
+            assert a.status == 200, a
+        member.reconcile(a.json)
+        wait_for("generation 2", lambda: beat_all(ns) or
+                 api.job(job["id"])["generation"] == 2, timeout=30)
+        j = api.wait_state(job["id"], "RUNNING", poke=lambda: beat_all(ns))
+        assert (j["generation"], j["restarts"]) == (2, 1), j
+        api.post("/v1/jobs/%s:cancel" % job["id"])
+        api.wait_state(job["id"], "CANCELLED", poke=lambda: beat_all(ns))
+        # MIN 3 of 3 nodes; one falls silent: RESTARTING, waiting for MIN.
+        job = api.submit({"command": ["w"], "nnodes": "3", "max_restarts": 5})
+        wait_assigned(job["id"], ns)
+        api.wait_state(job["id"], "RUNNING", poke=lambda: beat_all(ns))
+        quiet, live = ns[2], ns[:2]
+        wait_for("e2 LOST", lambda: beat_all(live) or api.nodes()["e2"]["state"] == "LOST",
+                 timeout=NODE_TIMEOUT + 30)
+        j = api.wait_state(job["id"], "RESTARTING", poke=lambda: beat_all(live))
+        for _ in range(10):  # stays there while only 2 nodes are READY
+            beat_all(live)
+            assert api.job(job["id"])["state"] == "RESTARTING", api.job(job["id"])
+            assert all(n.assignment(job["id"]) is None for n in live), "started below MIN"
+            time.sleep(0.1)
+        quiet.workers = {}
+        xs = wait_assigned(job["id"], ns, generation=2, timeout=30)
+        assert sorted(x["group_rank"] for x in xs) == [0, 1, 2], xs
+        api.wait_state(job["id"], "RUNNING", poke=lambda: beat_all(ns))
+        # Lose it again and cancel while RESTARTING.
+        wait_for("e2 LOST again", lambda: beat_all(live) or
+                 api.nodes()["e2"]["state"] == "LOST", timeout=NODE_TIMEOUT + 30)
+        api.wait_state(job["id"], "RESTARTING", poke=lambda: beat_all(live))
+        a = api.post("/v1/jobs/%s:cancel" % job["id"])
+        assert a.status == 200 and a.json["state"] in ("CANCELLING", "CANCELLED"), a
+        j = api.wait_state(job["id"], "CANCELLED", poke=lambda: beat_all(live))
+        assert j["restarts"] == 1, j  # counted when a generation restarts
+
+
 def test_nodes_long_poll():
     with cluster(node_timeout=300) as c:
         api = Api(c)
