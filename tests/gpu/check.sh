@@ -54,7 +54,7 @@ run_train() { # backend, log file
   DDP_LOG_LEVEL=warn "$bin" --backend "$1" --epochs "$epochs" --checkpoint-dir "" >"$2" 2>&1
   local rc=$?
   end=$(date +%s.%N)
-  echo "$rc $(echo "$end - $start" | bc)"
+  echo "$rc $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')"
 }
 read -r rc_g t_g < <(run_train nccl /tmp/ddp-gpu-train.log)
 read -r rc_c t_c < <(run_train cpu /tmp/ddp-cpu-train.log)
