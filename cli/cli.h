@@ -126,13 +126,18 @@ int64_t cli_parse_time(const char *s);
 /* Writes a short age ("5s", "3m", "2h", "4d") of a time relative to now_ms; "-" if the
  * time is missing or unreadable. */
 void cli_format_age(const char *rfc3339, int64_t now_ms, char *buf, size_t size);
-/* Writes a rank list as ranges ("0-3", "0,2,5-7") into buf. */
+/* Writes a rank list as ranges ("0-3", "0,2,5-7") into buf; what does not fit is left out
+ * a whole item at a time. */
 void cli_format_ranks(const json_t *ranks, char *buf, size_t size);
 
 /* Whether a job state is final (SUCCEEDED, FAILED, CANCELLED). */
 int cli_state_final(const char *state);
 /* Whether s names a job state (exact, upper case). */
 int cli_state_valid(const char *s);
+
+/* Checks a --nnodes value: "N" or "MIN:MAX" with 1 <= MIN <= MAX <= 1024 (docs/api.md);
+ * on failure err says why ("--nnodes: min 3 > max 2"). */
+int cli_check_nnodes(const char *s, struct ddp_err *err);
 
 /* The commands (one file per group). */
 int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);

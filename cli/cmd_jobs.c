@@ -71,30 +71,6 @@ static char *cli_absolute(const char *path)
     return xasprintf("%s/%s", cwd, path);
 }
 
-/* "N" or "MIN:MAX" with 1 <= MIN <= MAX <= 1024. */
-static int cli_check_nnodes(const char *s, struct ddp_err *err)
-{
-    const char *colon = strchr(s, ':');
-    long lo, hi;
-    if (!colon) {
-        if (args_parse_long("--nnodes", s, 1, 1024, &lo, err) < 0)
-            return DDP_EINVAL;
-        return 0;
-    }
-    char a[32];
-    size_t alen = (size_t)(colon - s);
-    if (alen == 0 || alen >= sizeof(a))
-        return err_set(err, DDP_EINVAL, "--nnodes: '%s' is not N or MIN:MAX", s);
-    memcpy(a, s, alen);
-    a[alen] = '\0';
-    if (args_parse_long("--nnodes", a, 1, 1024, &lo, err) < 0 ||
-        args_parse_long("--nnodes", colon + 1, 1, 1024, &hi, err) < 0)
-        return DDP_EINVAL;
-    if (lo > hi)
-        return err_set(err, DDP_EINVAL, "--nnodes: min %ld > max %ld", lo, hi);
-    return 0;
-}
-
 int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
     enum {

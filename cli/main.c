@@ -19,12 +19,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "common/fsutil.h"
 #include "common/httpc.h"
-#include "common/jsonx.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -241,26 +239,6 @@ int cli_connect(struct cli *cli)
 
 /* ---- calls ---------------------------------------------------------------------------- */
 
-char *cli_escape(const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = strlen(s);
-    char *out = xmalloc(3 * n + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
-            out[o++] = (char)ch;
-        } else {
-            out[o++] = '%';
-            out[o++] = hex[ch >> 4];
-            out[o++] = hex[ch & 15];
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
 int cli_call(struct cli *cli, const char *method, const char *path, const json_t *body,
              json_t **answer, struct ddp_err *err)
 {
@@ -314,140 +292,6 @@ int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix
         }
         time_sleep_ms(1000);
     }
-}
-
-/* ---- output helpers ------------------------------------------------------------------- */
-
-void cli_print_json(const json_t *v)
-{
-    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (s) {
-        printf("%s\n", s);
-        free(s);
-    }
-}
-
-void cli_print_json_line(const json_t *v)
-{
-    char *s = jsonx_dumps(v);
-    printf("%s\n", s);
-    free(s);
-    fflush(stdout);
-}
-
-const char *cli_str(const json_t *obj, const char *key, const char *fallback)
-{
-    const char *s = json_string_value(json_object_get(obj, key));
-    return s ? s : fallback;
-}
-
-int64_t cli_int(const json_t *obj, const char *key, int64_t fallback)
-{
-    json_t *v = json_object_get(obj, key);
-    if (json_is_integer(v))
-        return (int64_t)json_integer_value(v);
-    if (json_is_real(v))
-        return (int64_t)json_real_value(v);
-    return fallback;
-}
-
-int cli_num(const json_t *obj, const char *key, double *out)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!json_is_number(v))
-        return 0;
-    *out = json_number_value(v);
-    return 1;
-}
-
-int64_t cli_parse_time(const char *s)
-{
-    if (!s)
-        return -1;
-    int y, mo, d, h, mi, sec, n = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
-        return -1;
-    int ms = 0;
-    const char *p = s + n;
-    if (*p == '.') {
-        int scale = 100;
-        for (p++; isdigit((unsigned char)*p); p++) {
-            ms += (*p - '0') * scale;
-            scale /= 10;
-        }
-    }
-    struct tm tm = {0};
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = d;
-    tm.tm_hour = h;
-    tm.tm_min = mi;
-    tm.tm_sec = sec;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1)
-        return -1;
-    return (int64_t)t * 1000 + ms;
-}
-
-void cli_format_age(const char *rfc3339, int64_t now_ms, char *buf, size_t size)
-{
-    int64_t t = cli_parse_time(rfc3339);
-    if (t < 0) {
-        snprintf(buf, size, "-");
-        return;
-    }
-    int64_t s = (now_ms - t) / 1000;
-    if (s < 0)
-        s = 0;
-    if (s < 120)
-        snprintf(buf, size, "%llds", (long long)s);
-    else if (s < 7200)
-        snprintf(buf, size, "%lldm", (long long)(s / 60));
-    else if (s < 2 * 86400)
-        snprintf(buf, size, "%lldh", (long long)(s / 3600));
-    else
-        snprintf(buf, size, "%lldd", (long long)(s / 86400));
-}
-
-void cli_format_ranks(const json_t *ranks, char *buf, size_t size)
-{
-    size_t o = 0, n = json_array_size(ranks);
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && o + 1 < size;) {
-        json_int_t lo = json_integer_value(json_array_get(ranks, i));
-        size_t j = i;
-        while (j + 1 < n && json_integer_value(json_array_get(ranks, j + 1)) ==
-                                json_integer_value(json_array_get(ranks, j)) + 1)
-            j++;
-        json_int_t hi = json_integer_value(json_array_get(ranks, j));
-        int w;
-        if (hi > lo)
-            w = snprintf(buf + o, size - o, "%s%lld-%lld", i ? "," : "", (long long)lo,
-                         (long long)hi);
-        else
-            w = snprintf(buf + o, size - o, "%s%lld", i ? "," : "", (long long)lo);
-        if (w < 0 || (size_t)w >= size - o)
-            break;
-        o += (size_t)w;
-        i = j + 1;
-    }
-}
-
-static const char *const cli_states[] = {"PENDING",   "RUNNING", "RESTARTING", "CANCELLING",
-                                         "SUCCEEDED", "FAILED",  "CANCELLED",  NULL};
-
-int cli_state_final(const char *state)
-{
-    return state && (strcmp(state, "SUCCEEDED") == 0 || strcmp(state, "FAILED") == 0 ||
-                     strcmp(state, "CANCELLED") == 0);
-}
-
-int cli_state_valid(const char *s)
-{
-    for (int i = 0; cli_states[i]; i++)
-        if (strcmp(s, cli_states[i]) == 0)
-            return 1;
-    return 0;
 }
 
 /* ---- main ----------------------------------------------------------------------------- */

@@ -1,5 +1,7 @@
-# Integration tests of ddpctl (issue 3): the real binary against a real ddpd, agents simulated
+# Unit tests of ddpctl's helpers, and integration tests of ddpctl (issue 3): the real binary against a real ddpd, agents simulated
 # by the tests with register/heartbeat (tests/integration/api_sim.py); see test_cli_*.py.
+ddp_unit_test(NAME test_cli SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cli.c LIBS ddpcli
+  TIMEOUT 30)
 set(DDP_CLI_PY ${PROJECT_SOURCE_DIR}/tests/integration)
 ddp_script_test(NAME cli_commands
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_commands.py TIMEOUT 180 LABELS cli)
