@@ -256,5 +256,27 @@ def test_errors_all():
         assert api.chk.checked > 60, api.chk.checked
 
 
+def test_errors_size_limit_boundary():
+    """A valid body near 1 MiB is accepted; 1 MiB + 1 byte is 413 and stores nothing."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        big = {"command": ["a" * 4000] * 240, "nnodes": "2"}  # about 965 KB
+        n = len(json.dumps(big).encode())
+        assert 900000 < n < 1 << 20, n
+        a = api.post("/v1/jobs", big)
+        assert a.status == 201 and a.json["spec"]["command"] == big["command"], \
+            "valid body of %d bytes: %r" % (n, a)
+        before = db_dump(c)
+        body = b'{"command": ["' + b"b" * ((1 << 20) + 1 - 17) + b'"]}'
+        assert len(body) == (1 << 20) + 1, len(body)
+        status, hdrs, text = send_raw(c, "POST", "/v1/jobs", {
+            "Authorization": "Bearer " + c.user_token, "Content-Type": "application/json"},
+            body)
+        a = Answer(status, text, hdrs)
+        api.chk.check("POST", "/v1/jobs", a.status, a.headers, a.text, a.json)
+        expect_error(a, 413, None, "body of 1 MiB + 1 byte")
+        assert db_dump(c) == before, "the refused body changed the database"
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

@@ -310,5 +310,29 @@ def test_jobs_rank_order_deterministic():
         assert orders[0] == orders[1], "same nodes, different node ranks: %s" % orders
 
 
+def test_jobs_text_round_trip():
+    """Names, env, command and log lines with quotes, backslashes, tabs and non-ASCII text come
+    back exactly as sent."""
+    odd = 'h\u00e9llo \u2713 "quoted" \\ back\tslash \u65e5\u672c'
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "utf", slots=1)
+        n.register()
+        spec = {"command": ["echo", odd, "--x=" + odd], "env": {"ODD": odd, "E": ""}}
+        job = api.submit(spec)
+        x, = wait_assigned(job["id"], [n])
+        assert x["command"] == spec["command"] and x["env"] == spec["env"], x
+        assert api.job(job["id"])["spec"]["env"] == spec["env"]
+        n.pending_logs = [{"job_id": job["id"], "generation": 1, "rank": 0, "seq": 1,
+                           "lines": [odd, "", " lead and trail "]}]
+        n.pending_metrics = [{"job_id": job["id"], "generation": 1, "seq": 1,
+                              "metric": {"note": odd, "nested": {"a": [1, 2.5, None, True]}}}]
+        n.beat()
+        a = api.get("/v1/jobs/%s/logs" % job["id"])
+        assert [ln["text"] for ln in a.json["lines"]] == [odd, "", " lead and trail "], a
+        m = api.get("/v1/jobs/%s/metrics" % job["id"]).json["metrics"]
+        assert m[0]["metric"] == {"note": odd, "nested": {"a": [1, 2.5, None, True]}}, m
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

@@ -196,6 +196,37 @@ def test_nodes_long_poll():
         n.reconcile(a.json)
         n.beat()
         api.wait_state(job["id"], "RUNNING", poke=n.beat)
+        # A held beat is answered when a cancel takes the job out of the desired set.
+        box.clear()
+        th = threading.Thread(target=poll)
+        th.start()
+        time.sleep(0.3)
+        other = api.submit({"command": ["w"], "nproc_per_node": 2, "nnodes": "2"})
+        api.post("/v1/jobs/%s:cancel" % other["id"])
+        th.join(timeout=30)
+        assert not th.is_alive(), "long poll never answered"
+        assert box["a"].status == 200, box["a"]
+        # (the pending job never was in the set: the poll was still held, not woken by it)
+        assert box["t"] >= 1.0, "held poll answered at %.2fs by a change not of this node" \
+            % box["t"]
+        cancel_job = api.submit({"command": ["w"], "nproc_per_node": 2})
+        api.post("/v1/jobs/%s:cancel" % job["id"])
+        n.beat()
+        wait_assigned(cancel_job["id"], [n])
+        box.clear()
+        th = threading.Thread(target=poll)
+        th.start()
+        time.sleep(0.3)
+        api.post("/v1/jobs/%s:cancel" % cancel_job["id"])
+        th.join(timeout=30)
+        assert not th.is_alive(), "long poll never answered"
+        assert box["a"].status == 200 and box["a"].json["assignments"] == [], \
+            "the held beat was not answered with the job cancelled: %r" % box["a"]
+        n.reconcile(box["a"].json)
+        api.wait_state(cancel_job["id"], "CANCELLED", poke=n.beat)
+        job = api.submit({"command": ["w"], "nproc_per_node": 2})
+        wait_assigned(job["id"], [n])
+        api.wait_state(job["id"], "RUNNING", poke=n.beat)
         # A beat that carries a change ddpd has not acted on is never held: its answer
         # already reflects it.
         n.exit_workers(job["id"], 0)
