@@ -23,8 +23,8 @@
     var POLL_MS = 1000;
     var HIDDEN_POLL_MS = 5000;
     var LOG_KEEP = 2000;
-    var LOG_FETCH = 1000;
-    var LOG_FETCHES_PER_TICK = 5;
+    var LOG_FETCH = 5000;
+    var LOG_FETCHES_PER_TICK = 4;
     var STATES = ['PENDING', 'RUNNING', 'RESTARTING', 'CANCELLING', 'SUCCEEDED', 'FAILED',
                   'CANCELLED'];
     var LIVE = { PENDING: 1, RUNNING: 1, RESTARTING: 1 };
@@ -663,25 +663,28 @@
         }
 
         /* Reads the rank's new lines: up to LOG_FETCHES_PER_TICK pages of LOG_FETCH a poll,
-         * so a long log catches up over a few polls instead of one huge answer. */
-        function pollLog(my, rank, left) {
+         * so a long log catches up over a few polls instead of one huge answer; only the
+         * last LOG_KEEP lines of what came are put in the page. */
+        function pollLog(my, rank, left, got) {
+            got = got || [];
             return api('GET', '/v1/jobs/' + encodeURIComponent(id) + '/logs?rank=' + rank +
                        '&after=' + logNext + '&limit=' + LOG_FETCH).then(function (d) {
                 if (my !== epoch || rank !== logRank) {
                     return null;
                 }
                 d = d || {};
-                var lines = (d && d.lines) || [];
-                if (lines.length) {
-                    appendLog(lines);
-                }
+                var lines = d.lines || [];
+                got = got.concat(lines).slice(-LOG_KEEP);
                 if (typeof d.next === 'number') {
                     logNext = Math.max(logNext, d.next);
                 }
                 logInfo.textContent = 'rank ' + rank + ' \u00b7 next seq ' + logNext +
                     (d.dropped ? ' \u00b7 ' + d.dropped + ' older lines dropped' : '');
                 if (lines.length >= LOG_FETCH && left > 1) {
-                    return pollLog(my, rank, left - 1);
+                    return pollLog(my, rank, left - 1, got);
+                }
+                if (got.length) {
+                    appendLog(got);
                 }
                 return null;
             });

@@ -140,10 +140,11 @@
             var x = sx(mk.x);
             var mg = svg('g', { 'class': 'marker' });
             mg.appendChild(svg('line', { x1: x, x2: x, y1: m.t, y2: m.t + ph }));
-            var room = Math.max(12, Math.floor(pw * 0.55 / 6)); /* ~6 px a character */
+            var anchor = x > m.l + pw * 0.6 ? 'end' : 'start';
+            /* as much of the reason as fits on that side, at ~5.5 px a character */
+            var room = Math.max(12, Math.floor((anchor === 'end' ? x - m.l : m.l + pw - x) / 5.5));
             var label = mk.label.length > room ? mk.label.slice(0, room - 1) + '\u2026'
                 : mk.label;
-            var anchor = x > m.l + pw * 0.6 ? 'end' : 'start';
             mg.appendChild(svg('text', { x: x + (anchor === 'end' ? -4 : 4),
                                          y: m.t + 10 + (i % 3) * 12, 'text-anchor': anchor },
                                label));

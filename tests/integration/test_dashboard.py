@@ -35,6 +35,7 @@ from api_sim import Api, SimNode, cluster, wait_for  # noqa: E402
 SKIP = 77
 EPOCHS = 3
 FAIL_AFTER = 2
+BURST = 5000
 ART = os.path.join(os.environ.get("DDP_BUILD") or os.path.join(os.path.dirname(
     os.path.dirname(HERE)), "build"), "test-artifacts")
 
@@ -65,6 +66,8 @@ class Trainer:
         self.job_id = None
         self.epochs_sent = 0
         self.failed_gen = 0     # the generation whose rank 3 exited, once it did
+        self.burst_left = 0     # extra lines rank 1 still has to write (1000 a beat at most)
+        self.burst_sent = 0
         self.log_seq = {}
         self.metric_seq = {}
         self.stop_ev = threading.Event()
@@ -103,6 +106,11 @@ class Trainer:
                                                                    m["test_acc"]))
                 self.epochs_sent = e
                 self.t_last_epoch = time.monotonic()
+            if rank == 1 and self.burst_left > 0:
+                n = min(999, self.burst_left)
+                lines += ["burst line %d" % (self.burst_sent + i + 1) for i in range(n)]
+                self.burst_sent += n
+                self.burst_left -= n
             seq = self.log_seq.get(key, 0) + 1
             self.log_seq[key] = seq + len(lines) - 1
             node.pending_logs.append({"job_id": job, "generation": gen, "rank": rank,
@@ -218,6 +226,20 @@ def phase_live(b, c, api, trainer, job):
     assert "<b>as text</b>" in b.js(text("#log")) and b.js(count("#log b")) == 0, \
         "log markup was interpreted"
     print("rank layout %s; log of rank 0 grew from %d lines; rank 2's log shown" % (layout, n0))
+
+    # a long log: 5000 lines on rank 1; its view catches up and keeps only the last 2000
+    trainer.burst_left = BURST
+    wait_for("burst sent", lambda: trainer.burst_sent >= BURST and not any(
+        n.pending_logs for n in trainer.nodes), timeout=60)
+    t0 = time.monotonic()
+    b.click("#rank-layout .rank[data-rank='1']")
+    b.wait_js("rank 1 at the end of its burst",
+              "[...document.querySelectorAll('#log .log-line')].some(l => l.textContent === "
+              "'burst line %d')" % BURST, timeout=30)
+    shown = b.js(count("#log > div"))
+    assert shown <= 2000, "%d lines in the log view" % shown
+    print("rank 1: %d-line burst caught up in %.2f s, %d lines kept in the page" %
+          (BURST, time.monotonic() - t0, shown))
     print("screenshot", b.screenshot(os.path.join(ART, "dashboard-job.png")))
 
     # cancel from the jobs table, with the page's confirmation
