@@ -539,7 +539,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
 
 /* FIFO over the jobs that want a generation (submit order); a job that does not fit does
  * not block later ones. Then scale-up of RUNNING jobs below MAX onto READY nodes that no
- * PENDING job can use. */
+ * waiting job (PENDING, or RESTARTING below MIN) can use. */
 static void coord_schedule(struct coord *c, int64_t now)
 {
     struct cand k;
@@ -549,8 +549,9 @@ static void coord_schedule(struct coord *c, int64_t now)
         struct job *j = c->jobs[i];
         if (!coord_wants_start(j))
             continue;
-        if (coord_start(c, j, &k, now) != 0 && j->st.state == JOB_PENDING &&
-            j->spec.nproc < pending_min_nproc)
+        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
+         * from being taken by a scale-up */
+        if (coord_start(c, j, &k, now) != 0 && j->spec.nproc < pending_min_nproc)
             pending_min_nproc = j->spec.nproc;
     }
     for (size_t i = 0; i < c->njobs; i++) {
