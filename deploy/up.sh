@@ -163,13 +163,16 @@ JOB=$("$CTL" submit --parsable --name fashion-mnist --nnodes 2 --nproc-per-node 
 echo "   job $JOB"
 
 # ---- 5. follow it -------------------------------------------------------------------------
+rel=${BIN#"$ROOT"/}
 step "ddpctl watch $JOB"
 rc=0
+# Ctrl-C stops following only: ddpd, the agents and the job run in their own sessions.
+trap 'echo; echo "up.sh: stopped following $JOB; it and the cluster keep running ($rel/ddpctl watch $JOB to follow again, deploy/down.sh to stop)"; exit 130' INT
 "$CTL" watch "$JOB" || rc=$?
+trap - INT
 step "ddpctl status $JOB"
 "$CTL" status "$JOB" || true
 
-rel=${BIN#"$ROOT"/}
 echo
 echo "The cluster is still up (ddpd at $URL, nodes node-a and node-b). Use it from $ROOT:"
 if [ "$PORT" != 8470 ]; then echo "  export DDP_SERVER=$URL"; fi

@@ -6,12 +6,14 @@
   `systemd-analyze verify` (where installed); every folder the Containerfile copies exists and
   every part with a CMakeLists.txt is copied.
 - test_cli_deploy_up_down: deploy/up.sh (DDP_SKIP_APT=1, DDP_SKIP_BUILD=1, the binaries of
-  this build, a temporary DDP_HOME and a free port) brings up ddpd and two agents, runs the
+  this build, a temporary DDP_HOME and a free port) refuses to start while a stranger answers
+  on its port, then brings up ddpd and two agents, runs the
   main job to SUCCEEDED printing each epoch's loss, and leaves the cluster up; a second run
   replaces the first run's processes; down.sh stops everything (checked by pid), ignores a
   stale pid file, keeps the data, and --purge removes it. While ddp-worker is not built, it
   checks that up.sh refuses clearly and starts nothing.
 """
+import http.server
 import json
 import os
 import re
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_sim  # noqa: E402
@@ -146,6 +149,18 @@ def test_cli_deploy_up_down():
             assert pids(home) == {}, pids(home)
             print("not built yet: %s; checked that up.sh refuses" % missing)
             return
+
+        # A stranger on the port: up.sh refuses rather than submit to it.
+        srv = http.server.HTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)
+        th = threading.Thread(target=srv.serve_forever, daemon=True)
+        th.start()
+        try:
+            rc, out, err = sh([up], env=env, timeout=120)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        assert rc == 1 and "something not started by up.sh answers at" in err, (out, err)
+        assert pids(home) == {}, pids(home)
 
         rc, out, err = sh([up], env=env, timeout=600)
         assert rc == 0, (rc, out[-4000:], err[-4000:])
