@@ -25,9 +25,12 @@
  *
  * Failure: an inactivity deadline (opts.timeout_ms without any byte moving) gives
  * DDP_ETIMEOUT naming the neighbour waited on; EOF, reset or a hang-up on the send socket
- * give DDP_EPEER naming the neighbour. The first error is sticky: the thread shuts both
- * sockets down (so the neighbours fail at once and the failure travels round the ring), fails
- * every queued work with it, and every later call returns it.
+ * give DDP_EPEER naming the neighbour. The first error is sticky: the thread sends a one-byte
+ * notice (the rank at fault, 0x80 = silent rather than lost, 0x7f = unknown) to both
+ * neighbours - to the right as TCP urgent data on send_fd, to the left in-band on recv_fd's
+ * unused reverse direction - then shuts both sockets down, so the neighbours fail at once,
+ * name the rank really at fault, and pass the notice on round the ring. It then fails every
+ * queued work with the error, and every later call returns it.
  *
  * Invariants:
  *  1. Only the comm thread touches the sockets and the staging buffer after init.
@@ -85,7 +88,8 @@ struct cpu {
     pthread_cond_t cv_work, cv_done;
     struct comm_work *head, *tail;
     struct comm_work *all;
-    int busy; /* the thread is running a work */
+    uint8_t notice; /* after a failure: the notice for the neighbours (comm thread only) */
+    int busy;       /* the thread is running a work */
     int stop;
     int failed;
     struct ddp_err fail;
@@ -197,12 +201,74 @@ static void reduce_f64(double *restrict dst, const double *restrict src, size_t 
         dst[i] += src[i];
 }
 
+#define NOTICE_UNKNOWN 0x7f
+#define NOTICE_SILENT 0x80
+
+static uint8_t notice_of(int rank, int silent)
+{
+    uint8_t b = rank >= 0 && rank < NOTICE_UNKNOWN ? (uint8_t)rank : NOTICE_UNKNOWN;
+    return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
+}
+
 static int fail_peer(struct comm *c, int peer, const char *name, const char *what, int e,
                      struct ddp_err *err)
 {
-    (void)c;
+    struct cpu *cpu = c->impl;
+    cpu->notice = notice_of(peer, 0);
     return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", peer, name, what,
                    net_errno_text(e));
+}
+
+/* The error for a notice b that neighbour `via` sent; the notice is passed on unchanged. */
+static int notice_error(struct comm *c, uint8_t b, int via, const char *via_name,
+                        const char *what, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    cpu->notice = b;
+    int rank = b & NOTICE_UNKNOWN;
+    if (rank == NOTICE_UNKNOWN)
+        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)", via,
+                       via_name, what);
+    if (rank == c->rank)
+        return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
+                       "rank %d (%s) gave up on this rank during %s (it was %s)", via, via_name,
+                       what, b & NOTICE_SILENT ? "silent" : "unreachable");
+    if (b & NOTICE_SILENT)
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
+                       rank, c->opts.timeout_ms, what, via);
+    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)", rank,
+                   what, via);
+}
+
+/*
+ * The left neighbour's stream ended or broke (e = errno, 0 for EOF). Its urgent notice is
+ * usually gone by now (reading past the urgent mark drops it; the poll loop catches it while
+ * blocked), but a notice from the right may already be waiting: either names the rank really
+ * at fault better than "the left closed".
+ */
+static int recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+        return notice_error(c, b, cpu->left, cpu->left_name, what, err);
+    if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
+        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
+    return fail_peer(c, cpu->left, cpu->left_name, what, e, err);
+}
+
+/* Sending to the right neighbour failed or its reverse direction woke up: a notice, or gone. */
+static int send_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    ssize_t n = recv(cpu->send_fd, &b, 1, MSG_DONTWAIT);
+    if (n == 1)
+        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && e == 0)
+        e = errno;
+    return fail_peer(c, cpu->right, cpu->right_name, what, e, err);
 }
 
 /* Runs one collective over the ring; returns 0 or the error. */
@@ -216,6 +282,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
     int ss = 0, rs = 0;
     size_t sdone = 0, rready = 0, sfill = 0;
     int64_t last = time_mono_ms();
+    int watch_left = 1; /* poll recv_fd for an urgent notice even when not reading */
     for (;;) {
         int progress = 0, want_out = 0, want_in = 0;
         /* Send side: the header, then every step's segment as far as its data is ready. */
@@ -261,7 +328,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                 want_out = 1;
                 break;
             }
-            return fail_peer(c, cpu->right, cpu->right_name, p->what, n < 0 ? errno : 0, err);
+            return send_failed(c, p->what, n < 0 ? errno : 0, err);
         }
         /* Receive side: the header, then every step's segment (summed chunk by chunk). */
         while (p->has_recv) {
@@ -292,14 +359,26 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                 }
             }
             ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
+            if (n > 0 && (size_t)n < room) {
+                /* A short read: the buffer ran dry, or the read stopped at an urgent mark
+                 * (the left neighbour's failure notice), which the next read would skip. */
+                struct pollfd up = {.fd = cpu->recv_fd, .events = POLLPRI};
+                uint8_t b = 0;
+                if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) &&
+                    recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+                    return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
+            }
             if (n > 0) {
                 progress = 1;
                 if (rhdr < hsz) {
                     rhdr += (size_t)n;
-                    if (rhdr == hsz &&
-                        (theirs.magic != mine->magic || theirs.kind != mine->kind ||
-                         theirs.aux != mine->aux || theirs.seq != mine->seq ||
-                         theirs.bytes != mine->bytes))
+                    int bad = rhdr == hsz &&
+                              (theirs.magic != mine->magic || theirs.kind != mine->kind ||
+                               theirs.aux != mine->aux || theirs.seq != mine->seq ||
+                               theirs.bytes != mine->bytes);
+                    if (bad)
+                        cpu->notice = NOTICE_UNKNOWN;
+                    if (bad)
                         return err_set(err, DDP_EINTERNAL,
                                        "collective mismatch with rank %d (%s): it issued kind %u "
                                        "aux %u seq %" PRIu64 " of %" PRIu64
@@ -331,7 +410,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                 want_in = 1;
                 break;
             }
-            return fail_peer(c, cpu->left, cpu->left_name, p->what, n < 0 ? errno : 0, err);
+            return recv_failed(c, p->what, n < 0 ? errno : 0, err);
         }
         int send_done = !p->has_send || (shdr == hsz && ss >= p->nsteps);
         int recv_done = !p->has_recv || (rhdr == hsz && rs >= p->nsteps);
@@ -346,6 +425,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         if (left_ms <= 0) {
             int peer = !recv_done ? cpu->left : cpu->right;
             const char *name = !recv_done ? cpu->left_name : cpu->right_name;
+            cpu->notice = notice_of(peer, 1);
             return err_set(err, DDP_ETIMEOUT,
                            "peer rank %d (%s) silent for %" PRId64 " ms during %s", peer, name,
                            c->opts.timeout_ms, p->what);
@@ -356,19 +436,29 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         pfd[0].fd = send_done ? -1 : cpu->send_fd;
         pfd[0].events = (short)(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
         pfd[0].revents = 0;
-        pfd[1].fd = want_in ? cpu->recv_fd : -1;
-        pfd[1].events = POLLIN;
+        pfd[1].fd = want_in || watch_left ? cpu->recv_fd : -1;
+        pfd[1].events = (short)(POLLPRI | (want_in ? POLLIN : 0));
         pfd[1].revents = 0;
         int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
-        if (pn < 0 && errno != EINTR)
+        if (pn < 0 && errno != EINTR) {
+            cpu->notice = NOTICE_UNKNOWN;
             return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
         if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
             int soerr = 0;
             socklen_t sl = sizeof(soerr);
             if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
                 soerr = errno;
-            return fail_peer(c, cpu->right, cpu->right_name, p->what, soerr, err);
+            return send_failed(c, p->what, soerr, err);
         }
+        if (pn > 0 && (pfd[1].revents & POLLPRI)) {
+            uint8_t b = 0;
+            if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+                return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
+        }
+        /* A left neighbour that finished and left is no news while we only send. */
+        if (pn > 0 && !want_in && (pfd[1].revents & (POLLHUP | POLLERR)))
+            watch_left = 0;
     }
 }
 
@@ -461,7 +551,13 @@ static void *comm_thread(void *arg)
         err_clear(&e);
         int ret = run_work(c, w, &e);
         if (ret < 0) {
-            /* Tell the neighbours at once: they see EOF and fail in turn. */
+            /* Tell the neighbours at once (best effort: a full buffer loses the notice, and
+             * then they see the end of the stream), so they fail in turn. */
+            uint8_t b = cpu->notice;
+            if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+                log_debug("comm: rank %d: notice to the right not sent", c->rank);
+            if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+                log_debug("comm: rank %d: notice to the left not sent", c->rank);
             shutdown(cpu->send_fd, SHUT_RDWR);
             shutdown(cpu->recv_fd, SHUT_RDWR);
             log_debug("comm: rank %d: %s", c->rank, e.msg);
@@ -785,6 +881,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     int ret = 0;
     struct cpu *cpu = xcalloc(1, sizeof(*cpu));
     cpu->send_fd = cpu->recv_fd = -1;
+    cpu->notice = NOTICE_UNKNOWN;
     pthread_mutex_init(&cpu->mu, NULL);
     pthread_cond_init(&cpu->cv_work, NULL);
     pthread_cond_init(&cpu->cv_done, NULL);

@@ -579,8 +579,10 @@ static void test_comm_cpu_allreduce_ten_million(void **state)
 enum { EXIT_NO_ERROR = 20, EXIT_PEER = 21, EXIT_TIMEOUT = 22, EXIT_OTHER = 23, EXIT_SETUP = 24 };
 
 /* A rank process: all-reduces 1M floats until an error; writes one byte to ready_fd after
- * its first success. Never returns. */
-static void rank_process(int port, int rank, int world, int64_t timeout_ms, int ready_fd)
+ * its first success, and its error message as one line "RANK MESSAGE" to msg_fd. Never
+ * returns. */
+static void rank_process(int port, int rank, int world, int64_t timeout_ms, int ready_fd,
+                         int msg_fd)
 {
     struct rdzv *r = NULL;
     struct comm *c = NULL;
@@ -599,7 +601,10 @@ static void rank_process(int port, int rank, int world, int64_t timeout_ms, int 
     for (int i = 0; i < 100000; i++) {
         int rc = comm_allreduce(c, v, n, COMM_F32, &err);
         if (rc < 0) {
-            fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+            char line[DDP_ERR_MSG_MAX + 16];
+            int ln = snprintf(line, sizeof(line), "%d %s\n", rank, err.msg);
+            if (write(msg_fd, line, (size_t)ln) != ln)
+                _exit(EXIT_OTHER);
             code = rc == DDP_EPEER ? EXIT_PEER : rc == DDP_ETIMEOUT ? EXIT_TIMEOUT : EXIT_OTHER;
             break;
         }
@@ -630,23 +635,27 @@ static int reap(pid_t pid, int64_t deadline)
 }
 
 /* Forks world rank processes, waits for them to run, hits `victim` with sig, and collects the
- * others' exit codes (codes[victim] is left alone). Returns ms from the signal to the last
- * exit. */
-static int64_t fault_run(int world, int victim, int sig, int64_t timeout_ms, int *codes)
+ * others' exit codes and error messages (codes[victim] and msgs[victim] are left alone).
+ * Returns ms from the signal to the last exit. */
+static int64_t fault_run(int world, int victim, int sig, int64_t timeout_ms, int *codes,
+                         char (*msgs)[DDP_ERR_MSG_MAX + 16])
 {
     int port = free_port();
-    int pfd[2];
+    int pfd[2], mfd[2];
     assert_int_equal(pipe(pfd), 0);
+    assert_int_equal(pipe(mfd), 0);
     pid_t pids[8];
     for (int i = 0; i < world; i++) {
         pids[i] = fork();
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             close(pfd[0]);
-            rank_process(port, i, world, timeout_ms, pfd[1]);
+            close(mfd[0]);
+            rank_process(port, i, world, timeout_ms, pfd[1], mfd[1]);
         }
     }
     close(pfd[1]);
+    close(mfd[1]);
     int ready = 0;
     int64_t deadline = time_mono_ms() + 60000;
     while (ready < world && time_mono_ms() < deadline) {
@@ -670,6 +679,30 @@ static int64_t fault_run(int world, int victim, int sig, int64_t timeout_ms, int
     kill(pids[victim], SIGKILL);
     kill(pids[victim], SIGCONT);
     reap(pids[victim], time_mono_ms() + 10000);
+    /* Every writer is gone: the pipe holds all messages, then EOF. */
+    static char all[16384];
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(mfd[0], all + got, sizeof(all) - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    all[got] = '\0';
+    close(mfd[0]);
+    for (char *line = all; *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *rest = NULL;
+        long r = strtol(line, &rest, 10);
+        if (rest != line && r >= 0 && r < world && *rest == ' ')
+            snprintf(msgs[r], DDP_ERR_MSG_MAX + 16, "%s", rest + 1);
+        fprintf(stderr, "  rank %s\n", line);
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
     if (ready < world)
         fail_msg("only %d of %d ranks got going", ready, world);
     return took;
@@ -679,12 +712,20 @@ static void test_comm_cpu_killed_peer_fails_others(void **state)
 {
     (void)state;
     int codes[8] = {0};
+    static char msgs[8][DDP_ERR_MSG_MAX + 16];
+    memset(msgs, 0, sizeof(msgs));
     int64_t timeout_ms = 20000;
     /* W=4: ranks 0 (sends to the victim), 2 (receives from it) and 3 (neither). */
-    int64_t took = fault_run(4, 1, SIGKILL, timeout_ms, codes);
+    int64_t took = fault_run(4, 1, SIGKILL, timeout_ms, codes, msgs);
     for (int i = 0; i < 4; i++)
         if (i != 1 && codes[i] != EXIT_PEER)
             fail_msg("rank %d exited %d, want %d (peer lost)", i, codes[i], EXIT_PEER);
+    /* The neighbours name the dead rank (rank 3 usually does too, from a notice; when the
+     * notice loses the race it names the neighbour that closed on it). */
+    for (int i = 0; i <= 2; i += 2)
+        if (!strstr(msgs[i], "peer rank 1 ") || !strstr(msgs[i], "lost"))
+            fail_msg("rank %d: '%s' does not say peer rank 1 was lost", i, msgs[i]);
+    assert_non_null(strstr(msgs[3], "lost"));
     /* Well inside the timeout: the failure is noticed, not waited out. */
     assert_true(took < timeout_ms);
 }
@@ -693,15 +734,21 @@ static void test_comm_cpu_stopped_peer_times_out(void **state)
 {
     (void)state;
     int codes[8] = {0};
+    static char msgs[8][DDP_ERR_MSG_MAX + 16];
+    memset(msgs, 0, sizeof(msgs));
     int64_t timeout_ms = 1500;
-    fault_run(3, 2, SIGSTOP, timeout_ms, codes);
+    fault_run(3, 2, SIGSTOP, timeout_ms, codes, msgs);
     /* The stopped rank's neighbours time out; the first to do so closes its sockets, so a
      * rank may see that as a lost peer instead. Nobody hangs or succeeds. */
     int timeouts = 0;
     for (int i = 0; i < 2; i++) {
         if (codes[i] != EXIT_TIMEOUT && codes[i] != EXIT_PEER)
             fail_msg("rank %d exited %d, want %d or %d", i, codes[i], EXIT_TIMEOUT, EXIT_PEER);
-        timeouts += codes[i] == EXIT_TIMEOUT;
+        if (codes[i] == EXIT_TIMEOUT) {
+            timeouts++;
+            if (!strstr(msgs[i], "peer rank 2 ") || !strstr(msgs[i], "silent"))
+                fail_msg("rank %d: '%s' does not say peer rank 2 was silent", i, msgs[i]);
+        }
     }
     assert_true(timeouts >= 1);
 }
