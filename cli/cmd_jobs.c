@@ -539,13 +539,12 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     if (rc != CLI_OK)
         goto out;
     int64_t deadline = timeout_s > 0 ? time_mono_ms() + timeout_s * 1000 : INT64_MAX;
+    /* The first call is not patient: a wrong server or job id fails at once. */
+    if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
     for (;;) {
-        json_decref(job);
-        job = NULL;
-        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
-            rc = cli_fail(cli, &err);
-            goto out;
-        }
         const char *state = cli_str(job, "state", "?");
         if (cli_state_final(state))
             break;
@@ -556,6 +555,12 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             goto out;
         }
         time_sleep_ms(left < CLI_POLL_MS ? left : CLI_POLL_MS);
+        json_decref(job);
+        job = NULL;
+        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
     }
     const char *state = cli_str(job, "state", "?");
     if (cli->json) {

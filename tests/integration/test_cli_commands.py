@@ -59,9 +59,11 @@ def test_cli_unreachable_ddpd():
     want = "cannot reach ddpd at %s: connection refused" % url
     for args in (["--server", url, "list"], ["list", "--server", url],
                  ["--server", url, "status", "j-1"], ["--server", url, "nodes"],
-                 ["--server", url, "submit", "--", "true"]):
+                 ["--server", url, "submit", "--", "true"], ["--server", url, "wait", "j-1"],
+                 ["--server", url, "watch", "j-1"], ["--server", url, "logs", "-f", "j-1"]):
         r = ctl(None, *args)
         assert r.rc == 1 and want in r.err and r.out == "", r
+        assert "retrying" not in r.err, r  # only a job being followed is waited for
     # DDP_SERVER is used when there is no flag; the flag wins over it.
     r = ctl(None, "nodes", env=ctl_env(None, extra={"DDP_SERVER": url}))
     assert r.rc == 1 and want in r.err, r
