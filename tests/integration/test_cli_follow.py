@@ -5,13 +5,16 @@ and per state change, ends with the final state; exit 0 iff SUCCEEDED) and wait'
 (SUCCEEDED 0, FAILED 1, --timeout 1)."""
 import json
 import os
+import pty
+import select
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_sim  # noqa: E402
 from api_sim import Api, SimNode, cluster, wait_assigned  # noqa: E402
-from cli_util import Background, beat_until, ctl  # noqa: E402
+from cli_util import CTL, Background, beat_until, ctl, ctl_env  # noqa: E402
 
 
 def two_nodes(api):
@@ -205,6 +208,63 @@ def test_cli_follow_rides_out_ddpd_restart():
         finally:
             waiter.kill()
             watch.kill()
+
+
+def test_cli_watch_terminal_progress_bar():
+    """On a terminal (a pty here) watch redraws a progress bar in place and keeps one line
+    per finished epoch above it."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        a, b = two_nodes(api)
+        r = ctl(c, "submit", "--parsable", "--", "/bin/true")
+        jid = r.out.strip()
+        wait_assigned(jid, [a])
+        api.wait_state(jid, "RUNNING", poke=lambda: (a.beat(), b.beat()))
+        master, slave = pty.openpty()
+        p = subprocess.Popen([CTL, "watch", jid], stdin=slave, stdout=slave, stderr=slave,
+                             env=ctl_env(c), close_fds=True)
+        os.close(slave)
+        got = b""
+
+        def read_for(seconds):
+            nonlocal got
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                ready, _, _ = select.select([master], [], [], 0.1)
+                if ready:
+                    try:
+                        chunk = os.read(master, 65536)
+                    except OSError:  # the pty's other side closed
+                        return
+                    if not chunk:
+                        return
+                    got += chunk
+        try:
+            read_for(1.5)
+            a.pending_metrics = [metric(jid, 1, 1, 1, 3, 0.9)]
+            a.beat()
+            read_for(2.0)  # the bar now estimates the second epoch from the first one
+            a.exit_workers(jid, 0)
+            beat_until([a, b], lambda: api.job(jid)["state"] == "SUCCEEDED", "SUCCEEDED")
+            deadline = time.monotonic() + 30
+            while p.poll() is None and time.monotonic() < deadline:
+                read_for(0.2)
+            read_for(0.3)
+            assert p.poll() == 0, (p.poll(), got)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+            os.close(master)
+        text = got.decode(errors="replace")
+        assert "\r\x1b[K" in text, text  # redrawn in place
+        frames = [f for f in text.replace("\r\n", "\n").split("\r\x1b[K") if f.strip()]
+        bars = [f for f in frames if f.startswith("epoch 2/3 [")]
+        assert bars, text
+        assert "loss 0.9000" in bars[-1] and "samples/s" in bars[-1] and "%" in bars[-1], bars
+        assert "\nepoch 1/3 loss 0.9000" in text.replace("\r\n", "\n") or \
+            any(f.startswith("epoch 1/3 loss 0.9000") for f in frames), text
+        assert ("job %s SUCCEEDED" % jid) in text, text
 
 
 if __name__ == "__main__":
