@@ -49,7 +49,8 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
     }
     if (assign_str(obj, "job_id", 1, &a.job_id, err) < 0)
         goto out;
-    if (a.job_id[0] == '\0' || strchr(a.job_id, '/')) {
+    if (a.job_id[0] == '\0' || strchr(a.job_id, '/') || strcmp(a.job_id, ".") == 0 ||
+        strcmp(a.job_id, "..") == 0) { /* it names a folder under <work-dir>/jobs */
         err_set(err, DDP_EINVAL, "field 'job_id': '%s' is not a job id", a.job_id);
         goto out;
     }

@@ -104,6 +104,7 @@ static void test_assign_refusals_name_the_field(void **state)
     (void)state;
     expect_refused("job_id", NULL, "job_id");
     expect_refused("job_id", "\"a/b\"", "job_id");
+    expect_refused("job_id", "\"..\"", "job_id");
     expect_refused("generation", "\"2\"", "generation");
     expect_refused("command", "[]", "command");
     expect_refused("command", "[\"ok\", 3]", "command[1]");
