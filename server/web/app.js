@@ -33,6 +33,8 @@
     var view = null;        /* the mounted view: {poll(), unmount()} */
     var epoch = 0;          /* bumped on each route change */
     var timer = null;
+    var inflight = false;   /* a poll is running */
+    var again = false;      /* poll again as soon as it ends */
     var skewMs = 0;         /* server clock minus ours, from the Date header */
     var lastOk = 0;
 
@@ -266,12 +268,20 @@
         schedule(0);
     }
 
+    /* One poll at a time: a tick that finds a poll in flight only asks for another one
+     * right after it (so a kick during a poll never makes two polls read the same log
+     * lines). */
     function tick() {
         timer = null;
-        var my = epoch;
+        if (inflight) {
+            again = true;
+            return;
+        }
         if (!view || !token()) {
             return;
         }
+        inflight = true;
+        var my = epoch;
         var p;
         try {
             p = Promise.resolve(view.poll());
@@ -294,7 +304,14 @@
                 banner(e.message || String(e));
             }
         }).then(function () {
-            if (my === epoch && timer === null && token()) {
+            inflight = false;
+            if (!token()) {
+                return;
+            }
+            if (again || my !== epoch) {
+                again = false;
+                schedule(0);
+            } else if (timer === null) {
                 schedule(document.hidden ? HIDDEN_POLL_MS : POLL_MS);
             }
         });
@@ -378,6 +395,35 @@
             location.hash = '#/jobs' + (q ? '?' + q : '');
         }
 
+        /* Rows are kept between polls: a row is rebuilt only when its job changed, and the
+         * table's children are replaced only when the ids or their order changed, so a click
+         * in progress is not lost to a refresh. The age cell is updated in place. */
+        var rows = {};          /* id -> {sig, tr, age} */
+        var order = '';
+
+        function render(jobs) {
+            var kept = {};
+            var trs = jobs.map(function (j) {
+                var sig = JSON.stringify(j);
+                var r = rows[j.id];
+                if (!r || r.sig !== sig) {
+                    r = { sig: sig, tr: row(j) };
+                    r.age = r.tr.querySelector('td.age');
+                } else {
+                    r.age.textContent = ago(since(j.created_at));
+                }
+                kept[j.id] = r;
+                return r.tr;
+            });
+            var ids = jobs.map(function (j) { return j.id; }).join(' ');
+            var changed = trs.some(function (tr, i) { return tbody.children[i] !== tr; });
+            rows = kept;
+            if (changed || ids !== order || tbody.children.length !== trs.length) {
+                tbody.replaceChildren.apply(tbody, trs);
+            }
+            order = ids;
+        }
+
         function row(j) {
             var m = j.last_metrics || null;
             return el('tr', { 'data-id': j.id },
@@ -389,7 +435,8 @@
                 el('td', { 'class': 'n' }, j.restarts),
                 el('td', { 'class': 'n' }, epochText(m)),
                 el('td', { 'class': 'n' }, m ? num(m.loss) : '\u2013'),
-                el('td', { 'class': 'n', title: fullTime(j.created_at) }, ago(since(j.created_at))),
+                el('td', { 'class': 'n age', title: fullTime(j.created_at) },
+                   ago(since(j.created_at))),
                 el('td', null, LIVE[j.state] ? el('button', {
                     type: 'button', 'class': 'danger small cancel', 'data-id': j.id,
                     onclick: function () { cancelJob(j); } }, 'Cancel') : null));
@@ -402,10 +449,15 @@
                 return api('GET', '/v1/jobs' + q).then(function (d) {
                     var jobs = (d && d.jobs) || [];
                     next = (d && d.next_page_token) || '';
-                    tbody.replaceChildren.apply(tbody, jobs.length ? jobs.map(row) :
-                        [el('tr', null, el('td', { colspan: 10, 'class': 'muted empty' },
-                                           page ? 'no more jobs' : 'no jobs' +
-                                           (state ? ' in state ' + state : '')))]);
+                    if (jobs.length) {
+                        render(jobs);
+                    } else {
+                        rows = {};
+                        order = '';
+                        tbody.replaceChildren(el('tr', null, el('td', {
+                            colspan: 10, 'class': 'muted empty' }, page ? 'no more jobs' :
+                            'no jobs' + (state ? ' in state ' + state : ''))));
+                    }
                     prev.disabled = page === 0;
                     nextBtn.disabled = !next;
                     pageInfo.textContent = 'page ' + (page + 1) + ' \u00b7 ' + jobs.length +
@@ -534,7 +586,14 @@
             });
         }
 
+        var headSig = '';
+
         function drawHead() {
+            var sig = JSON.stringify(job);
+            if (sig === headSig) {
+                return;
+            }
+            headSig = sig;
             head.replaceChildren();
             append(head, [
                 el('h1', null, job.id + ' ', el('span', { 'class': 'muted' }, job.name)),
