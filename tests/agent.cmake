@@ -11,3 +11,21 @@ foreach(t env cancel kill reconnect)
   ddp_script_test(NAME agent_${t}
     COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_${t}.py TIMEOUT 240 LABELS agent)
 endforeach()
+
+# Fuzz target: the agent's parsers compiled into the target for coverage and sanitizers.
+if(DDP_FUZZ)
+  add_executable(fuzz_agent ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_agent.c
+    ${PROJECT_SOURCE_DIR}/agent/assign.c ${PROJECT_SOURCE_DIR}/agent/logship.c)
+  target_include_directories(fuzz_agent PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(fuzz_agent PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_agent PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_agent PRIVATE ddpcommon)
+  set_target_properties(fuzz_agent PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # libFuzzer writes new inputs into its first corpus folder: a scratch copy keeps the
+  # committed seed corpus as it is.
+  add_test(NAME fuzz_agent
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+            sh -c "rm -rf fuzz_agent_work && mkdir fuzz_agent_work && exec $<TARGET_FILE:fuzz_agent> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_agent_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/agent_corpus"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_tests_properties(fuzz_agent PROPERTIES TIMEOUT 120 LABELS "fuzz")
+endif()
