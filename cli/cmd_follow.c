@@ -38,7 +38,7 @@ struct logs_state {
     int warned_dropped;
 };
 
-/* Prints one answer's lines; returns how many there were. */
+/* Prints one answer's lines that are newer than st->after; returns how many it printed. */
 static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json_t *page,
                               int prefix)
 {
@@ -52,12 +52,16 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
                 (long long)dropped);
         st->warned_dropped = 1;
     }
-    size_t i;
+    size_t i, fresh = 0;
     json_t *l;
     json_array_foreach(lines, i, l) {
+        /* Never print a line twice, even if an answer repeated some: the caller reads on
+         * while this returns non-zero, so this also bounds that loop. */
         int64_t seq = cli_int(l, "seq", 0);
-        if (seq > st->after)
-            st->after = seq;
+        if (seq <= st->after)
+            continue;
+        st->after = seq;
+        fresh++;
         if (cli->json)
             continue;
         int64_t gen = cli_int(l, "generation", 0);
@@ -78,10 +82,10 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
             printf("%s\n", text);
     }
     int64_t next = cli_int(page, "next", 0);
-    if (n > 0 && next > st->after)
+    if (fresh > 0 && next > st->after)
         st->after = next;
     fflush(stdout);
-    return n;
+    return fresh;
 }
 
 int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
