@@ -149,7 +149,8 @@ class CdpError(Exception):
 class Browser:
     """One headless chromium with one page. Attributes: events (every protocol event seen,
     bounded), exceptions (Runtime.exceptionThrown details), requests (URLs and headers of
-    the page's network requests)."""
+    the page's network requests), log_entries (the browser's log: console, network errors,
+    Content-Security-Policy violations)."""
 
     def __init__(self, binary, width=1280, height=1000, log_path=None):
         self.profile = tempfile.mkdtemp(prefix="ddp-chromium-")
@@ -169,6 +170,7 @@ class Browser:
         self.events = []
         self.exceptions = []
         self.requests = []
+        self.log_entries = []   # Log.entryAdded: console, network, security (CSP) messages
         try:
             self._connect()
         except Exception:
@@ -208,6 +210,7 @@ class Browser:
         self.call("Page.enable")
         self.call("Runtime.enable")
         self.call("Network.enable")
+        self.call("Log.enable")
 
     def log(self):
         try:
@@ -221,6 +224,10 @@ class Browser:
         p = msg.get("params", {})
         if m == "Runtime.exceptionThrown":
             self.exceptions.append(p.get("exceptionDetails", {}))
+        elif m == "Log.entryAdded":
+            e = p.get("entry", {})
+            self.log_entries.append({"level": e.get("level"), "source": e.get("source"),
+                                     "text": e.get("text", ""), "url": e.get("url", "")})
         elif m == "Network.requestWillBeSent":
             req = p.get("request", {})
             self.requests.append({"url": req.get("url", ""), "headers": req.get("headers", {}),

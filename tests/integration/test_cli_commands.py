@@ -178,6 +178,16 @@ def test_cli_submit_list_status_cancel():
             r = ctl(c, *args)
             assert r.rc == 1 and ("job %s not found" % args[1]) in r.err and r.out == "", r
 
+        # More than one page (ddpctl asks 100 a page): every job, newest first, no repeats.
+        for _ in range(100):
+            api.submit({"command": ["true"]})
+        r = ctl(c, "list", "-o", "json")
+        assert r.rc == 0, r
+        ids = [j["id"] for j in json.loads(r.out)["jobs"]]
+        assert ids == ["j-%d" % n for n in range(103, 0, -1)], ids
+        r = ctl(c, "list")
+        assert r.rc == 0 and len(r.out.splitlines()) == 104, r
+
 
 if __name__ == "__main__":
     api_sim.run_tests(globals())

@@ -420,6 +420,12 @@ def main():
                 print("no ddp-agent/ddp-worker in %s: the real-agent part is not run" % BIN)
             b.pump(0.5)
             assert not b.exceptions, "JavaScript exceptions: %s" % b.exceptions[:3]
+            # the browser's own log: only the refused wrong token (a 401) may be there
+            bad = [e for e in b.log_entries if e["level"] in ("error", "warning") and not (
+                e["source"] == "network" and "401" in e["text"])]
+            assert not bad, "browser log: %s" % bad[:5]
+            assert any(e["source"] == "network" and "401" in e["text"]
+                       for e in b.log_entries), "Log domain saw nothing (the 401 is missing)"
             tok = c.user_token
             api_calls = [r for r in b.requests if "/v1/" in r["url"]]
             assert api_calls, "the page made no API call"
