@@ -19,7 +19,7 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     build-essential cmake pkg-config clang libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev dataset-fashion-mnist \
-    python3 python3-jsonschema curl openssl iproute2 procps psmisc sqlite3 >/dev/null
+    python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 >/dev/null
 fi
 
 only=${DDP_TEST_ONLY:-all}
