@@ -13,7 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_sim  # noqa: E402
-from api_sim import Api, SimNode, cluster, wait_assigned  # noqa: E402
+from api_sim import Api, SimNode, cluster, wait_assigned, wait_for  # noqa: E402
 from cli_util import CTL, Background, beat_until, ctl, ctl_env  # noqa: E402
 
 
@@ -208,6 +208,54 @@ def test_cli_follow_rides_out_ddpd_restart():
         finally:
             waiter.kill()
             watch.kill()
+
+
+def test_cli_restart_generations():
+    """A rank fails once: watch shows RESTARTING and the second generation's RUNNING, the epoch
+    lines of both generations, and logs mark where generation 2 begins."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        a, b = two_nodes(api)
+        r = ctl(c, "submit", "--parsable", "--nproc-per-node", "2", "--max-restarts", "1",
+                "--", "/bin/true")
+        jid = r.out.strip()
+        watch = Background(c, "watch", jid)
+        try:
+            wait_for("assigned", lambda: (a.beat(), b.beat()) and
+                     any(n.assignment(jid) for n in (a, b)), timeout=30, interval=0.1)
+            node = a if a.assignment(jid) else b
+            api.wait_state(jid, "RUNNING", poke=lambda: (a.beat(), b.beat()))
+            node.pending_logs = [log(jid, 1, 0, 1, "gen one")]
+            node.pending_metrics = [metric(jid, 1, 1, 1, 2, 0.8)]
+            node.beat()
+            watch.read_until("epoch 1/2 loss 0.8000")
+            node.exit_workers(jid, 1, ranks=[1])
+            wait_assigned(jid, [node], generation=2)
+            api.wait_state(jid, "RUNNING", poke=lambda: (a.beat(), b.beat()))
+            node.pending_logs = [log(jid, 2, 0, 1, "gen two")]
+            node.pending_metrics = [metric(jid, 2, 1, 2, 2, 0.6)]
+            node.beat()
+            node.exit_workers(jid, 0)
+            beat_until([a, b], lambda: api.job(jid)["state"] == "SUCCEEDED", "SUCCEEDED")
+            w = watch.finish(timeout=30)
+        finally:
+            watch.kill()
+        assert w.rc == 0, w
+        lines = w.out.splitlines()
+        states = [" ".join(ln.split()[:4]) for ln in lines if ln.startswith("state ")]
+        assert "state RESTARTING gen 1:" in states, w
+        assert states.index("state RESTARTING gen 1:") < states.index("state RUNNING gen 2:"), w
+        assert any(ln.startswith("epoch 1/2 loss 0.8000") and ln.endswith("gen 1")
+                   for ln in lines), w
+        assert any(ln.startswith("epoch 2/2 loss 0.6000") and ln.endswith("gen 2")
+                   for ln in lines), w
+        assert "1 restarts" in lines[-1], w
+        r = ctl(c, "logs", jid)
+        assert r.rc == 0, r
+        assert r.out.splitlines() == ["[rank 0] gen one", "--- generation 2 ---",
+                                      "[rank 0] gen two"], r
+        r = ctl(c, "status", jid)
+        assert "generation:  2 (restarts 1)" in r.out and "RESTARTING" in r.out, r
 
 
 def test_cli_watch_terminal_progress_bar():
