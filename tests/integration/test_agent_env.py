@@ -203,12 +203,12 @@ def test_agent_ships_many_lines_in_order_once():
             raise
 
 
-# Touches DDP_HEARTBEAT_FILE every 0.1 s for 4 s, then says so and stops touching (and
+# Touches DDP_HEARTBEAT_FILE every 0.1 s for 5 s, then says so and stops touching (and
 # sleeps, at most 60 s): a hung rank.
 HANG_SCRIPT = r"""
 import os, time
 hb = os.environ["DDP_HEARTBEAT_FILE"]
-end = time.monotonic() + 4
+end = time.monotonic() + 5
 while time.monotonic() < end:
     with open(hb, "a"):
         os.utime(hb)
@@ -219,14 +219,14 @@ time.sleep(60)
 
 
 def test_agent_reports_heartbeat_file_age_as_progress():
-    """A rank that touches its heartbeat file is not hung (hang_timeout_s 2 < 4 s of
+    """A rank that touches its heartbeat file is not hung (hang_timeout_s 3 < 5 s of
     touching); once it stops, ddpd's watchdog sees the age grow and ends the job."""
     with cluster(node_timeout=5) as c:
         try:
             c.start_agent("node-a", slots=2)
             c.wait_nodes_ready(["node-a"])
             job = c.submit({"command": [PY, "-c", HANG_SCRIPT], "nnodes": "1",
-                            "nproc_per_node": 1, "max_restarts": 0, "hang_timeout_s": 2,
+                            "nproc_per_node": 1, "max_restarts": 0, "hang_timeout_s": 3,
                             "grace_period_s": 1})
             jid = job["id"]
             done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
