@@ -103,9 +103,7 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
             return err_set(err, DDP_EINVAL, "--backend: want auto, cpu or nccl, got '%s'", val);
         o->backend = val;
     } else if (strcmp(name, "--checkpoint-dir") == 0) {
-        if (!val[0])
-            return err_set(err, DDP_EINVAL, "--checkpoint-dir: empty");
-        o->checkpoint_dir = val;
+        o->checkpoint_dir = val; /* "" turns checkpoints off, even with DDP_CHECKPOINT_DIR */
     } else if (strcmp(name, "--timeout") == 0) {
         rc = args_parse_double(name, val, 0.1, 86400.0, &d, err);
         if (rc == 0)
