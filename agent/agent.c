@@ -1001,7 +1001,11 @@ static void agent_heartbeat_loop(struct agent *a)
         refused_logged = 0;
         backoff = 100;
         if (r == BEAT_REREGISTER) {
-            log_warn("ddpd does not know this agent (%s): registering again", err.msg);
+            if (err.code == DDP_EABORTED)
+                log_warn("ddpd has another incarnation of node %s registered (another agent "
+                         "with this --name?): registering again", a->cfg->name);
+            else
+                log_warn("ddpd does not know node %s: registering again", a->cfg->name);
             pthread_mutex_lock(&a->mu);
             a->registered = 0;
             a->version = 0;

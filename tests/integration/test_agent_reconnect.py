@@ -109,5 +109,31 @@ def test_agent_registers_again_when_ddpd_forgets_it():
             raise
 
 
+def test_agent_registers_again_after_409():
+    """Someone registers the agent's node with another incarnation: the agent's next beat
+    gets 409, it registers again with its own and beats on."""
+    with cluster(node_timeout=3) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            a = c.post("/v1/nodes:register", {"name": "node-a", "address": "127.0.0.1",
+                                              "slots": 2, "port_range": "30000-30010",
+                                              "incarnation": "0" * 32}, token="agent")
+            assert a.status == 200, a
+            wait_for("the agent registers again",
+                     lambda: "another incarnation of node node-a" in c.log("agent-node-a.log"),
+                     timeout=20)
+            wait_for("its own registration back",
+                     lambda: c.log("agent-node-a.log").count("registered with ddpd") == 2,
+                     timeout=20)
+            c.wait_nodes_ready(["node-a"])
+            nodes = c.get("/v1/nodes").json["nodes"]
+            assert [n["port_range"] for n in nodes if n["name"] == "node-a"] != ["30000-30010"]
+        except BaseException:
+            print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
+            print("---- agent-node-a.log\n" + c.log("agent-node-a.log")[-4000:])
+            raise
+
+
 if __name__ == "__main__":
     run_tests(globals())
