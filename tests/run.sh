@@ -14,8 +14,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
   echo "== installing build and test packages (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >/dev/null
-  apt-get install -y -q --no-install-recommends \
+  apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
     build-essential cmake pkg-config clang libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev dataset-fashion-mnist \
