@@ -117,6 +117,12 @@ class Net:
             raise RuntimeError("cannot cut a link in loopback mode")
         _ip("-n", self.ns[node], "link", "set", "eth0", "down")
 
+    def restore(self, node):
+        """Brings the node's link up again."""
+        if self.mode != "netns":
+            raise RuntimeError("cannot restore a link in loopback mode")
+        _ip("-n", self.ns[node], "link", "set", "eth0", "up")
+
     def describe(self):
         if self.mode == "netns":
             return "network namespaces (%s; ddpd on %s, nodes %s)" % (

@@ -1,0 +1,11 @@
+# End-to-end fault scenarios of issue 6 (tests/faults/): real ddpd, agents as separate hosts
+# in network namespaces (loopback fallback where they cannot be made), real ddp-worker jobs.
+# One ctest per scenario; they share one lock so that two never load the machine at once.
+# Labels: heavy (skipped in the ASan run) and faults (`ctest -L faults` runs the suite).
+set(DDP_FAULTS_PY ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_faults.py)
+foreach(s agent_kill join worker_kill worker_stop max_restarts ddpd_restart link_cut
+          cancel_restarting)
+  ddp_script_test(NAME faults_${s} COMMAND /usr/bin/python3 ${DDP_FAULTS_PY} ${s}
+    TIMEOUT 240 LABELS "heavy;faults")
+  set_tests_properties(faults_${s} PROPERTIES RESOURCE_LOCK ddp_faults)
+endforeach()
