@@ -13,7 +13,9 @@
  *      still run are `draining` and still hold their slots. The job moves on when no entry
  *      drains or when drain_deadline (grace_period_s + 10 s) has passed.
  *   4. Worker reports for a generation that is not the job's current one are ignored.
- *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused.
+ *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused. c->live holds
+ *      every job that is not terminal (and, until the next compaction, some that just became
+ *      terminal), in id order: loops that run on every beat and tick walk only that list.
  */
 #include "server/coord.h"
 
@@ -112,8 +114,12 @@ struct coord {
     int shutting_down;
     struct job **jobs;
     size_t njobs, capjobs;
+    struct job **live; /* jobs not (known to be) terminal, in id order; see coord_live_compact */
+    size_t nlive, caplive;
     struct node **nodes;
     size_t nnodes, capnodes;
+    int *nhash;        /* open addressing: node index + 1, 0 = empty */
+    size_t nhash_cap;  /* a power of two, > 2 * nnodes */
 };
 
 static int64_t coord_wall(struct coord *c, int64_t now)
@@ -142,12 +148,37 @@ static struct job *coord_job(struct coord *c, int64_t id)
     return c->jobs[id - 1];
 }
 
+static size_t coord_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
 static int coord_node_index(struct coord *c, const char *name)
 {
-    for (size_t i = 0; i < c->nnodes; i++)
-        if (strcmp(c->nodes[i]->name, name) == 0)
-            return (int)i;
-    return -1;
+    if (!c->nhash_cap)
+        return -1;
+    size_t mask = c->nhash_cap - 1;
+    for (size_t h = coord_name_hash(name) & mask;; h = (h + 1) & mask) {
+        int v = c->nhash[h];
+        if (v == 0)
+            return -1;
+        if (strcmp(c->nodes[v - 1]->name, name) == 0)
+            return v - 1;
+    }
+}
+
+static void coord_nhash_put(struct coord *c, int idx)
+{
+    size_t mask = c->nhash_cap - 1;
+    size_t h = coord_name_hash(c->nodes[idx]->name) & mask;
+    while (c->nhash[h])
+        h = (h + 1) & mask;
+    c->nhash[h] = idx + 1;
 }
 
 static void coord_bump(struct node *n)
@@ -213,8 +244,8 @@ static void coord_job_dirty(struct job *j)
 static int coord_slots_used(struct coord *c, int node)
 {
     int used = 0;
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
             continue;
         for (int k = 0; k < j->st.npl; k++)
@@ -448,8 +479,8 @@ static void coord_cand_build(struct coord *c, struct cand *k)
         k->sn[i].port_lo = n->port_lo;
         k->sn[i].port_hi = n->port_hi;
     }
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
             continue;
         for (int p = 0; p < j->st.npl; p++) {
@@ -545,8 +576,8 @@ static void coord_schedule(struct coord *c, int64_t now)
     struct cand k;
     coord_cand_build(c, &k);
     int pending_min_nproc = INT_MAX;
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (!coord_wants_start(j))
             continue;
         /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
@@ -554,8 +585,8 @@ static void coord_schedule(struct coord *c, int64_t now)
         if (coord_start(c, j, &k, now) != 0 && j->spec.nproc < pending_min_nproc)
             pending_min_nproc = j->spec.nproc;
     }
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING || j->st.npl >= j->spec.nmax)
             continue;
         int any_exited = 0;
@@ -592,6 +623,24 @@ static void coord_jobs_push(struct coord *c, struct job *j)
         c->jobs = xrealloc(c->jobs, c->capjobs * sizeof(*c->jobs));
     }
     c->jobs[c->njobs++] = j;
+    if (jobstate_is_terminal(j->st.state))
+        return;
+    if (c->nlive == c->caplive) {
+        c->caplive = c->caplive ? 2 * c->caplive : 64;
+        c->live = xrealloc(c->live, c->caplive * sizeof(*c->live));
+    }
+    c->live[c->nlive++] = j;
+}
+
+/* Drops terminal jobs from c->live, keeping the order. Called where no loop over the list
+ * is running. */
+static void coord_live_compact(struct coord *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->nlive; i++)
+        if (!jobstate_is_terminal(c->live[i]->st.state))
+            c->live[k++] = c->live[i];
+    c->nlive = k;
 }
 
 static void coord_job_free(struct job *j)
@@ -861,6 +910,15 @@ static void coord_nodes_push(struct coord *c, struct node *n)
         c->nodes = xrealloc(c->nodes, c->capnodes * sizeof(*c->nodes));
     }
     c->nodes[c->nnodes++] = n;
+    if (2 * c->nnodes >= c->nhash_cap) {
+        free(c->nhash);
+        c->nhash_cap = c->nhash_cap ? 2 * c->nhash_cap : 128;
+        c->nhash = xcalloc(c->nhash_cap, sizeof(*c->nhash));
+        for (size_t i = 0; i < c->nnodes; i++)
+            coord_nhash_put(c, (int)i);
+    } else {
+        coord_nhash_put(c, (int)c->nnodes - 1);
+    }
 }
 
 /* The node restarted (new incarnation): its workers are gone. */
@@ -868,8 +926,8 @@ static void coord_node_restarted(struct coord *c, int ni, int64_t now)
 {
     char reason[128];
     snprintf(reason, sizeof(reason), "node %s restarted", c->nodes[ni]->name);
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (j->st.state == JOB_RUNNING && coord_group_rank(j, ni) >= 0) {
             if (!j->fail_reason[0])
                 snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
@@ -1208,8 +1266,8 @@ static int coord_beat_workers(struct coord *c, int ni, const struct beat *b)
 static int coord_beat_drains(struct coord *c, int ni, const struct beat *b)
 {
     int changed = 0;
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (j->st.state != JOB_RESTARTING && j->st.state != JOB_CANCELLING)
             continue;
         for (int p = 0; p < j->st.npl; p++) {
@@ -1232,8 +1290,8 @@ static int coord_beat_drains(struct coord *c, int ni, const struct beat *b)
 static json_t *coord_assignments(struct coord *c, int ni)
 {
     json_t *arr = json_array();
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING)
             continue;
         int gr = coord_group_rank(j, ni);
@@ -1309,8 +1367,8 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
                 coord_check_ranks(c, j, now);
         }
         coord_beat_drains(c, ni, &b); /* generations this beat just ended */
-        for (size_t i = 0; i < c->njobs; i++)
-            coord_progress(c, c->jobs[i], now);
+        for (size_t i = 0; i < c->nlive; i++)
+            coord_progress(c, c->live[i], now);
         coord_schedule(c, now);
     }
     if (!changed && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
@@ -1365,8 +1423,8 @@ static void coord_tick_locked(struct coord *c, int64_t now)
                      (long long)(now - n->last_seen));
         }
     }
-    for (size_t i = 0; i < c->njobs; i++) {
-        struct job *j = c->jobs[i];
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING)
             continue;
         for (int p = 0; p < j->st.npl && !j->fail_reason[0]; p++) {
@@ -1386,9 +1444,10 @@ static void coord_tick_locked(struct coord *c, int64_t now)
         }
         coord_check_ranks(c, j, now);
     }
-    for (size_t i = 0; i < c->njobs; i++)
-        coord_progress(c, c->jobs[i], now);
+    for (size_t i = 0; i < c->nlive; i++)
+        coord_progress(c, c->live[i], now);
     coord_schedule(c, now);
+    coord_live_compact(c);
 }
 
 void coord_tick(struct coord *c, int64_t now)
@@ -1586,6 +1645,8 @@ void coord_close(struct coord *c)
     for (size_t i = 0; i < c->njobs; i++)
         coord_job_free(c->jobs[i]);
     free(c->jobs);
+    free(c->live);
+    free(c->nhash);
     for (size_t i = 0; i < c->nnodes; i++)
         coord_node_free(c->nodes[i]);
     free(c->nodes);
