@@ -29,3 +29,8 @@ if(DDP_FUZZ)
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   set_tests_properties(fuzz_agent PROPERTIES TIMEOUT 120 LABELS "fuzz")
 endif()
+
+# An unmodified PyTorch DDP script under the agents (skipped where PyTorch is missing).
+ddp_script_test(NAME agent_torch
+  COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_torch.py TIMEOUT 400 LABELS "agent;heavy")
+set_tests_properties(agent_torch PROPERTIES SKIP_RETURN_CODE 77)
