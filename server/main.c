@@ -144,8 +144,7 @@ int main(int argc, char **argv)
             return 0;
         default:
             if (optopt)
-                err_set(&err, DDP_EINVAL, "option needs a value or is unknown: %s",
-                        argv[optind - 1]);
+                err_set(&err, DDP_EINVAL, "option %s needs a value", argv[optind - 1]);
             else
                 err_set(&err, DDP_EINVAL, "unknown option: %s", argv[optind - 1]);
             goto usage;

@@ -9,6 +9,8 @@ ddp_unit_test(NAME test_store SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_stor
   LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_coord SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_coord.c
   LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_http SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_http.c
+  LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_common.c
   LIBS ddpcommon)
 
