@@ -255,6 +255,16 @@ static int recv_failed(struct comm *c, const char *what, int e, struct ddp_err *
         return notice_error(c, b, cpu->left, cpu->left_name, what, err);
     if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
         return notice_error(c, b, cpu->right, cpu->right_name, what, err);
+    /* No notice. A reset on the send socket means the right neighbour died (a live rank that
+     * gives up sends a notice and a FIN), and the left one only passed that on. */
+    struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
+    if (poll(&sp, 1, 0) > 0 && (sp.revents & (POLLERR | POLLHUP))) {
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr == 0)
+            soerr = ECONNRESET;
+        return fail_peer(c, cpu->right, cpu->right_name, what, soerr, err);
+    }
     return fail_peer(c, cpu->left, cpu->left_name, what, e, err);
 }
 
