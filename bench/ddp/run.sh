@@ -5,7 +5,8 @@
 # hides:  hidden = 1 - exposed(overlap on) / comm(overlap off), from the runtime's trace
 # (comm = first bucket issued -> last bucket done; exposed = end of backward -> last bucket
 # done; medians over the steps).
-# One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP.
+# One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP. Peer:
+# PyTorch DDP (gloo) on the same MLP, batch and bucket cap (torch_ddp.py), where torch exists.
 # Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -46,8 +47,26 @@ run() {
   echo "$sps $(python3 "$here/trace_stats.py" "$work/t0")"
 }
 
+# torch W MODEL STEPS BATCH CAP -> samples_per_s of PyTorch DDP (gloo), or "-" without torch
+torch_run() {
+  local w=$1 model=$2 steps=$3 batch=$4 cap=$5 port
+  /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo -; return; }
+  port=$(free_port)
+  pids=()
+  for ((r = 0; r < w; r++)); do
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r \
+    OMP_NUM_THREADS=1 timeout 600 /usr/bin/python3 "$here/torch_ddp.py" "${model#mlp:}" \
+      "$steps" "$batch" "$cap" >"$work/tout$r" 2>"$work/terr$r" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { cat "$work"/terr*; exit 1; }; done
+  pids=()
+  cat "$work/tout0"
+}
+
 # best of REPS runs (the host is shared; the best run is the least disturbed)
 REPS=${REPS:-2}
+ratio() { python3 -c "import sys; a, b = sys.argv[1:]; print('%.2f' % (float(a) / float(b)) if b not in ('-', '', '0') else '-')" "$1" "$2"; }
 best() {
   local top="" line
   for ((i = 0; i < REPS; i++)); do
@@ -57,21 +76,27 @@ best() {
   echo "$top"
 }
 
-printf '%-24s %6s %2s %7s %10s %6s %8s %10s %7s\n' model cap_mb W overlap samples/s vs_W1 comm_ms exposed_ms hidden
+printf '%-24s %6s %2s %7s %10s %6s %8s %10s %7s %10s %6s\n' model cap_mb W overlap samples/s vs_W1 comm_ms exposed_ms hidden torch_ddp ours/t
 for spec in "mlp:784-256-128-10 784 300 25" "mlp:784-256-128-10 784 300 0.1" \
             "mlp:1024-4096-4096-10 1024 20 25"; do
   set -- $spec
   model=$1 dim=$2 steps=$3 cap=$4
   read -r base _ _ < <(best 1 "$model" "$dim" "$steps" 32 "$cap" 1)
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s\n' "$model" "$cap" 1 - "$base" 1.00 - - -
+  t1=$(torch_run 1 "$model" "$steps" 32 "$cap")
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 1 - "$base" 1.00 - - - \
+    "$t1" "$(ratio "$base" "$t1")"
   read -r s_off c_off e_off < <(best 2 "$model" "$dim" "$steps" 32 "$cap" 0)
   read -r s_on c_on e_on < <(best 2 "$model" "$dim" "$steps" 32 "$cap" 1)
   hidden=$(python3 -c "c=$c_off; e=$e_on; print('%.0f%%' % (100*(1-e/c)) if c > 0 else '-')")
   r_off=$(python3 -c "print('%.2f' % ($s_off/$base))")
   r_on=$(python3 -c "print('%.2f' % ($s_on/$base))")
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s\n' "$model" "$cap" 2 off "$s_off" "$r_off" "$c_off" "$e_off" -
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s\n' "$model" "$cap" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden"
+  t2=$(torch_run 2 "$model" "$steps" 32 "$cap")
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 2 off "$s_off" "$r_off" "$c_off" "$e_off" - - -
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden" \
+    "$t2" "$(ratio "$s_on" "$t2")"
 done
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OMP_NUM_THREADS=1 per rank;"
 echo "# batch 32 per rank; CPU backend (TCP ring on loopback); best of $REPS runs each;"
+echo "# torch_ddp: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo absent) DDP, gloo, same MLP, batch, bucket cap,"
+echo "#   1 thread per rank, OpenBLAS (Debian's libblas.so.3 alternative), one run; ours/t = ours / torch"
 echo "# hidden = 1 - exposed_ms(overlap on) / comm_ms(overlap off), medians over the steps"
