@@ -2,7 +2,7 @@
   - killing one rank makes every other rank exit 6 with "peer ... lost" within the timeout;
   - bad input is a distinct exit code with a message naming the file or flag: missing data
     file and bad IDX magic (3), model width not matching the data, unknown flag, bad value
-    (2); MASTER_PORT already taken on rank 0 (5);
+    (2); MASTER_PORT already taken on rank 0 (5); a checkpoint dir that cannot be made (7);
   - rank 0 prints the epoch line in the documented form, writes the JSON metrics line to
     DDP_METRICS_FD, and touches DDP_HEARTBEAT_FILE.
 """
@@ -93,6 +93,13 @@ def bad_input(c, work):
     c.check("bad value: exit 2 naming the flag (%d)" % code, code == 2 and "--epochs" in err)
     code, _, err = single(["--lr-scale", "cubic"])
     c.check("bad --lr-scale: exit 2 (%d)" % code, code == 2 and "--lr-scale" in err)
+    blocker = os.path.join(work, "a-file")
+    with open(blocker, "w") as f:
+        f.write("x")
+    code, _, err = single(["--model", "mlp:8-4", "--data", "synthetic:64:8:4", "--epochs", "1",
+                           "--checkpoint-dir", os.path.join(blocker, "ckpt")])
+    c.check("checkpoint dir not writable: exit 7 naming it (%d)" % code,
+            code == 7 and "a-file" in err, err[-400:])
     code, _, err = single(["--data", "mnist"])
     c.check("unknown data set: exit 2 naming --data (%d)" % code, code == 2 and "--data" in err)
 
