@@ -18,7 +18,8 @@
  *     plus one round trip, and its stream never goes out of step; a client that gives up
  *     mid-request marks its connection broken and fails every later call.
  *  2. Every size is bounded: keys RDZV_KEY_MAX, values RDZV_VALUE_MAX, frames
- *     RDZV_FRAME_MAX, RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys. A peer that breaks a
+ *     RDZV_FRAME_MAX, RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys, RDZV_BYTES_MAX bytes
+ *     held. A peer that breaks a
  *     bound, sends garbage or a wrong secret is answered (where it can be) and dropped; one
  *     that says nothing is dropped after RDZV_HELLO_WAIT_MS.
  *  3. Only the server thread touches the key-value table and the connections; the mutex
@@ -46,6 +47,7 @@
 #define RDZV_FRAME_MAX (RDZV_VALUE_MAX + 1024)
 #define RDZV_CONN_MAX 1024
 #define RDZV_KEYS_MAX 65536
+#define RDZV_BYTES_MAX ((size_t)256 << 20) /* keys + values held, all together */
 #define RDZV_SECRET_MAX 1024
 #define RDZV_WAIT_KEYS_MAX 1024
 #define RDZV_CLOSE_WAIT_MAX_MS 10000
@@ -159,6 +161,7 @@ struct rdzv_server {
     int nconns;
     struct kv *kvs;
     size_t nkv, kv_cap;
+    size_t kv_bytes; /* keys + values held */
 };
 
 static struct kv *kv_find(struct rdzv_server *s, const uint8_t *key, size_t klen)
@@ -174,6 +177,9 @@ static int kv_set(struct rdzv_server *s, const uint8_t *key, size_t klen, const 
                   size_t len)
 {
     struct kv *e = kv_find(s, key, klen);
+    size_t held = s->kv_bytes - (e ? e->klen + e->len : 0);
+    if (held + klen + len > RDZV_BYTES_MAX)
+        return ST_INVAL;
     if (!e) {
         if (s->nkv >= RDZV_KEYS_MAX)
             return ST_INVAL;
@@ -193,6 +199,7 @@ static int kv_set(struct rdzv_server *s, const uint8_t *key, size_t klen, const 
     if (len)
         memcpy(e->val, val, len);
     e->len = len;
+    s->kv_bytes = held + klen + len;
     return 0;
 }
 

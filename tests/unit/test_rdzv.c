@@ -432,8 +432,44 @@ static void test_rdzv_rank0_close_skips_ranks_never_seen(void **state)
     assert_true(time_mono_ms() - t0 < 10000);
 }
 
-int main(void)
+/* Heavy: the store holds at most 256 MiB of keys and values; past that a set is refused
+ * and the store keeps serving. */
+static void test_rdzv_total_bytes_bounded(void **state)
 {
+    (void)state;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int port = free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 30000, &r, &err), 0);
+    char *big = calloc(1, RDZV_VALUE_MAX);
+    assert_non_null(big);
+    int refused_at = -1;
+    for (int i = 0; i < 300 && refused_at < 0; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "v%d", i);
+        int rc = rdzv_set(r, key, big, RDZV_VALUE_MAX, &err);
+        if (rc != 0) {
+            assert_int_equal(rc, DDP_EINVAL);
+            assert_non_null(strstr(err.msg, "full"));
+            refused_at = i;
+        }
+    }
+    /* 255 values of 1 MiB plus their keys fit; the 256th does not. */
+    assert_int_equal(refused_at, 255);
+    /* Replacing a value by a smaller one frees room. */
+    assert_int_equal(rdzv_set(r, "v0", "x", 1, &err), 0);
+    assert_int_equal(rdzv_set(r, "v255", big, RDZV_VALUE_MAX, &err), 0);
+    free(big);
+    rdzv_close(r);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest heavy[] = {
+        cmocka_unit_test(test_rdzv_total_bytes_bounded),
+    };
+    if (argc > 1 && strcmp(argv[1], "heavy") == 0)
+        return cmocka_run_group_tests_name("rdzv_heavy", heavy, NULL, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rdzv_set_get_add_wait),
         cmocka_unit_test(test_rdzv_deadline_expires),
@@ -448,5 +484,5 @@ int main(void)
         cmocka_unit_test(test_rdzv_rank0_close_is_bounded),
         cmocka_unit_test(test_rdzv_rank0_close_skips_ranks_never_seen),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests_name("rdzv", tests, NULL, NULL);
 }
