@@ -7,3 +7,21 @@ ddp_unit_test(NAME test_comm_cpu SOURCES unit/test_comm_cpu.c LIBS ddp TIMEOUT 1
 # The same binary's long cases (10^7 elements, killed and stopped peer processes).
 add_test(NAME test_comm_cpu_heavy COMMAND test_comm_cpu heavy)
 set_tests_properties(test_comm_cpu_heavy PROPERTIES TIMEOUT 300 LABELS "unit;heavy")
+
+if(DDP_FUZZ)
+  # The rendezvous server's parser, through a real loopback socket (see fuzz_rdzv.c).
+  add_executable(fuzz_rdzv ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_rdzv.c
+    ${PROJECT_SOURCE_DIR}/worker/rdzv.c ${PROJECT_SOURCE_DIR}/worker/net.c)
+  target_include_directories(fuzz_rdzv PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(fuzz_rdzv PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_rdzv PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_rdzv PRIVATE ddpcommon Threads::Threads)
+  set_target_properties(fuzz_rdzv PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # libFuzzer writes new inputs into its first corpus folder: a scratch copy keeps the
+  # committed seed corpus as it is.
+  add_test(NAME fuzz_rdzv
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+            sh -c "rm -rf fuzz_rdzv_work && mkdir fuzz_rdzv_work && exec $<TARGET_FILE:fuzz_rdzv> -max_total_time=25 -timeout=10 -rss_limit_mb=2048 fuzz_rdzv_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/rdzv_corpus"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_tests_properties(fuzz_rdzv PROPERTIES TIMEOUT 120 LABELS "fuzz")
+endif()
