@@ -473,6 +473,13 @@ int train_run(const struct train_opts *o)
     goto out;
 fail:
     log_error("%s (exit %d)", err.msg, code);
+    if (code == DDP_EXIT_PEER_LOST) {
+        /* The group is broken: closing it would wait on the lost peer (rank 0's store waits,
+         * bounded by the timeout, for every rank to leave), delaying the exit the agent needs
+         * to start the next generation. Nothing is left to save: leave now. */
+        fflush(stdout);
+        _exit(code);
+    }
 out:
     free(xb);
     free(yb);

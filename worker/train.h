@@ -40,7 +40,9 @@ struct train_opts {
 /* Fills o with ddp-worker's defaults (the main job). */
 void train_opts_default(struct train_opts *o);
 
-/* Runs the job; returns the exit code. Failures are logged once, here. */
+/* Runs the job; returns the exit code. Failures are logged once, here. When a peer is lost
+ * (exit 6) the process leaves at once with _exit(6) instead of returning: closing the broken
+ * group could wait another timeout for the lost peer. */
 int train_run(const struct train_opts *o);
 
 /* The learning rate of epoch (0-based) of epochs: base, or with cosine base * (1 +

@@ -1,5 +1,7 @@
 """ddp-worker's failure behaviour and its outputs:
-  - killing one rank makes every other rank exit 6 with "peer ... lost" within the timeout;
+  - killing one rank (a middle one, and rank 0, which also serves the store) makes every
+    other rank exit 6 with "peer ... lost" within the timeout; a stopped (silent) rank makes
+    them exit 6 within the timeout too;
   - bad input is a distinct exit code with a message naming the file or flag: missing data
     file and bad IDX magic (3), model width not matching the data, unknown flag, bad value
     (2); MASTER_PORT already taken on rank 0 (5); a checkpoint dir that cannot be made (7);
@@ -33,13 +35,13 @@ def single(args, env=None, timeout=60, pass_fds=()):
     return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
 
-def peer_lost(c, work):
-    hb = os.path.join(work, "hb{rank}")
+def peer_lost(c, work, victim, sig=signal.SIGKILL):
+    hb = os.path.join(work, "v%d-%d-hb{rank}" % (victim, sig))
     args = ["--model", "mlp:64-256-256-8", "--data", "synthetic:20000:64:8", "--epochs", "50",
             "--batch-size", "16", "--timeout", str(TIMEOUT_S)]
     with Ranks(work, 3, args, env=lambda r: {"DDP_HEARTBEAT_FILE": hb.replace("{rank}",
                                                                                str(r))},
-               tag="lost") as rk:
+               tag="lost%d-%d" % (victim, sig)) as rk:
         # Training has started once every rank touched its heartbeat file.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -50,19 +52,22 @@ def peer_lost(c, work):
             time.sleep(0.02)
         c.check("lost: all 3 ranks training", all(p.poll() is None for p in rk.procs),
                 rk.logs())
-        os.kill(rk.procs[1].pid, signal.SIGKILL)
+        os.kill(rk.procs[victim].pid, sig)
         t0 = time.monotonic()
         codes = []
-        for r in (0, 2):
+        others = [r for r in range(3) if r != victim]
+        for r in others:
             try:
                 codes.append(rk.procs[r].wait(timeout=TIMEOUT_S + 20))
             except subprocess.TimeoutExpired:
                 codes.append(None)
         took = time.monotonic() - t0
-        c.check("lost: ranks 0 and 2 exit 6 (%s) in %.1f s (timeout %d s)" %
-                (codes, took, TIMEOUT_S), codes == [6, 6] and took < TIMEOUT_S + 5,
-                rk.logs())
-        for r in (0, 2):
+        c.check("lost: rank %d got signal %d, ranks %s exit 6 (%s) in %.1f s (timeout %d s)" %
+                (victim, sig, others, codes, took, TIMEOUT_S),
+                codes == [6, 6] and took < TIMEOUT_S + 5, rk.logs())
+        if sig != signal.SIGKILL:
+            return  # a silent peer: exit 6 within the timeout is what counts
+        for r in others:
             e = rk.err(r)
             c.check("lost: rank %d says 'peer ... lost'" % r,
                     re.search(r"peer .*lost", e) is not None, e[-800:])
@@ -156,7 +161,9 @@ def main():
         bad_input(c, work)
         outputs(c, work)
         port_in_use(c, work)
-        peer_lost(c, work)
+        peer_lost(c, work, 1)
+        peer_lost(c, work, 0)
+        peer_lost(c, work, 2, signal.SIGSTOP)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     c.done()
