@@ -66,6 +66,7 @@ struct ring_job;
 typedef int (*rank_body)(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err);
 
 struct ring_job {
+    const char *addr; /* MASTER_ADDR; NULL = 127.0.0.1 */
     int port, world;
     size_t chunk;
     int64_t timeout_ms;
@@ -89,7 +90,8 @@ static void *rank_thread_main(void *p)
     struct comm *c = NULL;
     struct ddp_err err;
     err_clear(&err);
-    int rc = rdzv_open("127.0.0.1", job->port, t->rank, job->world, "secret", 20000, &r, &err);
+    int rc = rdzv_open(job->addr ? job->addr : "127.0.0.1", job->port, t->rank, job->world,
+                       "secret", 20000, &r, &err);
     if (rc == 0) {
         struct comm_opts o;
         comm_opts_default(&o);
@@ -156,6 +158,16 @@ static int check_sum(uint64_t seed, int world, const void *buf, size_t count, en
                            count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
     }
     return 0;
+}
+
+static int small_sum_body_3(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    (void)job;
+    double x[5] = {rank, 1, 2, 3, 4};
+    int rc = comm_allreduce(c, x, 5, COMM_F64, err);
+    if (rc == 0 && (x[0] != 3 || x[1] != 3 || x[4] != 12))
+        rc = err_set(err, DDP_EINTERNAL, "wrong sum");
+    return rc;
 }
 
 static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
@@ -284,6 +296,29 @@ static int bcast_body(struct ring_job *job, int rank, struct comm *c, struct ddp
         }
     }
     return rc;
+}
+
+/* MASTER_ADDR ::1: the store and the ring over IPv6 ("[::1]:port" addresses). */
+static void test_comm_cpu_ipv6_loopback(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a;
+    memset(&a, 0, sizeof(a));
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok)
+        skip(); /* no IPv6 loopback here */
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.addr = "::1";
+    job.world = 3;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    expect_all_ok(&job);
 }
 
 static void test_comm_cpu_broadcast_from_each_root(void **state)
@@ -763,6 +798,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_allreduce_w5_to_8),
         cmocka_unit_test(test_comm_cpu_allreduce_small_chunks),
         cmocka_unit_test(test_comm_cpu_broadcast_from_each_root),
+        cmocka_unit_test(test_comm_cpu_ipv6_loopback),
         cmocka_unit_test(test_comm_cpu_barrier_waits_for_all),
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),
