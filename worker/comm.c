@@ -8,6 +8,7 @@
  */
 #include "worker/comm.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +124,8 @@ int comm_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtyp
         return err_set(err, DDP_EINVAL, "all-reduce: unknown data type %d", (int)dt);
     if (count > 0 && !buf)
         return err_set(err, DDP_EINVAL, "all-reduce: NULL buffer");
+    if (count > SIZE_MAX / sizeof(double))
+        return err_set(err, DDP_EINVAL, "all-reduce: count %zu is too large", count);
     return c->ops->allreduce_async(c, buf, count, dt, out, err);
 }
 

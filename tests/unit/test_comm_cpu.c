@@ -397,6 +397,9 @@ static void test_comm_cpu_world_one(void **state)
     assert_int_equal(comm_broadcast(c, v, sizeof(v), 0, &err), 0);
     assert_int_equal(comm_barrier(c, &err), 0);
     assert_int_equal(comm_broadcast(c, v, sizeof(v), 1, &err), DDP_EINVAL);
+    assert_int_equal(comm_allreduce(c, NULL, 3, COMM_F32, &err), DDP_EINVAL);
+    assert_int_equal(comm_allreduce(c, v, SIZE_MAX / 4, COMM_F32, &err), DDP_EINVAL);
+    assert_int_equal(comm_allreduce(c, v, 3, (enum comm_dtype)7, &err), DDP_EINVAL);
     /* An un-waited work is freed by comm_free. */
     assert_int_equal(comm_allreduce_async(c, v, 3, COMM_F32, &w, &err), 0);
     comm_free(c);
