@@ -386,9 +386,8 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                               (theirs.magic != mine->magic || theirs.kind != mine->kind ||
                                theirs.aux != mine->aux || theirs.seq != mine->seq ||
                                theirs.bytes != mine->bytes);
-                    if (bad)
+                    if (bad) {
                         cpu->notice = NOTICE_UNKNOWN;
-                    if (bad)
                         return err_set(err, DDP_EINTERNAL,
                                        "collective mismatch with rank %d (%s): it issued kind %u "
                                        "aux %u seq %" PRIu64 " of %" PRIu64
@@ -397,6 +396,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                                        cpu->left, cpu->left_name, theirs.kind, theirs.aux,
                                        theirs.seq, theirs.bytes, mine->kind, mine->aux,
                                        mine->seq, mine->bytes);
+                    }
                 } else if (reduce) {
                     sfill += (size_t)n;
                     if (sfill == cend) {
