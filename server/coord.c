@@ -3,9 +3,12 @@
  * for the rules in prose, jobstate.c for the state machine).
  *
  * Invariants:
- *   1. One mutex (c->mu) guards everything here, the store included. Every change is
- *      committed to SQLite while the mutex is held and applied to memory only after the
- *      commit returned; a failed commit leaves memory as it was.
+ *   1. One mutex (c->mu) guards the model. Every change of a job or node is committed to
+ *      SQLite while it is held and applied to memory only after the commit returned; a
+ *      failed commit leaves memory as it was. The SQLite connection has its own mutex
+ *      (c->store_mu, taken after c->mu or alone). The one exception to "commit under c->mu"
+ *      is a heartbeat's logs and metrics (coord_beat_data): they are group-committed without
+ *      c->mu, and the beat is answered only after its batch committed.
  *   2. A node's desired set is computed, never stored: every RUNNING job whose current
  *      placement holds the node. Any change of it bumps node->version and wakes the node's
  *      held heartbeat.
@@ -105,8 +108,28 @@ struct job {
     char *json_cache;
 };
 
+/* One row of a heartbeat's data transaction (built under c->mu, written without it). */
+enum { ROW_LOG, ROW_METRIC, ROW_MARK, ROW_LOG_TRIM, ROW_METRIC_TRIM, ROW_JOB_DATA };
+struct data_row {
+    int kind;
+    int64_t job, seq, gen, rank, time;
+    char *text; /* owned: line, metric JSON, or last_metrics JSON (NULL: unchanged) */
+    int64_t metric_seq;
+};
+struct data_batch {
+    struct data_row *rows;
+    size_t n, cap;
+};
+
 struct coord {
     pthread_mutex_t mu;
+    pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
+    pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
+    struct data_batch pending; /* rows of the open batch */
+    uint64_t open_batch;      /* id of the batch that takes new rows */
+    uint64_t done_batch;      /* every batch with an id <= this has committed */
+    int flushing;             /* a leader is committing a batch now */
+    int data_broken;
     struct store *store;
     struct coord_opts opts;
     int64_t wall_offset; /* wall ms = now + wall_offset */
@@ -339,6 +362,7 @@ static int coord_commit(struct coord *c, struct job *j, struct job_st *next, int
         goto fail;
     }
     next->event_seq = j->st.event_seq + 1;
+    pthread_mutex_lock(&c->store_mu);
     rc = store_begin(c->store, &e);
     if (!rc)
         rc = coord_put_job(c, j, next, &e);
@@ -347,8 +371,10 @@ static int coord_commit(struct coord *c, struct job *j, struct job_st *next, int
                              next->generation, jobstate_name(next->state), next->reason, &e);
     if (!rc)
         rc = store_commit(c->store, &e);
-    if (rc) {
+    if (rc)
         store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    if (rc) {
         log_error("cannot record transition job=j-%lld to=%s: %s", (long long)j->id,
                   jobstate_name(next->state), e.msg);
         err_set(err, DDP_EINTERNAL, "cannot record the change: %s", e.msg);
@@ -676,6 +702,7 @@ int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
     j->st.state = JOB_PENDING;
     j->st.event_seq = 1;
     snprintf(j->st.reason, sizeof(j->st.reason), "submitted");
+    pthread_mutex_lock(&c->store_mu);
     rc = store_begin(c->store, &e);
     if (!rc)
         rc = coord_put_job(c, j, &j->st, &e);
@@ -683,8 +710,10 @@ int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
         rc = store_event_add(c->store, j->id, 1, j->created_at, 0, "PENDING", "submitted", &e);
     if (!rc)
         rc = store_commit(c->store, &e);
-    if (rc) {
+    if (rc)
         store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    if (rc) {
         pthread_mutex_unlock(&c->mu);
         log_error("cannot store job: %s", e.msg);
         rc = err_set(err, DDP_EINTERNAL, "cannot store the job: %s", e.msg);
@@ -792,7 +821,9 @@ static int coord_query(struct coord *c, int64_t id, const char *key,
     if (!coord_job(c, id)) {
         rc = coord_not_found(id, err);
     } else {
+        pthread_mutex_lock(&c->store_mu);
         rc = fn(c->store, id, after, 10000, &arr, &e);
+        pthread_mutex_unlock(&c->store_mu);
         if (rc)
             err_set(err, DDP_EINTERNAL, "%s", e.msg);
     }
@@ -828,7 +859,9 @@ int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, 
         rc = coord_not_found(id, err);
     } else {
         dropped = j->log_seq > c->opts.log_cap ? j->log_seq - c->opts.log_cap : 0;
+        pthread_mutex_lock(&c->store_mu);
         rc = store_logs_json(c->store, id, rank, after, limit, &arr, &e);
+        pthread_mutex_unlock(&c->store_mu);
         if (rc)
             err_set(err, DDP_EINTERNAL, "%s", e.msg);
     }
@@ -867,13 +900,16 @@ static int coord_put_node(struct coord *c, const struct node *n, int ready, int6
         .last_heartbeat = beat_wall,
     };
     struct ddp_err e;
+    pthread_mutex_lock(&c->store_mu);
     int rc = store_begin(c->store, &e);
     if (!rc)
         rc = store_node_put(c->store, &row, &e);
     if (!rc)
         rc = store_commit(c->store, &e);
-    if (rc) {
+    if (rc)
         store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    if (rc) {
         log_error("cannot record node %s: %s", n->name, e.msg);
         return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);
     }
@@ -1030,34 +1066,6 @@ static struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
     return m;
 }
 
-/* What a beat's logs/metrics may change in a job, kept to undo a failed commit. */
-struct beat_undo {
-    struct job *job;
-    int64_t log_seq, metric_seq;
-    json_t *last_metrics;
-    struct mark *marks;
-    size_t nmarks;
-    int touched_logs, touched_metrics;
-};
-
-static struct beat_undo *coord_undo_for(struct beat_undo *u, size_t *nu, struct job *j)
-{
-    for (size_t i = 0; i < *nu; i++)
-        if (u[i].job == j)
-            return &u[i];
-    struct beat_undo *x = &u[(*nu)++];
-    memset(x, 0, sizeof(*x));
-    x->job = j;
-    x->log_seq = j->log_seq;
-    x->metric_seq = j->metric_seq;
-    x->last_metrics = j->last_metrics ? json_incref(j->last_metrics) : NULL;
-    x->nmarks = j->nmarks;
-    x->marks = xcalloc(j->nmarks + 1, sizeof(struct mark));
-    if (j->nmarks)
-        memcpy(x->marks, j->marks, j->nmarks * sizeof(struct mark));
-    return x;
-}
-
 /* Cuts s to at most LOG_LINE_MAX bytes on a UTF-8 character boundary. */
 static char *coord_cut_line(const char *s)
 {
@@ -1070,103 +1078,208 @@ static char *coord_cut_line(const char *s)
     return xstrndup(s, n);
 }
 
-/* Stores the beat's new log lines and metrics (deduplicated by seq) in one transaction. */
+static struct data_row *coord_row(struct data_batch *d, int kind, int64_t job)
+{
+    if (d->n == d->cap) {
+        d->cap = d->cap ? 2 * d->cap : 32;
+        d->rows = xrealloc(d->rows, d->cap * sizeof(*d->rows));
+    }
+    struct data_row *r = &d->rows[d->n++];
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->job = job;
+    return r;
+}
+
+static void coord_batch_release(struct data_batch *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        free(d->rows[i].text);
+    free(d->rows);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Phase 1 of a beat's logs and metrics, under c->mu: deduplicates by seq, gives the new lines
+ * their job-wide seq, advances the marks and counters in memory and lists the rows to write.
+ * Returns the number of beat entries that referred to a known job (new or duplicate). */
+static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int64_t now,
+                                      struct data_batch *d)
+{
+    int64_t wall = coord_wall(c, now);
+    size_t known = 0;
+    struct job **touched = xcalloc(b->nlogs + b->nmetrics + 1, sizeof(*touched));
+    int *touched_metrics = xcalloc(b->nlogs + b->nmetrics + 1, sizeof(int));
+    size_t nt = 0;
+    for (size_t i = 0; i < b->nlogs + b->nmetrics; i++) {
+        int is_log = i < b->nlogs;
+        int64_t jid = is_log ? b->logs[i].job : b->metrics[i - b->nlogs].job;
+        int64_t gen = is_log ? b->logs[i].generation : b->metrics[i - b->nlogs].generation;
+        struct job *j = coord_job(c, jid);
+        if (!j || gen > j->st.generation)
+            continue;
+        known++;
+        size_t t = 0;
+        while (t < nt && touched[t] != j)
+            t++;
+        if (is_log) {
+            const struct beat_log *l = &b->logs[i];
+            size_t n = json_array_size(l->lines);
+            struct mark *m = coord_mark(j, l->generation, l->rank, 0);
+            int64_t last = m ? m->last_seq : 0;
+            if (l->seq + (int64_t)n - 1 <= last)
+                continue;
+            for (size_t k = 0; k < n; k++) {
+                if (l->seq + (int64_t)k <= last)
+                    continue;
+                struct data_row *r = coord_row(d, ROW_LOG, j->id);
+                r->seq = ++j->log_seq;
+                r->gen = l->generation;
+                r->rank = l->rank;
+                r->text = coord_cut_line(json_string_value(json_array_get(l->lines, k)));
+            }
+            m = coord_mark(j, l->generation, l->rank, 1);
+            m->last_seq = l->seq + (int64_t)n - 1;
+            struct data_row *r = coord_row(d, ROW_MARK, j->id);
+            r->gen = l->generation;
+            r->rank = l->rank;
+            r->seq = m->last_seq;
+        } else {
+            const struct beat_metric *mt = &b->metrics[i - b->nlogs];
+            struct mark *m = coord_mark(j, mt->generation, -1, 0);
+            if (m && mt->seq <= m->last_seq)
+                continue;
+            struct data_row *r = coord_row(d, ROW_METRIC, j->id);
+            r->seq = ++j->metric_seq;
+            r->time = wall;
+            r->gen = mt->generation;
+            r->text = jsonx_dumps(mt->metric);
+            m = coord_mark(j, mt->generation, -1, 1);
+            m->last_seq = mt->seq;
+            r = coord_row(d, ROW_MARK, j->id);
+            r->gen = mt->generation;
+            r->rank = -1;
+            r->seq = m->last_seq;
+            json_decref(j->last_metrics);
+            j->last_metrics = json_deep_copy(mt->metric);
+            coord_job_dirty(j);
+        }
+        if (t == nt)
+            touched[nt++] = j;
+        if (!is_log)
+            touched_metrics[t] = 1;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        struct job *j = touched[t];
+        if (j->log_seq > c->opts.log_cap)
+            coord_row(d, ROW_LOG_TRIM, j->id)->seq = j->log_seq - c->opts.log_cap;
+        if (touched_metrics[t] && j->metric_seq > c->opts.metric_cap)
+            coord_row(d, ROW_METRIC_TRIM, j->id)->seq = j->metric_seq - c->opts.metric_cap;
+        struct data_row *r = coord_row(d, ROW_JOB_DATA, j->id);
+        r->seq = j->log_seq;
+        r->metric_seq = j->metric_seq;
+        r->text = touched_metrics[t] && j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
+    }
+    free(touched);
+    free(touched_metrics);
+    return known;
+}
+
+/* Phase 2, without c->mu (under c->store_mu): one transaction for the rows. */
+static int coord_batch_write(struct coord *c, const struct data_batch *d, struct ddp_err *e)
+{
+    int rc = store_begin(c->store, e);
+    for (size_t i = 0; !rc && i < d->n; i++) {
+        const struct data_row *r = &d->rows[i];
+        switch (r->kind) {
+        case ROW_LOG:
+            rc = store_log_add(c->store, r->job, r->seq, r->gen, r->rank, r->text, e);
+            break;
+        case ROW_METRIC:
+            rc = store_metric_add(c->store, r->job, r->seq, r->time, r->gen, r->text, e);
+            break;
+        case ROW_MARK:
+            rc = store_mark_put(c->store, r->job, r->gen, r->rank, r->seq, e);
+            break;
+        case ROW_LOG_TRIM:
+            rc = store_log_trim(c->store, r->job, r->seq, e);
+            break;
+        case ROW_METRIC_TRIM:
+            rc = store_metric_trim(c->store, r->job, r->seq, e);
+            break;
+        default:
+            rc = store_job_data(c->store, r->job, r->seq, r->metric_seq, r->text, e);
+            break;
+        }
+    }
+    if (!rc)
+        rc = store_commit(c->store, e);
+    if (rc)
+        store_rollback(c->store);
+    return rc;
+}
+
+/* Moves the rows of src to the end of dst (src is left empty). */
+static void coord_batch_move(struct data_batch *dst, struct data_batch *src)
+{
+    for (size_t i = 0; i < src->n; i++) {
+        struct data_row *r = coord_row(dst, src->rows[i].kind, src->rows[i].job);
+        *r = src->rows[i];
+    }
+    free(src->rows);
+    memset(src, 0, sizeof(*src));
+}
+
+/* Stores the beat's new log lines and metrics with group commit. Called and returns with
+ * c->mu held. The rows join the open batch (c->pending); one waiting beat at a time becomes
+ * the leader, takes the whole batch and commits it without c->mu (under c->store_mu), so the
+ * fsync neither stalls the readers nor is paid once per beat. A beat returns when the batch
+ * holding its rows - or, for a beat of duplicates only, every batch that may hold them - has
+ * committed, so a 200 always means "on disk". A failed commit makes this and every later
+ * data beat fail (the marks in memory are then ahead of the disk) until ddpd restarts. */
 static int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
                            struct ddp_err *err)
 {
-    size_t cap = b->nlogs + b->nmetrics;
-    if (cap == 0)
-        return 0;
-    struct beat_undo *u = xcalloc(cap, sizeof(*u));
-    size_t nu = 0;
+    struct data_batch d = {0};
     struct ddp_err e;
-    int rc = store_begin(c->store, &e);
-    int64_t wall = coord_wall(c, now);
-    for (size_t i = 0; !rc && i < b->nlogs; i++) {
-        const struct beat_log *l = &b->logs[i];
-        struct job *j = coord_job(c, l->job);
-        if (!j || l->generation > j->st.generation)
+    uint64_t mine = 0;
+    if (c->data_broken)
+        return err_set(err, DDP_EINTERNAL, "an earlier write of heartbeat data failed; "
+                                           "restart ddpd");
+    size_t known = coord_beat_data_prepare(c, b, now, &d);
+    if (d.n > 0) {
+        coord_batch_move(&c->pending, &d);
+        mine = c->open_batch;
+    } else if (known) {
+        mine = c->pending.n ? c->open_batch : c->open_batch - 1;
+    }
+    while (c->done_batch < mine && !c->data_broken) {
+        if (c->flushing || c->pending.n == 0) {
+            pthread_cond_wait(&c->data_cond, &c->mu);
             continue;
-        size_t n = json_array_size(l->lines);
-        struct mark *m = coord_mark(j, l->generation, l->rank, 0);
-        int64_t last = m ? m->last_seq : 0;
-        if (l->seq + (int64_t)n - 1 <= last)
-            continue;
-        struct beat_undo *x = coord_undo_for(u, &nu, j);
-        x->touched_logs = 1;
-        for (size_t k = 0; !rc && k < n; k++) {
-            if (l->seq + (int64_t)k <= last)
-                continue;
-            char *text = coord_cut_line(json_string_value(json_array_get(l->lines, k)));
-            rc = store_log_add(c->store, j->id, j->log_seq + 1, l->generation, l->rank, text,
-                               &e);
-            free(text);
-            if (!rc)
-                j->log_seq++;
         }
-        m = coord_mark(j, l->generation, l->rank, 1);
-        m->last_seq = l->seq + (int64_t)n - 1;
-        if (!rc)
-            rc = store_mark_put(c->store, j->id, l->generation, l->rank, m->last_seq, &e);
-    }
-    for (size_t i = 0; !rc && i < b->nmetrics; i++) {
-        const struct beat_metric *mt = &b->metrics[i];
-        struct job *j = coord_job(c, mt->job);
-        if (!j || mt->generation > j->st.generation)
-            continue;
-        struct mark *m = coord_mark(j, mt->generation, -1, 0);
-        if (m && mt->seq <= m->last_seq)
-            continue;
-        struct beat_undo *x = coord_undo_for(u, &nu, j);
-        x->touched_metrics = 1;
-        char *text = jsonx_dumps(mt->metric);
-        rc = store_metric_add(c->store, j->id, j->metric_seq + 1, wall, mt->generation, text,
-                              &e);
-        free(text);
-        if (rc)
-            break;
-        j->metric_seq++;
-        m = coord_mark(j, mt->generation, -1, 1);
-        m->last_seq = mt->seq;
-        rc = store_mark_put(c->store, j->id, mt->generation, -1, m->last_seq, &e);
-        json_decref(j->last_metrics);
-        j->last_metrics = json_deep_copy(mt->metric);
-    }
-    for (size_t i = 0; !rc && i < nu; i++) {
-        struct job *j = u[i].job;
-        if (u[i].touched_logs && j->log_seq > c->opts.log_cap)
-            rc = store_log_trim(c->store, j->id, j->log_seq - c->opts.log_cap, &e);
-        if (!rc && u[i].touched_metrics && j->metric_seq > c->opts.metric_cap)
-            rc = store_metric_trim(c->store, j->id, j->metric_seq - c->opts.metric_cap, &e);
-        if (!rc)
-            rc = coord_put_job(c, j, &j->st, &e);
-    }
-    if (!rc)
-        rc = store_commit(c->store, &e);
-    if (rc) {
-        store_rollback(c->store);
-        log_error("cannot store heartbeat data: %s", e.msg);
-        err_set(err, DDP_EINTERNAL, "cannot store logs and metrics: %s", e.msg);
-        for (size_t i = 0; i < nu; i++) {
-            struct job *j = u[i].job;
-            j->log_seq = u[i].log_seq;
-            j->metric_seq = u[i].metric_seq;
-            json_decref(j->last_metrics);
-            j->last_metrics = u[i].last_metrics;
-            u[i].last_metrics = NULL;
-            j->nmarks = u[i].nmarks;
-            if (u[i].nmarks)
-                memcpy(j->marks, u[i].marks, u[i].nmarks * sizeof(struct mark));
+        struct data_batch take = c->pending;
+        memset(&c->pending, 0, sizeof(c->pending));
+        uint64_t id = c->open_batch++;
+        c->flushing = 1;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->store_mu);
+        int rc = coord_batch_write(c, &take, &e);
+        pthread_mutex_unlock(&c->store_mu);
+        pthread_mutex_lock(&c->mu);
+        if (rc) {
+            log_error("cannot store heartbeat data (later data beats fail until ddpd "
+                      "restarts): %s", e.msg);
+            c->data_broken = 1;
+        } else {
+            c->done_batch = id;
         }
+        c->flushing = 0;
+        pthread_cond_broadcast(&c->data_cond);
+        coord_batch_release(&take);
     }
-    for (size_t i = 0; i < nu; i++) {
-        if (u[i].touched_metrics)
-            coord_job_dirty(u[i].job);
-        json_decref(u[i].last_metrics);
-        free(u[i].marks);
-    }
-    free(u);
-    return rc;
+    if (c->done_batch < mine)
+        return err_set(err, DDP_EINTERNAL, "cannot store logs and metrics");
+    return 0;
 }
 
 /* The group rank of node ni in j's placement, or -1. */
@@ -1236,7 +1349,10 @@ static int coord_beat_workers(struct coord *c, int ni, const struct beat *b)
         json_t *lines = NULL;
         struct ddp_err e;
         size_t off = (size_t)snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", why);
-        if (store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e) == 0) {
+        pthread_mutex_lock(&c->store_mu);
+        int lrc = store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e);
+        pthread_mutex_unlock(&c->store_mu);
+        if (lrc == 0) {
             for (size_t k = 0; k < json_array_size(lines) && off < sizeof(j->fail_reason); k++)
                 off += (size_t)snprintf(j->fail_reason + off, sizeof(j->fail_reason) - off,
                                         "%s'%.200s'", k ? " | " : "; last output: ",
@@ -1353,6 +1469,12 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     rc = coord_beat_data(c, &b, now, err);
     if (rc)
         goto out;
+    if (strcmp(n->incarnation, b.incarnation) != 0) { /* re-registered meanwhile */
+        rc = err_set(err, DDP_EABORTED,
+                     "node %s: incarnation differs from the registered one; register again",
+                     name);
+        goto out;
+    }
     changed |= coord_beat_workers(c, ni, &b);
     changed |= coord_beat_drains(c, ni, &b);
     if (changed) {
@@ -1603,6 +1725,9 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
     struct coord *c = xcalloc(1, sizeof(*c));
     int rc;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->store_mu, NULL);
+    pthread_cond_init(&c->data_cond, NULL);
+    c->open_batch = 1;
     c->opts.node_timeout_ms = 5000;
     c->opts.log_cap = 100000;
     c->opts.metric_cap = 10000;
@@ -1651,6 +1776,9 @@ void coord_close(struct coord *c)
         coord_node_free(c->nodes[i]);
     free(c->nodes);
     store_close(c->store);
+    coord_batch_release(&c->pending);
+    pthread_cond_destroy(&c->data_cond);
+    pthread_mutex_destroy(&c->store_mu);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

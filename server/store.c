@@ -31,6 +31,7 @@ enum {
     ST_LOG_TRIM,
     ST_MARK_PUT,
     ST_NODE_PUT,
+    ST_JOB_DATA,
     ST_EVENTS,
     ST_METRICS,
     ST_LOGS_ALL,
@@ -61,6 +62,8 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
                     "incarnation, state, registered_at, last_heartbeat) "
                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+    [ST_JOB_DATA] = "UPDATE jobs SET log_seq = MAX(log_seq, ?2), metric_seq = MAX(metric_seq, ?3), "
+                    "last_metrics = COALESCE(?4, last_metrics) WHERE id = ?1",
     [ST_EVENTS] = "SELECT seq, time, generation, state, reason FROM events "
                   "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     [ST_METRICS] = "SELECT seq, time, generation, metric FROM metrics "
@@ -339,6 +342,17 @@ int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int
     sqlite3_bind_int64(s, 3, rank);
     sqlite3_bind_int64(s, 4, last_seq);
     return store_step_done(st, ST_MARK_PUT, err);
+}
+
+int store_job_data(struct store *st, int64_t job, int64_t log_seq, int64_t metric_seq,
+                   const char *last_metrics, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_JOB_DATA];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, log_seq);
+    sqlite3_bind_int64(s, 3, metric_seq);
+    store_bind_text(s, 4, last_metrics);
+    return store_step_done(st, ST_JOB_DATA, err);
 }
 
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err)

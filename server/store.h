@@ -2,7 +2,7 @@
  * store.h - ddpd's SQLite file: migrations, durable writes, loading at start, and the
  * reads that are not on the hot path (events, metrics, logs).
  *
- * The store is not thread safe: coord.c calls it under its one mutex. Writes happen inside
+ * The store is not thread safe: coord.c calls it under its store mutex. Writes happen inside
  * store_begin()/store_commit() (one transaction per change of state); a failed statement
  * leaves the transaction for the caller to store_rollback(). Durability: WAL journal with
  * synchronous=FULL, so a committed change survives kill -9 and power loss.
@@ -71,6 +71,10 @@ int store_log_add(struct store *st, int64_t job, int64_t seq, int64_t gen, int64
                   const char *text, struct ddp_err *err);
 /* Deletes the log lines of job with seq <= upto. */
 int store_log_trim(struct store *st, int64_t job, int64_t upto, struct ddp_err *err);
+/* Raises the job's log_seq / metric_seq (never lowers them) and sets last_metrics unless it
+ * is NULL. */
+int store_job_data(struct store *st, int64_t job, int64_t log_seq, int64_t metric_seq,
+                   const char *last_metrics, struct ddp_err *err);
 int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int64_t last_seq,
                    struct ddp_err *err);
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
