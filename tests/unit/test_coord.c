@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "common/fsutil.h"
 #include "common/jsonx.h"
@@ -541,6 +542,87 @@ static void test_coord_list_pages(void **state)
     json_decref(o);
 }
 
+
+struct beater {
+    struct fx *f;
+    int node;
+    int failures;
+};
+
+/* Beats with two new log lines each, every beat sent twice (a lost answer). */
+static void *beater_main(void *arg)
+{
+    struct beater *b = arg;
+    char name[16], body[512];
+    snprintf(name, sizeof(name), "node-%c", 'a' + b->node);
+    for (int k = 0; k < 25; k++) {
+        snprintf(body, sizeof(body),
+                 "{\"incarnation\":\"inc-1\",\"logs\":[{\"job_id\":\"j-%d\",\"generation\":1,"
+                 "\"rank\":0,\"seq\":%d,\"lines\":[\"l%d\",\"m%d\"]}]}",
+                 b->node + 1, 2 * k + 1, k, k);
+        for (int rep = 0; rep < 2; rep++) {
+            json_t *o = json_loads(body, 0, NULL);
+            char *out = NULL;
+            if (!o || coord_beat(b->f->c, name, o, b->f->now, &out, NULL) != 0)
+                b->failures++;
+            free(out);
+            json_decref(o);
+        }
+    }
+    return NULL;
+}
+
+static int64_t log_count(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 1000, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    int64_t n = (int64_t)json_array_size(json_object_get(o, "lines"));
+    json_decref(o);
+    return n;
+}
+
+static void test_coord_group_commit_concurrent(void **state)
+{
+    struct fx *f = *state;
+    coord_close(f->c);
+    f->c = NULL;
+    f->opts.log_cap = 1000;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    char name[16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof(name), "node-%c", 'a' + i);
+        reg(f, name, 1, "inc-1");
+    }
+    for (int i = 0; i < 4; i++)
+        submit(f, "{\"command\":[\"w\"]}");
+    struct beater b[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        b[i] = (struct beater){f, i, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, beater_main, &b[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(b[i].failures, 0);
+    }
+    for (int64_t id = 1; id <= 4; id++)
+        assert_int_equal(log_count(f, id), 50);
+    coord_close(f->c);
+    f->c = NULL;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    for (int64_t id = 1; id <= 4; id++) {
+        assert_int_equal(log_count(f, id), 50);
+        assert_int_equal(job_int(f, id, "generation"), 1);
+    }
+    /* after the restart the marks still deduplicate */
+    reg(f, "node-a", 1, "inc-1");
+    beat0(f, "node-a", "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":49,"
+                       "\"lines\":[\"l24\",\"m24\",\"new\"]}]");
+    assert_int_equal(log_count(f, 1), 51);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -557,6 +639,7 @@ int main(void)
         T(test_coord_logs_dedup_and_cap),
         T(test_coord_beat_errors_and_new_incarnation),
         T(test_coord_list_pages),
+        T(test_coord_group_commit_concurrent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
