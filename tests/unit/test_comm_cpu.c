@@ -66,7 +66,8 @@ struct ring_job;
 typedef int (*rank_body)(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err);
 
 struct ring_job {
-    const char *addr; /* MASTER_ADDR; NULL = 127.0.0.1 */
+    const char *addr;       /* MASTER_ADDR; NULL = 127.0.0.1 */
+    const char *local_addr; /* comm_opts.local_addr; NULL = default */
     int port, world;
     size_t chunk;
     int64_t timeout_ms;
@@ -97,6 +98,8 @@ static void *rank_thread_main(void *p)
         comm_opts_default(&o);
         o.chunk_bytes = job->chunk;
         o.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
+        if (job->local_addr)
+            o.local_addr = job->local_addr;
         rc = comm_new("cpu", r, t->rank, job->world, &o, &c, &err);
     }
     if (rc == 0)
@@ -319,6 +322,29 @@ static void test_comm_cpu_ipv6_loopback(void **state)
     job.body = small_sum_body_3;
     run_ring(&job);
     expect_all_ok(&job);
+}
+
+/* opts.local_addr is what a rank publishes: a good one works, a wrong one fails in time. */
+static void test_comm_cpu_local_addr(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.local_addr = "127.0.0.1";
+    job.world = 3;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    expect_all_ok(&job);
+
+    memset(&job, 0, sizeof(job));
+    job.local_addr = "127.0.0.1x"; /* does not resolve */
+    job.world = 3;
+    job.timeout_ms = 2000;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    for (int i = 0; i < 3; i++)
+        if (job.rc[i] == 0)
+            fail_msg("rank %d formed a ring with an unreachable address", i);
 }
 
 static void test_comm_cpu_broadcast_from_each_root(void **state)
@@ -802,6 +828,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_allreduce_small_chunks),
         cmocka_unit_test(test_comm_cpu_broadcast_from_each_root),
         cmocka_unit_test(test_comm_cpu_ipv6_loopback),
+        cmocka_unit_test(test_comm_cpu_local_addr),
         cmocka_unit_test(test_comm_cpu_barrier_waits_for_all),
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),
