@@ -117,8 +117,8 @@ int comm_world_size(const struct comm *c)
     return c->world_size;
 }
 
-int comm_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                         struct comm_work **out, struct ddp_err *err)
+static int check_allreduce(const void *buf, size_t count, enum comm_dtype dt,
+                           struct ddp_err *err)
 {
     if (dt != COMM_F32 && dt != COMM_F64)
         return err_set(err, DDP_EINVAL, "all-reduce: unknown data type %d", (int)dt);
@@ -126,6 +126,15 @@ int comm_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtyp
         return err_set(err, DDP_EINVAL, "all-reduce: NULL buffer");
     if (count > SIZE_MAX / sizeof(double))
         return err_set(err, DDP_EINVAL, "all-reduce: count %zu is too large", count);
+    return 0;
+}
+
+int comm_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                         struct comm_work **out, struct ddp_err *err)
+{
+    int ret = check_allreduce(buf, count, dt, err);
+    if (ret < 0)
+        return ret;
     return c->ops->allreduce_async(c, buf, count, dt, out, err);
 }
 
@@ -137,6 +146,12 @@ int comm_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
 int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
                    struct ddp_err *err)
 {
+    if (c->ops->allreduce) {
+        int ret = check_allreduce(buf, count, dt, err);
+        if (ret < 0)
+            return ret;
+        return c->ops->allreduce(c, buf, count, dt, err);
+    }
     struct comm_work *w = NULL;
     int ret = comm_allreduce_async(c, buf, count, dt, &w, err);
     if (ret < 0)

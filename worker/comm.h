@@ -46,6 +46,9 @@ struct comm_ops {
     int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err);
     int (*barrier)(struct comm *c, struct ddp_err *err);
     void (*destroy)(struct comm *c);
+    /* Optional blocking all-reduce (NULL: comm_allreduce() uses allreduce_async + wait). */
+    int (*allreduce)(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                     struct ddp_err *err);
 };
 
 /*

@@ -32,8 +32,15 @@
  * name the rank really at fault, and pass the notice on round the ring. It then fails every
  * queued work with the error, and every later call returns it.
  *
+ * Blocking collectives (comm_allreduce, broadcast, barrier) issued while the queue is empty
+ * and the thread idle run on the caller's thread instead, which saves two thread wake-ups
+ * per call; otherwise they queue behind the async works like any other.
+ *
  * Invariants:
- *  1. Only the comm thread touches the sockets and the staging buffer after init.
+ *  1. After init, only the thread running a work touches the sockets, the staging buffer and
+ *     `seq`, `notice`: the comm thread, or a caller of a blocking collective that found the
+ *     queue empty and the thread idle and set `busy` (collectives come from one thread, so
+ *     nothing is queued meanwhile).
  *  2. cpu->mu guards the queue, the work states, `stop`, `failed` and `fail`.
  *  3. Every work is on the `all` list from issue until comm_wait() (or destroy) frees it.
  */
@@ -540,6 +547,22 @@ static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
     (void)cpu;
 }
 
+/* After a failed collective: tell the neighbours at once (best effort: a full buffer loses
+ * the notice, and then they see the end of the stream) and close the ring, so they fail in
+ * turn. */
+static void abort_ring(struct comm *c, const struct ddp_err *e)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = cpu->notice;
+    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the right not sent", c->rank);
+    if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the left not sent", c->rank);
+    shutdown(cpu->send_fd, SHUT_RDWR);
+    shutdown(cpu->recv_fd, SHUT_RDWR);
+    log_debug("comm: rank %d: %s", c->rank, e->msg);
+}
+
 static void *comm_thread(void *arg)
 {
     struct comm *c = arg;
@@ -560,18 +583,8 @@ static void *comm_thread(void *arg)
         struct ddp_err e;
         err_clear(&e);
         int ret = run_work(c, w, &e);
-        if (ret < 0) {
-            /* Tell the neighbours at once (best effort: a full buffer loses the notice, and
-             * then they see the end of the stream), so they fail in turn. */
-            uint8_t b = cpu->notice;
-            if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
-                log_debug("comm: rank %d: notice to the right not sent", c->rank);
-            if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
-                log_debug("comm: rank %d: notice to the left not sent", c->rank);
-            shutdown(cpu->send_fd, SHUT_RDWR);
-            shutdown(cpu->recv_fd, SHUT_RDWR);
-            log_debug("comm: rank %d: %s", c->rank, e.msg);
-        }
+        if (ret < 0)
+            abort_ring(c, &e);
 
         pthread_mutex_lock(&cpu->mu);
         cpu->busy = 0;
@@ -662,32 +675,71 @@ static int cpu_allreduce_async(struct comm *c, void *buf, size_t count, enum com
     return ret;
 }
 
+/* Runs w to completion: on this thread when the comm thread is idle with nothing queued,
+ * else through the queue. Frees w. */
+static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (c->world_size == 1) {
+        free(w);
+        return 0;
+    }
+    pthread_mutex_lock(&cpu->mu);
+    int inline_ok = !cpu->failed && !cpu->stop && !cpu->busy && !cpu->head;
+    if (inline_ok)
+        cpu->busy = 1;
+    pthread_mutex_unlock(&cpu->mu);
+    if (!inline_ok) {
+        int ret = enqueue(c, w, err);
+        if (ret < 0)
+            return ret;
+        return cpu_wait(c, w, err);
+    }
+    struct ddp_err e;
+    err_clear(&e);
+    int ret = run_work(c, w, &e);
+    if (ret < 0)
+        abort_ring(c, &e);
+    pthread_mutex_lock(&cpu->mu);
+    cpu->busy = 0;
+    if (ret < 0) {
+        cpu->failed = 1;
+        cpu->fail = e;
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    free(w);
+    if (ret < 0)
+        err_set(err, ret, "%s", e.msg);
+    return ret;
+}
+
+static int cpu_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                         struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_ALLREDUCE;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    return run_blocking(c, w, err);
+}
+
 static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root,
                          struct ddp_err *err)
 {
-    if (c->world_size == 1)
-        return 0;
     struct comm_work *w = xcalloc(1, sizeof(*w));
     w->kind = WORK_BROADCAST;
     w->buf = buf;
     w->bytes = bytes;
     w->root = root;
-    int ret = enqueue(c, w, err);
-    if (ret < 0)
-        return ret;
-    return cpu_wait(c, w, err);
+    return run_blocking(c, w, err);
 }
 
 static int cpu_barrier(struct comm *c, struct ddp_err *err)
 {
-    if (c->world_size == 1)
-        return 0;
     struct comm_work *w = xcalloc(1, sizeof(*w));
     w->kind = WORK_BARRIER;
-    int ret = enqueue(c, w, err);
-    if (ret < 0)
-        return ret;
-    return cpu_wait(c, w, err);
+    return run_blocking(c, w, err);
 }
 
 /* ---- set-up ---- */
@@ -928,6 +980,7 @@ const struct comm_ops comm_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
     .allreduce_async = cpu_allreduce_async,
+    .allreduce = cpu_allreduce,
     .wait = cpu_wait,
     .broadcast = cpu_broadcast,
     .barrier = cpu_barrier,
