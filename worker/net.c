@@ -247,9 +247,9 @@ int net_connect(const char *host, int port, int64_t deadline_ms, int *fd_out,
     snprintf(portstr, sizeof(portstr), "%d", port);
     int g = getaddrinfo(host, portstr, &hints, &res);
     if (g != 0) {
-        /* A name that does not resolve yet (DNS not ready) is worth retrying. */
-        return err_set(err, g == EAI_AGAIN ? DDP_EUNAVAIL : DDP_EINVAL,
-                       "cannot resolve '%s': %s", host, gai_strerror(g));
+        /* A name may not resolve yet (a peer's DNS record appears when it starts): worth
+         * retrying until the caller's deadline, like a refused connection. */
+        return err_set(err, DDP_EUNAVAIL, "cannot resolve '%s': %s", host, gai_strerror(g));
     }
     int ret = err_set(err, DDP_EUNAVAIL, "'%s' has no address", host);
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
