@@ -521,7 +521,15 @@ def run(name):
     return status
 
 
+def on_term(signum, frame):
+    """ctest's timeout or a ^C: unwind through the finally blocks, which stop the processes
+    and delete the namespaces."""
+    raise SystemExit("killed by signal %d" % signum)
+
+
 def main(argv):
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     names = argv[1:] or ["all"]
     if names == ["all"]:
         names = list(SCENARIOS)
