@@ -8,7 +8,9 @@
  *
  * Errors: DDP_ETIMEOUT when the deadline passes, DDP_EPEER when the peer closed or reset the
  * connection, DDP_EUNAVAIL when a connect is refused, the host is unreachable or its name
- * does not resolve (all worth retrying), DDP_EEXIST when a listening port is taken, DDP_EIO/DDP_EINVAL otherwise.
+ * does not resolve (all worth retrying), DDP_EEXIST when a listening port is taken,
+ * DDP_EIO/DDP_EINVAL otherwise. Name resolution (getaddrinfo) is not bounded by the deadline:
+ * pass addresses, or names the local resolver answers quickly.
  * Messages are short ("connection reset by peer") so callers can prefix the peer's name.
  */
 #ifndef DDP_WORKER_NET_H
