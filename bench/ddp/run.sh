@@ -4,7 +4,10 @@
 # with the reducer's overlap on and off, and how much of the communication time the overlap
 # hides:  hidden = 1 - exposed(overlap on) / comm(overlap off), from the runtime's trace
 # (comm = first bucket issued -> last bucket done; exposed = end of backward -> last bucket
-# done; medians over the steps).
+# done; medians over the steps); and, from the throughput, the step time the overlap saves
+# as a share of the communication time without it (saved). On a host with fewer cores than
+# ranks x 2 threads the comm thread competes with the backward for the same core, so comm_ms
+# grows with overlap on and "hidden" can be negative while "saved" stays positive.
 # One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP. Peer:
 # PyTorch DDP (gloo) on the same MLP, batch and bucket cap (torch_ddp.py), where torch exists.
 # Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
@@ -76,23 +79,25 @@ best() {
   echo "$top"
 }
 
-printf '%-24s %6s %2s %7s %10s %6s %8s %10s %7s %10s %6s\n' model cap_mb W overlap samples/s vs_W1 comm_ms exposed_ms hidden torch_ddp ours/t
+printf '%-24s %6s %2s %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' model cap_mb W overlap samples/s vs_W1 comm_ms exposed_ms hidden saved torch_ddp ours/t
 for spec in "mlp:784-256-128-10 784 300 25" "mlp:784-256-128-10 784 300 0.1" \
             "mlp:1024-4096-4096-10 1024 20 25"; do
   set -- $spec
   model=$1 dim=$2 steps=$3 cap=$4
   read -r base _ _ < <(best 1 "$model" "$dim" "$steps" 32 "$cap" 1)
   t1=$(torch_run 1 "$model" "$steps" 32 "$cap")
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 1 - "$base" 1.00 - - - \
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 1 - "$base" 1.00 - - - - \
     "$t1" "$(ratio "$base" "$t1")"
   read -r s_off c_off e_off < <(best 2 "$model" "$dim" "$steps" 32 "$cap" 0)
   read -r s_on c_on e_on < <(best 2 "$model" "$dim" "$steps" 32 "$cap" 1)
   hidden=$(python3 -c "c=$c_off; e=$e_on; print('%.0f%%' % (100*(1-e/c)) if c > 0 else '-')")
+  # step time saved by overlapping (a step is W*B = 2*32 = 64 samples), as a share of the communication time without overlap
+  saved=$(python3 -c "c=$c_off; a=64.0/$s_off; b=64.0/$s_on; print('%.0f%%' % (100*(a-b)*1000/c) if c > 0 else '-')")
   r_off=$(python3 -c "print('%.2f' % ($s_off/$base))")
   r_on=$(python3 -c "print('%.2f' % ($s_on/$base))")
   t2=$(torch_run 2 "$model" "$steps" 32 "$cap")
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 2 off "$s_off" "$r_off" "$c_off" "$e_off" - - -
-  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %10s %6s\n' "$model" "$cap" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden" \
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 2 off "$s_off" "$r_off" "$c_off" "$e_off" - - - -
+  printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden" "$saved" \
     "$t2" "$(ratio "$s_on" "$t2")"
 done
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OMP_NUM_THREADS=1 per rank;"
@@ -100,3 +105,4 @@ echo "# batch 32 per rank; CPU backend (TCP ring on loopback); best of $REPS run
 echo "# torch_ddp: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo absent) DDP, gloo, same MLP, batch, bucket cap,"
 echo "#   1 thread per rank, OpenBLAS (Debian's libblas.so.3 alternative), one run; ours/t = ours / torch"
 echo "# hidden = 1 - exposed_ms(overlap on) / comm_ms(overlap off), medians over the steps"
+echo "# saved  = (step time off - step time on) / comm_ms(off), step time = 64 samples / samples/s"
