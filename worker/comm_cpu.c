@@ -96,6 +96,7 @@ struct cpu {
     struct comm_work *head, *tail;
     struct comm_work *all;
     uint8_t notice; /* after a failure: the notice for the neighbours (comm thread only) */
+    int wait_peer;  /* the neighbour the running collective last waited on, or -1 */
     int busy;       /* the thread is running a work */
     int stop;
     int failed;
@@ -236,6 +237,17 @@ static int notice_error(struct comm *c, uint8_t b, int via, const char *via_name
     if (rank == NOTICE_UNKNOWN)
         return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)", via,
                        via_name, what);
+    if (rank == c->rank && cpu->wait_peer >= 0) {
+        /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
+         * stalled ring that one is the better suspect; pass it on. */
+        int peer = cpu->wait_peer;
+        cpu->notice = notice_of(peer, 1);
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
+                       "out on this rank while this rank waited for it)",
+                       peer, peer == cpu->left ? cpu->left_name : cpu->right_name,
+                       c->opts.timeout_ms, what, via);
+    }
     if (rank == c->rank)
         return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
                        "rank %d (%s) gave up on this rank during %s (it was %s)", via, via_name,
@@ -300,6 +312,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
     size_t sdone = 0, rready = 0, sfill = 0;
     int64_t last = time_mono_ms();
     int watch_left = 1; /* poll recv_fd for an urgent notice even when not reading */
+    cpu->wait_peer = -1;
     for (;;) {
         int progress = 0, want_out = 0, want_in = 0;
         /* Send side: the header, then every step's segment as far as its data is ready. */
@@ -438,6 +451,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
             last = now;
             continue;
         }
+        cpu->wait_peer = !recv_done ? cpu->left : cpu->right;
         int64_t left_ms = last + c->opts.timeout_ms - now;
         if (left_ms <= 0) {
             int peer = !recv_done ? cpu->left : cpu->right;
@@ -944,6 +958,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     struct cpu *cpu = xcalloc(1, sizeof(*cpu));
     cpu->send_fd = cpu->recv_fd = -1;
     cpu->notice = NOTICE_UNKNOWN;
+    cpu->wait_peer = -1;
     pthread_mutex_init(&cpu->mu, NULL);
     pthread_cond_init(&cpu->cv_work, NULL);
     pthread_cond_init(&cpu->cv_done, NULL);
