@@ -48,6 +48,18 @@ enum end_kind {
 };
 
 #define RANK_RUNNING INT_MIN
+
+/* How sure a failure is to be the root cause of a generation's end (docs/ddpd.md): a node
+ * gone > a rank killed by a signal or exiting non-zero > a hang > a rank that only saw
+ * its peers go (exit 4 rendezvous, 6 peer lost, 9 the runtime's own watchdog). */
+enum cause_prio { CAUSE_NONE = 0, CAUSE_PEER = 1, CAUSE_HANG = 2, CAUSE_EXIT = 3, CAUSE_NODE = 4 };
+
+/* Latest progress report of a rank of the current generation. */
+struct rank_prog {
+    int64_t age_ms;
+    int stopped;
+    int has;
+};
 #define REASON_MAX 1024
 
 struct node {
@@ -103,7 +115,13 @@ struct job {
     struct mark *marks;
     size_t nmarks, capmarks;
     int *rank_exit;         /* world_size entries: RANK_RUNNING or the exit status */
-    char fail_reason[REASON_MAX]; /* first failure seen in the current generation, or "" */
+    char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
+    int fail_prio;                /* its enum cause_prio */
+    int cause_prio;               /* of end_reason while RESTARTING after a failure */
+    int64_t ended_at;             /* monotonic ms the generation ended */
+    struct rank_prog *prog;       /* world_size entries */
+    int64_t hang_first;           /* when a rank was first reported over hang_timeout_s */
+    int hang_node;                /* the node whose beat reported it */
     int64_t drain_deadline; /* monotonic ms */
     char *json_cache;
 };
@@ -348,13 +366,15 @@ static int coord_put_job(struct coord *c, const struct job *j, const struct job_
 
 /* Moves job j to status *next (a changed copy of j->st; next->pl may be a new array, which
  * this function then owns): checks the state machine, commits the row and the event, and
- * only then applies *next. On failure j is unchanged. */
+ * only then applies *next. On failure j is unchanged. A *next in the same state is not a
+ * transition but a note (an event completing the reason, see coord_refine()). */
 static int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
                         struct ddp_err *err)
 {
     int rc;
     struct ddp_err e;
-    if (!jobstate_allowed(j->st.state, next->state)) {
+    int note = next->state == j->st.state; /* an event that is not a transition */
+    if (!note && !jobstate_allowed(j->st.state, next->state)) {
         log_error("BUG: refused transition job=j-%lld from=%s to=%s", (long long)j->id,
                   jobstate_name(j->st.state), jobstate_name(next->state));
         rc = err_set(err, DDP_EINTERNAL, "refused transition %s -> %s",
@@ -380,9 +400,13 @@ static int coord_commit(struct coord *c, struct job *j, struct job_st *next, int
         err_set(err, DDP_EINTERNAL, "cannot record the change: %s", e.msg);
         goto fail;
     }
-    log_info("job j-%lld %s -> %s generation=%d reason=\"%s\"", (long long)j->id,
-             jobstate_name(j->st.state), jobstate_name(next->state), next->generation,
-             next->reason);
+    if (note)
+        log_info("job j-%lld %s generation=%d note=\"%s\"", (long long)j->id,
+                 jobstate_name(next->state), next->generation, next->reason);
+    else
+        log_info("job j-%lld %s -> %s generation=%d reason=\"%s\"", (long long)j->id,
+                 jobstate_name(j->st.state), jobstate_name(next->state), next->generation,
+                 next->reason);
     if (j->st.pl != next->pl)
         free(j->st.pl);
     j->st = *next;
@@ -410,6 +434,10 @@ static int coord_end_generation(struct coord *c, struct job *j, int kind, const 
     int rc = coord_commit(c, j, &next, now, err);
     if (rc)
         return rc;
+    if (kind != END_CANCEL) {
+        j->cause_prio = kind == END_FAILURE ? j->fail_prio : CAUSE_NODE + 1;
+        j->ended_at = now;
+    }
     for (int i = 0; i < j->st.npl; i++) {
         struct node *n = c->nodes[j->st.pl[i].node];
         if (was_running)
@@ -419,6 +447,32 @@ static int coord_end_generation(struct coord *c, struct job *j, int kind, const 
     if (was_running)
         j->drain_deadline = now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
     return 0;
+}
+
+/* A failure of the generation that just ended, learnt while it drains: if it is a likelier
+ * root cause than the one recorded, it becomes the job's end_reason (the FAILED reason) and
+ * an event says so, before the next generation starts. */
+static void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
+                         int64_t now)
+{
+    if (j->st.state != JOB_RESTARTING || j->st.end_kind != END_FAILURE || prio <= j->cause_prio)
+        return;
+    struct job_st next = j->st;
+    snprintf(next.reason, sizeof(next.reason), "root cause: %s; %.400s followed", cause,
+             j->st.end_reason);
+    snprintf(next.end_reason, sizeof(next.end_reason), "%s", cause);
+    if (coord_commit(c, j, &next, now, NULL) == 0)
+        j->cause_prio = prio;
+}
+
+/* Records a failure of the current generation of a RUNNING job; the likeliest root cause
+ * wins (then the earliest). */
+static void coord_fail(struct job *j, int prio, const char *reason)
+{
+    if (j->fail_reason[0] && prio <= j->fail_prio)
+        return;
+    snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
+    j->fail_prio = prio;
 }
 
 static int coord_draining(const struct job *j)
@@ -582,6 +636,10 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
         return rc;
     free(j->rank_exit);
     j->fail_reason[0] = '\0';
+    j->fail_prio = CAUSE_NONE;
+    j->hang_first = 0;
+    free(j->prog);
+    j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
     j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
     for (int r = 0; r < j->st.world_size; r++)
         j->rank_exit[r] = RANK_RUNNING;
@@ -679,6 +737,7 @@ static void coord_job_free(struct job *j)
     json_decref(j->last_metrics);
     free(j->marks);
     free(j->rank_exit);
+    free(j->prog);
     free(j->json_cache);
     free(j);
 }
@@ -882,6 +941,7 @@ int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, 
 static void coord_tick_locked(struct coord *c, int64_t now);
 static int coord_group_rank(const struct job *j, int ni);
 static int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
+static void coord_check_hang(struct coord *c, struct job *j, int64_t now);
 
 /* --- nodes API ------------------------------------------------------------------------- */
 
@@ -965,9 +1025,12 @@ static void coord_node_restarted(struct coord *c, int ni, int64_t now)
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
         if (j->st.state == JOB_RUNNING && coord_group_rank(j, ni) >= 0) {
-            if (!j->fail_reason[0])
-                snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
+            coord_fail(j, CAUSE_NODE, reason);
             coord_check_ranks(c, j, now);
+        } else if (j->st.state == JOB_RESTARTING && coord_group_rank(j, ni) >= 0) {
+            for (int p = 0; p < j->st.npl; p++)
+                if (j->st.pl[p].node == ni && j->st.pl[p].draining)
+                    coord_refine(c, j, CAUSE_NODE, reason, now);
         }
         for (int p = 0; p < j->st.npl; p++)
             if (j->st.pl[p].node == ni)
@@ -1315,17 +1378,21 @@ static int coord_check_ranks(struct coord *c, struct job *j, int64_t now)
     return 1;
 }
 
-/* Records exits and hangs of the current generation's ranks on node ni. Returns 1 when
- * anything was newly recorded. */
-static int coord_beat_workers(struct coord *c, int ni, const struct beat *b)
+/* Records exits of the current generation's ranks on node ni (and, for a generation that
+ * just ended after a failure, exits that may be its root cause), and progress reports for
+ * the hang watchdog. Returns 1 when anything was newly recorded. */
+static int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t now)
 {
     int changed = 0;
     const char *nname = c->nodes[ni]->name;
     for (size_t i = 0; i < b->nworkers; i++) {
         const struct beat_worker *w = &b->workers[i];
         struct job *j = coord_job(c, w->job);
-        if (!j || j->st.state != JOB_RUNNING || w->generation != j->st.generation ||
-            w->rank >= j->st.world_size || !j->rank_exit)
+        if (!j || w->generation != j->st.generation || w->rank >= j->st.world_size ||
+            !j->rank_exit)
+            continue;
+        int draining = j->st.state == JOB_RESTARTING && j->st.end_kind == END_FAILURE;
+        if (j->st.state != JOB_RUNNING && !draining)
             continue;
         int gr = coord_group_rank(j, ni);
         if (gr < 0 || w->rank / j->spec.nproc != gr || !w->exited ||
@@ -1334,45 +1401,68 @@ static int coord_beat_workers(struct coord *c, int ni, const struct beat *b)
         int status = w->signal ? 128 + w->signal : (w->exit_code < 0 ? 1 : w->exit_code);
         j->rank_exit[w->rank] = status;
         changed = 1;
-        if (status == 0 || j->fail_reason[0])
+        if (status == 0)
             continue;
-        char why[256];
+        int prio = status == DDP_EXIT_PEER_LOST || status == DDP_EXIT_RENDEZVOUS ||
+                           status == DDP_EXIT_HANG
+                       ? CAUSE_PEER
+                       : CAUSE_EXIT;
+        if (draining) {
+            /* exits caused by the stop itself are no cause: SIGTERM (143), and SIGKILL
+             * once the grace period may have run out */
+            int grace_ms = j->spec.grace_period_s * 1000;
+            if (status == 128 + 15 || (status == 128 + 9 && now - j->ended_at >= grace_ms))
+                continue;
+            if (prio <= j->cause_prio)
+                continue;
+        } else if (j->fail_reason[0] && prio <= j->fail_prio) {
+            continue;
+        }
+        char why[REASON_MAX];
         const char *name = exitcode_str(status);
+        size_t off;
         if (w->signal)
-            snprintf(why, sizeof(why), "rank %d on %s killed by signal %d", w->rank, nname,
-                     w->signal);
+            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s killed by signal %d",
+                                   w->rank, nname, w->signal);
         else if (name)
-            snprintf(why, sizeof(why), "rank %d on %s exited %d (%s)", w->rank, nname, status,
-                     name);
+            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d (%s)", w->rank,
+                                   nname, status, name);
         else
-            snprintf(why, sizeof(why), "rank %d on %s exited %d", w->rank, nname, status);
+            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d", w->rank, nname,
+                                   status);
         json_t *lines = NULL;
         struct ddp_err e;
-        size_t off = (size_t)snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", why);
         pthread_mutex_lock(&c->store_mu);
         int lrc = store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e);
         pthread_mutex_unlock(&c->store_mu);
         if (lrc == 0) {
-            for (size_t k = 0; k < json_array_size(lines) && off < sizeof(j->fail_reason); k++)
-                off += (size_t)snprintf(j->fail_reason + off, sizeof(j->fail_reason) - off,
-                                        "%s'%.200s'", k ? " | " : "; last output: ",
+            for (size_t k = 0; k < json_array_size(lines) && off < sizeof(why); k++)
+                off += (size_t)snprintf(why + off, sizeof(why) - off, "%s'%.200s'",
+                                        k ? " | " : "; last output: ",
                                         json_string_value(json_array_get(lines, k)));
             json_decref(lines);
         }
+        if (draining)
+            coord_refine(c, j, prio, why, now);
+        else
+            coord_fail(j, prio, why);
     }
     for (size_t i = 0; i < b->nprogress; i++) {
         const struct beat_progress *g = &b->progress[i];
         struct job *j = coord_job(c, g->job);
         if (!j || j->st.state != JOB_RUNNING || g->generation != j->st.generation ||
-            j->spec.hang_timeout_s <= 0 || g->rank >= j->st.world_size || !j->rank_exit ||
-            j->rank_exit[g->rank] != RANK_RUNNING || j->fail_reason[0])
+            j->spec.hang_timeout_s <= 0 || g->rank >= j->st.world_size || !j->prog)
             continue;
-        if (g->age_ms > (int64_t)j->spec.hang_timeout_s * 1000) {
-            snprintf(j->fail_reason, sizeof(j->fail_reason),
-                     "rank %d on %s hung (no progress for %lld s)", g->rank, nname,
-                     (long long)(g->age_ms / 1000));
-            changed = 1;
+        struct rank_prog *p = &j->prog[g->rank];
+        p->age_ms = g->age_ms;
+        p->stopped = g->stopped;
+        p->has = 1;
+        if (g->age_ms > (int64_t)j->spec.hang_timeout_s * 1000 && !j->hang_first) {
+            j->hang_first = now;
+            j->hang_node = ni;
         }
+        if (j->hang_first)
+            changed = 1; /* the watchdog decides in coord_beat() / coord_tick() */
     }
     return changed;
 }
@@ -1475,7 +1565,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
                      name);
         goto out;
     }
-    changed |= coord_beat_workers(c, ni, &b);
+    changed |= coord_beat_workers(c, ni, &b, now);
     changed |= coord_beat_drains(c, ni, &b);
     if (changed) {
         for (size_t i = 0; i < b.nworkers; i++) {
@@ -1485,8 +1575,10 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         }
         for (size_t i = 0; i < b.nprogress; i++) {
             struct job *j = coord_job(c, b.progress[i].job);
-            if (j)
+            if (j && j->st.state == JOB_RUNNING) {
+                coord_check_hang(c, j, now);
                 coord_check_ranks(c, j, now);
+            }
         }
         coord_beat_drains(c, ni, &b); /* generations this beat just ended */
         for (size_t i = 0; i < c->nlive; i++)
@@ -1532,6 +1624,60 @@ int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *e
 
 /* --- tick ------------------------------------------------------------------------------ */
 
+/* The hang watchdog of a RUNNING job. When one rank stops, every rank stalls (the others
+ * wait for it in the collective), so the first report over hang_timeout_s does not name
+ * the culprit. The decision waits until every node of the generation has beaten since
+ * that first report (at most 1.5 s), then names a rank the agent saw stopped, else the rank
+ * with the largest reported age. */
+static void coord_check_hang(struct coord *c, struct job *j, int64_t now)
+{
+    if (!j->hang_first || j->spec.hang_timeout_s <= 0 || !j->prog || !j->rank_exit)
+        return;
+    int64_t limit = (int64_t)j->spec.hang_timeout_s * 1000;
+    int best = -1, any_stopped = 0, any_over = 0;
+    for (int r = 0; r < j->st.world_size; r++) {
+        const struct rank_prog *g = &j->prog[r];
+        if (!g->has || g->age_ms <= limit || j->rank_exit[r] != RANK_RUNNING)
+            continue;
+        any_over = 1;
+        if (g->stopped)
+            any_stopped = 1;
+    }
+    if (!any_over) { /* the rank moved again */
+        j->hang_first = 0;
+        return;
+    }
+    int all_beat = 1;
+    for (int p = 0; p < j->st.npl; p++) {
+        struct node *n = c->nodes[j->st.pl[p].node];
+        if (n->ready && j->st.pl[p].node != j->hang_node && n->last_seen <= j->hang_first)
+            all_beat = 0;
+    }
+    if (!any_stopped && !all_beat && now - j->hang_first < 1500)
+        return;
+    for (int r = 0; r < j->st.world_size; r++) {
+        const struct rank_prog *g = &j->prog[r];
+        if (!g->has || g->age_ms <= limit || j->rank_exit[r] != RANK_RUNNING)
+            continue;
+        if (any_stopped && !g->stopped)
+            continue;
+        if (best < 0 || g->age_ms > j->prog[best].age_ms)
+            best = r;
+    }
+    if (best < 0)
+        return;
+    int gr = best / j->spec.nproc;
+    const char *nname = "?";
+    for (int p = 0; p < j->st.npl; p++)
+        if (j->st.pl[p].group_rank == gr)
+            nname = c->nodes[j->st.pl[p].node]->name;
+    char why[200];
+    snprintf(why, sizeof(why), "rank %d on %s hung (no progress for %lld s%s)", best, nname,
+             (long long)(j->prog[best].age_ms / 1000),
+             j->prog[best].stopped ? ", process stopped" : "");
+    coord_fail(j, CAUSE_HANG, why);
+}
+
 static void coord_tick_locked(struct coord *c, int64_t now)
 {
     int64_t wall = coord_wall(c, now);
@@ -1549,13 +1695,17 @@ static void coord_tick_locked(struct coord *c, int64_t now)
         struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING)
             continue;
-        for (int p = 0; p < j->st.npl && !j->fail_reason[0]; p++) {
+        for (int p = 0; p < j->st.npl; p++) {
             struct node *n = c->nodes[j->st.pl[p].node];
-            if (coord_node_gone(c, n, now))
-                snprintf(j->fail_reason, sizeof(j->fail_reason),
-                         "node %s lost (no heartbeat for %lld s)", n->name,
+            if (coord_node_gone(c, n, now)) {
+                char why[160];
+                snprintf(why, sizeof(why), "node %s lost (no heartbeat for %lld s)", n->name,
                          (long long)((now - n->last_seen) / 1000));
+                coord_fail(j, CAUSE_NODE, why);
+                break;
+            }
         }
+        coord_check_hang(c, j, now);
         if (!j->fail_reason[0] && j->spec.max_runtime_s > 0 && j->st.started_at &&
             wall - j->st.started_at > j->spec.max_runtime_s * 1000) {
             char reason[128];
@@ -1565,6 +1715,21 @@ static void coord_tick_locked(struct coord *c, int64_t now)
             continue;
         }
         coord_check_ranks(c, j, now);
+    }
+    /* a node of a generation that ended for another reason is gone: likely the cause */
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (j->st.state != JOB_RESTARTING || j->st.end_kind != END_FAILURE)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            struct node *n = c->nodes[j->st.pl[p].node];
+            if (j->st.pl[p].draining && coord_node_gone(c, n, now)) {
+                char why[160];
+                snprintf(why, sizeof(why), "node %s lost (no heartbeat for %lld s)", n->name,
+                         (long long)((now - n->last_seen) / 1000));
+                coord_refine(c, j, CAUSE_NODE, why, now);
+            }
+        }
     }
     for (size_t i = 0; i < c->nlive; i++)
         coord_progress(c, c->live[i], now);
@@ -1700,7 +1865,9 @@ static int coord_load_job(void *ctx, const struct store_job *r)
         j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
         for (int k = 0; k < j->st.world_size; k++)
             j->rank_exit[k] = RANK_RUNNING;
+        j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
     }
+    j->ended_at = L->now;
     coord_jobs_push(c, j);
     j = NULL;
 out:

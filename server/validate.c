@@ -527,7 +527,8 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
         o->metric = metric;
     }
 
-    static const char *const prog_keys[] = {"job_id", "generation", "rank", "age_ms", NULL};
+    static const char *const prog_keys[] = {"job_id", "generation", "rank", "age_ms", "stopped",
+                                            NULL};
     b.nprogress = json_array_size(progress);
     b.progress = xcalloc(b.nprogress + 1, sizeof(*b.progress));
     for (size_t i = 0; i < b.nprogress; i++) {
@@ -546,6 +547,9 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
             rc = jsonx_get_int(g, "rank", 1, 0, 1 << 20, &rank, err);
         if (!rc)
             rc = jsonx_get_int(g, "age_ms", 1, 0, INT64_MAX / 2, &age, err);
+        int stopped = 0;
+        if (!rc)
+            rc = jsonx_get_bool(g, "stopped", 0, &stopped, err);
         if (rc) {
             rc = validate_prefix(err, p, rc);
             goto out;
@@ -553,6 +557,7 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
         o->generation = gen;
         o->rank = (int)rank;
         o->age_ms = age;
+        o->stopped = stopped;
     }
     *out = b;
     memset(&b, 0, sizeof(b));

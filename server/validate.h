@@ -74,6 +74,7 @@ struct beat_progress {
     int64_t job, generation;
     int rank;
     int64_t age_ms;
+    int stopped; /* optional "stopped": the agent saw the process stopped (state T) */
 };
 
 /* A heartbeat body. Arrays are owned by the struct (validate_beat_release); json values

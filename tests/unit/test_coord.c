@@ -623,6 +623,127 @@ static void test_coord_group_commit_concurrent(void **state)
     assert_int_equal(log_count(f, 1), 51);
 }
 
+static void test_coord_root_cause_node_lost_after_peer_exit(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\",\"max_restarts\":1}");
+    expect_state(f, id, "RUNNING", "on 2 nodes");
+    /* agent b dies; rank 0 on a sees its peer go first */
+    f->now += 500;
+    char *w = worker("j-1", 1, 0, "exited", 6);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RESTARTING", "rank 0 on node-a exited 6 (peer lost)");
+    for (int i = 0; i < 6; i++) {
+        f->now += 1000;
+        beat0(f, "node-a", NULL);
+        coord_tick(f->c, f->now);
+    }
+    expect_event(f, id, "RESTARTING", "root cause: node node-b lost (no heartbeat for 5 s); "
+                                      "rank 0 on node-a exited 6 (peer lost) followed");
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
+    /* the next failure spends the budget: FAILED names the root cause */
+    w = worker("j-1", 2, 0, "exited", 1);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "FAILED", "rank 0 on node-a exited 1 (failure)");
+}
+
+static void test_coord_root_cause_signal_beats_peer_lost(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"max_restarts\":0}");
+    expect_state(f, id, "RUNNING", NULL);
+    /* node ranks: a = rank 0, b = rank 1; a's rank exits 6 first */
+    char *w = worker("j-1", 1, 0, "exited", 6);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RESTARTING", "peer lost");
+    /* an exit by our own SIGTERM is no cause */
+    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+             "\"rank\":1,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
+             "\"signal\":15}]");
+    beat0(f, "node-b", extra);
+    expect_state(f, id, "FAILED", "rank 0 on node-a exited 6 (peer lost)");
+}
+
+static void test_coord_root_cause_kill_reported_late(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"max_restarts\":0}");
+    char *w = worker("j-1", 1, 0, "exited", 6);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+             "\"rank\":1,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
+             "\"signal\":9}]");
+    beat0(f, "node-b", extra);
+    expect_event(f, id, "RESTARTING", "root cause: rank 1 on node-b killed by signal 9");
+    expect_state(f, id, "FAILED", "rank 1 on node-b killed by signal 9");
+}
+
+static void test_coord_hang_names_the_stopped_rank(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"nproc_per_node\":2,"
+                           "\"hang_timeout_s\":5}");
+    expect_state(f, id, "RUNNING", NULL);
+    for (int i = 0; i < 6; i++) {
+        f->now += 1000;
+        beat0(f, "node-a", NULL);
+        beat0(f, "node-b", NULL);
+    }
+    /* every rank stalls; a's beat comes first */
+    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+                       "\"age_ms\":6010},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
+                       "\"age_ms\":6012}]");
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", NULL); /* waits for node-b's beat */
+    f->now += 300;
+    beat0(f, "node-b", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":2,"
+                       "\"age_ms\":6400},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":3,"
+                       "\"age_ms\":6390,\"stopped\":true}]");
+    expect_event(f, id, "RESTARTING", "rank 3 on node-b hung (no progress for 6 s, process "
+                                      "stopped)");
+}
+
+static void test_coord_hang_without_stop_flag_takes_oldest(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"hang_timeout_s\":5}");
+    for (int i = 0; i < 6; i++) {
+        f->now += 1000;
+        beat0(f, "node-a", NULL);
+        beat0(f, "node-b", NULL);
+    }
+    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+                       "\"age_ms\":5100}]");
+    /* node-b stays silent: the decision comes at most 1.5 s later */
+    tick(f, 1000);
+    expect_state(f, id, "RUNNING", NULL);
+    f->now += 200;
+    beat0(f, "node-b", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
+                       "\"age_ms\":7000}]");
+    expect_event(f, id, "RESTARTING", "rank 1 on node-b hung (no progress for 7 s)");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -640,6 +761,11 @@ int main(void)
         T(test_coord_beat_errors_and_new_incarnation),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
+        T(test_coord_root_cause_node_lost_after_peer_exit),
+        T(test_coord_root_cause_signal_beats_peer_lost),
+        T(test_coord_root_cause_kill_reported_late),
+        T(test_coord_hang_names_the_stopped_rank),
+        T(test_coord_hang_without_stop_flag_takes_oldest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
