@@ -247,6 +247,9 @@ static void test_validate_beat(void **state)
          "field 'metrics[0].metric'"},
         {"{\"incarnation\":\"x\",\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0}]}",
          "field 'progress[0].age_ms': required"},
+        {"{\"incarnation\":\"x\",\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+         "\"age_ms\":5,\"stopped\":1}]}",
+         "field 'progress[0].stopped'"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct beat b = {0};
