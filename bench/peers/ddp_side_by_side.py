@@ -12,7 +12,8 @@ Configurations (batch 32 per rank, SGD momentum 0.9, lr 0.01 x W, bucket cap 25 
 at W = 1 and 2. Ours: W ddp-worker processes with the torchrun environment (rank 0's
 "N samples/s" epoch line); peak RSS of each rank from wait4's ru_maxrss. Theirs: torch_ddp.py
 --world W (its RESULT line: samples/s the same way, ru_maxrss of each rank). Each cell is the
-median over --reps runs. Memory floor = parameters + gradients + momentum + one batch (float32);
+median over --reps runs; the ratio is the median of the ratios of runs side by side (ours,
+then theirs, alternating: robust to the load drifting over the run). Memory floor = parameters + gradients + momentum + one batch (float32);
 data = the data set each rank holds (train + test, float32), which both sides load whole.
 """
 import argparse
@@ -127,7 +128,10 @@ def main():
             t_rss = statistics.median(v[1] for v in theirs) / 1024
             floor = (12 * nparams(model) + BATCH * (dim * 4 + 8)) / 2**20
             dset = (n + max(n // 5, 1) if name != "fashion" else 70000) * dim * 4 / 2**20
-            rows.append((name, model, w, o_sps, t_sps, o_rss, t_rss, floor, dset))
+            # Runs alternate, so pair them: the median of the paired ratios follows the load's
+            # drift better than the ratio of the medians.
+            ratio = statistics.median(o[0] / t[0] for o, t in zip(ours, theirs))
+            rows.append((name, model, w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset))
             print("# %s W=%d: ours %s; torch %s" % (
                 name, w, " ".join("%.0f" % v[0] for v in ours),
                 " ".join("%.0f" % v[0] for v in theirs)), file=sys.stderr)
@@ -136,11 +140,12 @@ def main():
     print("%-8s %-22s %2s %10s %10s %8s %9s %9s %8s %8s %9s %9s" % (
         "data", "model", "W", "ours/s", "torch/s", "ratio", "ours_MiB", "torch_MiB",
         "floor", "dataset", "ours/fl", "ours/fl+d"))
-    for name, model, w, o_sps, t_sps, o_rss, t_rss, floor, dset in rows:
+    for name, model, w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset in rows:
         print("%-8s %-22s %2d %10.0f %10.0f %7.2fx %9.0f %9.0f %8.1f %8.1f %8.2fx %8.2fx" % (
-            name, model[4:], w, o_sps, t_sps, o_sps / t_sps, o_rss, t_rss, floor, dset,
+            name, model[4:], w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset,
             o_rss / floor, o_rss / (floor + dset)))
-    print("# ratio = samples/s ours / torch (> 1: ours faster); *_MiB = peak RSS per rank (max "
+    print("# ratio = median over the runs of samples/s ours / torch of the run beside it (> 1: "
+          "ours faster); *_MiB = peak RSS per rank (max "
           "over ranks); floor = params + grads + momentum + one batch; dataset = train + test "
           "held by each rank; ours/fl = ours_MiB / floor, ours/fl+d = ours_MiB / (floor + "
           "dataset)")
