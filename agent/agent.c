@@ -666,6 +666,24 @@ struct agent_ack {
 
 /* Builds a beat body from the state. Holds a->mu. acks gets one entry per worker that
  * had lines in the body. */
+
+/* 1 when pid is stopped by a signal (SIGSTOP, a debugger): state T or t in /proc/PID/stat.
+ * ddpd's hang watchdog then names this rank as the one that hung. */
+static int pid_is_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The state follows the command name, which is in parentheses and may hold spaces. */
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
 static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **acks,
                                size_t *nacks)
 {
@@ -713,6 +731,8 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
                 json_object_set_new(p, "rank", json_integer(w->rank));
                 json_object_set_new(p, "age_ms", json_integer(now_wall > last ? now_wall - last
                                                                                 : 0));
+                if (pid_is_stopped(w->proc.pid))
+                    json_object_set_new(p, "stopped", json_true());
                 json_array_append_new(progress, p);
             }
         }
