@@ -22,6 +22,19 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 >/dev/null
 fi
 
+# promtool (Debian package prometheus) checks /metrics. Installing the package would also
+# start a Prometheus server, so take the binary out of the .deb instead.
+if ! command -v promtool >/dev/null; then
+  tools=$PWD/build-tools
+  if [ ! -x "$tools/usr/bin/promtool" ] && [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
+    mkdir -p "$tools"
+    (cd "$tools" && apt-get download -q prometheus >/dev/null 2>&1 &&
+      dpkg -x prometheus_*.deb . && rm -f prometheus_*.deb) ||
+      echo "note: promtool unavailable; /metrics is checked by the tests' own parser only"
+  fi
+  [ -x "$tools/usr/bin/promtool" ] && export PATH="$tools/usr/bin:$PATH"
+fi
+
 only=${DDP_TEST_ONLY:-all}
 status=0
 
