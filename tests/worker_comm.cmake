@@ -7,6 +7,8 @@ ddp_unit_test(NAME test_comm_cpu SOURCES unit/test_comm_cpu.c LIBS ddp TIMEOUT 1
 # The same binary's long cases (10^7 elements, killed and stopped peer processes).
 add_test(NAME test_comm_cpu_heavy COMMAND test_comm_cpu heavy)
 set_tests_properties(test_comm_cpu_heavy PROPERTIES TIMEOUT 300 LABELS "unit;heavy")
+# The shared-memory and hierarchical transports (ranks as forked processes).
+ddp_unit_test(NAME test_comm_shm SOURCES unit/test_comm_shm.c LIBS ddp TIMEOUT 300)
 
 if(DDP_FUZZ)
   # The rendezvous server's parser, through a real loopback socket (see fuzz_rdzv.c).

@@ -2,7 +2,8 @@
  * comm.c - backend selection and the thin public wrappers of comm.h.
  *
  * comm_new() picks the ops table ("cpu", "nccl", "auto"), copies the options (the comm owns
- * its copy of local_addr), and runs the backend's init; everything else forwards to the ops.
+ * its copy of local_addr; DDP_COMM_TRANSPORT=tcp forces the TCP ring), and runs the backend's
+ * init; everything else forwards to the ops.
  * World size 1 is handled by each backend (a no-op that still honours the work/wait
  * contract), and needs no rendezvous store: r may be NULL then.
  */
@@ -78,6 +79,15 @@ int comm_new(const char *backend, struct rdzv *r, int rank, int world_size,
         c->opts = *opts;
     if (c->opts.timeout_ms <= 0)
         c->opts.timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
+    const char *tr = getenv("DDP_COMM_TRANSPORT");
+    if (tr && *tr && strcmp(tr, "auto") != 0) {
+        if (strcmp(tr, "tcp") != 0) {
+            ret = err_set(err, DDP_EINVAL, "DDP_COMM_TRANSPORT: '%.32s' is not one of auto, tcp",
+                          tr);
+            goto out;
+        }
+        c->opts.force_tcp = 1;
+    }
     const char *la = opts && opts->local_addr ? opts->local_addr : "";
     if (strlen(la) >= sizeof(c->local_addr)) {
         ret = err_set(err, DDP_EINVAL, "local address '%.64s...' is too long", la);

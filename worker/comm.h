@@ -7,6 +7,11 @@
  * run in issue order on the backend's own thread/stream, so the caller can keep computing
  * (the reducer overlaps them with the backward pass).
  *
+ * The cpu backend picks its transport from the rank layout (every rank publishes a host
+ * identity): shared memory when all ranks share a host, the TCP ring when every rank is on
+ * its own host or opts.force_tcp, else hierarchical (shared-memory reduce to one leader per
+ * host, TCP ring of the leaders, shared-memory broadcast).
+ *
  * Failure: a peer that dies or stays silent longer than opts.timeout_ms turns every pending
  * and later call into DDP_EPEER (message names the peer: "peer rank 2 (10.0.0.2:41233) lost:
  * connection reset") or DDP_ETIMEOUT; never a hang. After an error the comm is unusable
@@ -27,7 +32,11 @@ struct comm_opts {
     int64_t timeout_ms;     /* per collective; 60000 by default */
     size_t chunk_bytes;     /* pipelining chunk of the ring; 0 = backend default */
     const char *local_addr; /* address peers use to reach this rank ("" = MASTER_ADDR's route) */
-    int force_tcp;          /* 1: do not use shared memory between same-host ranks */
+    int force_tcp;          /* 1: do not use shared memory between same-host ranks; also set
+                             * by DDP_COMM_TRANSPORT=tcp in the environment */
+    size_t small_bytes;     /* cpu over shared memory: all-reduces of at most this many bytes
+                             * take the one-round latency-bound algorithm; 0 = default
+                             * (64 KiB), 1 = never */
     int device;             /* GPU ordinal for nccl (LOCAL_RANK); ignored by cpu */
 };
 

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -59,6 +60,7 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "worker/comm_internal.h"
+#include "worker/comm_shm.h"
 #include "worker/net.h"
 
 #define HELLO_MAGIC 0x44445048u /* "DDPH" */
@@ -82,7 +84,24 @@ struct comm_work {
     struct comm_work *all_prev, *all_next; /* every live work */
 };
 
+/* How collectives travel (chosen in init from the rank layout, the same on every rank). */
+enum comm_mode {
+    MODE_TCP = 0,  /* the ring over all ranks (force_tcp, or every rank on its own host) */
+    MODE_SHM = 1,  /* every rank on one host: shared memory only */
+    MODE_HIER = 2, /* shm reduce to the host leader, ring of leaders, shm broadcast */
+};
+
 struct cpu {
+    enum comm_mode mode;
+    /* The TCP ring: over all ranks (MODE_TCP) or over one leader per host (MODE_HIER, where
+     * ring index = host index). left/right and notices are ring indices. */
+    int has_ring;
+    int rrank, rworld;
+    int *ring_global; /* ring index -> global rank */
+    /* Shared memory (MODE_SHM, MODE_HIER). */
+    struct shm_group *shm;
+    int *host_of;  /* global rank -> host index */
+    int *local_of; /* global rank -> index among its host's ranks */
     int send_fd, recv_fd;
     int left, right;
     char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
@@ -209,6 +228,8 @@ static void reduce_f64(double *restrict dst, const double *restrict src, size_t 
         dst[i] += src[i];
 }
 
+/* A notice names the rank at fault by its global rank (not its ring index: in a
+ * hierarchical ring the fault may be a non-leader behind a leader). */
 #define NOTICE_UNKNOWN 0x7f
 #define NOTICE_SILENT 0x80
 
@@ -218,13 +239,19 @@ static uint8_t notice_of(int rank, int silent)
     return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
 }
 
+/* The global rank of ring index i (the unknown marker passes through). */
+static int rg(const struct cpu *cpu, int i)
+{
+    return i >= 0 && i < cpu->rworld && cpu->ring_global ? cpu->ring_global[i] : i;
+}
+
 static int fail_peer(struct comm *c, int peer, const char *name, const char *what, int e,
                      struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    cpu->notice = notice_of(peer, 0);
-    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", peer, name, what,
-                   net_errno_text(e));
+    cpu->notice = notice_of(rg(cpu, peer), 0);
+    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", rg(cpu, peer), name,
+                   what, net_errno_text(e));
 }
 
 /* The error for a notice b that neighbour `via` sent; the notice is passed on unchanged. */
@@ -235,29 +262,29 @@ static int notice_error(struct comm *c, uint8_t b, int via, const char *via_name
     cpu->notice = b;
     int rank = b & NOTICE_UNKNOWN;
     if (rank == NOTICE_UNKNOWN)
-        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)", via,
-                       via_name, what);
+        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
+                       rg(cpu, via), via_name, what);
     if (rank == c->rank && cpu->wait_peer >= 0) {
         /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
          * stalled ring that one is the better suspect; pass it on. */
         int peer = cpu->wait_peer;
-        cpu->notice = notice_of(peer, 1);
+        cpu->notice = notice_of(rg(cpu, peer), 1);
         return err_set(err, DDP_ETIMEOUT,
                        "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
                        "out on this rank while this rank waited for it)",
-                       peer, peer == cpu->left ? cpu->left_name : cpu->right_name,
-                       c->opts.timeout_ms, what, via);
+                       rg(cpu, peer), peer == cpu->left ? cpu->left_name : cpu->right_name,
+                       c->opts.timeout_ms, what, rg(cpu, via));
     }
     if (rank == c->rank)
         return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
-                       "rank %d (%s) gave up on this rank during %s (it was %s)", via, via_name,
-                       what, b & NOTICE_SILENT ? "silent" : "unreachable");
+                       "rank %d (%s) gave up on this rank during %s (it was %s)", rg(cpu, via),
+                       via_name, what, b & NOTICE_SILENT ? "silent" : "unreachable");
     if (b & NOTICE_SILENT)
         return err_set(err, DDP_ETIMEOUT,
                        "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
-                       rank, c->opts.timeout_ms, what, via);
-    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)", rank,
-                   what, via);
+                       rank, c->opts.timeout_ms, what, rg(cpu, via));
+    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)",
+                   rank, what, rg(cpu, via));
 }
 
 /*
@@ -413,7 +440,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                                        "aux %u seq %" PRIu64 " of %" PRIu64
                                        " bytes, this rank kind %u aux %u seq %" PRIu64
                                        " of %" PRIu64 " bytes",
-                                       cpu->left, cpu->left_name, theirs.kind, theirs.aux,
+                                       rg(cpu, cpu->left), cpu->left_name, theirs.kind, theirs.aux,
                                        theirs.seq, theirs.bytes, mine->kind, mine->aux,
                                        mine->seq, mine->bytes);
                     }
@@ -456,10 +483,10 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         if (left_ms <= 0) {
             int peer = !recv_done ? cpu->left : cpu->right;
             const char *name = !recv_done ? cpu->left_name : cpu->right_name;
-            cpu->notice = notice_of(peer, 1);
+            cpu->notice = notice_of(rg(cpu, peer), 1);
             return err_set(err, DDP_ETIMEOUT,
-                           "peer rank %d (%s) silent for %" PRId64 " ms during %s", peer, name,
-                           c->opts.timeout_ms, p->what);
+                           "peer rank %d (%s) silent for %" PRId64 " ms during %s",
+                           rg(cpu, peer), name, c->opts.timeout_ms, p->what);
         }
         /* While this rank still has bytes for the right neighbour, any readable event on the
          * send socket (it never carries data towards us) means that neighbour went away. */
@@ -493,50 +520,114 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
     }
 }
 
-static int run_work(struct comm *c, struct comm_work *w, struct ddp_err *err)
+/* The ring part of an all-reduce (over all ranks or the leaders). */
+static int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                          uint64_t seq, int kind, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     struct plan p;
     memset(&p, 0, sizeof(p));
-    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)w->kind, .seq = cpu->seq++};
-    p.rank = c->rank;
-    p.world = c->world_size;
-    float *ones = NULL;
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.count = count;
+    p.dt = dt;
+    p.what = what;
+    p.esize = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    p.nsteps = 2 * (cpu->rworld - 1);
+    p.has_send = p.has_recv = 1;
+    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)kind, .aux = (uint16_t)dt,
+                         .seq = seq, .bytes = count * p.esize};
+    return ring_run(c, &p, &h, err);
+}
+
+/* The ring part of a broadcast from ring index root. */
+static int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
+                          struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    memset(&p, 0, sizeof(p));
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.esize = 1;
+    p.is_bcast = 1;
+    p.bytes = bytes;
+    p.nsteps = 1;
+    p.has_recv = cpu->rrank != root;
+    p.has_send = cpu->right != root;
+    p.what = "broadcast";
+    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = WORK_BROADCAST, .aux = (uint16_t)root,
+                         .seq = seq, .bytes = bytes};
+    return ring_run(c, &p, &h, err);
+}
+
+/* A sum all-reduce over the comm's transport (see enum comm_mode). */
+static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                        uint64_t seq, int kind, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const char *what = kind == WORK_BARRIER ? "barrier" : "all-reduce";
     int ret = 0;
-    if (w->kind == WORK_BROADCAST) {
-        p.buf = w->buf;
-        p.esize = 1;
-        p.is_bcast = 1;
-        p.bytes = w->bytes;
-        p.nsteps = 1;
-        p.has_recv = c->rank != w->root;
-        p.has_send = cpu->right != w->root;
-        p.what = "broadcast";
-        h.aux = (uint16_t)w->root;
-        h.bytes = w->bytes;
-    } else {
-        if (w->kind == WORK_BARRIER) {
-            ones = xmalloc((size_t)c->world_size * sizeof(float));
-            for (int i = 0; i < c->world_size; i++)
-                ones[i] = 1.0f;
-            p.buf = (char *)ones;
-            p.count = (size_t)c->world_size;
-            p.dt = COMM_F32;
-            p.what = "barrier";
-        } else {
-            p.buf = w->buf;
-            p.count = w->count;
-            p.dt = w->dt;
-            p.what = "all-reduce";
-        }
-        p.esize = p.dt == COMM_F32 ? sizeof(float) : sizeof(double);
-        p.nsteps = 2 * (c->world_size - 1);
-        p.has_send = p.has_recv = 1;
-        h.aux = (uint16_t)p.dt;
-        h.bytes = p.count * p.esize;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_allreduce(c, buf, count, dt, seq, kind, what, err);
+    case MODE_SHM:
+        return shm_allreduce(cpu->shm, buf, count, dt, 0, seq, kind, err);
+    case MODE_HIER:
+        if ((ret = shm_allreduce(cpu->shm, buf, count, dt, 1, seq, kind, err)) < 0)
+            return ret;
+        if (cpu->has_ring &&
+            (ret = ring_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
+            return ret;
+        return shm_broadcast(cpu->shm, buf, count * (dt == COMM_F32 ? 4 : 8), 0, seq, kind,
+                             err);
     }
-    ret = ring_run(c, &p, &h, err);
-    if (ret == 0 && ones) {
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
+static int do_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
+                        struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_broadcast(c, buf, bytes, root, seq, err);
+    case MODE_SHM:
+        return shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root], seq, WORK_BROADCAST,
+                             err);
+    case MODE_HIER: {
+        int rhost = cpu->host_of[root], mine = cpu->host_of[c->rank];
+        /* Root to its host's leader, leaders' ring from that host, then each other host. */
+        if (mine == rhost && (ret = shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root],
+                                                  seq, WORK_BROADCAST, err)) < 0)
+            return ret;
+        if (cpu->has_ring && (ret = ring_broadcast(c, buf, bytes, rhost, seq, err)) < 0)
+            return ret;
+        if (mine != rhost)
+            return shm_broadcast(cpu->shm, buf, bytes, 0, seq, WORK_BROADCAST, err);
+        return 0;
+    }
+    }
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
+static int run_work(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint64_t seq = cpu->seq++;
+    if (w->kind == WORK_BROADCAST)
+        return do_broadcast(c, w->buf, w->bytes, w->root, seq, err);
+    if (w->kind == WORK_ALLREDUCE)
+        return do_allreduce(c, w->buf, w->count, w->dt, seq, WORK_ALLREDUCE, err);
+    /* Barrier: an all-reduce of W ones; nobody finishes before everybody contributed. */
+    float *ones = xmalloc((size_t)c->world_size * sizeof(float));
+    for (int i = 0; i < c->world_size; i++)
+        ones[i] = 1.0f;
+    int ret = do_allreduce(c, ones, (size_t)c->world_size, COMM_F32, seq, WORK_BARRIER, err);
+    if (ret == 0) {
         for (int i = 0; i < c->world_size; i++) {
             if (ones[i] != (float)c->world_size) {
                 ret = err_set(err, DDP_EINTERNAL, "barrier: sum %g != world size %d",
@@ -567,6 +658,19 @@ static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
 static void abort_ring(struct comm *c, const struct ddp_err *e)
 {
     struct cpu *cpu = c->impl;
+    /* A failure the shared memory saw names its rank at fault in the ring's notice; one the
+     * ring saw names the ring's in the segment. */
+    int silent = 0;
+    int fault = shm_fault(cpu->shm, &silent);
+    if (fault >= 0)
+        cpu->notice = notice_of(fault, silent);
+    else if ((cpu->notice & NOTICE_UNKNOWN) != NOTICE_UNKNOWN)
+        fault = cpu->notice & NOTICE_UNKNOWN;
+    shm_abort(cpu->shm, e, fault);
+    if (!cpu->has_ring) {
+        log_debug("comm: rank %d: %s", c->rank, e->msg);
+        return;
+    }
     uint8_t b = cpu->notice;
     if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
         log_debug("comm: rank %d: notice to the right not sent", c->rank);
@@ -787,12 +891,13 @@ static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, int peer, int
     if (ret == DDP_ETIMEOUT)
         ret = err_set(err, DDP_ETIMEOUT,
                       "peer rank %d did not publish its ring address within %" PRId64 " ms",
-                      peer, c->opts.timeout_ms);
+                      rg(c->impl, peer), c->opts.timeout_ms);
     if (ret < 0)
         return ret;
     ret = parse_addr(v, len, host, hostsize, port, nonce);
     if (ret < 0)
-        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address", peer);
+        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address",
+                      rg(c->impl, peer));
     free(v);
     return ret;
 }
@@ -802,12 +907,11 @@ static void format_name(char *out, size_t size, const char *host, int port)
     snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
 }
 
-static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
+static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     int ret = 0, lfd = -1, fd = -1;
     int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
-    uint64_t id = rdzv_next_id(r);
     char nonce[NONCE_HEX + 1];
     char host[NET_ADDR_MAX], rhost[NET_ADDR_MAX], lhost[NET_ADDR_MAX];
     char rnonce[NONCE_HEX + 1], lnonce[NONCE_HEX + 1];
@@ -834,7 +938,7 @@ static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
     }
     char key[64], val[NET_ADDR_MAX + NONCE_HEX + 8], me[PEER_NAME_MAX];
     format_name(me, sizeof(me), host, port);
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, c->rank);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->rrank);
     int vl = snprintf(val, sizeof(val), "%s %s", me, nonce);
     if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
         goto out;
@@ -854,8 +958,8 @@ static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
             break;
         if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
             err_set(err, ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret,
-                    "ring: cannot connect to peer rank %d (%s): %s", cpu->right, cpu->right_name,
-                    e.msg);
+                    "ring: cannot connect to peer rank %d (%s): %s", rg(cpu, cpu->right),
+                    cpu->right_name, e.msg);
             ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
             goto out;
         }
@@ -865,7 +969,7 @@ static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
     struct hello_msg hm;
     memset(&hm, 0, sizeof(hm));
     hm.magic = HELLO_MAGIC;
-    hm.rank = (uint32_t)c->rank;
+    hm.rank = (uint32_t)cpu->rrank;
     hm.id = id;
     memcpy(hm.nonce, rnonce, NONCE_HEX + 1);
     if ((ret = net_send_all(cpu->send_fd, &hm, sizeof(hm), deadline, &e)) < 0) {
@@ -877,8 +981,8 @@ static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
     /* Accept from the left neighbour; drop anyone else. */
     for (;;) {
         if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
-            err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s", cpu->left,
-                    cpu->left_name, e.msg);
+            err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s",
+                    rg(cpu, cpu->left), cpu->left_name, e.msg);
             goto out;
         }
         struct hello_msg got;
@@ -906,8 +1010,8 @@ static int ring_connect(struct comm *c, struct rdzv *r, struct ddp_err *err)
     if ((ret = net_recv_all(cpu->send_fd, &ack, 1, deadline, &e)) < 0 || ack != 1) {
         if (ret == 0)
             ret = DDP_EPEER;
-        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s", cpu->right,
-                cpu->right_name, ret == DDP_EPEER ? e.msg : "bad ack");
+        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s",
+                rg(cpu, cpu->right), cpu->right_name, ret == DDP_EPEER ? e.msg : "bad ack");
         goto out;
     }
 out:
@@ -928,8 +1032,14 @@ static void cpu_destroy(struct comm *c)
         cpu->stop = 1;
         /* A collective in flight would only end at its timeout: cut it short. */
         if (cpu->busy || cpu->head) {
-            shutdown(cpu->send_fd, SHUT_RDWR);
-            shutdown(cpu->recv_fd, SHUT_RDWR);
+            if (cpu->has_ring) {
+                shutdown(cpu->send_fd, SHUT_RDWR);
+                shutdown(cpu->recv_fd, SHUT_RDWR);
+            }
+            struct ddp_err e;
+            err_set(&e, DDP_EPEER, "peer rank %d closed its comm during a collective",
+                    c->rank);
+            shm_abort(cpu->shm, &e, c->rank);
         }
         pthread_cond_signal(&cpu->cv_work);
         pthread_mutex_unlock(&cpu->mu);
@@ -945,11 +1055,153 @@ static void cpu_destroy(struct comm *c)
     if (cpu->recv_fd >= 0)
         close(cpu->recv_fd);
     free(cpu->stage);
+    shm_group_close(cpu->shm);
+    free(cpu->ring_global);
+    free(cpu->host_of);
+    free(cpu->local_of);
     pthread_cond_destroy(&cpu->cv_work);
     pthread_cond_destroy(&cpu->cv_done);
     pthread_mutex_destroy(&cpu->mu);
     free(cpu);
     c->impl = NULL;
+}
+
+/*
+ * This rank's host identity: the boot id, the network namespace's inode and the host name
+ * (ranks in different network namespaces of one machine - how the fault tests simulate
+ * hosts - count as different hosts), plus DDP_COMM_HOST_ID when set (a test or a site can
+ * split one machine into several "hosts" with it).
+ */
+static void host_identity(char *out, size_t size)
+{
+    char boot[64] = "", name[128] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f))
+            boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    struct stat st;
+    unsigned long long ns = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    if (gethostname(name, sizeof(name)) < 0)
+        name[0] = '\0';
+    name[sizeof(name) - 1] = '\0';
+    const char *extra = getenv("DDP_COMM_HOST_ID");
+    snprintf(out, size, "%s/%llu/%s/%s", boot, ns, name, extra ? extra : "");
+}
+
+/*
+ * Publishes this rank's host identity under "comm/<id>/host/<rank>", reads every rank's,
+ * and fills host_of/local_of. Hosts are numbered in the order of their lowest rank; a host's
+ * leader is its lowest rank. *nhosts = how many hosts.
+ */
+static int map_hosts(struct comm *c, struct rdzv *r, uint64_t id, int *nhosts,
+                     struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int W = c->world_size, ret = 0, n = 0;
+    char mine[512], key[96];
+    char **ids = xcalloc((size_t)W, sizeof(char *));
+    int *count = xcalloc((size_t)W, sizeof(int));
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    host_identity(mine, sizeof(mine));
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, c->rank);
+    if ((ret = rdzv_set(r, key, mine, strlen(mine), err)) < 0)
+        goto out;
+    cpu->host_of = xcalloc((size_t)W, sizeof(int));
+    cpu->local_of = xcalloc((size_t)W, sizeof(int));
+    for (int q = 0; q < W; q++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, q);
+        int64_t left = deadline - time_mono_ms();
+        if ((ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err)) < 0) {
+            if (ret == DDP_ETIMEOUT)
+                ret = err_set(err, DDP_ETIMEOUT,
+                              "peer rank %d did not publish its host within %" PRId64 " ms", q,
+                              c->opts.timeout_ms);
+            goto out;
+        }
+        ids[q] = xmalloc(len + 1);
+        memcpy(ids[q], v, len);
+        ids[q][len] = '\0';
+        free(v);
+        int h = -1;
+        for (int p = 0; p < q && h < 0; p++)
+            if (strcmp(ids[p], ids[q]) == 0)
+                h = cpu->host_of[p];
+        if (h < 0)
+            h = n++;
+        cpu->host_of[q] = h;
+        cpu->local_of[q] = count[h]++;
+    }
+    *nhosts = n;
+out:
+    for (int q = 0; q < W; q++)
+        free(ids[q]);
+    free(ids);
+    free(count);
+    return ret;
+}
+
+/* Chooses the transport from the layout and sets up the shared memory and the ring. */
+static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int W = c->world_size, ret = 0, nhosts = W;
+    int *members = NULL;
+    uint64_t id = rdzv_next_id(r);
+    cpu->rrank = c->rank;
+    cpu->rworld = W;
+    cpu->mode = MODE_TCP;
+    if (!c->opts.force_tcp) {
+        if ((ret = map_hosts(c, r, id, &nhosts, err)) < 0)
+            goto out;
+        cpu->mode = nhosts == W ? MODE_TCP : nhosts == 1 ? MODE_SHM : MODE_HIER;
+    }
+    if (cpu->mode != MODE_TCP) {
+        int me = cpu->host_of[c->rank], L = 0;
+        members = xcalloc((size_t)W, sizeof(int));
+        for (int q = 0; q < W; q++)
+            if (cpu->host_of[q] == me)
+                members[L++] = q;
+        struct shm_setup su = {.r = r,
+                               .comm_id = id,
+                               .host = me,
+                               .members = members,
+                               .nmembers = L,
+                               .local_rank = cpu->local_of[c->rank],
+                               .world_size = W,
+                               .timeout_ms = c->opts.timeout_ms,
+                               .piece_bytes = c->opts.chunk_bytes,
+                               .small_bytes = c->opts.small_bytes};
+        if ((ret = shm_group_open(&su, &cpu->shm, err)) < 0)
+            goto out;
+    }
+    if (cpu->mode == MODE_HIER) {
+        cpu->ring_global = xcalloc((size_t)nhosts, sizeof(int));
+        for (int q = W - 1; q >= 0; q--)
+            cpu->ring_global[cpu->host_of[q]] = q;
+        cpu->rworld = nhosts;
+        cpu->rrank = cpu->host_of[c->rank];
+        cpu->has_ring = cpu->local_of[c->rank] == 0;
+    } else {
+        cpu->has_ring = cpu->mode == MODE_TCP;
+    }
+    log_debug("comm: rank %d: %s transport, %d host(s)", c->rank,
+              cpu->mode == MODE_TCP ? "tcp ring" : cpu->mode == MODE_SHM ? "shared-memory"
+                                                                         : "hierarchical",
+              nhosts);
+    if (cpu->has_ring) {
+        cpu->right = (cpu->rrank + 1) % cpu->rworld;
+        cpu->left = (cpu->rrank + cpu->rworld - 1) % cpu->rworld;
+        if ((ret = ring_connect(c, r, id, err)) < 0)
+            goto out;
+    }
+out:
+    free(members);
+    return ret;
 }
 
 static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
@@ -978,9 +1230,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
         chunk = (size_t)64 << 20;
     cpu->chunk = chunk;
     cpu->stage = xmalloc(chunk);
-    cpu->right = (c->rank + 1) % c->world_size;
-    cpu->left = (c->rank + c->world_size - 1) % c->world_size;
-    if ((ret = ring_connect(c, r, err)) < 0)
+    if ((ret = setup_transport(c, r, err)) < 0)
         goto out;
     if (pthread_create(&cpu->thread, NULL, comm_thread, c) != 0) {
         ret = err_set(err, DDP_EINTERNAL, "cannot start the comm thread");
@@ -989,6 +1239,22 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     cpu->thread_started = 1;
 out:
     return ret;
+}
+
+/* Which transport init chose: "tcp", "shm" or "hier" (tests, logs). */
+const char *comm_cpu_transport(const struct comm *c)
+{
+    const struct cpu *cpu = c->impl;
+    if (!cpu || c->world_size == 1)
+        return "none";
+    return cpu->mode == MODE_TCP ? "tcp" : cpu->mode == MODE_SHM ? "shm" : "hier";
+}
+
+/* The shared-memory segment's name, or NULL when this comm has none (tests). */
+const char *comm_cpu_shm_name(const struct comm *c)
+{
+    const struct cpu *cpu = c->impl;
+    return cpu && cpu->shm ? shm_group_name(cpu->shm) : NULL;
 }
 
 const struct comm_ops comm_cpu_ops = {

@@ -6,12 +6,11 @@
  * A backend's init() fills c->impl; destroy() frees it (and may be called on a half-built
  * comm after init failed). comm.c owns struct comm itself.
  *
- * Adding a transport (issue 7's shared memory between same-host ranks): give it its own ops
- * table (comm_shm.c) and pick it in comm.c's pick_backend() for "cpu" when !opts.force_tcp
- * and every rank published the same host id in the store (init can decide and fall back to
- * comm_cpu_ops' functions, since the ops take struct comm). The TCP ring keeps its store key
- * layout "comm/<id>/<rank>" = "host:port nonce"; a hierarchical mode can run the ring over
- * one leader per host by creating it on a sub-world (rank/world of the leaders).
+ * Shared memory between same-host ranks (issue 7) is a transport of the cpu backend, not a
+ * backend: comm_cpu.c's init reads every rank's host identity from the store
+ * ("comm/<id>/host/<rank>") and uses comm_shm.c for the ranks of a host; the TCP ring keeps
+ * its key layout "comm/<id>/<ring rank>" = "host:port nonce", where the ring is over all
+ * ranks or, hierarchically, over one leader per host (ring rank = host index).
  */
 #ifndef DDP_WORKER_COMM_INTERNAL_H
 #define DDP_WORKER_COMM_INTERNAL_H
@@ -32,6 +31,10 @@ struct comm {
 };
 
 extern const struct comm_ops comm_cpu_ops;
+/* The transport the cpu backend chose: "tcp", "shm", "hier" ("none" at world size 1). */
+const char *comm_cpu_transport(const struct comm *c);
+/* Its shared-memory segment's name, or NULL when it has none. */
+const char *comm_cpu_shm_name(const struct comm *c);
 
 #ifdef DDP_HAVE_CUDA
 /* Provided by the NCCL backend (worker/gpu/): its ops and whether a GPU is visible. */

@@ -1096,6 +1096,16 @@ uint64_t rdzv_next_id(struct rdzv *r)
     return r->next_id++;
 }
 
+const char *rdzv_master_host(const struct rdzv *r)
+{
+    return r->host;
+}
+
+int rdzv_master_port(const struct rdzv *r)
+{
+    return r->port;
+}
+
 int rdzv_rank(const struct rdzv *r)
 {
     return r->rank;

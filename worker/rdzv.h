@@ -66,6 +66,11 @@ int rdzv_local_host(const struct rdzv *r, char *buf, size_t size);
  * users of the store (comm_new) prefix their keys with it so that two uses never meet. */
 uint64_t rdzv_next_id(struct rdzv *r);
 
+/* MASTER_ADDR and MASTER_PORT as given to rdzv_open (the shared-memory segment's name
+ * hashes them, so two jobs on one host never meet). */
+const char *rdzv_master_host(const struct rdzv *r);
+int rdzv_master_port(const struct rdzv *r);
+
 int rdzv_rank(const struct rdzv *r);
 int rdzv_world_size(const struct rdzv *r);
 

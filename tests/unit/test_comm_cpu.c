@@ -1,5 +1,6 @@
 /*
- * test_comm_cpu.c - the CPU ring backend: all-reduce against a reference sum for many counts
+ * test_comm_cpu.c - the CPU ring backend (forced over TCP; test_comm_shm.c covers the
+ * shared-memory and hierarchical transports): all-reduce against a reference sum for many counts
  * and world sizes (ranks as threads on 127.0.0.1), async FIFO issue, broadcast from every
  * root, barrier, world size 1, backend selection, a collective mismatch, and (heavy, run with
  * the argument "heavy") 10^7 elements and peers in forked processes that are SIGKILLed or
@@ -97,6 +98,7 @@ static void *rank_thread_main(void *p)
         struct comm_opts o;
         comm_opts_default(&o);
         o.chunk_bytes = job->chunk;
+        o.force_tcp = 1; /* this file tests the TCP ring; test_comm_shm the shared memory */
         o.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
         if (job->local_addr)
             o.local_addr = job->local_addr;
@@ -545,6 +547,7 @@ static void *intruder_rank1(void *p)
     struct comm_opts o;
     comm_opts_default(&o);
     o.timeout_ms = 20000;
+    o.force_tcp = 1;
     if (rc == 0)
         rc = comm_new("cpu", r, 1, 2, &o, &c, &err);
     float x[3] = {1, 2, 3};
@@ -654,6 +657,7 @@ static void rank_process(int port, int rank, int world, int64_t timeout_ms, int 
     struct comm_opts o;
     comm_opts_default(&o);
     o.timeout_ms = timeout_ms;
+    o.force_tcp = 1;
     if (rdzv_open("127.0.0.1", port, rank, world, "s", 20000, &r, &err) < 0 ||
         comm_new("cpu", r, rank, world, &o, &c, &err) < 0) {
         fprintf(stderr, "rank %d setup: %s\n", rank, err.msg);

@@ -1,0 +1,534 @@
+/*
+ * test_comm_shm.c - the CPU backend's shared-memory and hierarchical transports, with ranks
+ * as forked processes on this host: all-reduce against a reference sum for many counts,
+ * W = 1..8, f32 and f64, both algorithms (one-round small, reduce-scatter + all-gather) and
+ * pieces small enough to cycle the double buffer; broadcast from every root, barrier, async
+ * FIFO issue; hierarchical layouts simulated with DDP_COMM_HOST_ID (two "hosts" in one
+ * machine); two concurrent jobs; a SIGKILLed peer (DDP_EPEER, not a timeout) and a
+ * SIGSTOPped one (DDP_ETIMEOUT naming it); a stale segment from a "crash" is replaced; no
+ * segment is left in /dev/shm after close.
+ *
+ * Tolerances as in test_comm_cpu.c: f32 within 1e-5 * (1 + sum |x|), f64 within 1e-12 *
+ * (1 + sum |x|) of the sum in double; every rank must end with bit-identical buffers.
+ * Ranks report through a MAP_SHARED board; the parent reaps every child with a deadline and
+ * SIGKILLs what is left.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/timeutil.h"
+#include "worker/comm.h"
+#include "worker/comm_internal.h"
+#include "worker/comm_shm.h"
+#include "worker/rdzv.h"
+
+#define MAXW 8
+
+struct board {
+    int rc[MAXW];
+    char msg[MAXW][DDP_ERR_MSG_MAX];
+    uint64_t digest[MAXW][64];
+    char transport[MAXW][8];
+    char name[MAXW][64];
+    int shm_exists_after_init[MAXW];
+};
+
+struct job;
+typedef int (*body_fn)(struct job *j, int rank, struct comm *c, struct ddp_err *err);
+
+struct job {
+    int world;
+    int port;
+    const char *const *host_ids; /* per rank DDP_COMM_HOST_ID, NULL = all the same */
+    size_t chunk, small;
+    int64_t timeout_ms;
+    uint64_t seed;
+    body_fn body;
+    struct board *b;
+};
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t sl = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static double input(uint64_t s, int r, size_t i)
+{
+    uint64_t x = s * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^ (uint64_t)i;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (dt == COMM_F32)
+            ((float *)buf)[i] = (float)input(seed, rank, i);
+        else
+            ((double *)buf)[i] = input(seed, rank, i);
+    }
+}
+
+static int check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
+                     struct ddp_err *err)
+{
+    for (size_t i = 0; i < count; i++) {
+        double ref = 0, mag = 0;
+        for (int q = 0; q < world; q++) {
+            double x = input(seed, q, i);
+            if (dt == COMM_F32)
+                x = (double)(float)x;
+            ref += x;
+            mag += fabs(x);
+        }
+        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+        double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
+        if (!(fabs(got - ref) <= tol))
+            return err_set(err, DDP_EINTERNAL,
+                           "W=%d count %zu %s element %zu: got %.17g, reference %.17g", world,
+                           count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
+    }
+    return 0;
+}
+
+static uint64_t fnv(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int shm_exists(const char *name)
+{
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+    return 0;
+}
+
+static int child(struct job *j, int rank)
+{
+    struct rdzv *r = NULL;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    if (j->host_ids)
+        setenv("DDP_COMM_HOST_ID", j->host_ids[rank], 1);
+    int rc = rdzv_open("127.0.0.1", j->port, rank, j->world, "secret", 20000, &r, &err);
+    if (rc == 0) {
+        struct comm_opts o;
+        comm_opts_default(&o);
+        o.chunk_bytes = j->chunk;
+        o.small_bytes = j->small;
+        o.timeout_ms = j->timeout_ms ? j->timeout_ms : 20000;
+        rc = comm_new("cpu", r, rank, j->world, &o, &c, &err);
+    }
+    if (rc == 0) {
+        snprintf(j->b->transport[rank], sizeof(j->b->transport[rank]), "%s",
+                 comm_cpu_transport(c));
+        const char *nm = comm_cpu_shm_name(c);
+        snprintf(j->b->name[rank], sizeof(j->b->name[rank]), "%s", nm ? nm : "");
+        rc = j->body(j, rank, c, &err);
+        /* The leader takes the name away before its first collective can complete. */
+        j->b->shm_exists_after_init[rank] = nm ? shm_exists(nm) : 0;
+    }
+    comm_free(c);
+    rdzv_close(r);
+    j->b->rc[rank] = rc;
+    memcpy(j->b->msg[rank], err.msg, sizeof(err.msg));
+    return 0;
+}
+
+static struct board *board_new(void)
+{
+    void *m = mmap(NULL, sizeof(struct board), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    memset(m, 0, sizeof(struct board));
+    return m;
+}
+
+/* Forks the ranks, reaps them (SIGKILLs whatever is left after limit_ms), and returns the
+ * pids' exit states in st (may be NULL). stop_rank >= 0: that child is sent SIGKILL once
+ * the others finished (it is expected to have stopped itself). */
+static void run_job(struct job *j, int64_t limit_ms)
+{
+    pid_t pids[MAXW];
+    if (!j->port)
+        j->port = free_port();
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < j->world; i++) {
+        j->b->rc[i] = -9999;
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0)
+            _exit(child(j, i));
+    }
+    int64_t deadline = time_mono_ms() + limit_ms;
+    int left = j->world;
+    while (left > 0) {
+        for (int i = 0; i < j->world; i++) {
+            if (pids[i] <= 0)
+                continue;
+            int st = 0;
+            pid_t p = waitpid(pids[i], &st, WNOHANG);
+            if (p == pids[i]) {
+                pids[i] = 0;
+                left--;
+            }
+        }
+        if (left == 0)
+            break;
+        if (time_mono_ms() > deadline) {
+            for (int i = 0; i < j->world; i++)
+                if (pids[i] > 0) {
+                    kill(pids[i], SIGKILL);
+                    waitpid(pids[i], NULL, 0);
+                    pids[i] = 0;
+                }
+            break;
+        }
+        time_sleep_ms(5);
+    }
+}
+
+static void expect_all_ok(const struct job *j)
+{
+    for (int i = 0; i < j->world; i++)
+        if (j->b->rc[i] != 0)
+            fail_msg("W=%d rank %d failed: %d %s", j->world, i, j->b->rc[i], j->b->msg[i]);
+}
+
+static void expect_no_segments(const struct job *j)
+{
+    for (int i = 0; i < j->world; i++) {
+        if (j->b->name[i][0] && shm_exists(j->b->name[i]))
+            fail_msg("segment %s of rank %d is still in /dev/shm", j->b->name[i], i);
+        if (j->b->shm_exists_after_init[i])
+            fail_msg("segment %s still had its name after the collectives", j->b->name[i]);
+    }
+}
+
+static void expect_digests_equal(const struct job *j, int n)
+{
+    for (int i = 1; i < j->world; i++)
+        for (int k = 0; k < n; k++)
+            if (j->b->digest[i][k] != j->b->digest[0][k])
+                fail_msg("W=%d case %d: rank %d's result differs from rank 0's", j->world, k,
+                         i);
+}
+
+/* ---- bodies ---- */
+
+static const size_t sweep[] = {0,     1,     2,     3,     7,     13,    97,   1009,
+                               4095,  4096,  16383, 16384, 16385, 65537, 100003};
+#define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
+
+/* Every count of the sweep in f32 and f64, then broadcast from every root, a barrier and
+ * three async all-reduces in flight at once. */
+static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    int rc = 0, k = 0;
+    size_t maxc = sweep[NSWEEP - 1] + (size_t)j->world * 5;
+    double *buf = malloc(maxc * sizeof(double));
+    if (!buf)
+        return err_set(err, DDP_EINTERNAL, "no memory");
+    for (size_t s = 0; s < NSWEEP && rc == 0; s++) {
+        for (int d = 0; d < 2 && rc == 0; d++) {
+            enum comm_dtype dt = d ? COMM_F64 : COMM_F32;
+            size_t es = d ? 8 : 4;
+            uint64_t seed = j->seed + s * 2 + (uint64_t)d;
+            fill(seed, rank, buf, sweep[s], dt);
+            rc = comm_allreduce(c, buf, sweep[s], dt, err);
+            if (rc == 0)
+                rc = check_sum(seed, j->world, buf, sweep[s], dt, err);
+            j->b->digest[rank][k++] = fnv(buf, sweep[s] * es, 0xcbf29ce484222325ull);
+        }
+    }
+    for (int root = 0; root < j->world && rc == 0; root++) {
+        size_t n = 70001 + (size_t)root;
+        char *bb = (char *)buf;
+        for (size_t i = 0; i < n; i++)
+            bb[i] = rank == root ? (char)(i * 7 + (size_t)root) : 0;
+        rc = comm_broadcast(c, bb, n, root, err);
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (bb[i] != (char)(i * 7 + (size_t)root))
+                rc = err_set(err, DDP_EINTERNAL, "broadcast from %d: byte %zu wrong", root, i);
+    }
+    if (rc == 0)
+        rc = comm_barrier(c, err);
+    if (rc == 0) {
+        /* Three async all-reduces in flight, waited for in issue order. */
+        size_t n = 30011;
+        double *a[3];
+        struct comm_work *w[3] = {NULL, NULL, NULL};
+        for (int q = 0; q < 3; q++) {
+            a[q] = buf + (size_t)q * (n + 8);
+            fill(j->seed + 100 + (uint64_t)q, rank, a[q], n, COMM_F64);
+        }
+        int started = 0;
+        for (int q = 0; q < 3 && rc == 0; q++, started++)
+            rc = comm_allreduce_async(c, a[q], n, COMM_F64, &w[q], err);
+        for (int q = 0; q < started; q++) {
+            struct ddp_err e2;
+            int r2 = comm_wait(c, w[q], &e2);
+            if (r2 < 0 && rc == 0) {
+                rc = r2;
+                *err = e2;
+            }
+            if (rc == 0)
+                rc = check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64, err);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static void run_sweep(int world, size_t chunk, size_t small, const char *const *hosts,
+                      const char *want_transport)
+{
+    struct job j = {.world = world, .chunk = chunk, .small = small, .host_ids = hosts,
+                    .seed = (uint64_t)world * 1000 + chunk + small, .body = sweep_body,
+                    .b = board_new()};
+    run_job(&j, 120000);
+    expect_all_ok(&j);
+    expect_digests_equal(&j, (int)NSWEEP * 2);
+    for (int i = 0; i < world; i++)
+        if (strcmp(j.b->transport[i], want_transport) != 0)
+            fail_msg("W=%d rank %d: transport %s, expected %s", world, i, j.b->transport[i],
+                     want_transport);
+    expect_no_segments(&j);
+    munmap(j.b, sizeof(struct board));
+}
+
+/* ---- tests ---- */
+
+static void test_comm_shm_sum_sweep(void **state)
+{
+    (void)state;
+    for (int w = 1; w <= MAXW; w++)
+        run_sweep(w, 0, 0, NULL, w == 1 ? "none" : "shm");
+}
+
+/* Small pieces (many rounds, the double buffer cycles) with each algorithm forced. */
+static void test_comm_shm_small_pieces_both_algorithms(void **state)
+{
+    (void)state;
+    run_sweep(3, 4096, 1, NULL, "shm");        /* reduce-scatter + all-gather only */
+    run_sweep(4, 4096, SIZE_MAX, NULL, "shm"); /* one round per piece only */
+    run_sweep(5, 1024, 0, NULL, "shm");
+}
+
+static void test_comm_shm_hierarchical(void **state)
+{
+    (void)state;
+    static const char *const two[] = {"a", "a", "b", "b"};
+    run_sweep(4, 0, 0, two, "hier");
+    static const char *const mixed[] = {"a", "b", "a", "c", "a"};
+    run_sweep(5, 8192, 0, mixed, "hier");
+    static const char *const apart[] = {"a", "b", "c"};
+    run_sweep(3, 0, 0, apart, "tcp");
+}
+
+/* Two jobs on one host at once (same DDP_JOB_ID and generation, different stores): their
+ * segments differ and each gets its own sums. */
+static void test_comm_shm_two_jobs_never_meet(void **state)
+{
+    (void)state;
+    setenv("DDP_JOB_ID", "same-job", 1);
+    setenv("DDP_GENERATION", "0", 1);
+    struct job a = {.world = 3, .seed = 11, .body = sweep_body, .b = board_new()};
+    struct job b = {.world = 3, .seed = 12, .body = sweep_body, .b = board_new()};
+    a.port = free_port();
+    do
+        b.port = free_port();
+    while (b.port == a.port);
+    pid_t pa = fork();
+    assert_true(pa >= 0);
+    if (pa == 0) {
+        run_job(&a, 120000);
+        _exit(0);
+    }
+    run_job(&b, 120000);
+    assert_int_equal(waitpid(pa, NULL, 0), pa);
+    expect_all_ok(&a);
+    expect_all_ok(&b);
+    assert_true(strcmp(a.b->name[0], b.b->name[0]) != 0);
+    expect_no_segments(&a);
+    expect_no_segments(&b);
+    unsetenv("DDP_JOB_ID");
+    unsetenv("DDP_GENERATION");
+    munmap(a.b, sizeof(struct board));
+    munmap(b.b, sizeof(struct board));
+}
+
+/* Rank world-1 dies (SIGKILL) or stops (SIGSTOP) after one all-reduce; the others are in
+ * the next one. */
+static int victim_body(struct job *j, int rank, struct comm *c, struct ddp_err *err, int sig)
+{
+    double x[4096];
+    for (int i = 0; i < 4096; i++)
+        x[i] = 1;
+    int rc = comm_allreduce(c, x, 4096, COMM_F64, err);
+    if (rc < 0)
+        return rc;
+    if (rank == j->world - 1)
+        raise(sig);
+    for (int it = 0; it < 3 && rc == 0; it++)
+        rc = comm_allreduce(c, x, 4096, COMM_F64, err);
+    return rc == 0 ? err_set(err, DDP_EINTERNAL, "all-reduce with a lost peer succeeded") : rc;
+}
+
+static int killed_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    return victim_body(j, rank, c, err, SIGKILL);
+}
+
+static int stopped_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    return victim_body(j, rank, c, err, SIGSTOP);
+}
+
+static void check_victims(struct job *j, int code, const char *hosts_note)
+{
+    char want[32];
+    snprintf(want, sizeof(want), "peer rank %d", j->world - 1);
+    for (int i = 0; i < j->world - 1; i++) {
+        if (j->b->rc[i] != code)
+            fail_msg("%s rank %d: got %d (%s), expected %d", hosts_note, i, j->b->rc[i],
+                     j->b->msg[i], code);
+        if (!strstr(j->b->msg[i], want))
+            fail_msg("%s rank %d: '%s' does not name %s", hosts_note, i, j->b->msg[i], want);
+    }
+}
+
+static void test_comm_shm_killed_peer(void **state)
+{
+    (void)state;
+    /* The comm timeout is far longer than the test's limit: only the liveness check can end
+     * the wait, with DDP_EPEER. */
+    struct job j = {.world = 3, .timeout_ms = 600000, .body = killed_body, .b = board_new()};
+    run_job(&j, 60000);
+    check_victims(&j, DDP_EPEER, "shm");
+    expect_no_segments(&j);
+    static const char *const two[] = {"a", "a", "b", "b"};
+    struct job h = {.world = 4, .timeout_ms = 600000, .host_ids = two, .body = killed_body,
+                    .b = board_new()};
+    run_job(&h, 60000);
+    check_victims(&h, DDP_EPEER, "hier");
+    expect_no_segments(&h);
+    munmap(j.b, sizeof(struct board));
+    munmap(h.b, sizeof(struct board));
+}
+
+static void test_comm_shm_stopped_peer_times_out(void **state)
+{
+    (void)state;
+    struct job j = {.world = 3, .timeout_ms = 1500, .body = stopped_body, .b = board_new()};
+    run_job(&j, 30000); /* SIGKILLs the stopped rank once the others are done */
+    check_victims(&j, DDP_ETIMEOUT, "shm");
+    expect_no_segments(&j);
+    munmap(j.b, sizeof(struct board));
+}
+
+static int two_sums_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    double x[100];
+    fill(j->seed, rank, x, 100, COMM_F64);
+    int rc = comm_allreduce(c, x, 100, COMM_F64, err);
+    return rc == 0 ? check_sum(j->seed, j->world, x, 100, COMM_F64, err) : rc;
+}
+
+/* A segment left by a crashed run under the very name the job uses (wrong size, garbage):
+ * the leader replaces it and the job runs. */
+static void test_comm_shm_stale_segment_cleaned(void **state)
+{
+    (void)state;
+    setenv("DDP_JOB_ID", "stale-job", 1);
+    setenv("DDP_GENERATION", "3", 1);
+    struct job j = {.world = 2, .seed = 5, .body = two_sums_body, .b = board_new()};
+    j.port = free_port();
+    int members[2] = {0, 1};
+    char name[64];
+    shm_segment_name("127.0.0.1", j.port, 2, 0, 0, members, 2, name, sizeof(name));
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 12345), 0);
+    assert_int_equal(write(fd, "garbage", 7), 7);
+    close(fd);
+    run_job(&j, 60000);
+    int left = shm_exists(name);
+    if (left)
+        shm_unlink(name);
+    expect_all_ok(&j);
+    assert_string_equal(j.b->name[0], name);
+    assert_false(left);
+    expect_no_segments(&j);
+    unsetenv("DDP_JOB_ID");
+    unsetenv("DDP_GENERATION");
+    munmap(j.b, sizeof(struct board));
+}
+
+static void test_comm_shm_force_tcp_env(void **state)
+{
+    (void)state;
+    setenv("DDP_COMM_TRANSPORT", "tcp", 1);
+    struct job j = {.world = 2, .seed = 9, .body = two_sums_body, .b = board_new()};
+    run_job(&j, 60000);
+    unsetenv("DDP_COMM_TRANSPORT");
+    expect_all_ok(&j);
+    assert_string_equal(j.b->transport[0], "tcp");
+    assert_string_equal(j.b->name[0], "");
+    munmap(j.b, sizeof(struct board));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_comm_shm_sum_sweep),
+        cmocka_unit_test(test_comm_shm_small_pieces_both_algorithms),
+        cmocka_unit_test(test_comm_shm_hierarchical),
+        cmocka_unit_test(test_comm_shm_two_jobs_never_meet),
+        cmocka_unit_test(test_comm_shm_killed_peer),
+        cmocka_unit_test(test_comm_shm_stopped_peer_times_out),
+        cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
+        cmocka_unit_test(test_comm_shm_force_tcp_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,628 @@
+/*
+ * comm_shm.c - the shared-memory transport between the ranks of one host (see comm_shm.h).
+ *
+ * Segment: one per comm (job generation and comm id) and host, named
+ * "/ddp-<uid>-<hash>" where hash covers DDP_JOB_ID, DDP_GENERATION, the store's
+ * MASTER_ADDR:PORT, the world size, the comm id and this host's member ranks, so two jobs
+ * (or two hosts of one job in different network namespaces) never meet; mode 0600. The
+ * leader (local rank 0) unlinks a stale segment of that name left by a crash, creates it,
+ * writes a random token in the header and publishes it in the store; members attach and
+ * check the token; the leader unlinks the name once all L have attached (the mapping lives
+ * on until the last rank unmaps).
+ *
+ * Layout: header (magic, token, L, piece size, attach count, abort word and message), one
+ * control block per member (its counters arrive/reduced/done, a waiter count, pid, gone
+ * flag, and the description of its current collective per half), then one slot per member
+ * of two halves of `piece` bytes each.
+ *
+ * Rounds: a message is cut into pieces; round number R (a per-group counter that is the
+ * same on every member) uses half R&1 of every slot. Before writing its half a rank waits
+ * until every member's `done` reached R-2 (the half is free). Large pieces: copy in, post
+ * arrive=R, wait all arrive>=R, sum own 1/L slice (64-byte aligned) of all L slots into the
+ * own slot, post reduced=R, wait all reduced>=R, copy every slice out, post done=R - each
+ * byte is streamed once in the reduce, the piece stays in cache. Small messages (<= small)
+ * take one round where every rank sums all slots itself in rank order (one sync point,
+ * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
+ * counter in some round (broadcast receivers' arrive) never blocks a later wait.
+ *
+ * Waiting: a bounded spin, a few yields, then FUTEX_WAIT on the counter with a 10 ms
+ * timeout; between sleeps it checks the abort word, the awaited rank's gone flag, and every
+ * 50 ms every member's pid (/proc/<pid>/stat: gone or zombie = dead). A poster wakes the
+ * futex only when the rank's waiter count is non-zero (both sides seq_cst, so no lost
+ * wake-up). Every wait ends after timeout_ms with DDP_ETIMEOUT naming the awaited rank.
+ */
+#include "worker/comm_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+#define SHM_MAGIC 0x444450534d454d31ull /* "DDPSMEM1" */
+#define SHM_ABORT_MSG_MAX 256
+#define SHM_SPIN 2000
+#define SHM_YIELDS 4
+#define SHM_SLEEP_NS (10 * 1000 * 1000)
+#define SHM_LIVENESS_MS 50
+
+struct shm_desc {
+    uint64_t seq;
+    uint32_t kind;
+    uint32_t pad;
+    uint64_t bytes;
+};
+
+struct shm_ctl {
+    _Atomic uint32_t ctr[3]; /* arrive, reduced, done */
+    _Atomic uint32_t waiters;
+    _Atomic int32_t pid;
+    _Atomic uint32_t gone;
+    struct shm_desc desc[2];
+    char pad[64 - (6 * 4 + 2 * sizeof(struct shm_desc)) % 64];
+};
+
+enum { C_ARRIVE = 0, C_REDUCED = 1, C_DONE = 2 };
+
+struct shm_hdr {
+    uint64_t magic;
+    uint64_t token;
+    uint32_t nmembers;
+    uint32_t pad;
+    uint64_t piece;
+    _Atomic uint32_t attached;
+    _Atomic uint32_t abort; /* 0, or 1 + the local rank that recorded abort_msg */
+    int32_t abort_code;     /* the DDP_E* of the first failure */
+    int32_t abort_rank;     /* the global rank at fault, -1 unknown */
+    char abort_msg[SHM_ABORT_MSG_MAX];
+    char pad2[64 - (8 + 8 + 8 + 8 + 8 + 8 + SHM_ABORT_MSG_MAX) % 64];
+};
+
+struct shm_group {
+    char name[64];
+    int leader, lr, L;
+    int *members;
+    int64_t timeout_ms;
+    size_t piece, small;
+    void *base;
+    size_t map_bytes;
+    struct shm_hdr *hdr;
+    struct shm_ctl *ctl;
+    char *slots;
+    uint32_t round;
+    int fault, fault_silent; /* the rank the last error of this rank blamed, -1 none */
+    int unlinked;
+    int64_t last_liveness;
+};
+
+static char *slot(struct shm_group *g, int k, int half)
+{
+    return g->slots + ((size_t)k * 2 + (size_t)half) * g->piece;
+}
+
+static long sys_futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void post(struct shm_group *g, int which, uint32_t round)
+{
+    struct shm_ctl *me = &g->ctl[g->lr];
+    atomic_store(&me->ctr[which], round);
+    if (atomic_load(&me->waiters) > 0)
+        sys_futex(&me->ctr[which], FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int reached(uint32_t v, uint32_t round)
+{
+    return (int32_t)(v - round) >= 0;
+}
+
+/* 1 when pid is gone or a zombie. */
+static int pid_dead(int32_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static int abort_error(struct shm_group *g, struct ddp_err *err)
+{
+    uint32_t a = atomic_load(&g->hdr->abort);
+    char msg[SHM_ABORT_MSG_MAX];
+    memcpy(msg, g->hdr->abort_msg, sizeof(msg));
+    msg[sizeof(msg) - 1] = '\0';
+    int by = (int)a - 1;
+    int code = g->hdr->abort_code == DDP_ETIMEOUT ? DDP_ETIMEOUT : DDP_EPEER;
+    g->fault = g->hdr->abort_rank;
+    g->fault_silent = code == DDP_ETIMEOUT;
+    return err_set(err, code, "%s (reported by rank %d over shared memory)", msg,
+                   by >= 0 && by < g->L ? g->members[by] : -1);
+}
+
+int shm_fault(const struct shm_group *g, int *silent)
+{
+    if (!g)
+        return -1;
+    *silent = g->fault_silent;
+    return g->fault;
+}
+
+void shm_abort(struct shm_group *g, const struct ddp_err *e, int fault)
+{
+    if (!g)
+        return;
+    uint32_t zero = 0;
+    /* Claim the abort word with a marker, write the message, then publish who wrote it. */
+    if (!atomic_compare_exchange_strong(&g->hdr->abort, &zero, UINT32_MAX))
+        return;
+    size_t ml = strnlen(e->msg, sizeof(g->hdr->abort_msg) - 1);
+    memcpy(g->hdr->abort_msg, e->msg, ml);
+    g->hdr->abort_msg[ml] = '\0';
+    g->hdr->abort_code = e->code;
+    g->hdr->abort_rank = fault;
+    atomic_store(&g->hdr->abort, (uint32_t)g->lr + 1);
+    for (int k = 0; k < g->L; k++)
+        for (int w = 0; w < 3; w++)
+            sys_futex(&g->ctl[k].ctr[w], FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* Checks the abort word and whether member `waited` closed its comm or died (its pid
+ * gone or a zombie, read every SHM_LIVENESS_MS); returns 0 or the error naming it. Other
+ * members are not checked: one that finished and left is no error, and one that died is
+ * found by whoever waits on it, which then aborts the group. */
+static int check_peers(struct shm_group *g, int waited, const char *what, struct ddp_err *err)
+{
+    uint32_t a = atomic_load(&g->hdr->abort);
+    if (a != 0 && a != UINT32_MAX)
+        return abort_error(g, err);
+    if (atomic_load(&g->ctl[waited].gone)) {
+        g->fault = g->members[waited];
+        g->fault_silent = 0;
+        return err_set(err, DDP_EPEER,
+                       "peer rank %d (same host) lost during %s: it closed its comm",
+                       g->members[waited], what);
+    }
+    int64_t now = time_mono_ms();
+    if (now - g->last_liveness < SHM_LIVENESS_MS)
+        return 0;
+    g->last_liveness = now;
+    int32_t pid = atomic_load(&g->ctl[waited].pid);
+    if (pid_dead(pid)) {
+        g->fault = g->members[waited];
+        g->fault_silent = 0;
+        return err_set(err, DDP_EPEER,
+                       "peer rank %d (same host, pid %d) lost during %s: process gone",
+                       g->members[waited], (int)pid, what);
+    }
+    return 0;
+}
+
+/* Waits until member k's counter `which` reached round. */
+static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const char *what,
+                    struct ddp_err *err)
+{
+    struct shm_ctl *c = &g->ctl[k];
+    for (int i = 0; i < SHM_SPIN; i++) {
+        if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
+            return 0;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    for (int i = 0; i < SHM_YIELDS; i++) {
+        sched_yield();
+        if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
+            return 0;
+    }
+    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    for (;;) {
+        atomic_fetch_add(&c->waiters, 1);
+        uint32_t v = atomic_load(&c->ctr[which]);
+        if (!reached(v, round)) {
+            struct timespec ts = {0, SHM_SLEEP_NS};
+            sys_futex(&c->ctr[which], FUTEX_WAIT, v, &ts);
+        }
+        atomic_fetch_sub(&c->waiters, 1);
+        if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
+            return 0;
+        int ret = check_peers(g, k, what, err);
+        if (ret < 0)
+            return ret;
+        if (time_mono_ms() >= deadline) {
+            g->fault = g->members[k];
+            g->fault_silent = 1;
+            return err_set(err, DDP_ETIMEOUT,
+                           "peer rank %d (same host) silent for %" PRId64 " ms during %s",
+                           g->members[k], g->timeout_ms, what);
+        }
+    }
+}
+
+static int wait_all(struct shm_group *g, int which, uint32_t round, const char *what,
+                    struct ddp_err *err)
+{
+    for (int k = 0; k < g->L; k++) {
+        if (k == g->lr)
+            continue;
+        int ret = wait_one(g, k, which, round, what, err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
+static int check_desc(struct shm_group *g, int k, int half, const struct shm_desc *mine,
+                      struct ddp_err *err)
+{
+    const struct shm_desc *d = &g->ctl[k].desc[half];
+    if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes)
+        return 0;
+    return err_set(err, DDP_EINTERNAL,
+                   "collective mismatch with rank %d (same host): it issued kind %u seq %" PRIu64
+                   " of %" PRIu64 " bytes, this rank kind %u seq %" PRIu64 " of %" PRIu64
+                   " bytes",
+                   g->members[k], d->kind, d->seq, d->bytes, mine->kind, mine->seq,
+                   mine->bytes);
+}
+
+static void add_f32(float *restrict dst, const float *restrict src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            dst[i + k] += src[i + k];
+    for (; i < n; i++)
+        dst[i] += src[i];
+}
+
+static void add_f64(double *restrict dst, const double *restrict src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++)
+            dst[i + k] += src[i + k];
+    for (; i < n; i++)
+        dst[i] += src[i];
+}
+
+static void add(void *dst, const void *src, size_t bytes, enum comm_dtype dt)
+{
+    if (dt == COMM_F32)
+        add_f32(dst, src, bytes / sizeof(float));
+    else
+        add_f64(dst, src, bytes / sizeof(double));
+}
+
+/* Member k's slice [*off, *off + *len) of an n-byte piece: 64-byte aligned boundaries. */
+static void slice(size_t n, int L, int k, size_t *off, size_t *len)
+{
+    size_t lines = (n + 63) / 64;
+    size_t base = lines / (size_t)L, rem = lines % (size_t)L, uk = (size_t)k;
+    size_t a = (uk * base + (uk < rem ? uk : rem)) * 64;
+    size_t b = a + (base + (uk < rem ? 1 : 0)) * 64;
+    if (a > n)
+        a = n;
+    if (b > n)
+        b = n;
+    *off = a;
+    *len = b - a;
+}
+
+/* Starts round R: waits until this rank's half is free, then records the description. */
+static int round_begin(struct shm_group *g, uint32_t *round, int *half,
+                       const struct shm_desc *d, const char *what, struct ddp_err *err)
+{
+    uint32_t r = ++g->round;
+    int h = (int)(r & 1);
+    if (r > 2) {
+        int ret = wait_all(g, C_DONE, r - 2, what, err);
+        if (ret < 0)
+            return ret;
+    }
+    g->ctl[g->lr].desc[h] = *d;
+    *round = r;
+    *half = h;
+    return 0;
+}
+
+int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype dt,
+                  int to_leader_only, uint64_t seq, int kind, struct ddp_err *err)
+{
+    const char *what = kind == 3 ? "barrier" : "all-reduce";
+    size_t es = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    size_t bytes = count * es;
+    if (g->L == 1 || bytes == 0)
+        return 0;
+    g->fault = -1;
+    int gets = !to_leader_only || g->lr == 0;
+    int oneshot = bytes <= g->small;
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes};
+    char *p = buf;
+    for (size_t off = 0; off < bytes;) {
+        size_t n = bytes - off < g->piece ? bytes - off : g->piece;
+        uint32_t r;
+        int h, ret;
+        if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
+            return ret;
+        memcpy(slot(g, g->lr, h), p + off, n);
+        post(g, C_ARRIVE, r);
+        for (int k = 0; k < g->L; k++) {
+            if (k == g->lr)
+                continue;
+            if ((ret = wait_one(g, k, C_ARRIVE, r, what, err)) < 0 ||
+                (ret = check_desc(g, k, h, &d, err)) < 0)
+                return ret;
+        }
+        if (oneshot) {
+            if (gets) {
+                memcpy(p + off, slot(g, 0, h), n);
+                for (int k = 1; k < g->L; k++)
+                    add(p + off, slot(g, k, h), n, dt);
+            }
+        } else {
+            size_t so, sl;
+            slice(n, g->L, g->lr, &so, &sl);
+            char *mine = slot(g, g->lr, h) + so;
+            for (int k = 0; k < g->L; k++)
+                if (k != g->lr && sl)
+                    add(mine, slot(g, k, h) + so, sl, dt);
+            post(g, C_REDUCED, r);
+            if (gets) {
+                if (sl)
+                    memcpy(p + off + so, mine, sl);
+                for (int k = 0; k < g->L; k++) {
+                    if (k == g->lr)
+                        continue;
+                    if ((ret = wait_one(g, k, C_REDUCED, r, what, err)) < 0)
+                        return ret;
+                    slice(n, g->L, k, &so, &sl);
+                    if (sl)
+                        memcpy(p + off + so, slot(g, k, h) + so, sl);
+                }
+            }
+        }
+        post(g, C_DONE, r);
+        off += n;
+    }
+    return 0;
+}
+
+int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, uint64_t seq,
+                  int kind, struct ddp_err *err)
+{
+    if (g->L == 1 || bytes == 0)
+        return 0;
+    g->fault = -1;
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes};
+    char *p = buf;
+    for (size_t off = 0; off < bytes;) {
+        size_t n = bytes - off < g->piece ? bytes - off : g->piece;
+        uint32_t r;
+        int h, ret;
+        if ((ret = round_begin(g, &r, &h, &d, "broadcast", err)) < 0)
+            return ret;
+        if (g->lr == root_local) {
+            memcpy(slot(g, g->lr, h), p + off, n);
+            post(g, C_ARRIVE, r);
+        } else {
+            if ((ret = wait_one(g, root_local, C_ARRIVE, r, "broadcast", err)) < 0 ||
+                (ret = check_desc(g, root_local, h, &d, err)) < 0)
+                return ret;
+            memcpy(p + off, slot(g, root_local, h), n);
+        }
+        post(g, C_DONE, r);
+        off += n;
+    }
+    return 0;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return (h ^ 0xff) * 0x100000001b3ull;
+}
+
+void shm_segment_name(const char *master_host, int master_port, int world_size,
+                      uint64_t comm_id, int host, const int *members, int nmembers, char *out,
+                      size_t size)
+{
+    char tmp[64];
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv_str(h, getenv("DDP_JOB_ID"));
+    h = fnv_str(h, getenv("DDP_GENERATION"));
+    h = fnv_str(h, master_host);
+    snprintf(tmp, sizeof(tmp), "%d/%d/%" PRIu64 "/%d", master_port, world_size, comm_id, host);
+    h = fnv_str(h, tmp);
+    for (int i = 0; i < nmembers; i++) {
+        snprintf(tmp, sizeof(tmp), "%d", members[i]);
+        h = fnv_str(h, tmp);
+    }
+    snprintf(out, size, "/ddp-%u-%016" PRIx64, (unsigned)getuid(), h);
+}
+
+const char *shm_group_name(const struct shm_group *g)
+{
+    return g->name;
+}
+
+static int map_segment(struct shm_group *g, int fd, struct ddp_err *err)
+{
+    void *m = mmap(NULL, g->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return err_set(err, DDP_EIO, "shared memory %s: mmap of %zu bytes: %s", g->name,
+                       g->map_bytes, strerror(errno));
+    g->base = m;
+    g->hdr = m;
+    g->ctl = (struct shm_ctl *)((char *)m + sizeof(struct shm_hdr));
+    g->slots = (char *)(g->ctl + g->L);
+    return 0;
+}
+
+int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp_err *err)
+{
+    int ret = 0, fd = -1;
+    void *tok = NULL;
+    struct shm_group *g = xcalloc(1, sizeof(*g));
+    g->L = s->nmembers;
+    g->lr = s->local_rank;
+    g->leader = s->local_rank == 0;
+    g->members = xcalloc((size_t)g->L, sizeof(int));
+    memcpy(g->members, s->members, (size_t)g->L * sizeof(int));
+    g->timeout_ms = s->timeout_ms > 0 ? s->timeout_ms : 60000;
+    size_t piece = s->piece_bytes ? s->piece_bytes : SHM_DEFAULT_PIECE_BYTES;
+    piece = (piece + 63) & ~(size_t)63;
+    if (piece > (size_t)16 << 20)
+        piece = (size_t)16 << 20;
+    g->piece = piece;
+    g->small = s->small_bytes ? s->small_bytes : SHM_DEFAULT_SMALL_BYTES;
+    g->map_bytes = sizeof(struct shm_hdr) + (size_t)g->L * sizeof(struct shm_ctl) +
+                   (size_t)g->L * 2 * piece;
+    shm_segment_name(rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size, s->comm_id,
+                     s->host, s->members, s->nmembers, g->name, sizeof(g->name));
+    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    char key[96];
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/shm/%d", s->comm_id, s->host);
+    if (g->leader) {
+        if (shm_unlink(g->name) == 0)
+            log_warn("comm: removed a stale shared-memory segment %s", g->name);
+        fd = shm_open(g->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            ret = err_set(err, DDP_EIO, "shared memory %s: create: %s", g->name,
+                          strerror(errno));
+            goto out;
+        }
+        if (ftruncate(fd, (off_t)g->map_bytes) < 0) {
+            ret = err_set(err, DDP_EIO, "shared memory %s: size %zu: %s", g->name,
+                          g->map_bytes, strerror(errno));
+            goto out;
+        }
+        if ((ret = map_segment(g, fd, err)) < 0)
+            goto out;
+        uint64_t token = 0;
+        if ((ret = rand_bytes(&token, sizeof(token))) < 0) {
+            err_set(err, ret, "cannot read random bytes for the shared-memory token");
+            goto out;
+        }
+        g->hdr->token = token;
+        g->hdr->nmembers = (uint32_t)g->L;
+        g->hdr->piece = piece;
+        atomic_store(&g->ctl[0].pid, (int32_t)getpid());
+        atomic_store(&g->hdr->attached, 1);
+        atomic_thread_fence(memory_order_seq_cst);
+        g->hdr->magic = SHM_MAGIC;
+        char val[32];
+        int vl = snprintf(val, sizeof(val), "%016" PRIx64, token);
+        if ((ret = rdzv_set(s->r, key, val, (size_t)vl, err)) < 0)
+            goto out;
+        /* Wait for every member to attach, then take the name away. */
+        while ((int)atomic_load(&g->hdr->attached) < g->L) {
+            if (time_mono_ms() >= deadline) {
+                ret = err_set(err, DDP_ETIMEOUT,
+                              "shared memory %s: only %u of %d same-host ranks attached within "
+                              "%" PRId64 " ms",
+                              g->name, atomic_load(&g->hdr->attached), g->L, g->timeout_ms);
+                goto out;
+            }
+            time_sleep_ms(1);
+        }
+        shm_unlink(g->name);
+        g->unlinked = 1;
+    } else {
+        size_t len = 0;
+        int64_t left = deadline - time_mono_ms();
+        if ((ret = rdzv_get(s->r, key, left > 0 ? left : 0, &tok, &len, err)) < 0)
+            goto out;
+        char hex[32];
+        uint64_t token = 0;
+        if (len >= sizeof(hex)) {
+            ret = err_set(err, DDP_EINVAL, "shared memory: malformed token in the store");
+            goto out;
+        }
+        memcpy(hex, tok, len);
+        hex[len] = '\0';
+        char *end = NULL;
+        errno = 0;
+        token = strtoull(hex, &end, 16);
+        if (errno || !end || *end || len != 16) {
+            ret = err_set(err, DDP_EINVAL, "shared memory: malformed token in the store");
+            goto out;
+        }
+        fd = shm_open(g->name, O_RDWR | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", g->name,
+                          strerror(errno));
+            goto out;
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0 || (size_t)st.st_size != g->map_bytes) {
+            ret = err_set(err, DDP_EINVAL, "shared memory %s: unexpected size", g->name);
+            goto out;
+        }
+        if ((ret = map_segment(g, fd, err)) < 0)
+            goto out;
+        if (g->hdr->magic != SHM_MAGIC || g->hdr->token != token ||
+            g->hdr->nmembers != (uint32_t)g->L || g->hdr->piece != piece) {
+            ret = err_set(err, DDP_EINVAL,
+                          "shared memory %s: not this job's segment (token or layout differ)",
+                          g->name);
+            goto out;
+        }
+        atomic_store(&g->ctl[g->lr].pid, (int32_t)getpid());
+        atomic_fetch_add(&g->hdr->attached, 1);
+    }
+    g->last_liveness = time_mono_ms();
+    g->fault = -1;
+    *out = g;
+    g = NULL;
+out:
+    free(tok);
+    if (fd >= 0)
+        close(fd);
+    shm_group_close(g);
+    return ret;
+}
+
+void shm_group_close(struct shm_group *g)
+{
+    if (!g)
+        return;
+    if (g->hdr) {
+        atomic_store(&g->ctl[g->lr].gone, 1);
+        for (int w = 0; w < 3; w++)
+            sys_futex(&g->ctl[g->lr].ctr[w], FUTEX_WAKE, INT_MAX, NULL);
+    }
+    if (g->leader && !g->unlinked)
+        shm_unlink(g->name);
+    if (g->base)
+        munmap(g->base, g->map_bytes);
+    free(g->members);
+    free(g);
+}
