@@ -65,8 +65,11 @@
 
 #define HELLO_MAGIC 0x44445048u /* "DDPH" */
 #define COLL_MAGIC 0x44445043u  /* "DDPC" */
+#define ABORT_MAGIC 0x44445041u /* "DDPA": a recursive-doubling header carrying a notice */
 #define NONCE_HEX 32
 #define PEER_NAME_MAX (NET_ADDR_MAX + 16)
+/* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
+#define COMM_TCP_SMALL_BYTES (16 * 1024)
 
 enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
 
@@ -104,6 +107,12 @@ struct cpu {
     int *local_of; /* global rank -> index among its host's ranks */
     int send_fd, recv_fd;
     int left, right;
+    /* Recursive doubling for small all-reduces: one socket per partner (ring indices), -1
+     * where none; rd_pow = the largest power of two <= rworld. */
+    int *rd_fd;
+    int rd_pow;
+    size_t tcp_small; /* all-reduces of at most this many bytes take recursive doubling */
+    void *rd_tmp;     /* tcp_small bytes */
     char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
     size_t chunk;
     void *stage;
@@ -128,6 +137,15 @@ struct coll_hdr {
     uint32_t magic;
     uint16_t kind;
     uint16_t aux; /* dtype for all-reduce and barrier, root for broadcast */
+    uint64_t seq;
+    uint64_t bytes;
+};
+
+/* The header in front of every recursive-doubling message (magic ABORT_MAGIC: kind is a
+ * failure notice instead). */
+struct rd_hdr {
+    uint32_t magic;
+    uint32_t kind;
     uint64_t seq;
     uint64_t bytes;
 };
@@ -520,12 +538,136 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
     }
 }
 
+/* ---- recursive doubling (small all-reduces over TCP) ---- */
+
+
+/* Sends sbuf to ring index `to` and receives rlen bytes from `from` (either may be -1) at
+ * once, each preceded by a header that must match ours. Inactivity bounded by the timeout. */
+static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbuf, size_t len,
+                   const struct rd_hdr *mine, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct rd_hdr);
+    struct rd_hdr theirs;
+    size_t sdone = to >= 0 ? 0 : hsz + len, rdone = from >= 0 ? 0 : hsz + len;
+    int sfd = to >= 0 ? cpu->rd_fd[to] : -1, rfd = from >= 0 ? cpu->rd_fd[from] : -1;
+    int64_t last = time_mono_ms();
+    while (sdone < hsz + len || rdone < hsz + len) {
+        int progress = 0;
+        if (sdone < hsz + len) {
+            const char *src = sdone < hsz ? (const char *)mine + sdone
+                                          : (const char *)sbuf + (sdone - hsz);
+            size_t n = sdone < hsz ? hsz - sdone : hsz + len - sdone;
+            ssize_t k = send(sfd, src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                sdone += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_peer(c, to, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        if (rdone < hsz + len) {
+            char *dst = rdone < hsz ? (char *)&theirs + rdone : (char *)rbuf + (rdone - hsz);
+            size_t n = rdone < hsz ? hsz - rdone : hsz + len - rdone;
+            ssize_t k = recv(rfd, dst, n, MSG_DONTWAIT);
+            if (k > 0) {
+                rdone += (size_t)k;
+                progress = 1;
+                if (rdone == hsz && theirs.magic == ABORT_MAGIC)
+                    return notice_error(c, (uint8_t)theirs.kind, from, "recursive doubling",
+                                        "all-reduce", err);
+                if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
+                    cpu->notice = NOTICE_UNKNOWN;
+                    return err_set(err, DDP_EINTERNAL,
+                                   "collective mismatch with rank %d: it issued kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes, this rank kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes",
+                                   rg(cpu, from), theirs.kind, theirs.seq, theirs.bytes,
+                                   mine->kind, mine->seq, mine->bytes);
+                }
+            } else if (k == 0) {
+                return fail_peer(c, from, "recursive doubling", "all-reduce", 0, err);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_peer(c, from, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        int64_t now = time_mono_ms();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        int waited = rdone < hsz + len ? from : to;
+        cpu->wait_peer = waited;
+        if (left_ms <= 0) {
+            cpu->notice = notice_of(rg(cpu, waited), 1);
+            return err_set(err, DDP_ETIMEOUT, "peer rank %d silent for %" PRId64
+                           " ms during all-reduce (recursive doubling)",
+                           rg(cpu, waited), c->opts.timeout_ms);
+        }
+        struct pollfd pfd[2] = {
+            {.fd = sdone < hsz + len ? sfd : -1, .events = POLLOUT},
+            {.fd = rdone < hsz + len ? rfd : -1, .events = POLLIN},
+        };
+        if (poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms) < 0 &&
+            errno != EINTR) {
+            cpu->notice = NOTICE_UNKNOWN;
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
+    }
+    return 0;
+}
+
+/*
+ * Recursive doubling over P = rd_pow ranks: ranks P.. first fold into rank - P and get the
+ * result back at the end; in step k rank r swaps its whole buffer with r ^ 2^k and adds
+ * (IEEE addition commutes, so both partners, and in the end all ranks, hold identical bits).
+ * log2(P) (+2) latencies instead of the ring's 2(W-1).
+ */
+static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                        uint64_t seq, int kind, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    size_t es = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    size_t len = count * es;
+    int r = cpu->rrank, P = cpu->rd_pow, W = cpu->rworld, ret = 0;
+    struct rd_hdr h = {.magic = COLL_MAGIC, .kind = (uint32_t)kind, .seq = seq, .bytes = len};
+    cpu->wait_peer = -1;
+    if (r >= P) {
+        if ((ret = rd_xchg(c, r - P, buf, -1, NULL, len, &h, err)) < 0)
+            return ret;
+        return rd_xchg(c, -1, NULL, r - P, buf, len, &h, err);
+    }
+    if (r + P < W) {
+        if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        if (dt == COMM_F32)
+            reduce_f32(buf, cpu->rd_tmp, count);
+        else
+            reduce_f64(buf, cpu->rd_tmp, count);
+    }
+    for (int bit = 1; bit < P; bit <<= 1) {
+        int q = r ^ bit;
+        if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        if (dt == COMM_F32)
+            reduce_f32(buf, cpu->rd_tmp, count);
+        else
+            reduce_f64(buf, cpu->rd_tmp, count);
+    }
+    if (r + P < W)
+        return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);
+    return 0;
+}
+
 /* The ring part of an all-reduce (over all ranks or the leaders). */
 static int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
                           uint64_t seq, int kind, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     struct plan p;
+    if (cpu->rd_fd && count * (dt == COMM_F32 ? sizeof(float) : sizeof(double)) <= cpu->tcp_small)
+        return rd_allreduce(c, buf, count, dt, seq, kind, err);
     memset(&p, 0, sizeof(p));
     p.rank = cpu->rrank;
     p.world = cpu->rworld;
@@ -678,6 +820,16 @@ static void abort_ring(struct comm *c, const struct ddp_err *e)
         log_debug("comm: rank %d: notice to the left not sent", c->rank);
     shutdown(cpu->send_fd, SHUT_RDWR);
     shutdown(cpu->recv_fd, SHUT_RDWR);
+    /* Recursive-doubling partners get the notice as a header (read where they expect one). */
+    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = b};
+    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++) {
+        if (cpu->rd_fd[i] < 0)
+            continue;
+        if (send(cpu->rd_fd[i], &nh, sizeof(nh), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+            (ssize_t)sizeof(nh))
+            log_debug("comm: rank %d: notice to partner %d not sent", c->rank, rg(cpu, i));
+        shutdown(cpu->rd_fd[i], SHUT_RDWR);
+    }
     log_debug("comm: rank %d: %s", c->rank, e->msg);
 }
 
@@ -879,11 +1031,12 @@ static int parse_addr(const char *v, size_t len, char *host, size_t hostsize, in
     return net_split_hostport(tmp, host, hostsize, port);
 }
 
-static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, int peer, int64_t deadline,
-                      char *host, size_t hostsize, int *port, char *nonce, struct ddp_err *err)
+static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, const char *sub, int peer,
+                      int64_t deadline, char *host, size_t hostsize, int *port, char *nonce,
+                      struct ddp_err *err)
 {
     char key[64];
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, peer);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%s%d", id, sub, peer);
     void *v = NULL;
     size_t len = 0;
     int64_t left = deadline - time_mono_ms();
@@ -942,9 +1095,9 @@ static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_
     int vl = snprintf(val, sizeof(val), "%s %s", me, nonce);
     if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
         goto out;
-    if ((ret = fetch_peer(c, r, id, cpu->right, deadline, rhost, sizeof(rhost), &rport, rnonce,
+    if ((ret = fetch_peer(c, r, id, "", cpu->right, deadline, rhost, sizeof(rhost), &rport, rnonce,
                           err)) < 0 ||
-        (ret = fetch_peer(c, r, id, cpu->left, deadline, lhost, sizeof(lhost), &lport, lnonce,
+        (ret = fetch_peer(c, r, id, "", cpu->left, deadline, lhost, sizeof(lhost), &lport, lnonce,
                           err)) < 0)
         goto out;
     format_name(cpu->right_name, sizeof(cpu->right_name), rhost, rport);
@@ -1022,6 +1175,134 @@ out:
     return ret;
 }
 
+/* Whether ring indices a and b exchange data in recursive doubling over p of w. */
+static int rd_partners(int a, int b, int p, int w)
+{
+    if (a == b || a >= w || b >= w)
+        return 0;
+    if (a >= p || b >= p)
+        return a == b + p || b == a + p;
+    int x = a ^ b;
+    return (x & (x - 1)) == 0;
+}
+
+/*
+ * Connects the recursive-doubling partners: every ring rank listens and publishes
+ * "host:port nonce" under "comm/<id>/rd/<ring rank>"; the higher rank of each pair connects
+ * to the lower one and says hello (magic, rank, id, the lower one's nonce), the lower one
+ * accepts and checks it.
+ */
+static int rd_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0, lfd = -1, fd = -1, port = 0, W = cpu->rworld, me = cpu->rrank;
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    char nonce[NONCE_HEX + 1], host[NET_ADDR_MAX], key[64];
+    char val[NET_ADDR_MAX + NONCE_HEX + 8], name[PEER_NAME_MAX];
+    struct ddp_err e;
+    int P = 1;
+    while (P * 2 <= W)
+        P *= 2;
+    cpu->rd_pow = P;
+    cpu->rd_fd = xmalloc((size_t)W * sizeof(int));
+    for (int i = 0; i < W; i++)
+        cpu->rd_fd[i] = -1;
+    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
+        err_set(err, ret, "cannot read random bytes for the nonce");
+        goto out;
+    }
+    if ((ret = net_listen(NULL, 0, 64, &lfd, &port, &e)) < 0) {
+        err_set(err, ret, "recursive doubling: cannot listen: %s", e.msg);
+        goto out;
+    }
+    if (c->local_addr[0]) {
+        memcpy(host, c->local_addr, strlen(c->local_addr) + 1 < sizeof(host)
+                                        ? strlen(c->local_addr) + 1 : sizeof(host));
+        host[sizeof(host) - 1] = '\0';
+    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
+        ret = err_set(err, DDP_EIO, "cannot read the rendezvous connection's address");
+        goto out;
+    }
+    format_name(name, sizeof(name), host, port);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/rd/%d", id, me);
+    int vl = snprintf(val, sizeof(val), "%s %s", name, nonce);
+    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
+        goto out;
+    int expect = 0;
+    for (int q = 0; q < W; q++) {
+        if (!rd_partners(me, q, P, W))
+            continue;
+        if (q > me) {
+            expect++;
+            continue;
+        }
+        char phost[NET_ADDR_MAX], pnonce[NONCE_HEX + 1];
+        int pport = 0;
+        if ((ret = fetch_peer(c, r, id, "rd/", q, deadline, phost, sizeof(phost), &pport,
+                              pnonce, err)) < 0)
+            goto out;
+        int64_t backoff = 10;
+        for (;;) {
+            ret = net_connect(phost, pport, deadline, &cpu->rd_fd[q], &e);
+            if (ret == 0)
+                break;
+            if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
+                ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
+                err_set(err, ret, "cannot connect to peer rank %d: %s", rg(cpu, q), e.msg);
+                goto out;
+            }
+            time_sleep_ms(backoff);
+            backoff = backoff * 2 > 200 ? 200 : backoff * 2;
+        }
+        struct hello_msg hm;
+        memset(&hm, 0, sizeof(hm));
+        hm.magic = HELLO_MAGIC;
+        hm.rank = (uint32_t)me;
+        hm.id = id;
+        memcpy(hm.nonce, pnonce, NONCE_HEX + 1);
+        if ((ret = net_send_all(cpu->rd_fd[q], &hm, sizeof(hm), deadline, &e)) < 0) {
+            err_set(err, ret, "hello to peer rank %d: %s", rg(cpu, q), e.msg);
+            goto out;
+        }
+    }
+    while (expect > 0) {
+        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
+            err_set(err, ret, "recursive doubling: %d partner(s) did not connect: %s", expect,
+                    e.msg);
+            goto out;
+        }
+        struct hello_msg got;
+        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
+        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
+            got.nonce[NONCE_HEX] = '\0';
+            int q = (int)got.rank;
+            int ok = got.magic == HELLO_MAGIC && got.id == id && q > me && q < W &&
+                     rd_partners(me, q, P, W) && cpu->rd_fd[q] < 0;
+            ok = ok && secret_equal(got.nonce, nonce);
+            if (ok) {
+                net_set_nodelay(fd);
+                cpu->rd_fd[q] = fd;
+                fd = -1;
+                expect--;
+                continue;
+            }
+            log_warn("comm: rank %d dropped a connection with a wrong hello", c->rank);
+        }
+        close(fd);
+        fd = -1;
+    }
+    cpu->tcp_small = c->opts.small_bytes ? c->opts.small_bytes : COMM_TCP_SMALL_BYTES;
+    if (cpu->tcp_small > (size_t)16 << 20)
+        cpu->tcp_small = (size_t)16 << 20;
+    cpu->rd_tmp = xmalloc(cpu->tcp_small ? cpu->tcp_small : 1);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (lfd >= 0)
+        close(lfd);
+    return ret;
+}
+
 static void cpu_destroy(struct comm *c)
 {
     struct cpu *cpu = c->impl;
@@ -1035,6 +1316,9 @@ static void cpu_destroy(struct comm *c)
             if (cpu->has_ring) {
                 shutdown(cpu->send_fd, SHUT_RDWR);
                 shutdown(cpu->recv_fd, SHUT_RDWR);
+                for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++)
+                    if (cpu->rd_fd[i] >= 0)
+                        shutdown(cpu->rd_fd[i], SHUT_RDWR);
             }
             struct ddp_err e;
             err_set(&e, DDP_EPEER, "peer rank %d closed its comm during a collective",
@@ -1055,6 +1339,11 @@ static void cpu_destroy(struct comm *c)
     if (cpu->recv_fd >= 0)
         close(cpu->recv_fd);
     free(cpu->stage);
+    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++)
+        if (cpu->rd_fd[i] >= 0)
+            close(cpu->rd_fd[i]);
+    free(cpu->rd_fd);
+    free(cpu->rd_tmp);
     shm_group_close(cpu->shm);
     free(cpu->ring_global);
     free(cpu->host_of);
@@ -1197,6 +1486,8 @@ static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
         cpu->right = (cpu->rrank + 1) % cpu->rworld;
         cpu->left = (cpu->rrank + cpu->rworld - 1) % cpu->rworld;
         if ((ret = ring_connect(c, r, id, err)) < 0)
+            goto out;
+        if (c->opts.small_bytes != 1 && (ret = rd_connect(c, r, id, err)) < 0)
             goto out;
     }
 out:

@@ -4,13 +4,17 @@
  *
  *   ddp-bench-allreduce --world W [--backend cpu] [--min-bytes 4096] [--max-bytes 64M]
  *                       [--factor 4] [--warmup 3] [--iters 0 (auto)] [--chunk BYTES]
- *                       [--port P] [--memcpy]
+ *                       [--port P] [--memcpy] [--transport auto|tcp] [--small BYTES]
  *
  * Forks W rank processes on 127.0.0.1 (a rendezvous store on a free port, then comm_new).
  * For each size: warm-up iterations, then timed iterations each preceded by a barrier; an
  * iteration's time is the slowest rank's, the reported time the median over iterations.
  * algbw = bytes / time, busbw = algbw * 2(W-1)/W (nccl-tests' definition for all-reduce).
  * --memcpy prints the machine's memcpy bandwidth (64 MiB, median of 7) as the reference row.
+ * --transport tcp forces the TCP ring (comm_opts.force_tcp; DDP_COMM_TRANSPORT=tcp in the
+ * environment does the same); auto (default) takes shared memory between these same-host
+ * ranks. --small sets comm_opts.small_bytes: 1 = never the one-round small-message
+ * algorithm, a huge value = always (to measure the threshold).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +31,7 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "worker/comm.h"
+#include "worker/comm_internal.h"
 #include "worker/rdzv.h"
 
 struct bench_opts {
@@ -37,6 +42,8 @@ struct bench_opts {
     long chunk;
     int port;
     int memcpy_row;
+    int force_tcp;
+    long small;
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -95,14 +102,19 @@ static int rank_main(const struct bench_opts *o, int rank)
     struct comm_opts co;
     comm_opts_default(&co);
     co.chunk_bytes = (size_t)o->chunk;
+    co.force_tcp = o->force_tcp;
+    co.small_bytes = (size_t)o->small;
     if ((ret = comm_new(o->backend, r, rank, o->world, &co, &c, &err)) < 0)
         goto out;
     buf = xmalloc((size_t)o->max_bytes);
     for (long i = 0; i < o->max_bytes / 4; i++)
         buf[i] = (float)(i % 17) * 0.25f;
     if (rank == 0) {
-        printf("# ddp all-reduce, backend %s, %d ranks (processes) on 127.0.0.1, chunk %ld\n",
-               comm_backend_name(c), o->world, o->chunk ? o->chunk : 262144L);
+        printf("# ddp all-reduce, backend %s, transport %s, %d ranks (processes) on 127.0.0.1, "
+               "chunk %ld, small %ld\n",
+               comm_backend_name(c),
+               strcmp(comm_backend_name(c), "cpu") == 0 ? comm_cpu_transport(c) : "-", o->world,
+               o->chunk ? o->chunk : 262144L, o->small ? o->small : 65536L);
         printf("%12s %12s %6s %12s %10s %10s\n", "size(B)", "count", "type", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
         fflush(stdout);
@@ -174,7 +186,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: ddp-bench-allreduce --world W [--backend cpu] [--min-bytes N] "
                     "[--max-bytes N] [--factor F] [--warmup N] [--iters N] [--chunk BYTES] "
-                    "[--port P] [--memcpy]\n");
+                    "[--port P] [--memcpy] [--transport auto|tcp] [--small BYTES]\n");
 }
 
 int main(int argc, char **argv)
@@ -213,6 +225,14 @@ int main(int argc, char **argv)
             rc = args_parse_long(a, v, 0, 100000, &o.iters, &err);
         } else if (strcmp(a, "--chunk") == 0) {
             rc = args_parse_long(a, v, 0, 64L << 20, &o.chunk, &err);
+        } else if (strcmp(a, "--transport") == 0) {
+            if (strcmp(v, "tcp") != 0 && strcmp(v, "auto") != 0 && strcmp(v, "shm") != 0) {
+                usage();
+                return 2;
+            }
+            o.force_tcp = strcmp(v, "tcp") == 0;
+        } else if (strcmp(a, "--small") == 0) {
+            rc = args_parse_long(a, v, 0, 1L << 40, &o.small, &err);
         } else if (strcmp(a, "--port") == 0) {
             rc = args_parse_long(a, v, 1, 65535, &x, &err);
             o.port = (int)x;

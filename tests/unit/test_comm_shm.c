@@ -420,6 +420,24 @@ static int killed_body(struct job *j, int rank, struct comm *c, struct ddp_err *
     return victim_body(j, rank, c, err, SIGKILL);
 }
 
+/* The same with 64 elements: over TCP the recursive-doubling path. */
+static int killed_small_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    double x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = 1;
+    int rc = comm_allreduce(c, x, 64, COMM_F64, err);
+    if (rc < 0)
+        return rc;
+    if (x[0] != j->world)
+        return err_set(err, DDP_EINTERNAL, "wrong sum %g", x[0]);
+    if (rank == j->world - 1)
+        raise(SIGKILL);
+    for (int it = 0; it < 3 && rc == 0; it++)
+        rc = comm_allreduce(c, x, 64, COMM_F64, err);
+    return rc == 0 ? err_set(err, DDP_EINTERNAL, "all-reduce with a lost peer succeeded") : rc;
+}
+
 static int stopped_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
 {
     return victim_body(j, rank, c, err, SIGSTOP);
@@ -453,8 +471,14 @@ static void test_comm_shm_killed_peer(void **state)
     run_job(&h, 60000);
     check_victims(&h, DDP_EPEER, "hier");
     expect_no_segments(&h);
+    static const char *const apart[] = {"a", "b", "c"};
+    struct job t = {.world = 3, .timeout_ms = 600000, .host_ids = apart,
+                    .body = killed_small_body, .b = board_new()};
+    run_job(&t, 60000);
+    check_victims(&t, DDP_EPEER, "tcp recursive doubling");
     munmap(j.b, sizeof(struct board));
     munmap(h.b, sizeof(struct board));
+    munmap(t.b, sizeof(struct board));
 }
 
 static void test_comm_shm_stopped_peer_times_out(void **state)
