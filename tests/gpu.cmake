@@ -5,3 +5,9 @@ if(DDP_HAVE_CUDA)
                 LIBS ddp TIMEOUT 120 LABELS gpu)
   set_tests_properties(test_gpu_model PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+if(DDP_HAVE_CUDA)
+  ddp_script_test(NAME gpu_worker COMMAND /usr/bin/python3
+                  ${PROJECT_SOURCE_DIR}/tests/integration/test_gpu_worker.py
+                  TIMEOUT 300 LABELS gpu)
+  set_tests_properties(gpu_worker PROPERTIES SKIP_RETURN_CODE 77)
+endif()

@@ -10,6 +10,53 @@
 
 #include "common/log.h"
 #include "common/xalloc.h"
+#ifdef DDP_HAVE_CUDA
+#include "worker/gpu/gpu.h"
+#endif
+
+/* Decides whether this process computes on a GPU, and selects it at world size 1 (above
+ * that the nccl comm selects it). */
+static int pick_device(struct ddp_group *g, const char *backend, int *exit_code,
+                       struct ddp_err *err)
+{
+    int want = backend && strcmp(backend, "nccl") == 0;
+    int maybe = !backend || strcmp(backend, "auto") == 0;
+    if (!want && !maybe) {
+        if (backend && strcmp(backend, "cpu") == 0)
+            return 0;
+        *exit_code = DDP_EXIT_USAGE;
+        return err_set(err, DDP_EINVAL, "--backend: '%s' is not one of auto, cpu, nccl",
+                       backend);
+    }
+#ifdef DDP_HAVE_CUDA
+    const char *why = NULL;
+    int n = gpu_count(&why);
+    if (n == 0) {
+        if (!want)
+            return 0;
+        *exit_code = DDP_EXIT_DEVICE;
+        return err_set(err, DDP_EINVAL, "--backend nccl: no GPU: %s", why ? why : "none found");
+    }
+    g->gpu = 1;
+    /* torchrun's habit: LOCAL_RANK indexes the visible GPUs. Where the agent gave this rank
+     * one GPU (CUDA_VISIBLE_DEVICES), that one is device 0. */
+    g->device = n == 1 ? 0 : g->env.local_rank;
+    if (g->world_size == 1) {
+        int rc = gpu_init(g->device, err);
+        if (rc) {
+            *exit_code = DDP_EXIT_DEVICE;
+            return rc;
+        }
+        log_info("computing on GPU %d (world size 1: no collectives)", g->device);
+    }
+    return 0;
+#else
+    if (!want)
+        return 0;
+    *exit_code = DDP_EXIT_USAGE;
+    return err_set(err, DDP_EINVAL, "--backend nccl: ddp was built without NCCL");
+#endif
+}
 
 int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out,
                    int *exit_code, struct ddp_err *err)
@@ -23,6 +70,12 @@ int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **o
     g->rank = g->env.rank;
     g->world_size = g->env.world_size;
     g->timeout_ms = timeout_ms;
+    if ((rc = pick_device(g, backend, exit_code, err)) < 0)
+        goto out;
+    if (g->gpu)
+        backend = "nccl";
+    else if (backend && strcmp(backend, "auto") == 0)
+        backend = "cpu";
     if (g->world_size > 1) {
         rc = rdzv_open(g->env.master_addr, g->env.master_port, g->rank, g->world_size,
                        g->env.job_token, timeout_ms, &g->rdzv, err);
@@ -33,10 +86,10 @@ int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **o
         struct comm_opts co;
         comm_opts_default(&co);
         co.timeout_ms = timeout_ms;
-        co.device = g->env.local_rank;
+        co.device = g->device;
         rc = comm_new(backend, g->rdzv, g->rank, g->world_size, &co, &g->comm, err);
         if (rc) {
-            *exit_code = rc == DDP_EINVAL ? DDP_EXIT_USAGE
+            *exit_code = rc == DDP_EINVAL ? (g->gpu ? DDP_EXIT_DEVICE : DDP_EXIT_USAGE)
                          : rc == DDP_EEXIST ? DDP_EXIT_PORT_IN_USE
                                             : DDP_EXIT_RENDEZVOUS;
             goto out;

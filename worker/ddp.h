@@ -34,13 +34,17 @@ struct ddp_group {
     int64_t timeout_ms;
     struct rdzv *rdzv; /* NULL when world_size == 1 */
     struct comm *comm; /* NULL when world_size == 1 */
+    int gpu;           /* 1: compute and collectives on a GPU (nccl backend) */
+    int device;        /* that GPU's ordinal: LOCAL_RANK, or 0 when one GPU is visible */
 };
 
 /*
  * Reads the environment, opens the rendezvous store and creates the comm for backend
- * ("auto", "cpu" or "nccl") with timeout_ms for every connect and collective. On failure
- * *exit_code is the worker exit code for it (usage 2 for a malformed environment,
- * rendezvous 4, port in use 5) and err says why. Caller frees with ddp_group_close().
+ * ("auto", "cpu" or "nccl") with timeout_ms for every connect and collective. "nccl" (or
+ * "auto" on a build with CUDA where a GPU is visible) also selects the GPU LOCAL_RANK for
+ * this process and sets g->gpu, at every world size. On failure
+ * *exit_code is the worker exit code for it (usage 2 for a malformed environment or an
+ * unknown backend, rendezvous 4, port in use 5, device 8 when no usable GPU) and err says why. Caller frees with ddp_group_close().
  */
 int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out,
                    int *exit_code, struct ddp_err *err);

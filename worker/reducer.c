@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include "common/xalloc.h"
+#ifdef DDP_HAVE_CUDA
+#include "worker/gpu/gpu.h"
+#endif
 
 struct bucket {
     size_t offset, count;
@@ -23,6 +26,7 @@ struct bucket {
 struct reducer {
     struct comm *comm;
     int world_size;
+    int device; /* grads is GPU memory */
     int overlap;
     struct trace *trace;
     int ntensors;
@@ -84,7 +88,22 @@ int reducer_new(struct comm *comm, int world_size, const size_t *counts, int nte
             b = NULL;
     }
     r->total = off;
-    r->grads = xcalloc(off ? off : 1, sizeof(float));
+    if (opts->device) {
+#ifdef DDP_HAVE_CUDA
+        int rc = gpu_alloc((void **)&r->grads, (off ? off : 1) * sizeof(float), err);
+        if (rc) {
+            r->device = 0;
+            reducer_free(r);
+            return rc;
+        }
+        r->device = 1;
+#else
+        reducer_free(r);
+        return err_set(err, DDP_EINVAL, "reducer: GPU gradients on a build without CUDA");
+#endif
+    } else {
+        r->grads = xcalloc(off ? off : 1, sizeof(float));
+    }
     r->pending = xmalloc((size_t)r->nbuckets * sizeof(int));
     r->work = xcalloc((size_t)r->nbuckets, sizeof(struct comm_work *));
     for (int i = 0; i < r->nbuckets; i++)
@@ -108,7 +127,12 @@ void reducer_free(struct reducer *r)
     free(r->goff);
     free(r->tbucket);
     free(r->ready);
-    free(r->grads);
+#ifdef DDP_HAVE_CUDA
+    if (r->device)
+        gpu_free(r->grads);
+    else
+#endif
+        free(r->grads);
     free(r->buckets);
     free(r->pending);
     free(r->work);
@@ -222,6 +246,16 @@ int reducer_finish(struct reducer *r, struct ddp_err *err)
             }
         }
         trace_event(r->trace, TRACE_AR_DONE, b);
+#ifdef DDP_HAVE_CUDA
+        if (r->device && r->world_size > 1) {
+            rc = gpu_scale(r->grads + r->buckets[b].offset, r->buckets[b].count, scale, err);
+            if (rc) {
+                r->broken = 1;
+                return rc;
+            }
+            continue;
+        }
+#endif
         if (r->world_size > 1) {
             float *g = r->grads + r->buckets[b].offset;
             for (size_t i = 0; i < r->buckets[b].count; i++)

@@ -37,6 +37,8 @@ struct reducer_opts {
     size_t first_cap_bytes; /* bucket 0's cap; REDUCER_FIRST_BUCKET_BYTES in ddp-worker */
     size_t cap_bytes;       /* every other bucket's cap (--bucket-cap-mb) */
     int overlap;            /* 1: all-reduce during the backward; 0: after it */
+    int device;             /* 1: the gradient block is GPU memory (nccl backend; builds
+                               with CUDA only), averaged by a kernel on the compute stream */
 };
 
 /*

@@ -48,6 +48,10 @@
 #include "worker/rng.h"
 #include "worker/sampler.h"
 #include "worker/trace.h"
+#ifdef DDP_HAVE_CUDA
+#include "worker/gpu/gpu.h"
+#include "worker/gpu/model_gpu.h"
+#endif
 
 #define TRAIN_EVAL_BATCH 1000
 #define TRAIN_TRACE_EVENTS 200000
@@ -143,7 +147,11 @@ static void write_metrics(int fd, const char *line)
 struct run {
     const struct train_opts *o;
     struct ddp_group *g;
-    struct model *m;
+    struct model *m; /* on a GPU run: the host copy, for initialisation and checkpoints */
+#ifdef DDP_HAVE_CUDA
+    struct gpu_model *gm; /* the model on the GPU when g->gpu, else NULL */
+    float *gmom;          /* its momentum (device); r->opt.buf is the host copy */
+#endif
     struct optim opt;
     struct reducer *red;
     struct trace *trace;
@@ -152,6 +160,78 @@ struct run {
     uint32_t start_epoch;
     uint64_t step;
 };
+
+/*
+ * Compute, on the CPU model or on the GPU one. On a GPU run the parameters and momentum
+ * live on the device; run_sync_to_host copies them into r->m and r->opt for a checkpoint or
+ * a dump.
+ */
+static int run_forward(struct run *r, const float *x, const uint8_t *y, size_t n, double *ls,
+                       struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_forward(r->gm, x, y, n, ls, err);
+#endif
+    return model_forward(r->m, x, y, n, ls, err);
+}
+
+static int run_backward(struct run *r, const struct model_hooks *hooks, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_backward(r->gm, hooks, err);
+#endif
+    return model_backward(r->m, hooks, err);
+}
+
+static int run_optim_step(struct run *r, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_sgd(r->gm, r->gmom, r->opt.lr, r->opt.momentum, r->opt.weight_decay,
+                             err);
+#endif
+    (void)err;
+    optim_step(&r->opt, r->m);
+    return 0;
+}
+
+static int run_count_correct(struct run *r, const float *x, const uint8_t *y, size_t n,
+                             size_t *correct, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_count_correct(r->gm, x, y, n, correct, err);
+#endif
+    (void)err;
+    *correct = model_count_correct(r->m, x, y, n);
+    return 0;
+}
+
+static int run_sync_to_host(struct run *r, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm) {
+        size_t bytes = model_param_count(r->m) * sizeof(float);
+        int rc = gpu_to_host(model_params(r->m), gpu_model_params(r->gm), bytes, err);
+        if (rc == 0)
+            rc = gpu_to_host(r->opt.buf, r->gmom, bytes, err);
+        return rc;
+    }
+#endif
+    (void)r;
+    (void)err;
+    return 0;
+}
+
+/* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
+static int run_exit_code(const struct run *r, int rc)
+{
+    if (r->g && r->g->gpu && rc == DDP_EINTERNAL)
+        return DDP_EXIT_DEVICE;
+    return ddp_exit_code_for(rc);
+}
 
 /* Step 3 of the file comment. Returns an error code; err says why. */
 static int resume(struct run *r, struct ddp_err *err)
@@ -242,7 +322,10 @@ static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
     meta.nparams = model_param_count(r->m);
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = ckpt_encode(&meta, model_params(r->m), r->opt.buf, &buf, &len, err);
+    int rc = run_sync_to_host(r, err);
+    if (rc)
+        return rc;
+    rc = ckpt_encode(&meta, model_params(r->m), r->opt.buf, &buf, &len, err);
     if (rc == 0)
         rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
     free(buf);
@@ -327,6 +410,7 @@ int train_run(const struct train_opts *o)
         .cap_bytes = (size_t)(o->bucket_cap_mb * 1048576.0),
         .first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES,
         .overlap = o->overlap,
+        .device = g->gpu,
     };
     if (ro.cap_bytes == 0)
         ro.cap_bytes = 1;
@@ -340,7 +424,8 @@ int train_run(const struct train_opts *o)
     views = xmalloc((size_t)nt * sizeof(float *));
     for (int t = 0; t < nt; t++)
         views[t] = reducer_grad(r.red, t);
-    model_bind_grads(r.m, views);
+    if (!g->gpu)
+        model_bind_grads(r.m, views);
     double lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
     optim_init(&r.opt, r.m, (float)lr, (float)o->momentum, (float)o->weight_decay);
     optim_ok = 1;
@@ -359,6 +444,22 @@ int train_run(const struct train_opts *o)
         code = ddp_exit_code_for(rc);
         goto fail;
     }
+#ifdef DDP_HAVE_CUDA
+    if (g->gpu) {
+        size_t pbytes = model_param_count(r.m) * sizeof(float);
+        rc = gpu_model_new(o->widths, o->nwidths, max_batch, model_params(r.m), &r.gm, &err);
+        if (rc == 0)
+            rc = gpu_alloc((void **)&r.gmom, pbytes, &err);
+        if (rc == 0)
+            rc = gpu_to_device(r.gmom, r.opt.buf, pbytes, &err);
+        if (rc) {
+            code = DDP_EXIT_DEVICE;
+            goto fail;
+        }
+        gpu_model_bind_grads(r.gm, views);
+        log_info("training on GPU %d", gpu_device());
+    }
+#endif
     rc = sampler_init(&smp, train.n, g->rank, g->world_size, o->seed, 1, &err);
     if (rc) {
         code = DDP_EXIT_DATA;
@@ -389,16 +490,17 @@ int train_run(const struct train_opts *o)
             }
             trace_set_step(r.trace, r.step);
             double ls = 0.0;
-            rc = model_forward(r.m, xb, yb, n, &ls, &err);
+            rc = run_forward(&r, xb, yb, n, &ls, &err);
             if (rc == 0)
-                rc = model_backward(r.m, &hooks, &err);
+                rc = run_backward(&r, &hooks, &err);
             if (rc == 0)
                 rc = reducer_finish(r.red, &err);
+            if (rc == 0)
+                rc = run_optim_step(&r, &err);
             if (rc) {
-                code = ddp_exit_code_for(rc);
+                code = run_exit_code(&r, rc);
                 goto fail;
             }
-            optim_step(&r.opt, r.m);
             trace_event(r.trace, TRACE_STEP_END, 0);
             loss_sum += ls;
             seen += (double)n;
@@ -413,10 +515,14 @@ int train_run(const struct train_opts *o)
         if (stop)
             break;
         double train_s = (double)(time_mono_ns() - t0) / 1e9;
-        double sums[4] = {loss_sum, seen,
-                          (double)model_count_correct(r.m, test.x + tlo * test.dim,
-                                                      test.y + tlo, thi - tlo),
-                          train_s};
+        size_t correct = 0;
+        rc = run_count_correct(&r, test.x + tlo * test.dim, test.y + tlo, thi - tlo, &correct,
+                               &err);
+        if (rc) {
+            code = run_exit_code(&r, rc);
+            goto fail;
+        }
+        double sums[4] = {loss_sum, seen, (double)correct, train_s};
         rc = ddp_allreduce_f64(g, sums, 4, &err);
         if (rc) {
             code = ddp_exit_code_for(rc);
@@ -456,6 +562,11 @@ int train_run(const struct train_opts *o)
         }
     }
     if (o->dump_params) {
+        rc = run_sync_to_host(&r, &err);
+        if (rc) {
+            code = DDP_EXIT_DEVICE;
+            goto fail;
+        }
         rc = fs_write_atomic(o->dump_params, model_params(r.m),
                              model_param_count(r.m) * sizeof(float), 0644, &err);
         if (rc) {
@@ -491,7 +602,16 @@ out:
     reducer_free(r.red);
     free(views);
     trace_free(r.trace);
+#ifdef DDP_HAVE_CUDA
+    gpu_model_free(r.gm);
+    gpu_free(r.gmom);
+    int on_gpu = r.g && r.g->gpu;
+#endif
     ddp_group_close(r.g);
+#ifdef DDP_HAVE_CUDA
+    if (on_gpu)
+        gpu_shutdown();
+#endif
     model_free(r.m);
     data_release(&train);
     data_release(&test);
