@@ -29,10 +29,12 @@ import traceback
 from faultlib import (FaultCluster, Net, Report, fashion_available, parse_time, wait_for,
                       worker_cmd, pid_alive)
 
-# Fashion-MNIST, 4 ranks, 3 epochs (cosine schedule over 3 epochs) ends at ~0.86 here (see
-# docs/elastic.md); the scenarios where accuracy is the point train it, the others train a
-# synthetic set of the same shape that takes a fraction of the time.
-FASHION_EPOCHS = int(os.environ.get("DDP_FAULTS_EPOCHS", "3"))
+# Fashion-MNIST, 4 ranks, 2 epochs (cosine schedule over 2 epochs) with a fault in epoch 2
+# ends at 0.869-0.872 here (docs/elastic.md): the fewest epochs that reach 0.85 (1 epoch gives
+# ~0.84, and a fault needs a checkpoint to resume from). The scenarios where accuracy is the
+# point train it, the others a synthetic set of the same shape that takes a fraction of the
+# time.
+FASHION_EPOCHS = int(os.environ.get("DDP_FAULTS_EPOCHS", "2"))
 ACC_TARGET = float(os.environ.get("DDP_FAULTS_ACC", "0.85"))
 SYNTH = "synthetic:12000:784:10"
 SYNTH_TARGET = 0.9
@@ -308,6 +310,7 @@ def s_ddpd_restart(c, rep):
     """kill -9 ddpd after epoch 1 of a 2 x 2 job, start it again 2 s later: the same
     generation finishes, restarts 0, every epoch's metrics arrive."""
     epochs, data, target = training(True)
+    epochs = max(epochs, 3)  # the outage must fall inside the training, not after its end
     start(c, ["a", "b"])
     jid = submit_running(c, job_spec(c, epochs, data=data), 4)
     c.wait_epoch(jid, 1, timeout=120)
