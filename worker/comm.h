@@ -34,9 +34,10 @@ struct comm_opts {
     const char *local_addr; /* address peers use to reach this rank ("" = MASTER_ADDR's route) */
     int force_tcp;          /* 1: do not use shared memory between same-host ranks; also set
                              * by DDP_COMM_TRANSPORT=tcp in the environment */
-    size_t small_bytes;     /* cpu over shared memory: all-reduces of at most this many bytes
-                             * take the one-round latency-bound algorithm; 0 = default
-                             * (64 KiB), 1 = never */
+    size_t small_bytes;     /* cpu: all-reduces of at most this many bytes take the
+                             * latency-bound algorithm (shared memory: one round where every
+                             * rank sums all slots; TCP: recursive doubling); 0 = measured
+                             * defaults (16 KiB shm, 64 KiB TCP), 1 = never */
     int device;             /* GPU ordinal for nccl (LOCAL_RANK); ignored by cpu */
 };
 

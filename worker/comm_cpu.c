@@ -69,7 +69,7 @@
 #define NONCE_HEX 32
 #define PEER_NAME_MAX (NET_ADDR_MAX + 16)
 /* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
-#define COMM_TCP_SMALL_BYTES (16 * 1024)
+#define COMM_TCP_SMALL_BYTES (64 * 1024)
 
 enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
 
@@ -493,6 +493,8 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
             return 0;
         int64_t now = time_mono_ms();
         if (progress) {
+            if (now != last)
+                shm_heartbeat(cpu->shm); /* this host's members wait on the leader */
             last = now;
             continue;
         }

@@ -29,7 +29,8 @@
  * timeout; between sleeps it checks the abort word, the awaited rank's gone flag, and every
  * 50 ms every member's pid (/proc/<pid>/stat: gone or zombie = dead). A poster wakes the
  * futex only when the rank's waiter count is non-zero (both sides seq_cst, so no lost
- * wake-up). Every wait ends after timeout_ms with DDP_ETIMEOUT naming the awaited rank.
+ * wake-up). A wait ends after timeout_ms without the awaited rank's counter or heartbeat
+ * moving, with DDP_ETIMEOUT naming it.
  */
 #include "worker/comm_shm.h"
 
@@ -56,7 +57,7 @@
 
 #define SHM_MAGIC 0x444450534d454d31ull /* "DDPSMEM1" */
 #define SHM_ABORT_MSG_MAX 256
-#define SHM_SPIN 2000
+#define SHM_SPIN 100
 #define SHM_YIELDS 4
 #define SHM_SLEEP_NS (10 * 1000 * 1000)
 #define SHM_LIVENESS_MS 50
@@ -73,8 +74,10 @@ struct shm_ctl {
     _Atomic uint32_t waiters;
     _Atomic int32_t pid;
     _Atomic uint32_t gone;
+    _Atomic uint32_t beat; /* bumped while the rank makes progress elsewhere (the ring) */
+    uint32_t pad0;
     struct shm_desc desc[2];
-    char pad[64 - (6 * 4 + 2 * sizeof(struct shm_desc)) % 64];
+    char pad[64 - (8 * 4 + 2 * sizeof(struct shm_desc)) % 64];
 };
 
 enum { C_ARRIVE = 0, C_REDUCED = 1, C_DONE = 2 };
@@ -166,6 +169,12 @@ static int abort_error(struct shm_group *g, struct ddp_err *err)
                    by >= 0 && by < g->L ? g->members[by] : -1);
 }
 
+void shm_heartbeat(struct shm_group *g)
+{
+    if (g)
+        atomic_fetch_add_explicit(&g->ctl[g->lr].beat, 1, memory_order_relaxed);
+}
+
 int shm_fault(const struct shm_group *g, int *silent)
 {
     if (!g)
@@ -241,7 +250,10 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
         if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
             return 0;
     }
+    /* Inactivity, not total time: the awaited rank's beat moving (a leader busy in the
+     * leaders' ring) restarts the clock. */
     int64_t deadline = time_mono_ms() + g->timeout_ms;
+    uint32_t beat = atomic_load_explicit(&c->beat, memory_order_relaxed);
     for (;;) {
         atomic_fetch_add(&c->waiters, 1);
         uint32_t v = atomic_load(&c->ctr[which]);
@@ -255,6 +267,11 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
         int ret = check_peers(g, k, what, err);
         if (ret < 0)
             return ret;
+        uint32_t nb = atomic_load_explicit(&c->beat, memory_order_relaxed);
+        if (nb != beat) {
+            beat = nb;
+            deadline = time_mono_ms() + g->timeout_ms;
+        }
         if (time_mono_ms() >= deadline) {
             g->fault = g->members[k];
             g->fault_silent = 1;

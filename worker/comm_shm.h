@@ -24,7 +24,7 @@
 #define SHM_DEFAULT_PIECE_BYTES (256 * 1024)
 /* At or below this many bytes one round where every rank sums all slots (one sync point);
  * above, reduce-scatter + all-gather through the slots. Measured, see bench/allreduce. */
-#define SHM_DEFAULT_SMALL_BYTES (64 * 1024)
+#define SHM_DEFAULT_SMALL_BYTES (16 * 1024)
 
 struct shm_group;
 
@@ -61,6 +61,10 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
  * segment and wakes every waiter, so the other members fail with it at once instead of at
  * their timeout. Accepts NULL. */
 void shm_abort(struct shm_group *g, const struct ddp_err *e, int fault);
+
+/* Tells the members that this rank is alive and busy (a leader in the leaders' ring), so
+ * their waits on it do not time out while it makes progress. Cheap; accepts NULL. */
+void shm_heartbeat(struct shm_group *g);
 
 /* The global rank the last failed call blamed (-1: none, unknown, or the call succeeded); *silent = it timed out
  * rather than died. The CPU backend passes it on to the ring as its failure notice. */
