@@ -110,6 +110,8 @@ struct agent {
     int refused_bodies;      /* beats refused with 400/413 in a row */
     int shutting_down;
     int done;
+    int64_t last_answer_ms;  /* monotonic time of ddpd's last answer (any status) */
+    int orphaned;            /* the orphan timeout fired; cleared by the next answer */
     int *gpu_used;
     int wake[2];             /* wakes the I/O thread */
     int sfd;                 /* signalfd: SIGCHLD, SIGTERM, SIGINT */
@@ -556,6 +558,32 @@ static void agent_on_stop_signal(struct agent *a, int signo)
     pthread_cond_broadcast(&a->cond);
 }
 
+/*
+ * A node cut off from ddpd cannot know whether its jobs still want its workers: ddpd has
+ * likely declared it LOST and re-formed the jobs elsewhere, so two copies of a rank would
+ * train (and write the same checkpoints). After cfg->orphan_timeout_s without any answer the
+ * agent stops its running workers (with their grace). It keeps the desired set, so they are
+ * not started again; their exits are reported when ddpd answers again, and ddpd, if it still
+ * wanted them, restarts the job from its checkpoint. Holds a->mu.
+ */
+static void agent_check_orphaned(struct agent *a, int64_t now)
+{
+    int64_t limit = (int64_t)a->cfg->orphan_timeout_s * 1000;
+    if (limit <= 0 || a->orphaned || a->shutting_down || now - a->last_answer_ms < limit)
+        return;
+    size_t running = agent_running_count(a);
+    a->orphaned = 1;
+    if (running == 0)
+        return;
+    log_warn("no answer from ddpd for %d s: stopping %zu workers whose job cannot be confirmed",
+             a->cfg->orphan_timeout_s, running);
+    for (size_t i = 0; i < a->nworkers; i++) {
+        struct worker *w = a->workers[i];
+        if (!w->proc.exited && !w->proc.stopping)
+            spawn_proc_stop(&w->proc, now, w->grace_s);
+    }
+}
+
 static void *agent_io_main(void *arg)
 {
     struct agent *a = arg;
@@ -575,6 +603,7 @@ static void *agent_io_main(void *arg)
                 timeout = left;
         }
         agent_collect(a, now);
+        agent_check_orphaned(a, now);
         if (a->shutting_down && agent_running_count(a) == 0) {
             a->done = 1;
             pthread_cond_broadcast(&a->cond);
@@ -962,6 +991,10 @@ static void *agent_report_main(void *arg)
         if (r != BEAT_OK)
             log_debug("report beat failed: %s", err.msg);
         pthread_mutex_lock(&a->mu);
+        if (r != BEAT_UNREACHABLE) {
+            a->last_answer_ms = time_mono_ms();
+            a->orphaned = 0;
+        }
     }
     pthread_mutex_unlock(&a->mu);
     httpc_free(h);
@@ -999,6 +1032,12 @@ static void agent_heartbeat_loop(struct agent *a)
         int quick = 0;
         enum beat_result r = registered ? agent_beat(a, h, 1, &quick, &err)
                                         : agent_register(a, h, &err);
+        if (r != BEAT_UNREACHABLE) {
+            pthread_mutex_lock(&a->mu);
+            a->last_answer_ms = time_mono_ms();
+            a->orphaned = 0;
+            pthread_mutex_unlock(&a->mu);
+        }
         if (r == BEAT_UNREACHABLE || r == BEAT_REFUSED) {
             if (r == BEAT_UNREACHABLE && !outage_since) {
                 pthread_mutex_lock(&a->mu);
@@ -1063,6 +1102,7 @@ int agent_run(const struct agent_config *cfg)
     struct agent a;
     memset(&a, 0, sizeof(a));
     a.cfg = cfg;
+    a.last_answer_ms = time_mono_ms();
     a.wake[0] = a.wake[1] = -1;
     a.sfd = -1;
     a.interval_ms = 1000;

@@ -25,6 +25,8 @@ struct agent_config {
     const char *port_range;  /* "A-B" */
     const char *work_dir;    /* absolute, exists */
     int grace_s;             /* stop grace when an assignment gives none */
+    int orphan_timeout_s;    /* no answer from ddpd for this long: stop the running workers
+                                (their job cannot be confirmed); 0 = never */
 };
 
 /*

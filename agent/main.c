@@ -31,7 +31,7 @@
 static const char usage_line[] =
     "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
     "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
-    "                 [--log-level debug|info|warn|error]\n";
+    "                 [--orphan-timeout SECONDS] [--log-level debug|info|warn|error]\n";
 
 static void usage_help(void)
 {
@@ -49,6 +49,10 @@ static void usage_help(void)
           "  --work-dir DIR     logs, heartbeat files, checkpoints (default\n"
           "                     $DDP_HOME/agent-NAME)\n"
           "  --grace SECONDS    SIGTERM-to-SIGKILL grace when a job gives none (default 30)\n"
+          "  --orphan-timeout SECONDS\n"
+          "                     no answer from ddpd for this long: stop the running workers,\n"
+          "                     whose jobs have likely moved to other nodes (default 30;\n"
+          "                     0 = keep them running however long ddpd is away)\n"
           "  --log-level L      debug, info, warn or error (default info)\n",
           stdout);
 }
@@ -186,6 +190,7 @@ int main(int argc, char **argv)
         {"port-range", required_argument, NULL, 'p'},
         {"work-dir", required_argument, NULL, 'w'},
         {"grace", required_argument, NULL, 'g'},
+        {"orphan-timeout", required_argument, NULL, 'o'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -194,7 +199,7 @@ int main(int argc, char **argv)
     memset(&cfg, 0, sizeof(cfg));
     const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL,
                *address = NULL, *work_dir = NULL, *port_range = "29500-29999";
-    long slots = -1, grace = 30;
+    long slots = -1, grace = 30, orphan = 30;
     int level = LOG_INFO;
     char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
     char *token = NULL, *abs_work = NULL;
@@ -221,6 +226,12 @@ int main(int argc, char **argv)
         case 'w': work_dir = optarg; break;
         case 'g':
             if (args_parse_long("--grace", optarg, 0, 3600, &grace, &err) < 0) {
+                rc = usage_error("%s", err.msg);
+                goto out;
+            }
+            break;
+        case 'o':
+            if (args_parse_long("--orphan-timeout", optarg, 0, 86400, &orphan, &err) < 0) {
                 rc = usage_error("%s", err.msg);
                 goto out;
             }
@@ -338,6 +349,7 @@ int main(int argc, char **argv)
     cfg.port_range = port_range;
     cfg.work_dir = abs_work;
     cfg.grace_s = (int)grace;
+    cfg.orphan_timeout_s = (int)orphan;
     rc = agent_run(&cfg);
 out:
     free(own_name);

@@ -7,7 +7,7 @@ ddp_unit_test(NAME test_assign SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ass
 ddp_unit_test(NAME test_spawn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_spawn.c LIBS ddpagent)
 
 set(DDP_AGENT_PY ${PROJECT_SOURCE_DIR}/tests/integration)
-foreach(t env cancel kill reconnect)
+foreach(t env cancel kill reconnect orphan)
   ddp_script_test(NAME agent_${t}
     COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_${t}.py TIMEOUT 240 LABELS agent)
 endforeach()
