@@ -384,7 +384,8 @@ def s_link_cut(c, rep):
                      "grace_period_s": 5,
                      "command": worker_cmd(c, 1000, "synthetic:2000:784:10")})["id"]
     sj = c.wait_state(solo, ("RUNNING",), timeout=60)
-    rep.check("the solo job runs on b (%s)" % sj["nodes"], [n["name"] for n in sj["nodes"]] == ["b"])
+    rep.check("the solo job runs on b (%s)" % sj["nodes"],
+              [n["name"] for n in sj["nodes"]] == ["b"])
     c.wait_epoch(jid, 1, timeout=120)
     b_workers = [w for w in c.workers(jid) if w["node"] == "b"]
     solo_w = wait_for("solo worker", lambda: c.workers(solo), timeout=30)
