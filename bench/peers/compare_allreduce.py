@@ -93,7 +93,7 @@ def main():
     big, small = sizes[-1], sizes[0]
     for o, _ in ours:
         for p, _ in peers:
-            print("# %s vs %s: %s busbw %.2fx; %s time %.2fx (%.1f us vs %.1f us; < 1 is ours "
+            print("# %s vs %s: %s busbw %.2fx; %s time %.3fx (%.1f us vs %.1f us; < 1 is ours "
                   "faster)" % (o, p, human(big), tables[o][big][1] / tables[p][big][1],
                                human(small), tables[o][small][0] / tables[p][small][0],
                                tables[o][small][0], tables[p][small][0]))

@@ -26,8 +26,8 @@ echo "$out"
 for want in \
   "    4 KiB       200.0    0.031      1000.0    0.006        50.0    0.123           5.00x           0.25x" \
   "   64 MiB    500000.0    0.201    250000.0    0.403   1000000.0    0.101           0.50x           2.00x" \
-  "# ours vs gloo: 64 MiB busbw 0.50x; 4 KiB time 0.20x (200.0 us vs 1000.0 us; < 1 is ours faster)" \
-  "# ours vs mpi: 64 MiB busbw 2.00x; 4 KiB time 4.00x (200.0 us vs 50.0 us; < 1 is ours faster)" \
+  "# ours vs gloo: 64 MiB busbw 0.50x; 4 KiB time 0.200x (200.0 us vs 1000.0 us; < 1 is ours faster)" \
+  "# ours vs mpi: 64 MiB busbw 2.00x; 4 KiB time 4.000x (200.0 us vs 50.0 us; < 1 is ours faster)" \
   "# ours 64 MiB busbw 0.201 GB/s: memcpy (3.00 GB/s) is 14.90x that"; do
   grep -qxF -- "$want" <<<"$out" || fail "compare_allreduce: no line '$want'"
 done
