@@ -17,9 +17,9 @@
  *
  * Rounds: a message is cut into pieces; round number R (a per-group counter that is the
  * same on every member) uses half R&1 of every slot. Before writing its half a rank waits
- * until every member's `done` reached R-2 (the half is free). Large pieces: copy in, post
- * arrive=R, wait all arrive>=R, sum own 1/L slice (64-byte aligned) of all L slots into the
- * own slot, post reduced=R, wait all reduced>=R, copy every slice out, post done=R - each
+ * until every member's `done` reached R-2 (the half is free). Large pieces: copy in (all but
+ * the own 1/L slice, 64-byte aligned), post arrive=R, wait all arrive>=R, sum the own slice
+ * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all reduced>=R, copy every slice out, post done=R - each
  * byte is streamed once in the reduce, the piece stays in cache. Small messages (<= small)
  * take one round where every rank sums all slots itself in rank order (one sync point,
  * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
@@ -329,6 +329,31 @@ static void add_f64(double *restrict dst, const double *restrict src, size_t n)
         dst[i] += src[i];
 }
 
+/* dst = a + b (dst may not alias). */
+static void add2(void *restrict dst, const void *restrict a, const void *restrict b,
+                 size_t bytes, enum comm_dtype dt)
+{
+    if (dt == COMM_F32) {
+        float *restrict d = dst;
+        const float *restrict x = a, *restrict y = b;
+        size_t n = bytes / sizeof(float), i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (size_t k = 0; k < 16; k++)
+                d[i + k] = x[i + k] + y[i + k];
+        for (; i < n; i++)
+            d[i] = x[i] + y[i];
+    } else {
+        double *restrict d = dst;
+        const double *restrict x = a, *restrict y = b;
+        size_t n = bytes / sizeof(double), i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (size_t k = 0; k < 8; k++)
+                d[i + k] = x[i + k] + y[i + k];
+        for (; i < n; i++)
+            d[i] = x[i] + y[i];
+    }
+}
+
 static void add(void *dst, const void *src, size_t bytes, enum comm_dtype dt)
 {
     if (dt == COMM_F32)
@@ -388,7 +413,16 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
         int h, ret;
         if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
             return ret;
-        memcpy(slot(g, g->lr, h), p + off, n);
+        size_t so = 0, sl = 0;
+        if (oneshot) {
+            memcpy(slot(g, g->lr, h), p + off, n);
+        } else {
+            /* The others read every slice of this slot but this rank's own, which it
+             * reduces straight from its buffer. */
+            slice(n, g->L, g->lr, &so, &sl);
+            memcpy(slot(g, g->lr, h), p + off, so);
+            memcpy(slot(g, g->lr, h) + so + sl, p + off + so + sl, n - so - sl);
+        }
         post(g, C_ARRIVE, r);
         for (int k = 0; k < g->L; k++) {
             if (k == g->lr)
@@ -404,12 +438,17 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                     add(p + off, slot(g, k, h), n, dt);
             }
         } else {
-            size_t so, sl;
-            slice(n, g->L, g->lr, &so, &sl);
             char *mine = slot(g, g->lr, h) + so;
-            for (int k = 0; k < g->L; k++)
-                if (k != g->lr && sl)
+            int first = 1;
+            for (int k = 0; k < g->L && sl; k++) {
+                if (k == g->lr)
+                    continue;
+                if (first)
+                    add2(mine, p + off + so, slot(g, k, h) + so, sl, dt);
+                else
                     add(mine, slot(g, k, h) + so, sl, dt);
+                first = 0;
+            }
             post(g, C_REDUCED, r);
             if (gets) {
                 if (sl)
