@@ -110,11 +110,14 @@ static int rank_main(const struct bench_opts *o, int rank)
     for (long i = 0; i < o->max_bytes / 4; i++)
         buf[i] = (float)(i % 17) * 0.25f;
     if (rank == 0) {
+        char small[32] = "default";
+        if (o->small)
+            snprintf(small, sizeof(small), "%ld", o->small);
         printf("# ddp all-reduce, backend %s, transport %s, %d ranks (processes) on 127.0.0.1, "
-               "chunk %ld, small %ld\n",
+               "chunk %ld, small %s\n",
                comm_backend_name(c),
                strcmp(comm_backend_name(c), "cpu") == 0 ? comm_cpu_transport(c) : "-", o->world,
-               o->chunk ? o->chunk : 262144L, o->small ? o->small : 65536L);
+               o->chunk ? o->chunk : 262144L, small);
         printf("%12s %12s %6s %12s %10s %10s\n", "size(B)", "count", "type", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
         fflush(stdout);

@@ -62,6 +62,7 @@ struct job {
     int64_t timeout_ms;
     uint64_t seed;
     body_fn body;
+    int stops;   /* 1: the last rank stops itself; it is killed once the others are done */
     struct board *b;
 };
 
@@ -183,9 +184,8 @@ static struct board *board_new(void)
     return m;
 }
 
-/* Forks the ranks, reaps them (SIGKILLs whatever is left after limit_ms), and returns the
- * pids' exit states in st (may be NULL). stop_rank >= 0: that child is sent SIGKILL once
- * the others finished (it is expected to have stopped itself). */
+/* Forks the ranks and reaps them, SIGKILLing whatever is left after limit_ms (or, with
+ * j->stops, the stopped last rank as soon as the others are done). */
 static void run_job(struct job *j, int64_t limit_ms)
 {
     pid_t pids[MAXW];
@@ -215,6 +215,8 @@ static void run_job(struct job *j, int64_t limit_ms)
         }
         if (left == 0)
             break;
+        if (j->stops && left == 1 && pids[j->world - 1] > 0)
+            deadline = 0; /* only the stopped rank is left */
         if (time_mono_ms() > deadline) {
             for (int i = 0; i < j->world; i++)
                 if (pids[i] > 0) {
@@ -484,9 +486,31 @@ static void test_comm_shm_killed_peer(void **state)
 static void test_comm_shm_stopped_peer_times_out(void **state)
 {
     (void)state;
-    struct job j = {.world = 3, .timeout_ms = 1500, .body = stopped_body, .b = board_new()};
+    struct job j = {.world = 3, .timeout_ms = 1500, .body = stopped_body, .stops = 1,
+                    .b = board_new()};
     run_job(&j, 30000); /* SIGKILLs the stopped rank once the others are done */
     check_victims(&j, DDP_ETIMEOUT, "shm");
+    expect_no_segments(&j);
+    munmap(j.b, sizeof(struct board));
+}
+
+/* Hierarchical: a non-leader of the second "host" stops; its leader times out on it in
+ * shared memory while the other host's ranks wait in the ring / on their leader: every live
+ * rank fails (a timeout, or the notice of one) instead of hanging. */
+static void test_comm_shm_hierarchical_stopped_peer(void **state)
+{
+    (void)state;
+    static const char *const two[] = {"a", "a", "b", "b"};
+    struct job j = {.world = 4, .timeout_ms = 1500, .host_ids = two, .body = stopped_body,
+                    .stops = 1, .b = board_new()};
+    run_job(&j, 30000);
+    for (int i = 0; i < 3; i++)
+        if (j.b->rc[i] != DDP_ETIMEOUT && j.b->rc[i] != DDP_EPEER)
+            fail_msg("rank %d: got %d (%s), expected a timeout or a lost peer", i, j.b->rc[i],
+                     j.b->msg[i]);
+    /* The stopped rank's own leader saw it first. */
+    assert_int_equal(j.b->rc[2], DDP_ETIMEOUT);
+    assert_non_null(strstr(j.b->msg[2], "peer rank 3"));
     expect_no_segments(&j);
     munmap(j.b, sizeof(struct board));
 }
@@ -551,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_comm_shm_two_jobs_never_meet),
         cmocka_unit_test(test_comm_shm_killed_peer),
         cmocka_unit_test(test_comm_shm_stopped_peer_times_out),
+        cmocka_unit_test(test_comm_shm_hierarchical_stopped_peer),
         cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
         cmocka_unit_test(test_comm_shm_force_tcp_env),
     };
