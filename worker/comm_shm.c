@@ -19,8 +19,9 @@
  * same on every member) uses half R&1 of every slot. Before writing its half a rank waits
  * until every member's `done` reached R-2 (the half is free). Large pieces: copy in (all but
  * the own 1/L slice, 64-byte aligned), post arrive=R, wait all arrive>=R, sum the own slice
- * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all reduced>=R, copy every slice out, post done=R - each
- * byte is streamed once in the reduce, the piece stays in cache. Small messages (<= small)
+ * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all
+ * reduced>=R, copy every slice out, post done=R - each byte is streamed once in the reduce,
+ * the piece stays in cache. Small messages (<= small)
  * take one round where every rank sums all slots itself in rank order (one sync point,
  * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
  * counter in some round (broadcast receivers' arrive) never blocks a later wait.

@@ -66,8 +66,8 @@ void shm_abort(struct shm_group *g, const struct ddp_err *e, int fault);
  * their waits on it do not time out while it makes progress. Cheap; accepts NULL. */
 void shm_heartbeat(struct shm_group *g);
 
-/* The global rank the last failed call blamed (-1: none, unknown, or the call succeeded); *silent = it timed out
- * rather than died. The CPU backend passes it on to the ring as its failure notice. */
+/* The global rank the last failed call blamed (-1: none, unknown, or the call succeeded);
+ * *silent = it timed out rather than died. The CPU backend passes it on to the ring as its failure notice. */
 int shm_fault(const struct shm_group *g, int *silent);
 
 /* The shm_open name of the segment for this layout (what shm_group_open uses; tests create
