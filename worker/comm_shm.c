@@ -12,12 +12,14 @@
  *
  * Layout: header (magic, token, L, piece size, attach count, abort word and message), one
  * control block per member (its counters arrive/reduced/done, a waiter count, pid, gone
- * flag, and the description of its current collective per half), then one slot per member
- * of two halves of `piece` bytes each.
+ * flag, and the description of its current collective per buffer), then one slot per member
+ * of SHM_NBUF buffers of `piece` bytes each.
  *
  * Rounds: a message is cut into pieces; round number R (a per-group counter that is the
- * same on every member) uses half R&1 of every slot. Before writing its half a rank waits
- * until every member's `done` reached R-2 (the half is free). Large pieces: copy in (all but
+ * same on every member) uses buffer R % SHM_NBUF of every slot. Before writing it a rank
+ * waits until every member's `done` reached R - SHM_NBUF (the buffer is free), so a rank
+ * can run up to SHM_NBUF rounds ahead of the slowest (measured: 4 beats 2 when ranks share
+ * cores). Large pieces: copy in (all but
  * the own 1/L slice, 64-byte aligned), post arrive=R, wait all arrive>=R, sum the own slice
  * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all
  * reduced>=R, copy every slice out, post done=R - each byte is streamed once in the reduce,
@@ -62,6 +64,8 @@
 #define SHM_YIELDS 4
 #define SHM_SLEEP_NS (10 * 1000 * 1000)
 #define SHM_LIVENESS_MS 50
+/* Pieces in flight per slot: a rank may run this many rounds ahead of the slowest. */
+#define SHM_NBUF 4
 
 struct shm_desc {
     uint64_t seq;
@@ -77,8 +81,8 @@ struct shm_ctl {
     _Atomic uint32_t gone;
     _Atomic uint32_t beat; /* bumped while the rank makes progress elsewhere (the ring) */
     uint32_t pad0;
-    struct shm_desc desc[2];
-    char pad[64 - (8 * 4 + 2 * sizeof(struct shm_desc)) % 64];
+    struct shm_desc desc[SHM_NBUF];
+    char pad[64 - (8 * 4 + SHM_NBUF * sizeof(struct shm_desc)) % 64];
 };
 
 enum { C_ARRIVE = 0, C_REDUCED = 1, C_DONE = 2 };
@@ -114,9 +118,9 @@ struct shm_group {
     int64_t last_liveness;
 };
 
-static char *slot(struct shm_group *g, int k, int half)
+static char *slot(struct shm_group *g, int k, int buf)
 {
-    return g->slots + ((size_t)k * 2 + (size_t)half) * g->piece;
+    return g->slots + ((size_t)k * SHM_NBUF + (size_t)buf) * g->piece;
 }
 
 static long sys_futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
@@ -378,14 +382,14 @@ static void slice(size_t n, int L, int k, size_t *off, size_t *len)
     *len = b - a;
 }
 
-/* Starts round R: waits until this rank's half is free, then records the description. */
+/* Starts round R: waits until this rank's buffer is free, then records the description. */
 static int round_begin(struct shm_group *g, uint32_t *round, int *half,
                        const struct shm_desc *d, const char *what, struct ddp_err *err)
 {
     uint32_t r = ++g->round;
-    int h = (int)(r & 1);
-    if (r > 2) {
-        int ret = wait_all(g, C_DONE, r - 2, what, err);
+    int h = (int)(r % SHM_NBUF);
+    if (r > SHM_NBUF) {
+        int ret = wait_all(g, C_DONE, r - SHM_NBUF, what, err);
         if (ret < 0)
             return ret;
     }
@@ -561,7 +565,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
     g->piece = piece;
     g->small = s->small_bytes ? s->small_bytes : SHM_DEFAULT_SMALL_BYTES;
     g->map_bytes = sizeof(struct shm_hdr) + (size_t)g->L * sizeof(struct shm_ctl) +
-                   (size_t)g->L * 2 * piece;
+                   (size_t)g->L * SHM_NBUF * piece;
     shm_segment_name(rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size, s->comm_id,
                      s->host, s->members, s->nmembers, g->name, sizeof(g->name));
     int64_t deadline = time_mono_ms() + g->timeout_ms;

@@ -20,7 +20,7 @@
 #include "worker/comm.h"
 #include "worker/rdzv.h"
 
-/* The piece of a message each rank stages per round (two rounds in flight). */
+/* The piece of a message each rank stages per round (SHM_NBUF = 4 rounds in flight). */
 #define SHM_DEFAULT_PIECE_BYTES (256 * 1024)
 /* At or below this many bytes one round where every rank sums all slots (one sync point);
  * above, reduce-scatter + all-gather through the slots. Measured, see bench/allreduce. */
