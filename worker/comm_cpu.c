@@ -1357,11 +1357,22 @@ static void cpu_destroy(struct comm *c)
     c->impl = NULL;
 }
 
+/* The inode of /proc/self/ns/<name> (0 when unreadable). */
+static unsigned long long ns_inode(const char *name)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
+    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
 /*
- * This rank's host identity: the boot id, the network namespace's inode and the host name
- * (ranks in different network namespaces of one machine - how the fault tests simulate
- * hosts - count as different hosts), plus DDP_COMM_HOST_ID when set (a test or a site can
- * split one machine into several "hosts" with it).
+ * This rank's host identity: the boot id, the inodes of its network, pid and mount
+ * namespaces and the host name (ranks in different network namespaces of one machine - how
+ * the fault tests simulate hosts - count as different hosts; so do ranks that cannot see
+ * each other's pids, which the shared memory's liveness check reads, or may see different
+ * /dev/shm mounts), plus DDP_COMM_HOST_ID when set (a test or a site can split one machine
+ * into several "hosts" with it).
  */
 static void host_identity(char *out, size_t size)
 {
@@ -1373,13 +1384,12 @@ static void host_identity(char *out, size_t size)
         fclose(f);
         boot[strcspn(boot, "\n")] = '\0';
     }
-    struct stat st;
-    unsigned long long ns = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
     if (gethostname(name, sizeof(name)) < 0)
         name[0] = '\0';
     name[sizeof(name) - 1] = '\0';
     const char *extra = getenv("DDP_COMM_HOST_ID");
-    snprintf(out, size, "%s/%llu/%s/%s", boot, ns, name, extra ? extra : "");
+    snprintf(out, size, "%s/%llu/%llu/%llu/%s/%s", boot, ns_inode("net"), ns_inode("pid"),
+             ns_inode("mnt"), name, extra ? extra : "");
 }
 
 /*
