@@ -24,6 +24,7 @@ noisy) and the ratio ours / torchrun (goal: <= 0.5).
 import argparse
 import glob
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,13 +94,21 @@ def torch_once(script, torchrun):
         logs, marks = os.path.join(d, "logs"), os.path.join(d, "first")
         os.makedirs(marks)
         t0 = time.time_ns()
-        p = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "4", "--redirects",
-                            "1", "--tee", "1", "--log_dir", logs, script, "--epochs", "1",
-                            "--max-steps", "1", "--first-step-dir", marks],
-                           capture_output=True, text=True, timeout=300)
+        # Its own process group, so that a timeout kills torchrun's ranks too.
+        p = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node", "4", "--redirects",
+                              "1", "--tee", "1", "--log_dir", logs, script, "--epochs", "1",
+                              "--max-steps", "1", "--first-step-dir", marks],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise AssertionError("torchrun: no end after 300 s")
         t_end = time.time_ns()
         if p.returncode != 0:
-            raise AssertionError("torchrun failed (%d): %s" % (p.returncode, p.stderr[-2000:]))
+            raise AssertionError("torchrun failed (%d): %s" % (p.returncode, err[-2000:]))
         times = []
         for r in range(4):
             with open(os.path.join(marks, "rank-%d" % r)) as f:
