@@ -5,7 +5,8 @@
  * "/ddp-<uid>-<hash>" where hash covers DDP_JOB_ID, DDP_GENERATION, the store's
  * MASTER_ADDR:PORT, the world size, the comm id and this host's member ranks, so two jobs
  * (or two hosts of one job in different network namespaces) never meet; mode 0600. The
- * leader (local rank 0) unlinks a stale segment of that name left by a crash, creates it,
+ * leader (local rank 0) unlinks a stale segment of that name (and of the 8 generations
+ * before) left by a crash, creates it,
  * writes a random token in the header and publishes it in the store; members attach and
  * check the token; the leader unlinks the name once all L have attached (the mapping lives
  * on until the last rank unmaps).
@@ -511,14 +512,14 @@ static uint64_t fnv_str(uint64_t h, const char *s)
     return (h ^ 0xff) * 0x100000001b3ull;
 }
 
-void shm_segment_name(const char *master_host, int master_port, int world_size,
-                      uint64_t comm_id, int host, const int *members, int nmembers, char *out,
-                      size_t size)
+static void name_for(const char *generation, const char *master_host, int master_port,
+                     int world_size, uint64_t comm_id, int host, const int *members,
+                     int nmembers, char *out, size_t size)
 {
     char tmp[64];
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv_str(h, getenv("DDP_JOB_ID"));
-    h = fnv_str(h, getenv("DDP_GENERATION"));
+    h = fnv_str(h, generation);
     h = fnv_str(h, master_host);
     snprintf(tmp, sizeof(tmp), "%d/%d/%" PRIu64 "/%d", master_port, world_size, comm_id, host);
     h = fnv_str(h, tmp);
@@ -527,6 +528,38 @@ void shm_segment_name(const char *master_host, int master_port, int world_size,
         h = fnv_str(h, tmp);
     }
     snprintf(out, size, "/ddp-%u-%016" PRIx64, (unsigned)getuid(), h);
+}
+
+void shm_segment_name(const char *master_host, int master_port, int world_size,
+                      uint64_t comm_id, int host, const int *members, int nmembers, char *out,
+                      size_t size)
+{
+    name_for(getenv("DDP_GENERATION"), master_host, master_port, world_size, comm_id, host,
+             members, nmembers, out, size);
+}
+
+/* Unlinks what a crash of this job's last few generations (same store and layout) may have
+ * left: the name is gone as soon as all ranks attach, so only a crash during set-up leaves
+ * one. Their ranks are gone by the time a later generation starts. */
+static void unlink_older_generations(const struct shm_setup *s)
+{
+    const char *gs = getenv("DDP_GENERATION");
+    char *end = NULL;
+    if (!gs || !*gs)
+        return;
+    errno = 0;
+    long gen = strtol(gs, &end, 10);
+    if (errno || !end || *end || gen <= 0)
+        return;
+    for (long g = gen - 1; g >= 0 && g >= gen - 8; g--) {
+        char gtxt[24], name[64];
+        snprintf(gtxt, sizeof(gtxt), "%ld", g);
+        name_for(gtxt, rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size,
+                 s->comm_id, s->host, s->members, s->nmembers, name, sizeof(name));
+        if (shm_unlink(name) == 0)
+            log_warn("comm: removed a shared-memory segment %s left by generation %ld", name,
+                     g);
+    }
 }
 
 const char *shm_group_name(const struct shm_group *g)
@@ -574,6 +607,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
     if (g->leader) {
         if (shm_unlink(g->name) == 0)
             log_warn("comm: removed a stale shared-memory segment %s", g->name);
+        unlink_older_generations(s);
         fd = shm_open(g->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0) {
             ret = err_set(err, DDP_EIO, "shared memory %s: create: %s", g->name,

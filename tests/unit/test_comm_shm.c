@@ -523,8 +523,8 @@ static int two_sums_body(struct job *j, int rank, struct comm *c, struct ddp_err
     return rc == 0 ? check_sum(j->seed, j->world, x, 100, COMM_F64, err) : rc;
 }
 
-/* A segment left by a crashed run under the very name the job uses (wrong size, garbage):
- * the leader replaces it and the job runs. */
+/* A segment left by a crashed run under the very name the job uses (wrong size, garbage)
+ * and one left by the generation before: the leader removes both, and the job runs. */
 static void test_comm_shm_stale_segment_cleaned(void **state)
 {
     (void)state;
@@ -533,20 +533,30 @@ static void test_comm_shm_stale_segment_cleaned(void **state)
     struct job j = {.world = 2, .seed = 5, .body = two_sums_body, .b = board_new()};
     j.port = free_port();
     int members[2] = {0, 1};
-    char name[64];
+    char name[64], old[64];
+    /* One of this generation (a crashed first start), one of the generation before. */
+    setenv("DDP_GENERATION", "2", 1);
+    shm_segment_name("127.0.0.1", j.port, 2, 0, 0, members, 2, old, sizeof(old));
+    setenv("DDP_GENERATION", "3", 1);
     shm_segment_name("127.0.0.1", j.port, 2, 0, 0, members, 2, name, sizeof(name));
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, 12345), 0);
-    assert_int_equal(write(fd, "garbage", 7), 7);
-    close(fd);
+    assert_true(strcmp(old, name) != 0);
+    for (int k = 0; k < 2; k++) {
+        int fd = shm_open(k ? old : name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, 12345), 0);
+        assert_int_equal(write(fd, "garbage", 7), 7);
+        close(fd);
+    }
     run_job(&j, 60000);
-    int left = shm_exists(name);
+    int left = shm_exists(name), old_left = shm_exists(old);
     if (left)
         shm_unlink(name);
+    if (old_left)
+        shm_unlink(old);
     expect_all_ok(&j);
     assert_string_equal(j.b->name[0], name);
     assert_false(left);
+    assert_false(old_left);
     expect_no_segments(&j);
     unsetenv("DDP_JOB_ID");
     unsetenv("DDP_GENERATION");
