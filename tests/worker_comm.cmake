@@ -23,7 +23,7 @@ if(DDP_FUZZ)
   # committed seed corpus as it is.
   add_test(NAME fuzz_rdzv
     COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
-            sh -c "rm -rf fuzz_rdzv_work && mkdir fuzz_rdzv_work && exec $<TARGET_FILE:fuzz_rdzv> -max_total_time=25 -timeout=10 -rss_limit_mb=2048 fuzz_rdzv_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/rdzv_corpus"
+            sh -c "rm -rf fuzz_rdzv_work && mkdir fuzz_rdzv_work && exec $<TARGET_FILE:fuzz_rdzv> -max_total_time=25 -runs=15000 -timeout=10 -rss_limit_mb=2048 fuzz_rdzv_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/rdzv_corpus"
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   set_tests_properties(fuzz_rdzv PROPERTIES TIMEOUT 120 LABELS "fuzz")
 endif()
