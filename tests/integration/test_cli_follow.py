@@ -178,14 +178,13 @@ def test_cli_watch_wait_failed():
             watch.kill()
 
 
-def job_gets(c):
-    """GET /v1/jobs/{id} answered 200 so far, from ddpd's Prometheus counters."""
-    n = 0
-    for ln in c.get("/metrics", token=None).text.splitlines():
-        if ln.startswith("ddp_http_requests_total{") and "/v1/jobs/{id}\"" in ln \
-                and 'code="200"' in ln:
-            n += int(float(ln.rsplit(" ", 1)[1]))
-    return n
+def asleep(proc):
+    """True when proc sleeps between polls (so its first, impatient call is behind it)."""
+    try:
+        with open("/proc/%d/wchan" % proc.pid) as f:
+            return "nanosleep" in f.read()
+    except OSError:
+        return False
 
 
 def test_cli_follow_rides_out_ddpd_restart():
@@ -196,16 +195,16 @@ def test_cli_follow_rides_out_ddpd_restart():
         jid = r.out.strip()
         wait_assigned(jid, [a])
         api.wait_state(jid, "RUNNING", poke=lambda: (a.beat(), b.beat()))
-        before = job_gets(c)
         waiter = Background(c, "wait", jid)
         watch = Background(c, "watch", jid)
         try:
             watch.read_until("state RUNNING")  # watch is past its first call
-            # wait prints nothing until the end: see its first GET in ddpd's counters.
+            # wait prints nothing until the end: its first call (the one that fails at once,
+            # by design, when ddpd cannot be reached) is over once it sleeps between polls.
             t0 = time.monotonic()
-            while job_gets(c) < before + 2 and time.monotonic() - t0 < 20:
-                time.sleep(0.05)
-            assert job_gets(c) >= before + 2, "wait made no call to ddpd"
+            while not asleep(waiter.p) and waiter.running() and time.monotonic() - t0 < 20:
+                time.sleep(0.01)
+            assert asleep(waiter.p), "wait never went to sleep between polls"
             c.kill_ddpd()
             t0 = time.monotonic()
             while time.monotonic() - t0 < 3:
