@@ -11,6 +11,7 @@
 # One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP. Peer:
 # PyTorch DDP (gloo) on the same MLP, batch and bucket cap (torch_ddp.py), where torch exists.
 # Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
+# Then the side-by-side table with PyTorch DDP and peak memory (PEERS=0: ours only).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -24,6 +25,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# The peers (Debian's PyTorch with OpenBLAS, Open MPI) come from bench/peers/setup.sh, which
+# installs them when missing; PEERS=0 skips that and the side-by-side table at the end.
+PEERS=${PEERS:-1}
+if [ "$PEERS" = 1 ]; then
+  "$repo/bench/peers/setup.sh" "$build/peers" >/dev/null
+fi
 
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
@@ -106,3 +113,12 @@ echo "# torch_ddp: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__ve
 echo "#   1 thread per rank, OpenBLAS (Debian's libblas.so.3 alternative), one run; ours/t = ours / torch"
 echo "# hidden = 1 - exposed_ms(overlap on) / comm_ms(overlap off), medians over the steps"
 echo "# saved  = (step time off - step time on) / comm_ms(off), step time = 64 samples / samples/s"
+# Side by side with PyTorch DDP on the same data and sampler (Fashion-MNIST too), medians of
+# PEER_REPS paired runs, and the peak memory per rank against params + grads + momentum +
+# batch (bench/peers/ddp_side_by_side.py).
+if [ "$PEERS" = 1 ]; then
+  echo
+  echo "# $(cat "$build/peers/torch_blas.txt")"
+  /usr/bin/python3 "$repo/bench/peers/ddp_side_by_side.py" --worker "$worker" \
+    --reps "${PEER_REPS:-3}"
+fi
