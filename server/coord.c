@@ -458,7 +458,7 @@ static void coord_refine(struct coord *c, struct job *j, int prio, const char *c
     if (j->st.state != JOB_RESTARTING || j->st.end_kind != END_FAILURE || prio <= j->cause_prio)
         return;
     struct job_st next = j->st;
-    snprintf(next.reason, sizeof(next.reason), "root cause: %s; %.400s followed", cause,
+    snprintf(next.reason, sizeof(next.reason), "root cause: %.560s; %.400s followed", cause,
              j->st.end_reason);
     snprintf(next.end_reason, sizeof(next.end_reason), "%s", cause);
     if (coord_commit(c, j, &next, now, NULL) == 0)
