@@ -8,7 +8,7 @@
 # as a share of the communication time without it (saved). On a host with fewer cores than
 # ranks x 2 threads the comm thread competes with the backward for the same core, so comm_ms
 # grows with overlap on and "hidden" can be negative while "saved" stays positive.
-# One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend over loopback TCP. Peer:
+# One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend (shared memory between these same-host ranks; DDP_COMM_TRANSPORT=tcp forces the TCP ring). Peer:
 # PyTorch DDP (gloo) on the same MLP, batch and bucket cap (torch_ddp.py), where torch exists.
 # Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
 # Then the side-by-side table with PyTorch DDP and peak memory (PEERS=0: ours only).
@@ -108,7 +108,7 @@ for spec in "mlp:784-256-128-10 784 300 25" "mlp:784-256-128-10 784 300 0.1" \
     "$t2" "$(ratio "$s_on" "$t2")"
 done
 echo "# $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); OMP_NUM_THREADS=1 per rank;"
-echo "# batch 32 per rank; CPU backend (TCP ring on loopback); best of $REPS runs each;"
+echo "# batch 32 per rank; CPU backend (shared memory between same-host ranks unless DDP_COMM_TRANSPORT=tcp); best of $REPS runs each;"
 echo "# torch_ddp: PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo absent) DDP, gloo, same MLP, batch, bucket cap,"
 echo "#   1 thread per rank, OpenBLAS (Debian's libblas.so.3 alternative), one run; ours/t = ours / torch"
 echo "# hidden = 1 - exposed_ms(overlap on) / comm_ms(overlap off), medians over the steps"
