@@ -34,8 +34,9 @@ static int pick_backend(const char *backend, const struct comm_ops **ops, struct
     }
     if (strcmp(backend, "auto") == 0) {
 #ifdef DDP_HAVE_CUDA
-        if (comm_nccl_available()) {
-            *ops = &comm_nccl_ops;
+        const struct comm_ops *nccl = comm_nccl_available() ? comm_nccl_ops_get(NULL) : NULL;
+        if (nccl) {
+            *ops = nccl;
             return 0;
         }
 #endif
@@ -44,8 +45,11 @@ static int pick_backend(const char *backend, const struct comm_ops **ops, struct
     }
     if (strcmp(backend, "nccl") == 0) {
 #ifdef DDP_HAVE_CUDA
-        *ops = &comm_nccl_ops;
-        return 0;
+        const char *why = NULL;
+        *ops = comm_nccl_ops_get(&why);
+        if (*ops)
+            return 0;
+        return err_set(err, DDP_EINVAL, "--backend nccl: %s", why ? why : "no NCCL backend");
 #else
         return err_set(err, DDP_EINVAL, "--backend nccl: ddp was built without NCCL");
 #endif

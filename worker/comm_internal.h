@@ -37,8 +37,11 @@ const char *comm_cpu_transport(const struct comm *c);
 const char *comm_cpu_shm_name(const struct comm *c);
 
 #ifdef DDP_HAVE_CUDA
-/* Provided by the NCCL backend (worker/gpu/): its ops and whether a GPU is visible. */
-extern const struct comm_ops comm_nccl_ops;
+/* The NCCL backend lives in libddpgpu.so (worker/gpu/), loaded on first use by
+ * worker/gpu_load.c so that CPU jobs never map the CUDA libraries. comm_nccl_ops_get()
+ * returns its ops, or NULL with *why (may be NULL) saying why the library cannot be loaded;
+ * comm_nccl_available() says whether a GPU is visible (0 when the library cannot load). */
+const struct comm_ops *comm_nccl_ops_get(const char **why);
 int comm_nccl_available(void);
 #endif
 
