@@ -9,7 +9,8 @@
 # ranks x 2 threads the comm thread competes with the backward for the same core, so comm_ms
 # grows with overlap on and "hidden" can be negative while "saved" stays positive.
 # One OpenBLAS thread per rank (OMP_NUM_THREADS=1), CPU backend (shared memory between these same-host ranks; DDP_COMM_TRANSPORT=tcp forces the TCP ring). Peer:
-# PyTorch DDP (gloo) on the same MLP, batch and bucket cap (torch_ddp.py), where torch exists.
+# PyTorch DDP (gloo) on the same MLP, data, batch and bucket cap (bench/peers/torch_ddp.py),
+# where torch exists.
 # Usage: bench/ddp/run.sh [BUILD_DIR]   (default build; needs BUILD_DIR/bin/ddp-worker)
 # Then the side-by-side table with PyTorch DDP and peak memory (PEERS=0: ours only).
 set -euo pipefail
@@ -57,21 +58,16 @@ run() {
   echo "$sps $(python3 "$here/trace_stats.py" "$work/t0")"
 }
 
-# torch W MODEL STEPS BATCH CAP -> samples_per_s of PyTorch DDP (gloo), or "-" without torch
+# torch W MODEL DIM STEPS BATCH CAP -> samples_per_s of PyTorch DDP (gloo) on the same
+# synthetic data as run(), by the peer bench/peers/torch_ddp.py, or "-" without torch
 torch_run() {
-  local w=$1 model=$2 steps=$3 batch=$4 cap=$5 port
+  local w=$1 model=$2 dim=$3 steps=$4 batch=$5 cap=$6
   /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo -; return; }
-  port=$(free_port)
-  pids=()
-  for ((r = 0; r < w; r++)); do
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r \
-    OMP_NUM_THREADS=1 timeout 600 /usr/bin/python3 "$here/torch_ddp.py" "${model#mlp:}" \
-      "$steps" "$batch" "$cap" >"$work/tout$r" 2>"$work/terr$r" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || { cat "$work"/terr*; exit 1; }; done
-  pids=()
-  cat "$work/tout0"
+  OMP_NUM_THREADS=1 timeout 600 /usr/bin/python3 "$repo/bench/peers/torch_ddp.py" --world "$w" \
+    --model "$model" --data "synthetic:$((w * batch * steps)):$dim:10" --epochs 1 \
+    --batch-size "$batch" --bucket-cap-mb "$cap" >"$work/tout" 2>"$work/terr" ||
+    { cat "$work/terr"; exit 1; }
+  sed -n 's/^RESULT samples_per_s=\([0-9]*\).*/\1/p' "$work/tout"
 }
 
 # best of REPS runs (the host is shared; the best run is the least disturbed)
@@ -92,7 +88,7 @@ for spec in "mlp:784-256-128-10 784 300 25" "mlp:784-256-128-10 784 300 0.1" \
   set -- $spec
   model=$1 dim=$2 steps=$3 cap=$4
   read -r base _ _ < <(best 1 "$model" "$dim" "$steps" 32 "$cap" 1)
-  t1=$(torch_run 1 "$model" "$steps" 32 "$cap")
+  t1=$(torch_run 1 "$model" "$dim" "$steps" 32 "$cap")
   printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 1 - "$base" 1.00 - - - - \
     "$t1" "$(ratio "$base" "$t1")"
   read -r s_off c_off e_off < <(best 2 "$model" "$dim" "$steps" 32 "$cap" 0)
@@ -102,7 +98,7 @@ for spec in "mlp:784-256-128-10 784 300 25" "mlp:784-256-128-10 784 300 0.1" \
   saved=$(python3 -c "c=$c_off; a=64.0/$s_off; b=64.0/$s_on; print('%.0f%%' % (100*(a-b)*1000/c) if c > 0 else '-')")
   r_off=$(python3 -c "print('%.2f' % ($s_off/$base))")
   r_on=$(python3 -c "print('%.2f' % ($s_on/$base))")
-  t2=$(torch_run 2 "$model" "$steps" 32 "$cap")
+  t2=$(torch_run 2 "$model" "$dim" "$steps" 32 "$cap")
   printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 2 off "$s_off" "$r_off" "$c_off" "$e_off" - - - -
   printf '%-24s %6s %2d %7s %10s %6s %8s %10s %7s %6s %10s %6s\n' "$model" "$cap" 2 on "$s_on" "$r_on" "$c_on" "$e_on" "$hidden" "$saved" \
     "$t2" "$(ratio "$s_on" "$t2")"
