@@ -62,6 +62,7 @@
 #include "worker/comm_internal.h"
 #include "worker/comm_shm.h"
 #include "worker/net.h"
+#include "worker/vecadd.h"
 
 #define HELLO_MAGIC 0x44445048u /* "DDPH" */
 #define COLL_MAGIC 0x44445043u  /* "DDPC" */
@@ -222,28 +223,6 @@ static int step_dep(const struct plan *p, int t)
     if (p->is_bcast)
         return p->has_recv ? 0 : -1;
     return t - 1;
-}
-
-/* Sums src into dst. The fixed-size inner loops let gcc -O2 (whose cost model does not
- * vectorize a loop of unknown length) turn each block into SIMD adds. */
-static void reduce_f32(float *restrict dst, const float *restrict src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (size_t k = 0; k < 16; k++)
-            dst[i + k] += src[i + k];
-    for (; i < n; i++)
-        dst[i] += src[i];
-}
-
-static void reduce_f64(double *restrict dst, const double *restrict src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (size_t k = 0; k < 8; k++)
-            dst[i + k] += src[i + k];
-    for (; i < n; i++)
-        dst[i] += src[i];
 }
 
 /* A notice names the rank at fault by its global rank (not its ring index: in a
@@ -466,10 +445,10 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                     sfill += (size_t)n;
                     if (sfill == cend) {
                         if (p->dt == COMM_F32)
-                            reduce_f32((float *)(p->buf + off + rready), cpu->stage,
+                            vecadd_f32((float *)(p->buf + off + rready), cpu->stage,
                                        cend / sizeof(float));
                         else
-                            reduce_f64((double *)(p->buf + off + rready), cpu->stage,
+                            vecadd_f64((double *)(p->buf + off + rready), cpu->stage,
                                        cend / sizeof(double));
                         rready += cend;
                         sfill = 0;
@@ -644,18 +623,18 @@ static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
         if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
             return ret;
         if (dt == COMM_F32)
-            reduce_f32(buf, cpu->rd_tmp, count);
+            vecadd_f32(buf, cpu->rd_tmp, count);
         else
-            reduce_f64(buf, cpu->rd_tmp, count);
+            vecadd_f64(buf, cpu->rd_tmp, count);
     }
     for (int bit = 1; bit < P; bit <<= 1) {
         int q = r ^ bit;
         if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
             return ret;
         if (dt == COMM_F32)
-            reduce_f32(buf, cpu->rd_tmp, count);
+            vecadd_f32(buf, cpu->rd_tmp, count);
         else
-            reduce_f64(buf, cpu->rd_tmp, count);
+            vecadd_f64(buf, cpu->rd_tmp, count);
     }
     if (r + P < W)
         return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);

@@ -37,6 +37,7 @@
  * moving, with DDP_ETIMEOUT naming it.
  */
 #include "worker/comm_shm.h"
+#include "worker/vecadd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -315,26 +316,6 @@ static int check_desc(struct shm_group *g, int k, int half, const struct shm_des
                    mine->bytes);
 }
 
-static void add_f32(float *restrict dst, const float *restrict src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (size_t k = 0; k < 16; k++)
-            dst[i + k] += src[i + k];
-    for (; i < n; i++)
-        dst[i] += src[i];
-}
-
-static void add_f64(double *restrict dst, const double *restrict src, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (size_t k = 0; k < 8; k++)
-            dst[i + k] += src[i + k];
-    for (; i < n; i++)
-        dst[i] += src[i];
-}
-
 /* dst = a + b (dst may not alias). */
 static void add2(void *restrict dst, const void *restrict a, const void *restrict b,
                  size_t bytes, enum comm_dtype dt)
@@ -363,9 +344,9 @@ static void add2(void *restrict dst, const void *restrict a, const void *restric
 static void add(void *dst, const void *src, size_t bytes, enum comm_dtype dt)
 {
     if (dt == COMM_F32)
-        add_f32(dst, src, bytes / sizeof(float));
+        vecadd_f32(dst, src, bytes / sizeof(float));
     else
-        add_f64(dst, src, bytes / sizeof(double));
+        vecadd_f64(dst, src, bytes / sizeof(double));
 }
 
 /* Member k's slice [*off, *off + *len) of an n-byte piece: 64-byte aligned boundaries. */
