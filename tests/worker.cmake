@@ -5,7 +5,7 @@ ddp_unit_test(NAME test_model SOURCES unit/test_model.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_data SOURCES unit/test_data.c LIBS ddp TIMEOUT 120)
 ddp_unit_test(NAME test_sampler SOURCES unit/test_sampler.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_ckpt SOURCES unit/test_ckpt.c LIBS ddp TIMEOUT 60)
-ddp_unit_test(NAME test_reducer SOURCES unit/test_reducer.c LIBS ddp TIMEOUT 120)
+ddp_unit_test(NAME test_reducer SOURCES unit/test_reducer.c unit/testutil.c LIBS ddp TIMEOUT 120)
 ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddp TIMEOUT 60)
 
 set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)

@@ -33,33 +33,7 @@
 #include "common/timeutil.h"
 #include "worker/comm.h"
 #include "worker/rdzv.h"
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t sl = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* Deterministic value of element i of rank r's input for test case seed s, in [-1, 1). */
-static double input(uint64_t s, int r, size_t i)
-{
-    uint64_t x = s * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^ (uint64_t)i;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
-}
+#include "tests/unit/testutil.h"
 
 /* ---- ranks as threads ---- */
 
@@ -118,7 +92,7 @@ static void run_ring(struct ring_job *job)
 {
     static pthread_t th[64];
     static struct rank_thread rt[64];
-    job->port = free_port();
+    job->port = testutil_free_port();
     for (int i = 0; i < job->world; i++) {
         rt[i] = (struct rank_thread){.job = job, .rank = i};
         assert_int_equal(pthread_create(&th[i], NULL, rank_thread_main, &rt[i]), 0);
@@ -149,7 +123,7 @@ static int check_sum(uint64_t seed, int world, const void *buf, size_t count, en
     for (size_t i = 0; i < count; i++) {
         double ref = 0, mag = 0;
         for (int q = 0; q < world; q++) {
-            double x = input(seed, q, i);
+            double x = testutil_input(seed, q, i);
             if (dt == COMM_F32)
                 x = (double)(float)x;
             ref += x;
@@ -179,9 +153,9 @@ static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dty
 {
     for (size_t i = 0; i < count; i++) {
         if (dt == COMM_F32)
-            ((float *)buf)[i] = (float)input(seed, rank, i);
+            ((float *)buf)[i] = (float)testutil_input(seed, rank, i);
         else
-            ((double *)buf)[i] = input(seed, rank, i);
+            ((double *)buf)[i] = testutil_input(seed, rank, i);
     }
 }
 
@@ -590,7 +564,7 @@ static void test_comm_cpu_stranger_dropped(void **state)
     memset(&job, 0, sizeof(job));
     job.world = 2;
     job.body = small_sum_body;
-    job.port = free_port();
+    job.port = testutil_free_port();
     struct rank_thread rt0 = {.job = &job, .rank = 0};
     pthread_t t0, t1;
     assert_int_equal(pthread_create(&t0, NULL, rank_thread_main, &rt0), 0);
@@ -708,7 +682,7 @@ static int reap(pid_t pid, int64_t deadline)
 static int64_t fault_run(int world, int victim, int sig, int64_t timeout_ms, int *codes,
                          char (*msgs)[DDP_ERR_MSG_MAX + 16])
 {
-    int port = free_port();
+    int port = testutil_free_port();
     int pfd[2], mfd[2];
     assert_int_equal(pipe(pfd), 0);
     assert_int_equal(pipe(mfd), 0);

@@ -39,6 +39,7 @@
 #include "worker/comm_internal.h"
 #include "worker/comm_shm.h"
 #include "worker/rdzv.h"
+#include "tests/unit/testutil.h"
 
 #define MAXW 8
 
@@ -66,39 +67,13 @@ struct job {
     struct board *b;
 };
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t sl = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double input(uint64_t s, int r, size_t i)
-{
-    uint64_t x = s * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^ (uint64_t)i;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
-}
-
 static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
 {
     for (size_t i = 0; i < count; i++) {
         if (dt == COMM_F32)
-            ((float *)buf)[i] = (float)input(seed, rank, i);
+            ((float *)buf)[i] = (float)testutil_input(seed, rank, i);
         else
-            ((double *)buf)[i] = input(seed, rank, i);
+            ((double *)buf)[i] = testutil_input(seed, rank, i);
     }
 }
 
@@ -108,7 +83,7 @@ static int check_sum(uint64_t seed, int world, const void *buf, size_t count, en
     for (size_t i = 0; i < count; i++) {
         double ref = 0, mag = 0;
         for (int q = 0; q < world; q++) {
-            double x = input(seed, q, i);
+            double x = testutil_input(seed, q, i);
             if (dt == COMM_F32)
                 x = (double)(float)x;
             ref += x;
@@ -190,7 +165,7 @@ static void run_job(struct job *j, int64_t limit_ms)
 {
     pid_t pids[MAXW];
     if (!j->port)
-        j->port = free_port();
+        j->port = testutil_free_port();
     fflush(stdout);
     fflush(stderr);
     for (int i = 0; i < j->world; i++) {
@@ -377,9 +352,9 @@ static void test_comm_shm_two_jobs_never_meet(void **state)
     setenv("DDP_GENERATION", "0", 1);
     struct job a = {.world = 3, .seed = 11, .body = sweep_body, .b = board_new()};
     struct job b = {.world = 3, .seed = 12, .body = sweep_body, .b = board_new()};
-    a.port = free_port();
+    a.port = testutil_free_port();
     do
-        b.port = free_port();
+        b.port = testutil_free_port();
     while (b.port == a.port);
     pid_t pa = fork();
     assert_true(pa >= 0);
@@ -531,7 +506,7 @@ static void test_comm_shm_stale_segment_cleaned(void **state)
     setenv("DDP_JOB_ID", "stale-job", 1);
     setenv("DDP_GENERATION", "3", 1);
     struct job j = {.world = 2, .seed = 5, .body = two_sums_body, .b = board_new()};
-    j.port = free_port();
+    j.port = testutil_free_port();
     int members[2] = {0, 1};
     char name[64], old[64];
     /* One of this generation (a crashed first start), one of the generation before. */

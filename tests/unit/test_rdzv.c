@@ -19,29 +19,14 @@
 
 #include "common/timeutil.h"
 #include "worker/rdzv.h"
-
-/* A port that was free a moment ago on 127.0.0.1. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t sl = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
+#include "tests/unit/testutil.h"
 
 static void test_rdzv_set_get_add_wait(void **state)
 {
     (void)state;
     struct rdzv *r = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "s", 5000, &r, &err), 0);
     assert_int_equal(rdzv_set(r, "a", "hello", 5, &err), 0);
     void *v = NULL;
@@ -78,7 +63,7 @@ static void test_rdzv_deadline_expires(void **state)
     (void)state;
     struct rdzv *r = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 5000, &r, &err), 0);
     void *v = NULL;
     size_t len = 0;
@@ -100,7 +85,7 @@ static void test_rdzv_limits(void **state)
     (void)state;
     struct rdzv *r = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 5000, &r, &err), 0);
     char key[RDZV_KEY_MAX + 2];
     memset(key, 'k', sizeof(key) - 1);
@@ -183,7 +168,7 @@ static void test_rdzv_ranks_exchange_and_barrier(void **state)
     enum { W = 5 };
     struct rank_arg args[W];
     pthread_t th[W];
-    int port = free_port();
+    int port = testutil_free_port();
     /* Start the non-zero ranks first: they retry until rank 0 serves. */
     for (int i = W - 1; i >= 0; i--) {
         args[i] = (struct rank_arg){.port = port, .rank = i, .world = W};
@@ -201,7 +186,7 @@ static void test_rdzv_wrong_secret_refused(void **state)
     (void)state;
     struct rdzv *r0 = NULL, *bad = NULL, *good = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "right", 5000, &r0, &err), 0);
     int64_t t0 = time_mono_ms();
     assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "wrong", 5000, &bad, &err), DDP_EPERM);
@@ -223,7 +208,7 @@ static void test_rdzv_garbage_client_dropped(void **state)
     (void)state;
     struct rdzv *r0 = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "s", 5000, &r0, &err), 0);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
@@ -281,7 +266,7 @@ static void test_rdzv_malformed_requests_refused(void **state)
     (void)state;
     struct rdzv *r0 = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
@@ -349,7 +334,7 @@ static void test_rdzv_port_in_use(void **state)
 static void test_rdzv_unreachable_times_out(void **state)
 {
     (void)state;
-    int port = free_port();
+    int port = testutil_free_port();
     struct rdzv *r = NULL;
     struct ddp_err err;
     int64_t t0 = time_mono_ms();
@@ -381,7 +366,7 @@ static void test_rdzv_rank0_close_waits_for_others(void **state)
     (void)state;
     struct rdzv *r0 = NULL, *r1 = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "", 10000, &r0, &err), 0);
     assert_int_equal(rdzv_open("127.0.0.1", port, 1, 2, "", 10000, &r1, &err), 0);
     struct closer c = {.r = r0};
@@ -407,7 +392,7 @@ static void test_rdzv_rank0_close_is_bounded(void **state)
     (void)state;
     struct rdzv *r0 = NULL, *r1 = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 3, "", 200, &r0, &err), 0);
     assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "", 200, &r1, &err), 0);
     /* Rank 2 never comes and rank 1 stays: the close still returns (after ~200 ms). */
@@ -422,7 +407,7 @@ static void test_rdzv_rank0_close_skips_ranks_never_seen(void **state)
     (void)state;
     struct rdzv *r0 = NULL, *r1 = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 3, "", 30000, &r0, &err), 0);
     assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "", 30000, &r1, &err), 0);
     rdzv_close(r1);
@@ -439,7 +424,7 @@ static void test_rdzv_total_bytes_bounded(void **state)
     (void)state;
     struct rdzv *r = NULL;
     struct ddp_err err;
-    int port = free_port();
+    int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "", 30000, &r, &err), 0);
     char *big = calloc(1, RDZV_VALUE_MAX);
     assert_non_null(big);

@@ -23,6 +23,7 @@
 #include "worker/rdzv.h"
 #include "worker/reducer.h"
 #include "worker/trace.h"
+#include "tests/unit/testutil.h"
 
 /* The main MLP 784-256-128-10: W0 b0 W1 b1 W2 b2. */
 static const size_t mlp_counts[6] = {784 * 256, 256, 256 * 128, 128, 128 * 10, 10};
@@ -171,21 +172,6 @@ static void test_reducer_no_overlap_waits_for_finish(void **state)
 
 /* ---- real comm on threads ---- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t sl = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 #define NT 6
 static const size_t rcounts[NT] = {3000, 30, 1000, 17, 501, 3};
 
@@ -254,7 +240,7 @@ static void run_world(int world, size_t cap, int overlap)
 {
     pthread_t th[4];
     struct rank_ctx ctx[4];
-    int port = free_port();
+    int port = testutil_free_port();
     size_t total = 0;
     for (int t = 0; t < NT; t++)
         total += rcounts[t];
