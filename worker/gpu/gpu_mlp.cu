@@ -21,6 +21,13 @@ extern "C" {
 static cudaStream_t gpu_compute_stream;
 static cublasHandle_t gpu_blas;
 static int gpu_dev = -1;
+/* Device scratch for the per-row losses and the hit count, kept between steps so a step
+ * allocates nothing (one compute stream per process: no sharing). */
+static double *xent_rows;
+static size_t xent_cap;
+static double *xent_host;
+static unsigned long long *hits_dev;
+
 
 #define CUDA_TRY(call)                                                                        \
     do {                                                                                      \
@@ -85,6 +92,13 @@ extern "C" int gpu_init(int device, struct ddp_err *err)
 
 extern "C" void gpu_shutdown(void)
 {
+    gpu_free(xent_rows);
+    gpu_free(hits_dev);
+    free(xent_host);
+    xent_rows = NULL;
+    hits_dev = NULL;
+    xent_host = NULL;
+    xent_cap = 0;
     if (gpu_blas)
         cublasDestroy(gpu_blas);
     if (gpu_compute_stream)
@@ -284,49 +298,54 @@ extern "C" int gpu_linear_backward_input(const float *dz, const float *w, const 
     return 0;
 }
 
+static int xent_reserve(int n, struct ddp_err *err)
+{
+    if ((size_t)n <= xent_cap)
+        return 0;
+    gpu_free(xent_rows);
+    xent_rows = NULL;
+    xent_cap = 0;
+    int rc = gpu_alloc((void **)&xent_rows, (size_t)n * sizeof(double), err);
+    if (rc)
+        return rc;
+    xent_host = (double *)xrealloc(xent_host, (size_t)n * sizeof(double));
+    xent_cap = (size_t)n;
+    return 0;
+}
+
 extern "C" int gpu_softmax_xent(const float *logits, const uint8_t *y, float *prob, float *dz,
                                 int n, int classes, double *loss_sum, struct ddp_err *err)
 {
-    double *dev_loss = NULL;
-    double *host_loss = (double *)xmalloc((size_t)n * sizeof(double));
-    int rc = gpu_alloc((void **)&dev_loss, (size_t)n * sizeof(double), err);
-    if (rc == 0) {
-        k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(
-            logits, y, prob, dz, dev_loss, n, classes);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
-            rc = err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s", __FILE__, __LINE__,
-                         cudaGetErrorName(e));
-        else
-            rc = gpu_to_host(host_loss, dev_loss, (size_t)n * sizeof(double), err);
-    }
-    if (rc == 0) {
-        double s = 0.0;
-        for (int r = 0; r < n; r++)
-            s += host_loss[r];
-        *loss_sum = s;
-    }
-    gpu_free(dev_loss);
-    free(host_loss);
-    return rc;
+    int rc = xent_reserve(n, err);
+    if (rc)
+        return rc;
+    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(
+        logits, y, prob, dz, xent_rows, n, classes);
+    LAUNCH_TRY();
+    rc = gpu_to_host(xent_host, xent_rows, (size_t)n * sizeof(double), err);
+    if (rc)
+        return rc;
+    double s = 0.0;
+    for (int r = 0; r < n; r++)
+        s += xent_host[r]; /* in row order, like the CPU model */
+    *loss_sum = s;
+    return 0;
 }
 
 extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, int classes,
                                  size_t *correct, struct ddp_err *err)
 {
-    unsigned long long *dev = NULL, host = 0;
-    int rc = gpu_alloc((void **)&dev, sizeof(*dev), err);
-    if (rc)
-        return rc;
+    unsigned long long host = 0;
+    if (!hits_dev) {
+        int rc = gpu_alloc((void **)&hits_dev, sizeof(*hits_dev), err);
+        if (rc)
+            return rc;
+    }
+    CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), gpu_compute_stream));
     k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(logits, y, n,
-                                                                               classes, dev);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s", __FILE__, __LINE__,
-                     cudaGetErrorName(e));
-    else
-        rc = gpu_to_host(&host, dev, sizeof(host), err);
-    gpu_free(dev);
+                                                                               classes, hits_dev);
+    LAUNCH_TRY();
+    int rc = gpu_to_host(&host, hits_dev, sizeof(host), err);
     if (rc == 0)
         *correct = (size_t)host;
     return rc;
