@@ -41,8 +41,8 @@ static unsigned long long *hits_dev;
     do {                                                                                      \
         cublasStatus_t s_ = (call);                                                           \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                      \
-            return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %d", __FILE__, __LINE__,   \
-                           (int)s_);                                                          \
+            return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s", __FILE__,       \
+                           __LINE__, cublasGetStatusName(s_), cublasGetStatusString(s_));     \
     } while (0)
 
 #define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
@@ -55,13 +55,20 @@ static unsigned blocks_for(size_t n, unsigned threads)
 
 extern "C" int gpu_count(const char **why)
 {
+    /* The reason outlives the call (callers print it later); one process counts GPUs from
+     * one thread at a time (ddp.c's pick_device, the tests' main). */
+    static char why_buf[192];
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
+        snprintf(why_buf, sizeof(why_buf), "%s (CUDA runtime %d: %s: %s)",
+                 e == cudaErrorNoDevice               ? "no CUDA device visible"
+                 : e == cudaErrorInsufficientDriver   ? "NVIDIA driver missing or older than "
+                                                        "the CUDA runtime"
+                                                      : "CUDA unavailable",
+                 CUDART_VERSION, cudaGetErrorName(e), cudaGetErrorString(e));
         if (why)
-            *why = e == cudaErrorNoDevice ? "no CUDA device visible"
-                 : e == cudaErrorInsufficientDriver ? "no NVIDIA driver (or too old)"
-                 : "CUDA unavailable";
+            *why = why_buf;
         (void)cudaGetLastError();
         return 0;
     }
@@ -72,6 +79,12 @@ extern "C" int gpu_count(const char **why)
 
 extern "C" int gpu_init(int device, struct ddp_err *err)
 {
+    if (gpu_dev >= 0) {
+        if (device == gpu_dev)
+            return 0;
+        return err_set(err, DDP_EINTERNAL, "gpu_init: GPU %d is already in use, not GPU %d",
+                       gpu_dev, device);
+    }
     const char *why = NULL;
     int n = gpu_count(&why);
     if (n == 0)
@@ -80,12 +93,34 @@ extern "C" int gpu_init(int device, struct ddp_err *err)
         return err_set(err, DDP_EINVAL,
                        "GPU %d does not exist: %d visible (LOCAL_RANK picks the GPU; run at most "
                        "%d processes per node)", device, n, n);
+    /* First CUDA call that touches a device in this process: everything after it (the
+     * stream, the cuBLAS handle, NCCL's communicator) belongs to this device. */
     CUDA_TRY(cudaSetDevice(device));
-    CUDA_TRY(cudaStreamCreateWithFlags(&gpu_compute_stream, cudaStreamNonBlocking));
-    BLAS_TRY(cublasCreate(&gpu_blas));
-    BLAS_TRY(cublasSetStream(gpu_blas, gpu_compute_stream));
-    /* Plain FP32 products, so the GPU path agrees with the CPU path to 1e-4. */
-    BLAS_TRY(cublasSetMathMode(gpu_blas, CUBLAS_PEDANTIC_MATH));
+    int rc = 0;
+    cudaError_t e = cudaStreamCreateWithFlags(&gpu_compute_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        gpu_compute_stream = NULL;
+        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s (GPU %d)", __FILE__, __LINE__,
+                     cudaGetErrorName(e), cudaGetErrorString(e), device);
+        return rc;
+    }
+    cublasStatus_t b = cublasCreate(&gpu_blas);
+    if (b == CUBLAS_STATUS_SUCCESS)
+        b = cublasSetStream(gpu_blas, gpu_compute_stream);
+    /* Plain FP32 products (no TF32, no BF16x9 emulation), so the GPU path agrees with the
+     * CPU path to 1e-4. */
+    if (b == CUBLAS_STATUS_SUCCESS)
+        b = cublasSetMathMode(gpu_blas, CUBLAS_PEDANTIC_MATH);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s (GPU %d)", __FILE__,
+                     __LINE__, cublasGetStatusName(b), cublasGetStatusString(b), device);
+        if (gpu_blas)
+            cublasDestroy(gpu_blas);
+        cudaStreamDestroy(gpu_compute_stream);
+        gpu_blas = NULL;
+        gpu_compute_stream = NULL;
+        return rc;
+    }
     gpu_dev = device;
     return 0;
 }
@@ -121,8 +156,15 @@ extern "C" void *gpu_stream(void)
 extern "C" int gpu_alloc(void **p, size_t bytes, struct ddp_err *err)
 {
     void *q = NULL;
-    CUDA_TRY(cudaMalloc(&q, bytes ? bytes : 1));
-    cudaError_t e = cudaMemset(q, 0, bytes ? bytes : 1);
+    size_t sz = bytes ? bytes : 1;
+    CUDA_TRY(cudaMalloc(&q, sz));
+    /* Zeroed on the compute stream and waited for: a plain cudaMemset runs on the legacy
+     * default stream, which the compute stream (cudaStreamNonBlocking) is not ordered after,
+     * so a copy or kernel queued next on the compute stream could run before the zeroing.
+     * Before gpu_init the stream is 0 (the legacy stream) and this still holds. */
+    cudaError_t e = cudaMemsetAsync(q, 0, sz, gpu_compute_stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(gpu_compute_stream);
     if (e != cudaSuccess) {
         cudaFree(q);
         CUDA_TRY(e);
@@ -169,26 +211,32 @@ extern "C" int gpu_is_device_ptr(const void *p)
 
 /* ---- kernels ------------------------------------------------------------------------- */
 
+/* Every kernel below strides over its range (grid-stride), so any n is covered whatever
+ * blocks_for() caps the grid at. Where a result must equal the CPU model's bit for bit
+ * (softmax gradient, SGD), products and sums are written with __fmul_rn/__fadd_rn: nvcc
+ * would otherwise contract a * b + c into one FMA (one rounding instead of two), which the
+ * CPU build (ISO C, no -ffp-contract) never does. */
+
 __global__ void k_bias_relu(float *z, const float *b, size_t rows, int cols, int relu)
 {
     size_t total = rows * (size_t)cols;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)blockDim.x * gridDim.x) {
         float v = z[i] + b[i % (size_t)cols];
-        z[i] = relu && v < 0.0f ? 0.0f : v;
+        /* As the CPU model: v > 0 ? v : 0 (so -0.0 and NaN become +0.0 there too). */
+        z[i] = !relu || v > 0.0f ? v : 0.0f;
     }
 }
 
 /* db[j] = sum over rows of dz[r][j], rows in order (one thread per column). */
 __global__ void k_colsum(const float *dz, float *db, int rows, int cols)
 {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols)
-        return;
-    float s = 0.0f;
-    for (int r = 0; r < rows; r++)
-        s += dz[(size_t)r * cols + j];
-    db[j] = s;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += blockDim.x * gridDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < rows; r++)
+            s = __fadd_rn(s, dz[(size_t)r * cols + j]);
+        db[j] = s;
+    }
 }
 
 __global__ void k_relu_mask(float *dx, const float *act, size_t n)
@@ -199,54 +247,58 @@ __global__ void k_relu_mask(float *dx, const float *act, size_t n)
             dx[i] = 0.0f;
 }
 
-/* One thread per row: stable softmax, the row's loss, and dz = (prob - onehot) / n. */
+/* One thread per row: stable softmax, the row's loss, and dz = (prob - onehot) / n, in the
+ * CPU model's order: dz = prob * (1/n), then dz[label] -= 1/n. prob may be logits (in
+ * place): each element is read before it is written, by the same thread. */
 __global__ void k_softmax_xent(const float *logits, const uint8_t *y, float *prob, float *dz,
                                double *row_loss, int n, int classes)
 {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= n)
-        return;
-    const float *z = logits + (size_t)r * classes;
-    float mx = z[0];
-    for (int c = 1; c < classes; c++)
-        mx = z[c] > mx ? z[c] : mx;
-    double s = 0.0;
-    for (int c = 0; c < classes; c++)
-        s += exp((double)(z[c] - mx));
-    double lse = (double)mx + log(s);
-    row_loss[r] = lse - (double)z[y[r]];
     float inv = 1.0f / (float)n;
-    for (int c = 0; c < classes; c++) {
-        float p = (float)exp((double)z[c] - lse);
-        prob[(size_t)r * classes + c] = p;
-        dz[(size_t)r * classes + c] = p * inv - (c == y[r] ? inv : 0.0f);
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += blockDim.x * gridDim.x) {
+        const float *z = logits + (size_t)r * classes;
+        int label = y[r];
+        float mx = z[0];
+        for (int c = 1; c < classes; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        double s = 0.0;
+        for (int c = 0; c < classes; c++)
+            s += exp((double)(z[c] - mx));
+        double lse = (double)mx + log(s);
+        row_loss[r] = lse - (double)z[label];
+        for (int c = 0; c < classes; c++) {
+            float p = (float)exp((double)z[c] - lse);
+            float d = __fmul_rn(p, inv);
+            prob[(size_t)r * classes + c] = p;
+            dz[(size_t)r * classes + c] = c == label ? __fsub_rn(d, inv) : d;
+        }
     }
 }
 
 __global__ void k_argmax_hits(const float *z, const uint8_t *y, int n, int classes,
                               unsigned long long *hits)
 {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= n)
-        return;
-    const float *row = z + (size_t)r * classes;
-    int best = 0;
-    for (int c = 1; c < classes; c++)
-        if (row[c] > row[best])
-            best = c;
-    if (best == y[r])
-        atomicAdd(hits, 1ULL);
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += blockDim.x * gridDim.x) {
+        const float *row = z + (size_t)r * classes;
+        int best = 0;
+        for (int c = 1; c < classes; c++)
+            if (row[c] > row[best])
+                best = c;
+        if (best == y[r])
+            atomicAdd(hits, 1ULL);
+    }
 }
 
+/* worker/optim.c's step: d = g + wd p; buf = mu buf + d; p -= lr buf (each product and sum
+ * rounded on its own, as there). */
 __global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
                       float wd)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)blockDim.x * gridDim.x) {
-        float d = g[i] + wd * p[i];
-        float b = mu * buf[i] + d;
+        float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
+        float b = __fadd_rn(__fmul_rn(mu, buf[i]), d);
         buf[i] = b;
-        p[i] -= lr * b;
+        p[i] = __fsub_rn(p[i], __fmul_rn(lr, b));
     }
 }
 
