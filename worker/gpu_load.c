@@ -66,9 +66,21 @@ static struct {
     const struct comm_ops *nccl_ops;
 } gpu_fn;
 
-static void *gpu_open_beside_program(void)
+/* dlopen's message for the last failure, kept (dlerror() forgets it at the next call). It
+ * names the file that failed: ours, or the CUDA/NCCL library the loader could not find. */
+static void gpu_keep_dlerror(char *buf, size_t size)
+{
+    const char *e = dlerror();
+    snprintf(buf, size, "cannot load %s: %s", GPU_LIB_NAME, e ? e : "dlopen failed");
+}
+
+/* Tries <dir of the program>/../lib/libddpgpu.so. Returns NULL, with *tried set when the
+ * file exists but does not load (a missing libcudart/libcublas/libnccl, say), and tried_why
+ * holding dlopen's reason. */
+static void *gpu_open_beside_program(int *tried, char *tried_why, size_t why_size)
 {
     char exe[PATH_MAX], path[PATH_MAX + 32];
+    *tried = 0;
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0)
         return NULL;
@@ -78,7 +90,14 @@ static void *gpu_open_beside_program(void)
         return NULL;
     *slash = '\0';
     snprintf(path, sizeof(path), "%s/../lib/%s", exe, GPU_LIB_NAME);
-    return access(path, R_OK) == 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (access(path, R_OK) != 0)
+        return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        *tried = 1;
+        gpu_keep_dlerror(tried_why, why_size);
+    }
+    return h;
 }
 
 static void gpu_load(void)
@@ -89,13 +108,18 @@ static void gpu_load(void)
                  "no NVIDIA GPU device (/dev/nvidiactl, /dev/nvidia0)");
         return;
     }
-    void *h = gpu_open_beside_program();
+    char beside_why[sizeof(gpu_load_why)] = "";
+    int tried = 0;
+    void *h = gpu_open_beside_program(&tried, beside_why, sizeof(beside_why));
     if (!h)
         h = dlopen(GPU_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        const char *e = dlerror();
-        snprintf(gpu_load_why, sizeof(gpu_load_why), "cannot load %s: %s", GPU_LIB_NAME,
-                 e ? e : "not found");
+        /* The copy beside the program is the one meant: when it exists, its reason (which
+         * names the CUDA library the loader could not find) is the one to report. */
+        if (tried)
+            memcpy(gpu_load_why, beside_why, sizeof(gpu_load_why));
+        else
+            gpu_keep_dlerror(gpu_load_why, sizeof(gpu_load_why));
         return;
     }
     struct {
@@ -128,7 +152,8 @@ static void gpu_load(void)
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
         *syms[i].slot = dlsym(h, syms[i].name);
         if (!*syms[i].slot) {
-            snprintf(gpu_load_why, sizeof(gpu_load_why), "%s lacks %s", GPU_LIB_NAME,
+            snprintf(gpu_load_why, sizeof(gpu_load_why),
+                     "%s lacks %s (a libddpgpu.so from another build?)", GPU_LIB_NAME,
                      syms[i].name);
             memset(&gpu_fn, 0, sizeof(gpu_fn));
             dlclose(h);
