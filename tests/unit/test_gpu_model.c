@@ -1,11 +1,13 @@
 /*
  * test_gpu_model.c - the GPU MLP (worker/gpu/model_gpu.c) against the CPU MLP
- * (worker/model.c) on the same parameters and data: forward loss, every gradient, and 20
- * SGD steps with momentum and weight decay, to relative 1e-4; and the NCCL backend at world
- * size 1 on device and host buffers.
+ * (worker/model.c) on the same parameters and data: forward loss, every gradient, the hooks'
+ * order, and SGD steps with momentum and weight decay, to relative 1e-4, for the main job's
+ * shape and for odd ones; gpu_alloc's zeroing; and the NCCL backend at world size 1 on
+ * device and host buffers.
  *
  * Without a GPU the whole binary reports itself skipped (exit 77, ctest's SKIP_RETURN_CODE)
- * and says why; nothing is claimed as passed.
+ * and says why; nothing is claimed as passed. With DDP_GPU_REQUIRED=1 (tests/gpu/check.sh,
+ * on a GPU machine) that skip is a failure instead.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -27,13 +29,14 @@
 
 static const int widths[] = {784, 256, 128, 10};
 
-static void fill(float *x, uint8_t *y, size_t n, unsigned seed)
+/* Uniform inputs in [0, 1) and labels below classes, from seed. */
+static void fill_shape(float *x, uint8_t *y, size_t n, int dim, int classes, unsigned seed)
 {
     srand(seed);
-    for (size_t i = 0; i < n * 784; i++)
+    for (size_t i = 0; i < n * (size_t)dim; i++)
         x[i] = (float)rand() / (float)RAND_MAX;
     for (size_t i = 0; i < n; i++)
-        y[i] = (uint8_t)(rand() % 10);
+        y[i] = (uint8_t)(rand() % classes);
 }
 
 /* max |a-b| / max(|b|, tiny) over n floats. */
@@ -48,42 +51,75 @@ static double rel_diff(const float *a, const float *b, size_t n)
     return num / den;
 }
 
-static void test_gpu_model_matches_cpu(void **state)
+/* The hooks' calls, in order: +l for layer_begin(l), -(l+1) for layer_end(l). */
+struct hook_log {
+    int calls[64];
+    int n;
+};
+
+static void log_begin(void *ctx, int layer)
 {
-    (void)state;
+    struct hook_log *h = ctx;
+    if (h->n < 64)
+        h->calls[h->n++] = layer;
+}
+
+static int log_end(void *ctx, int layer, struct ddp_err *err)
+{
+    (void)err;
+    struct hook_log *h = ctx;
+    if (h->n < 64)
+        h->calls[h->n++] = -(layer + 1);
+    return 0;
+}
+
+/*
+ * The GPU model against the CPU model for one shape: loss, every gradient, the hooks' order,
+ * `steps` SGD steps with momentum and weight decay, and the hit count. n rows per batch
+ * (max_batch n + 3, so a batch smaller than the buffers is exercised too).
+ */
+static void compare_with_cpu(const int *w, int nw, size_t n, int steps)
+{
     struct ddp_err err = {0};
     struct model *cpu = NULL;
     struct gpu_model *gpu = NULL;
-    assert_int_equal(model_new(widths, 4, N, 42, &cpu, &err), 0);
+    int dim = w[0], classes = w[nw - 1];
+    assert_int_equal(model_new(w, nw, n + 3, 42, &cpu, &err), 0);
     size_t np = model_param_count(cpu);
-    assert_int_equal(gpu_model_new(widths, 4, N, model_params(cpu), &gpu, &err), 0);
-    float *x = malloc(N * 784 * sizeof(float));
-    uint8_t y[N];
-    fill(x, y, N, 7);
+    assert_int_equal(gpu_model_new(w, nw, n + 3, model_params(cpu), &gpu, &err), 0);
+    float *x = malloc(n * (size_t)dim * sizeof(float));
+    uint8_t *y = malloc(n);
+    fill_shape(x, y, n, dim, classes, 7);
 
     double lc = 0, lg = 0;
-    assert_int_equal(model_forward(cpu, x, y, N, &lc, &err), 0);
-    assert_int_equal(gpu_model_forward(gpu, x, y, N, &lg, &err), 0);
-    printf("loss cpu %.8f gpu %.8f\n", lc, lg);
+    assert_int_equal(model_forward(cpu, x, y, n, &lc, &err), 0);
+    assert_int_equal(gpu_model_forward(gpu, x, y, n, &lg, &err), 0);
+    printf("shape %d..%d, %zu rows: loss cpu %.8f gpu %.8f\n", dim, classes, n, lc, lg);
     assert_true(fabs(lc - lg) / fabs(lc) < 1e-5);
-    assert_int_equal(model_backward(cpu, NULL, &err), 0);
-    assert_int_equal(gpu_model_backward(gpu, NULL, &err), 0);
+    struct hook_log hc = {.n = 0}, hg = {.n = 0};
+    struct model_hooks kc = {.ctx = &hc, .layer_begin = log_begin, .layer_end = log_end};
+    struct model_hooks kg = {.ctx = &hg, .layer_begin = log_begin, .layer_end = log_end};
+    assert_int_equal(model_backward(cpu, &kc, &err), 0);
+    assert_int_equal(gpu_model_backward(gpu, &kg, &err), 0);
+    assert_int_equal(hc.n, 2 * (nw - 1));
+    assert_int_equal(hg.n, hc.n);
+    assert_memory_equal(hg.calls, hc.calls, (size_t)hc.n * sizeof(int));
     float *g = malloc(np * sizeof(float));
     for (int t = 0; t < model_tensor_count(cpu); t++) {
-        size_t n = model_tensor_size(cpu, t);
-        assert_int_equal(gpu_to_host(g, gpu_model_grad(gpu, t), n * sizeof(float), &err), 0);
-        double d = rel_diff(g, model_grad(cpu, t), n);
+        size_t k = model_tensor_size(cpu, t);
+        assert_int_equal(gpu_to_host(g, gpu_model_grad(gpu, t), k * sizeof(float), &err), 0);
+        double d = rel_diff(g, model_grad(cpu, t), k);
         printf("grad tensor %d: relative difference %.2e\n", t, d);
         assert_true(d < 1e-4);
     }
 
-    /* 20 steps of SGD (momentum 0.9, weight decay 1e-4) on fresh batches. */
+    /* SGD (momentum 0.9, weight decay 1e-4) on fresh batches, worker/optim.c's order. */
     float *mom_cpu = calloc(np, sizeof(float));
     float *mom_gpu = NULL;
     assert_int_equal(gpu_alloc((void **)&mom_gpu, np * sizeof(float), &err), 0);
-    for (int step = 0; step < 20; step++) {
-        fill(x, y, N, 100 + (unsigned)step);
-        assert_int_equal(model_forward(cpu, x, y, N, &lc, &err), 0);
+    for (int step = 0; step < steps; step++) {
+        fill_shape(x, y, n, dim, classes, 100 + (unsigned)step);
+        assert_int_equal(model_forward(cpu, x, y, n, &lc, &err), 0);
         assert_int_equal(model_backward(cpu, NULL, &err), 0);
         float *p = model_params(cpu);
         for (int t = 0; t < model_tensor_count(cpu); t++) {
@@ -95,27 +131,78 @@ static void test_gpu_model_matches_cpu(void **state)
                 p[off + i] -= 0.05f * mom_cpu[off + i];
             }
         }
-        assert_int_equal(gpu_model_forward(gpu, x, y, N, &lg, &err), 0);
+        assert_int_equal(gpu_model_forward(gpu, x, y, n, &lg, &err), 0);
         assert_int_equal(gpu_model_backward(gpu, NULL, &err), 0);
         assert_int_equal(gpu_model_sgd(gpu, mom_gpu, 0.05f, 0.9f, 1e-4f, &err), 0);
     }
     float *pg = malloc(np * sizeof(float));
     assert_int_equal(gpu_to_host(pg, gpu_model_params(gpu), np * sizeof(float), &err), 0);
     double d = rel_diff(pg, model_params(cpu), np);
-    printf("parameters after 20 steps: relative difference %.2e\n", d);
+    printf("parameters after %d steps: relative difference %.2e\n", steps, d);
+    assert_true(d < 1e-4);
+    assert_int_equal(gpu_to_host(pg, mom_gpu, np * sizeof(float), &err), 0);
+    d = rel_diff(pg, mom_cpu, np);
+    printf("momentum after %d steps: relative difference %.2e\n", steps, d);
     assert_true(d < 1e-4);
 
-    size_t cc = model_count_correct(cpu, x, y, N), cg = 0;
-    assert_int_equal(gpu_model_count_correct(gpu, x, y, N, &cg, &err), 0);
+    size_t cc = model_count_correct(cpu, x, y, n), cg = 0;
+    assert_int_equal(gpu_model_count_correct(gpu, x, y, n, &cg, &err), 0);
+    printf("hits cpu %zu gpu %zu of %zu\n", cc, cg, n);
     assert_int_equal(cc, cg);
+    /* A label beyond the outputs is refused before anything runs. */
+    y[0] = (uint8_t)classes;
+    assert_int_equal(gpu_model_forward(gpu, x, y, n, &lg, &err), DDP_EINVAL);
 
     gpu_free(mom_gpu);
     free(mom_cpu);
     free(pg);
     free(g);
     free(x);
+    free(y);
     gpu_model_free(gpu);
     model_free(cpu);
+}
+
+static void test_gpu_model_matches_cpu(void **state)
+{
+    (void)state;
+    compare_with_cpu(widths, 4, N, 20);
+}
+
+/* Shapes where no dimension is a multiple of another or of a warp: a transposed operand or a
+ * wrong leading dimension in an SGEMM cannot hide behind a square or aligned shape. */
+static void test_gpu_model_odd_shapes(void **state)
+{
+    (void)state;
+    static const int w1[] = {37, 19, 11, 3};
+    static const int w2[] = {29, 7}; /* one layer: its input gradient is never computed */
+    compare_with_cpu(w1, 4, 13, 5);
+    compare_with_cpu(w2, 2, 1, 5);
+    compare_with_cpu(w1, 4, 1, 3);
+}
+
+/* gpu_alloc returns zeroed memory, also where a freed block with data is handed out again. */
+static void test_gpu_alloc_zeroed(void **state)
+{
+    (void)state;
+    struct ddp_err err = {0};
+    enum { K = 1 << 20 };
+    float *h = malloc(K * sizeof(float));
+    for (int i = 0; i < K; i++)
+        h[i] = 1.0f + (float)i;
+    for (int round = 0; round < 3; round++) {
+        float *d = NULL;
+        assert_int_equal(gpu_alloc((void **)&d, K * sizeof(float), &err), 0);
+        assert_int_equal(gpu_to_host(h, d, K * sizeof(float), &err), 0);
+        for (int i = 0; i < K; i++)
+            if (h[i] != 0.0f)
+                fail_msg("round %d: element %d is %g, not 0", round, i, (double)h[i]);
+        for (int i = 0; i < K; i++)
+            h[i] = 1.0f + (float)i;
+        assert_int_equal(gpu_to_device(d, h, K * sizeof(float), &err), 0);
+        gpu_free(d);
+    }
+    free(h);
 }
 
 static void test_gpu_model_nccl_world_one(void **state)
@@ -136,10 +223,33 @@ static void test_gpu_model_nccl_world_one(void **state)
     assert_int_equal(gpu_sync(&err), 0);
     assert_int_equal(gpu_to_host(back, dev, sizeof(back), &err), 0);
     assert_memory_equal(back, host, sizeof(host));
+    /* Async on device memory, then a kernel on the compute stream that must run after it. */
+    struct comm_work *w = NULL;
+    assert_int_equal(comm_allreduce_async(c, dev, 5, COMM_F32, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_int_equal(gpu_scale(dev, 5, 2.0f, &err), 0);
+    assert_int_equal(gpu_to_host(back, dev, sizeof(back), &err), 0);
+    for (int i = 0; i < 5; i++)
+        assert_true(back[i] == 2.0f * host[i]);
     double sums[2] = {1.5, 2.5};
     assert_int_equal(comm_allreduce(c, sums, 2, COMM_F64, &err), 0); /* host buffer staged */
     assert_true(sums[0] == 1.5 && sums[1] == 2.5);
+    /* Host buffers larger than the staging so far (it grows), async form. */
+    size_t big = 3u << 20;
+    double *hb = malloc(big * sizeof(double));
+    for (size_t i = 0; i < big; i++)
+        hb[i] = (double)i;
+    assert_int_equal(comm_allreduce_async(c, hb, big, COMM_F64, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    for (size_t i = 0; i < big; i++)
+        if (hb[i] != (double)i)
+            fail_msg("host all-reduce: element %zu is %g", i, hb[i]);
+    free(hb);
     assert_int_equal(comm_broadcast(c, host, sizeof(host), 0, &err), 0);
+    assert_true(host[0] == 1.0f && host[4] == 5.0f);
+    assert_int_equal(comm_broadcast(c, dev, sizeof(host), 0, &err), 0); /* device memory */
+    assert_int_equal(gpu_to_host(back, dev, sizeof(back), &err), 0);
+    assert_true(back[0] == 2.0f && back[4] == 10.0f);
     assert_int_equal(comm_barrier(c, &err), 0);
     gpu_free(dev);
     comm_free(c);
@@ -149,6 +259,14 @@ int main(void)
 {
     const char *why = NULL;
     if (gpu_count(&why) == 0) {
+        /* On a machine that has a GPU (tests/gpu/check.sh sets DDP_GPU_REQUIRED=1) a skip
+         * would hide a broken load of libddpgpu.so or of the CUDA libraries: fail there. */
+        const char *req = getenv("DDP_GPU_REQUIRED");
+        if (req && strcmp(req, "1") == 0) {
+            printf("FAILED: DDP_GPU_REQUIRED=1 but no usable GPU: %s\n",
+                   why ? why : "none found");
+            return 1;
+        }
         printf("SKIPPED: test_gpu_model needs a GPU: %s\n", why ? why : "none found");
         return 77;
     }
@@ -159,6 +277,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_model_matches_cpu),
+        cmocka_unit_test(test_gpu_model_odd_shapes),
+        cmocka_unit_test(test_gpu_alloc_zeroed),
         cmocka_unit_test(test_gpu_model_nccl_world_one),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
