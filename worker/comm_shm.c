@@ -29,8 +29,9 @@
  * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
  * counter in some round (broadcast receivers' arrive) never blocks a later wait.
  *
- * Waiting: a bounded spin, a few yields, then FUTEX_WAIT on the counter with a 10 ms
- * timeout; between sleeps it checks the abort word, the awaited rank's gone flag, and every
+ * Waiting: a spin of 2 us (none when the members outnumber this process's cores: the
+ * spinner would hold the core the awaited rank needs), yields up to 10 us, then FUTEX_WAIT on
+ * the counter with a 10 ms timeout; between sleeps it checks the abort word, the awaited rank's gone flag, and every
  * 50 ms every member's pid (/proc/<pid>/stat: gone or zombie = dead). A poster wakes the
  * futex only when the rank's waiter count is non-zero (both sides seq_cst, so no lost
  * wake-up). A wait ends after timeout_ms without the awaited rank's counter or heartbeat
@@ -62,8 +63,8 @@
 
 #define SHM_MAGIC 0x444450534d454d31ull /* "DDPSMEM1" */
 #define SHM_ABORT_MSG_MAX 256
-#define SHM_SPIN 100
-#define SHM_YIELDS 4
+#define SHM_SPIN_NS 2000   /* spin with pause this long ... */
+#define SHM_YIELD_NS 10000 /* ... then yield until this long, then sleep on the futex */
 #define SHM_SLEEP_NS (10 * 1000 * 1000)
 #define SHM_LIVENESS_MS 50
 /* Pieces in flight per slot: a rank may run this many rounds ahead of the slowest. */
@@ -118,6 +119,7 @@ struct shm_group {
     int fault, fault_silent; /* the rank the last error of this rank blamed, -1 none */
     int unlinked;
     int64_t last_liveness;
+    int64_t spin_ns; /* wait: spin this long before yielding (0 when oversubscribed) */
 };
 
 static char *slot(struct shm_group *g, int k, int buf)
@@ -245,17 +247,22 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
                     struct ddp_err *err)
 {
     struct shm_ctl *c = &g->ctl[k];
-    for (int i = 0; i < SHM_SPIN; i++) {
+    int64_t t0 = time_mono_ns();
+    for (int i = 0;; i++) {
         if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
             return 0;
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
+        if ((i & 15) == 15 && time_mono_ns() - t0 >= g->spin_ns)
+            break;
     }
-    for (int i = 0; i < SHM_YIELDS; i++) {
+    for (;;) {
         sched_yield();
         if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
             return 0;
+        if (time_mono_ns() - t0 >= SHM_YIELD_NS)
+            break;
     }
     /* Inactivity, not total time: the awaited rank's beat moving (a leader busy in the
      * leaders' ring) restarts the clock. */
@@ -578,6 +585,11 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
         piece = (size_t)16 << 20;
     g->piece = piece;
     g->small = s->small_bytes ? s->small_bytes : SHM_DEFAULT_SMALL_BYTES;
+    /* Spinning only pays when every member has a core of its own: otherwise the spinner
+     * holds the core the awaited rank needs. */
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    g->spin_ns = ncpu >= g->L ? SHM_SPIN_NS : 0;
     g->map_bytes = sizeof(struct shm_hdr) + (size_t)g->L * sizeof(struct shm_ctl) +
                    (size_t)g->L * SHM_NBUF * piece;
     shm_segment_name(rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size, s->comm_id,
