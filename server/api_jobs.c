@@ -125,15 +125,27 @@ void api_jobs_metrics(struct api_req *r)
     api_answer(r, rc, 200, out, &e);
 }
 
+/* GET /v1/jobs/{id}/logs: from the start (`after`, pages of `limit`) or the end (`tail=N`, the
+ * last N lines; `next` then follows on with `after` as usual). The tail travels to the store
+ * as a negative limit, which coord_logs hands on unchanged (store_logs_json's contract). */
 void api_jobs_logs(struct api_req *r)
 {
-    int64_t id, after, limit, rank;
+    int64_t id, after, limit, rank, tail;
     struct ddp_err e;
     char *out = NULL;
     if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0 ||
         api_query_int(r, "limit", 1, 10000, 1000, &limit) != 0 ||
-        api_query_int(r, "rank", 0, 1 << 20, -1, &rank) != 0)
+        api_query_int(r, "rank", 0, 1 << 20, -1, &rank) != 0 ||
+        api_query_int(r, "tail", 1, 10000, 0, &tail) != 0)
         return;
-    int rc = coord_logs(r->coord, id, (int)rank, after, (int)limit, &out, &e);
+    if (tail > 0 && (api_query(r, "after") || api_query(r, "limit"))) {
+        api_reply_errf(r, DDP_EINVAL,
+                       "field 'tail': cannot be combined with '%s' (tail=N reads the last N "
+                       "lines; follow on with after=<next> and no tail)",
+                       api_query(r, "after") ? "after" : "limit");
+        return;
+    }
+    int rc = coord_logs(r->coord, id, (int)rank, after, tail > 0 ? -(int)tail : (int)limit, &out,
+                        &e);
     api_answer(r, rc, 200, out, &e);
 }

@@ -9,6 +9,7 @@
  */
 #include "server/store.h"
 
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,8 @@ enum {
     ST_METRICS,
     ST_LOGS_ALL,
     ST_LOGS_RANK,
+    ST_LOGS_TAIL_ALL,
+    ST_LOGS_TAIL_RANK,
     ST_LAST_LINES,
     ST_COUNT
 };
@@ -72,6 +75,13 @@ static const char *const store_sql[ST_COUNT] = {
                     "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     [ST_LOGS_RANK] = "SELECT seq, rank, generation, text FROM logs "
                      "WHERE job_id = ?1 AND rank = ?4 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    /* The tail: newest first, walking the primary key (job_id, seq) or logs_by_rank
+     * (job_id, rank, seq) backwards from the end, so it reads only the rows it returns. */
+    [ST_LOGS_TAIL_ALL] = "SELECT seq, rank, generation, text FROM logs "
+                         "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq DESC LIMIT ?3",
+    [ST_LOGS_TAIL_RANK] = "SELECT seq, rank, generation, text FROM logs "
+                          "WHERE job_id = ?1 AND rank = ?4 AND seq > ?2 ORDER BY seq DESC "
+                          "LIMIT ?3",
     [ST_LAST_LINES] = "SELECT text FROM logs WHERE job_id = ?1 AND generation = ?2 AND "
                       "rank = ?3 ORDER BY seq DESC LIMIT ?4",
 };
@@ -492,7 +502,7 @@ static int store_query(struct store *st, int which, int64_t job, int64_t after, 
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int64(s, 2, after);
     sqlite3_bind_int(s, 3, limit);
-    if (which == ST_LOGS_RANK)
+    if (which == ST_LOGS_RANK || which == ST_LOGS_TAIL_RANK)
         sqlite3_bind_int(s, 4, rank);
     while ((r = sqlite3_step(s)) == SQLITE_ROW)
         json_array_append_new(arr, row_fn(s));
@@ -550,8 +560,21 @@ int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, 
 int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
                     json_t **out, struct ddp_err *err)
 {
-    return store_query(st, rank < 0 ? ST_LOGS_ALL : ST_LOGS_RANK, job, after, limit, rank,
-                       store_log_row, out, err);
+    if (limit >= 0)
+        return store_query(st, rank < 0 ? ST_LOGS_ALL : ST_LOGS_RANK, job, after, limit, rank,
+                           store_log_row, out, err);
+    /* The last -limit lines: read newest first, then put back in seq order. */
+    json_t *desc = NULL;
+    int rc = store_query(st, rank < 0 ? ST_LOGS_TAIL_ALL : ST_LOGS_TAIL_RANK, job, after,
+                         limit == INT_MIN ? INT_MAX : -limit, rank, store_log_row, &desc, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (size_t i = json_array_size(desc); i > 0; i--)
+        json_array_append(arr, json_array_get(desc, i - 1));
+    json_decref(desc);
+    *out = arr;
+    return 0;
 }
 
 int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n,

@@ -95,6 +95,8 @@ int store_events_json(struct store *st, int64_t job, int64_t after, int limit, j
                       struct ddp_err *err);
 int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, json_t **out,
                        struct ddp_err *err);
+/* Logs: limit > 0, the first `limit` lines with seq > after; limit < 0, the last -limit
+ * lines with seq > after (the tail). Either way in seq order. */
 int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
                     json_t **out, struct ddp_err *err);
 /* The last n lines (oldest first) of (job, gen, rank) as a new array of strings. */

@@ -18,3 +18,6 @@ ddp_script_test(NAME api_durability
 # 100500 log lines through 101 beats: skipped under ASan (label heavy).
 ddp_script_test(NAME api_logcap
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_logcap.py TIMEOUT 300 LABELS api heavy)
+# tail=N: the last N lines of 12000 (all ranks, one rank), bad values, following on after.
+ddp_script_test(NAME api_logtail
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_logtail.py TIMEOUT 120 LABELS api)
