@@ -27,6 +27,8 @@
 
 /* Lines asked per logs request (ddpd's page bound). */
 #define CLI_LOGS_PAGE 1000
+/* The largest --tail: ddpd answers at most this many last lines (GET .../logs?tail=N). */
+#define CLI_LOGS_TAIL_MAX 10000
 /* Width of the progress bar's [====>   ] part. */
 #define CLI_BAR_WIDTH 30
 
@@ -90,15 +92,16 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
 
 int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    enum { O_RANK = 1 };
+    enum { O_RANK = 1, O_TAIL };
     static const struct option longopts[] = {{"rank", required_argument, NULL, O_RANK},
+                                             {"tail", required_argument, NULL, O_TAIL},
                                              {"follow", no_argument, NULL, 'f'},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     struct logs_state st = {0};
     json_t *page = NULL, *job = NULL;
     const char *id = NULL;
-    long rank = -1;
+    long rank = -1, tail = 0;
     int follow = 0, rc = CLI_OK, final_seen = 0;
     struct ddp_err err;
 
@@ -115,6 +118,11 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             follow = 1;
         } else if (c == O_RANK) {
             if (args_parse_long("--rank", optarg, 0, INT_MAX, &rank, &err) < 0) {
+                rc = cli_usage_error(cmd, "%s", err.msg);
+                goto out;
+            }
+        } else if (c == O_TAIL) {
+            if (args_parse_long("--tail", optarg, 1, CLI_LOGS_TAIL_MAX, &tail, &err) < 0) {
                 rc = cli_usage_error(cmd, "%s", err.msg);
                 goto out;
             }
@@ -140,12 +148,17 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         rc = cli_fail(cli, &err);
         goto out;
     }
-    for (;;) {
+    /* The last lines are of no use to tell how many older ones the cap dropped. */
+    st.warned_dropped = tail > 0;
+    for (int first = 1;; first = 0) {
         char rank_q[32] = "";
         if (rank >= 0)
             snprintf(rank_q, sizeof(rank_q), "&rank=%ld", rank);
-        char *suffix = xasprintf("/logs?after=%lld&limit=%d%s", (long long)st.after,
-                                 CLI_LOGS_PAGE, rank_q);
+        /* --tail: the first request reads the last lines; `next` then follows on. */
+        char *suffix = first && tail > 0
+                           ? xasprintf("/logs?tail=%ld%s", tail, rank_q)
+                           : xasprintf("/logs?after=%lld&limit=%d%s", (long long)st.after,
+                                       CLI_LOGS_PAGE, rank_q);
         json_decref(page);
         page = NULL;
         int r = follow ? cli_job_call_patient(cli, id, suffix, &page, &err)
@@ -156,6 +169,12 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             goto out;
         }
         size_t n = logs_print_page(cli, &st, page, rank < 0);
+        if (first && tail > 0) {
+            if (!follow)
+                break; /* like `kubectl logs --tail`: the last lines, nothing after them */
+            /* then follow on from the tail's last line (an empty tail leaves after at 0) */
+            continue;
+        }
         if (n > 0)
             continue; /* more may be waiting: read on before sleeping */
         if (!follow || final_seen)

@@ -54,8 +54,10 @@ static const struct cli_cmd cli_cmds[] = {
     {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events",
      "", cmd_status},
     {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
-    {"logs", "logs JOB [--rank R] [-f]", "print a job's worker output",
+    {"logs", "logs JOB [--rank R] [--tail N] [-f]", "print a job's worker output",
      "  --rank R      only rank R's lines\n"
+     "  --tail N      only the last N lines (1..10000; of rank R with --rank); with -f,\n"
+     "                the last N lines, then the new ones\n"
      "  -f, --follow  keep printing new lines until the job ends\n",
      cmd_logs},
     {"nodes", "nodes", "list the nodes (agents), their slots and state", "", cmd_nodes},

@@ -7,6 +7,9 @@ ddp_script_test(NAME cli_commands
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_commands.py TIMEOUT 180 LABELS cli)
 ddp_script_test(NAME cli_follow
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_follow.py TIMEOUT 180 LABELS cli)
+# logs --tail N (with --rank, -o json, -f) and its usage errors.
+ddp_script_test(NAME cli_logtail
+  COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_logtail.py TIMEOUT 120 LABELS cli)
 # Real processes end to end: ddpd and two real ddp-agent processes, jobs of small shell programs.
 ddp_script_test(NAME cli_agents
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_agents.py TIMEOUT 240 LABELS cli)
