@@ -23,6 +23,7 @@
     var POLL_MS = 1000;
     var HIDDEN_POLL_MS = 5000;
     var LOG_KEEP = 2000;
+    var LOG_TAIL = 1000;
     var LOG_FETCH = 5000;
     var LOG_FETCHES_PER_TICK = 4;
     var STATES = ['PENDING', 'RUNNING', 'RESTARTING', 'CANCELLING', 'SUCCEEDED', 'FAILED',
@@ -536,6 +537,8 @@
         var logNext = 0;
         var logLines = 0;
         var logGen = null;
+        var logTailed = false; /* the rank's last LOG_TAIL lines were read; now follow */
+        var logTailFull = false; /* ... and there were older ones, not shown */
         var ranksSig = '';
 
         var head = el('div', { 'class': 'toolbar' });
@@ -574,6 +577,8 @@
             logNext = 0;
             logLines = 0;
             logGen = null;
+            logTailed = false;
+            logTailFull = false;
             logPre.replaceChildren();
             rankSel.value = String(r);
             markRank();
@@ -721,14 +726,43 @@
             }
         }
 
-        /* Reads the rank's new lines: up to LOG_FETCHES_PER_TICK pages of LOG_FETCH a poll,
-         * so a long log catches up over a few polls instead of one huge answer; only the
-         * last LOG_KEEP lines of what came are put in the page. */
+        function showLogInfo(rank, d) {
+            logInfo.textContent = 'rank ' + rank + ' \u00b7 next seq ' + logNext +
+                (logTailFull ? ' \u00b7 the last ' + LOG_TAIL + ' lines on opening, ' +
+                               'older ones with ddpctl logs' : '') +
+                (d.dropped ? ' \u00b7 ' + d.dropped + ' older lines dropped' : '');
+        }
+
+        /* Reads the rank's lines. First its last LOG_TAIL lines in one answer (`tail`),
+         * however long the log; then, from that answer's `next`, its new lines: up to
+         * LOG_FETCHES_PER_TICK pages of LOG_FETCH a poll, so a burst catches up over a few
+         * polls instead of one huge answer; only the last LOG_KEEP lines of what came are
+         * put in the page. */
         function pollLog(my, rank, left, got) {
+            var base = '/v1/jobs/' + encodeURIComponent(id) + '/logs?rank=' + rank;
+            if (!logTailed) {
+                return api('GET', base + '&tail=' + LOG_TAIL).then(function (d) {
+                    if (my !== epoch || rank !== logRank || logTailed) {
+                        return null;
+                    }
+                    d = d || {};
+                    var lines = d.lines || [];
+                    logTailed = true;
+                    logTailFull = lines.length >= LOG_TAIL;
+                    if (typeof d.next === 'number') {
+                        logNext = Math.max(logNext, d.next);
+                    }
+                    showLogInfo(rank, d);
+                    if (lines.length) {
+                        appendLog(lines);
+                    }
+                    return null;
+                });
+            }
             got = got || [];
-            return api('GET', '/v1/jobs/' + encodeURIComponent(id) + '/logs?rank=' + rank +
-                       '&after=' + logNext + '&limit=' + LOG_FETCH).then(function (d) {
-                if (my !== epoch || rank !== logRank) {
+            var q = base + '&after=' + logNext + '&limit=' + LOG_FETCH;
+            return api('GET', q).then(function (d) {
+                if (my !== epoch || rank !== logRank || !logTailed) {
                     return null;
                 }
                 d = d || {};
@@ -737,8 +771,7 @@
                 if (typeof d.next === 'number') {
                     logNext = Math.max(logNext, d.next);
                 }
-                logInfo.textContent = 'rank ' + rank + ' \u00b7 next seq ' + logNext +
-                    (d.dropped ? ' \u00b7 ' + d.dropped + ' older lines dropped' : '');
+                showLogInfo(rank, d);
                 if (lines.length >= LOG_FETCH && left > 1) {
                     return pollLog(my, rank, left - 1, got);
                 }

@@ -238,8 +238,16 @@ def phase_live(b, c, api, trainer, job):
               "'burst line %d')" % BURST, timeout=30)
     shown = b.js(count("#log > div"))
     assert shown <= 2000, "%d lines in the log view" % shown
-    print("rank 1: %d-line burst caught up in %.2f s, %d lines kept in the page" %
-          (BURST, time.monotonic() - t0, shown))
+    # The view opened on the rank's tail (its last 1000 lines, read in one answer), not on
+    # its first lines: it starts inside the burst, and says older lines are not shown.
+    first = b.js(text("#log .log-line"))
+    assert first.startswith("burst line ") and int(first.split()[-1]) > BURST - 1000, first
+    n_lines = b.js(count("#log .log-line"))
+    assert n_lines <= 1000 + 200, "%d lines in the log view after a tail of 1000" % n_lines
+    info = b.js(text("#log-info"))
+    assert "the last 1000 lines" in info, info
+    print("rank 1: %d-line burst caught up in %.2f s, %d lines kept in the page (tail: "
+          "from %r)" % (BURST, time.monotonic() - t0, shown, first))
     print("screenshot", b.screenshot(os.path.join(ART, "dashboard-job.png")))
 
     # cancel from the jobs table, with the page's confirmation
