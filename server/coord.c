@@ -19,6 +19,30 @@
  *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused. c->live holds
  *      every job that is not terminal (and, until the next compaction, some that just became
  *      terminal), in id order: loops that run on every beat and tick walk only that list.
+ *   6. A node is gone for its jobs (coord_node_gone) when it is LOST and either silent for
+ *      node_timeout_ms or LOST by a confirmed suspicion (lost_fast). Only a READY node is
+ *      ever suspected, and only a beat that arrived after the suspicion clears it.
+ *
+ * Suspect then confirm. The survivors of a dead node know first: their collectives fail
+ * within a few hundred ms and they exit 6 (peer lost), naming the peer ("peer rank N" in
+ * their last lines). Waiting node_timeout_ms for the node's silence to prove it would leave
+ * the job idle for seconds, so an exit 6 reported by one node accuses the node of the rank
+ * it names (every other node of the generation when it names none): unless that node's
+ * agent has itself reported the rank's exit (or any failure of that generation) - then its
+ * own report explains the failure and it is alive - the node becomes SUSPECT (internal; the
+ * API still shows READY). Its held heartbeat, if any, is answered at once with a new desired
+ * set version, which makes a live agent beat again at once (agents beat immediately after a
+ * new version). A beat that arrives after the suspicion clears it and nothing else changes;
+ * with no such beat within suspect_timeout_ms the node is LOST right away, exactly as at the
+ * node timeout (same events, root cause and re-forming), its reason saying why. A false
+ * accusation therefore costs a live node one extra beat, never its jobs, as long as its
+ * agent can beat within the window. The window counts from the first accusation (more
+ * accusers do not extend it). Nodes that have not beaten since ddpd started (LOST after a
+ * restart) are not suspected: they have no held beat to answer and may still be in their
+ * retry backoff, so the node timeout counted from ddpd's start applies. A cut link is
+ * silent too, so a suspicion is right there; the cut-off agent's own --orphan-timeout still
+ * stops its workers. All of it runs on the `now` passed in: the clock-driven tests stay
+ * deterministic.
  */
 #include "server/coord.h"
 
@@ -74,6 +98,10 @@ struct node {
     int64_t registered_at;
     uint64_t version;
     pthread_cond_t cond;
+    int suspect;            /* accused by a peer-lost exit, not confirmed either way yet */
+    int64_t suspect_since;  /* monotonic ms of the first accusation */
+    int lost_fast;          /* LOST by a confirmed suspicion: gone for its jobs at once */
+    char suspect_by[96];    /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
 };
 
 struct job_node {
@@ -228,10 +256,22 @@ static void coord_bump(struct node *n)
     pthread_cond_broadcast(&n->cond);
 }
 
-/* 1 when node n has been silent for the node timeout (it counts as gone for jobs). */
+/* 1 when node n has been silent for the node timeout or was LOST by a confirmed
+ * suspicion (it counts as gone for jobs). */
 static int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
 {
-    return !n->ready && now - n->last_seen >= c->opts.node_timeout_ms;
+    return !n->ready && (n->lost_fast || now - n->last_seen >= c->opts.node_timeout_ms);
+}
+
+/* The reason a gone node gives its jobs. */
+static void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
+{
+    if (n->lost_fast)
+        snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s lost it)",
+                 n->name, (double)(now - n->last_seen) / 1000.0, n->suspect_by);
+    else
+        snprintf(buf, size, "node %s lost (no heartbeat for %lld s)", n->name,
+                 (long long)((now - n->last_seen) / 1000));
 }
 
 /* --- JSON views ------------------------------------------------------------------------ */
@@ -1091,6 +1131,8 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
             n->port_hi = r.port_hi;
         }
         n->ready = 1;
+        n->lost_fast = 0;
+        n->suspect = 0;
         n->last_seen = now;
         n->last_beat_wall = wall;
         if (!same) {
@@ -1378,6 +1420,70 @@ static int coord_check_ranks(struct coord *c, struct job *j, int64_t now)
     return 1;
 }
 
+/* The peer rank a peer-lost exit names in its last lines ("peer rank N ..."; the last line
+ * that names one wins), or -1. */
+static int coord_named_peer(const json_t *lines)
+{
+    for (size_t k = json_array_size(lines); k-- > 0;) {
+        const char *t = json_string_value(json_array_get(lines, k));
+        const char *p = t ? strstr(t, "peer rank ") : NULL;
+        if (!p)
+            continue;
+        p += strlen("peer rank ");
+        char *end = NULL;
+        long r = strtol(p, &end, 10);
+        if (end != p && r >= 0 && r < INT_MAX)
+            return (int)r;
+    }
+    return -1;
+}
+
+/* Rank `rank` of j's current generation, on node ni, exited 6 (peer lost): suspects the
+ * node of the peer it names, or every other node of the generation when it names none
+ * (see "Suspect then confirm" at the top). A node is not suspected when its agent has
+ * reported the accused rank's exit or a failure of any of its ranks in this generation,
+ * when it is not READY, or when it is suspected already (the window does not grow). */
+static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int64_t now)
+{
+    if (c->opts.suspect_timeout_ms <= 0)
+        return;
+    json_t *lines = NULL;
+    struct ddp_err e;
+    pthread_mutex_lock(&c->store_mu);
+    int lrc = store_last_lines(c->store, j->id, j->st.generation, rank, 3, &lines, &e);
+    pthread_mutex_unlock(&c->store_mu);
+    int peer = lrc == 0 ? coord_named_peer(lines) : -1;
+    json_decref(lines);
+    if (peer >= j->st.world_size)
+        peer = -1;
+    int nproc = j->spec.nproc;
+    for (int p = 0; p < j->st.npl; p++) {
+        int pn = j->st.pl[p].node, gr = j->st.pl[p].group_rank;
+        struct node *n = c->nodes[pn];
+        if (pn == ni || (peer >= 0 && peer / nproc != gr) || !n->ready || n->suspect)
+            continue;
+        int reported = peer >= 0 && j->rank_exit[peer] != RANK_RUNNING;
+        for (int r = gr * nproc; r < (gr + 1) * nproc && r < j->st.world_size; r++)
+            if (j->rank_exit[r] != RANK_RUNNING && j->rank_exit[r] != 0)
+                reported = 1;
+        if (reported)
+            continue;
+        n->suspect = 1;
+        n->suspect_since = now;
+        snprintf(n->suspect_by, sizeof(n->suspect_by), "rank %d on %.60s", rank,
+                 c->nodes[ni]->name);
+        if (peer >= 0)
+            log_info("node %s SUSPECT: rank %d on %s lost its peer rank %d; LOST unless it "
+                     "beats within %lld ms", n->name, rank, c->nodes[ni]->name, peer,
+                     (long long)c->opts.suspect_timeout_ms);
+        else
+            log_info("node %s SUSPECT: rank %d on %s lost a peer (none named); LOST unless it "
+                     "beats within %lld ms", n->name, rank, c->nodes[ni]->name,
+                     (long long)c->opts.suspect_timeout_ms);
+        coord_bump(n); /* a held beat is answered now: a live agent beats again at once */
+    }
+}
+
 /* Records exits of the current generation's ranks on node ni (and, for a generation that
  * just ended after a failure, exits that may be its root cause), and progress reports for
  * the hang watchdog. Returns 1 when anything was newly recorded. */
@@ -1403,6 +1509,8 @@ static int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int
         changed = 1;
         if (status == 0)
             continue;
+        if (status == DDP_EXIT_PEER_LOST)
+            coord_accuse(c, j, ni, w->rank, now);
         int prio = status == DDP_EXIT_PEER_LOST || status == DDP_EXIT_RENDEZVOUS ||
                            status == DDP_EXIT_HANG
                        ? CAUSE_PEER
@@ -1551,8 +1659,14 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         if (rc)
             goto out;
         n->ready = 1;
+        n->lost_fast = 0;
         changed = 1;
         log_info("node %s READY again", n->name);
+    }
+    if (n->suspect && now >= n->suspect_since) {
+        n->suspect = 0;
+        log_info("node %s beat %lld ms after %s accused it: READY, nothing changes", n->name,
+                 (long long)(now - n->suspect_since), n->suspect_by);
     }
     n->last_seen = now;
     n->last_beat_wall = wall;
@@ -1683,12 +1797,22 @@ static void coord_tick_locked(struct coord *c, int64_t now)
     int64_t wall = coord_wall(c, now);
     for (size_t i = 0; i < c->nnodes; i++) {
         struct node *n = c->nodes[i];
-        if (n->ready && now - n->last_seen > c->opts.node_timeout_ms) {
+        int confirmed = n->ready && n->suspect && c->opts.suspect_timeout_ms > 0 &&
+                        now - n->suspect_since >= c->opts.suspect_timeout_ms;
+        if (confirmed || (n->ready && now - n->last_seen > c->opts.node_timeout_ms)) {
             if (coord_put_node(c, n, 0, n->last_beat_wall, NULL) != 0)
                 continue;
             n->ready = 0;
-            log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,
-                     (long long)(now - n->last_seen));
+            n->suspect = 0;
+            n->lost_fast = confirmed;
+            if (confirmed)
+                log_warn("node %s LOST (suspected when %s lost it; no heartbeat within %lld ms "
+                         "of that, none for %lld ms)", n->name, n->suspect_by,
+                         (long long)c->opts.suspect_timeout_ms,
+                         (long long)(now - n->last_seen));
+            else
+                log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,
+                         (long long)(now - n->last_seen));
         }
     }
     for (size_t i = 0; i < c->nlive; i++) {
@@ -1698,9 +1822,8 @@ static void coord_tick_locked(struct coord *c, int64_t now)
         for (int p = 0; p < j->st.npl; p++) {
             struct node *n = c->nodes[j->st.pl[p].node];
             if (coord_node_gone(c, n, now)) {
-                char why[160];
-                snprintf(why, sizeof(why), "node %s lost (no heartbeat for %lld s)", n->name,
-                         (long long)((now - n->last_seen) / 1000));
+                char why[256];
+                coord_lost_why(n, now, why, sizeof(why));
                 coord_fail(j, CAUSE_NODE, why);
                 break;
             }
@@ -1724,9 +1847,8 @@ static void coord_tick_locked(struct coord *c, int64_t now)
         for (int p = 0; p < j->st.npl; p++) {
             struct node *n = c->nodes[j->st.pl[p].node];
             if (j->st.pl[p].draining && coord_node_gone(c, n, now)) {
-                char why[160];
-                snprintf(why, sizeof(why), "node %s lost (no heartbeat for %lld s)", n->name,
-                         (long long)((now - n->last_seen) / 1000));
+                char why[256];
+                coord_lost_why(n, now, why, sizeof(why));
                 coord_refine(c, j, CAUSE_NODE, why, now);
             }
         }
@@ -1899,6 +2021,7 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
     c->opts.log_cap = 100000;
     c->opts.metric_cap = 10000;
     c->opts.drain_extra_ms = 10000;
+    c->opts.suspect_timeout_ms = 1000;
     if (opts) {
         if (opts->node_timeout_ms > 0)
             c->opts.node_timeout_ms = opts->node_timeout_ms;
@@ -1908,7 +2031,12 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
             c->opts.metric_cap = opts->metric_cap;
         if (opts->drain_extra_ms > 0)
             c->opts.drain_extra_ms = opts->drain_extra_ms;
+        if (opts->suspect_timeout_ms != 0)
+            c->opts.suspect_timeout_ms = opts->suspect_timeout_ms < 0 ? -1
+                                                                     : opts->suspect_timeout_ms;
     }
+    if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
+        c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;
     c->wall_offset = time_wall_ms() - now;
     c->version_base = (uint64_t)time_wall_ms();
     rc = store_open(db_path, &c->store, err);

@@ -29,6 +29,10 @@ struct coord_opts {
     int64_t log_cap;          /* log lines kept per job (default 100000) */
     int64_t metric_cap;       /* metric lines kept per job (default 10000) */
     int64_t drain_extra_ms;   /* added to grace_period_s to bound RESTARTING (default 10000) */
+    /* Confirm window of a SUSPECT node (one a rank's exit 6 accuses, see coord.c): LOST unless
+     * it beats within this many ms. 0: the default, 1000; < 0: no suspicion (nodes are LOST
+     * only at node_timeout_ms). Never more than node_timeout_ms. */
+    int64_t suspect_timeout_ms;
 };
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with
@@ -61,7 +65,8 @@ int coord_beat(struct coord *c, const char *node, const json_t *body, int64_t no
                struct ddp_err *err);
 int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *err);
 
-/* Node timeouts, runtime limits, hang and restart progress, scheduling, scale-up. */
+/* Node timeouts and confirmed suspicions, runtime limits, hang and restart progress,
+ * scheduling, scale-up. */
 void coord_tick(struct coord *c, int64_t now);
 
 /* Counts for /metrics. */

@@ -42,6 +42,9 @@ static void ddpd_usage(FILE *f)
             "  --agent-token-file F      agent token (default agent.token next to the database;\n"
             "                            created like the user token)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
+            "  --suspect-timeout SECONDS a node a rank's exit 6 (peer lost) accuses is LOST\n"
+            "                            unless it beats within this (default 1, at most\n"
+            "                            --node-timeout; 0 = off, decimals allowed)\n"
             "  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
             "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
             "  --help                    this text\n");
@@ -91,13 +94,17 @@ static char *ddpd_beside(const char *db, const char *name)
 
 int main(int argc, char **argv)
 {
-    enum { O_LISTEN = 1, O_DB, O_TOKEN, O_AGENT_TOKEN, O_NODE_TIMEOUT, O_CERT, O_KEY, O_LOG, O_HELP };
+    enum {
+        O_LISTEN = 1, O_DB, O_TOKEN, O_AGENT_TOKEN, O_NODE_TIMEOUT, O_SUSPECT_TIMEOUT, O_CERT,
+        O_KEY, O_LOG, O_HELP
+    };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"db", required_argument, NULL, O_DB},
         {"token-file", required_argument, NULL, O_TOKEN},
         {"agent-token-file", required_argument, NULL, O_AGENT_TOKEN},
         {"node-timeout", required_argument, NULL, O_NODE_TIMEOUT},
+        {"suspect-timeout", required_argument, NULL, O_SUSPECT_TIMEOUT},
         {"tls-cert", required_argument, NULL, O_CERT},
         {"tls-key", required_argument, NULL, O_KEY},
         {"log-level", required_argument, NULL, O_LOG},
@@ -107,6 +114,8 @@ int main(int argc, char **argv)
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
     const char *cert = NULL, *key = NULL;
     long node_timeout = 5;
+    double suspect_timeout = 1.0;
+    int suspect_given = 0;
     int level = LOG_INFO;
     struct ddp_err err = {0};
     int status = 1, o;
@@ -128,6 +137,12 @@ int main(int argc, char **argv)
         case O_NODE_TIMEOUT:
             if (args_parse_long("--node-timeout", optarg, 1, 3600, &node_timeout, &err) != 0)
                 goto usage;
+            break;
+        case O_SUSPECT_TIMEOUT:
+            if (args_parse_double("--suspect-timeout", optarg, 0, 3600, &suspect_timeout,
+                                  &err) != 0)
+                goto usage;
+            suspect_given = 1;
             break;
         case O_CERT: cert = optarg; break;
         case O_KEY: key = optarg; break;
@@ -156,6 +171,14 @@ int main(int argc, char **argv)
     }
     if (args_parse_hostport("--listen", listen, host, (int)sizeof(host), &port, &err) != 0)
         goto usage;
+    if (suspect_timeout > (double)node_timeout) {
+        if (suspect_given) {
+            err_set(&err, DDP_EINVAL, "--suspect-timeout %g exceeds --node-timeout %ld",
+                    suspect_timeout, node_timeout);
+            goto usage;
+        }
+        suspect_timeout = (double)node_timeout;
+    }
     if ((cert == NULL) != (key == NULL)) {
         err_set(&err, DDP_EINVAL, "--tls-cert and --tls-key go together");
         goto usage;
@@ -198,14 +221,17 @@ int main(int argc, char **argv)
                  fs_read_all(key, 1 << 20, &key_pem, NULL, &err) != 0))
         goto fail;
 
-    struct coord_opts copts = {.node_timeout_ms = node_timeout * 1000};
+    int64_t suspect_ms = (int64_t)(suspect_timeout * 1000.0 + 0.5);
+    struct coord_opts copts = {.node_timeout_ms = node_timeout * 1000,
+                               .suspect_timeout_ms = suspect_ms > 0 ? suspect_ms : -1};
     if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0)
         goto fail;
     struct http_opts hopts = {host, port, user_token, agent_token, cert_pem, key_pem};
     if (http_start(&hopts, coord, &server, &err) != 0)
         goto fail;
-    log_info("listening on %s://%s:%d db=%s node_timeout=%lds", cert ? "https" : "http", host,
-             http_port(server), db, node_timeout);
+    log_info("listening on %s://%s:%d db=%s node_timeout=%lds suspect_timeout_ms=%lld%s",
+             cert ? "https" : "http", host, http_port(server), db, node_timeout,
+             (long long)(suspect_ms > 0 ? suspect_ms : 0), suspect_ms > 0 ? "" : " (off)");
 
     for (;;) {
         struct timespec ts = {0, TICK_MS * 1000000L};

@@ -1,7 +1,9 @@
 /*
  * test_coord.c - the elastic rules of ddpd's coordinator, driven through coord_* with a
  * clock of our own (no sleeping): start, success, failure and restart budget, node loss
- * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap.
+ * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap,
+ * and "suspect then confirm" (a node accused by a rank's exit 6 is LOST unless it beats
+ * within the confirm window).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -623,9 +625,19 @@ static void test_coord_group_commit_concurrent(void **state)
     assert_int_equal(log_count(f, 1), 51);
 }
 
+/* Reopens the coordinator with other options (same database). */
+static void reopen(struct fx *f)
+{
+    coord_close(f->c);
+    f->c = NULL;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+}
+
 static void test_coord_root_cause_node_lost_after_peer_exit(void **state)
 {
     struct fx *f = *state;
+    f->opts.suspect_timeout_ms = -1; /* no suspicion: b is found at the node timeout */
+    reopen(f);
     reg(f, "node-a", 1, "inc-1");
     reg(f, "node-b", 1, "inc-1");
     int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\",\"max_restarts\":1}");
@@ -744,6 +756,199 @@ static void test_coord_hang_without_stop_flag_takes_oldest(void **state)
     expect_event(f, id, "RESTARTING", "rank 1 on node-b hung (no progress for 7 s)");
 }
 
+
+/* The state ("READY"/"LOST") of a node in GET /v1/nodes. */
+static char *node_state(struct fx *f, const char *name)
+{
+    char *out = NULL;
+    assert_int_equal(coord_list_nodes(f->c, f->now, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    json_t *ns = json_object_get(o, "nodes");
+    char *st = NULL;
+    for (size_t i = 0; i < json_array_size(ns); i++) {
+        json_t *n = json_array_get(ns, i);
+        if (strcmp(json_string_value(json_object_get(n, "name")), name) == 0)
+            st = xstrdup(json_string_value(json_object_get(n, "state")));
+    }
+    json_decref(o);
+    assert_non_null(st);
+    return st;
+}
+
+static void expect_node(struct fx *f, const char *name, const char *state)
+{
+    char *st = node_state(f, name);
+    if (strcmp(st, state) != 0)
+        fail_msg("node %s is %s, expected %s", name, st, state);
+    free(st);
+}
+
+/* No event of the job has reason_part in its reason. */
+static void expect_no_event(struct fx *f, int64_t id, const char *reason_part)
+{
+    char *out = NULL;
+    assert_int_equal(coord_events(f->c, id, 0, &out, NULL), 0);
+    if (strstr(out, reason_part))
+        fail_msg("job j-%lld: unexpected '%s' in %s", (long long)id, reason_part, out);
+    free(out);
+}
+
+/* A beat of node `node` reporting that rank `rank` exited with `code` (signal when code
+ * is negative), with its last line `line` (NULL: none). */
+static void beat_exit(struct fx *f, const char *node, int gen, int rank, int code,
+                      const char *line)
+{
+    char extra[1024], logs[512] = "";
+    static int seq = 100;
+    if (line)
+        snprintf(logs, sizeof(logs),
+                 "\"logs\":[{\"job_id\":\"j-1\",\"generation\":%d,\"rank\":%d,\"seq\":%d,"
+                 "\"lines\":[\"%s\"]}],", gen, rank, ++seq, line);
+    char sig[32] = "";
+    if (code < 0)
+        snprintf(sig, sizeof(sig), ",\"signal\":%d", -code);
+    snprintf(extra, sizeof(extra),
+             "%s\"workers\":[{\"job_id\":\"j-1\",\"generation\":%d,\"rank\":%d,"
+             "\"local_rank\":%d,\"state\":\"exited\",\"exit_code\":%d%s}]",
+             logs, gen, rank, rank % 2, code < 0 ? -1 : code, sig);
+    beat0(f, node, extra);
+}
+
+/* 2 nodes x 2 ranks (a: ranks 0-1, b: ranks 2-3), nnodes 1:2; both beat at f->now. */
+static int64_t two_by_two(struct fx *f)
+{
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\",\"nproc_per_node\":2,"
+                           "\"max_restarts\":3}");
+    expect_state(f, id, "RUNNING", "on 2 nodes (world size 4)");
+    f->now += 1000;
+    beat0(f, "node-a", NULL);
+    beat0(f, "node-b", NULL);
+    return id;
+}
+
+#define PEER_LINE(r) "2026-11-29T10:00:00.000Z ERROR ddp-worker: peer rank " #r \
+                     " (10.0.0.b:30001) lost during all-reduce: Connection reset by peer (exit 6)"
+
+/* Agent b dies: a's ranks exit 6 naming b's ranks; b never beats again. b is LOST at the
+ * first tick after the confirm window counted from the first accusation (a second
+ * accuser does not extend it), long before the node timeout, and the job re-forms on a
+ * with the same root cause as a timeout loss. */
+static void test_coord_suspect_then_lost(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = two_by_two(f);
+    f->now += 300;
+    int64_t t0 = f->now;
+    beat_exit(f, "node-a", 1, 1, 6, PEER_LINE(2));
+    expect_state(f, id, "RESTARTING", "rank 1 on node-a exited 6 (peer lost)");
+    tick(f, 600);
+    beat_exit(f, "node-a", 1, 0, 6, PEER_LINE(3)); /* second accuser, same node */
+    tick(f, 300);
+    expect_node(f, "node-b", "READY"); /* t0 + 900: still within the window */
+    expect_state(f, id, "RESTARTING", NULL);
+    tick(f, t0 + 1000 - f->now);
+    expect_node(f, "node-b", "LOST");
+    expect_event(f, id, "RESTARTING", "root cause: node node-b lost (no heartbeat for 1.3 s; "
+                                      "suspected when rank 1 on node-a lost it); rank 1 on "
+                                      "node-a exited 6 (peer lost)");
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2, restarts 1");
+    assert_true(f->now - t0 < f->opts.node_timeout_ms);
+    /* b comes back (same agent): READY again, and the job may grow onto it */
+    beat0(f, "node-b", NULL);
+    expect_node(f, "node-b", "READY");
+}
+
+/* The accused node is alive (its worker crashed, or it was merely slow to report): it beats
+ * within the window and stays READY; the job re-forms on both nodes once b reports its
+ * workers gone, and no event speaks of a lost node. */
+static void test_coord_suspect_beats_stays_ready(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = two_by_two(f);
+    json_t *a = beat(f, "node-b", NULL);
+    int64_t v0 = json_integer_value(json_object_get(a, "version"));
+    json_decref(a);
+    f->now += 200;
+    beat_exit(f, "node-a", 1, 1, 6, PEER_LINE(2));
+    expect_state(f, id, "RESTARTING", "peer lost");
+    f->now += 150; /* b's held beat was answered with a new version: it beats at once */
+    char *w2 = worker("j-1", 1, 2, "running", 0);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w2);
+    free(w2);
+    a = beat(f, "node-b", extra);
+    assert_true(json_integer_value(json_object_get(a, "version")) > v0);
+    json_decref(a);
+    for (int i = 0; i < 8; i++) { /* long past the window: b keeps beating at 1 s */
+        tick(f, 250);
+        if (i % 4 == 3)
+            beat0(f, "node-b", extra);
+        expect_node(f, "node-b", "READY");
+    }
+    beat_exit(f, "node-b", 1, 2, -15, NULL);
+    beat_exit(f, "node-b", 1, 3, -15, NULL);
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, id, "RUNNING", "generation 2 started on 2 nodes (world size 4");
+    expect_no_event(f, id, "lost (");
+    expect_node(f, "node-b", "READY");
+}
+
+/* Agent b reported the accused rank's exit itself (its worker was killed): a's exit 6 that
+ * names it accuses nobody; b stays READY though it does not beat for a while, and the root
+ * cause is the kill. Likewise when a names none but b reported a failure. */
+static void test_coord_no_suspicion_when_reported(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = two_by_two(f);
+    f->now += 100;
+    char *w3 = worker("j-1", 1, 3, "running", 0);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+             "\"rank\":2,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
+             "\"signal\":9},%s]", w3);
+    free(w3);
+    beat0(f, "node-b", extra); /* rank 3 still runs: b's drain goes on */
+    expect_state(f, id, "RESTARTING", "rank 2 on node-b killed by signal 9");
+    f->now += 100;
+    beat_exit(f, "node-a", 1, 1, 6, PEER_LINE(2));
+    beat_exit(f, "node-a", 1, 0, 6, "peer went away"); /* names none */
+    for (int i = 0; i < 12; i++) {
+        tick(f, 250);
+        if (i % 4 == 3)
+            beat0(f, "node-a", NULL);
+    }
+    expect_node(f, "node-b", "READY"); /* 3 s without a beat, below the node timeout */
+    expect_state(f, id, "RESTARTING", "rank 2 on node-b killed by signal 9");
+    expect_no_event(f, id, "lost (");
+}
+
+/* After a restart of ddpd no node has beaten yet: an accusation of a node that has not
+ * beaten since (it may still be in its retry backoff) does not hurry its loss; the node
+ * timeout counted from ddpd's start applies. */
+static void test_coord_no_suspicion_after_restart(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = two_by_two(f);
+    reopen(f);
+    int64_t start = f->now;
+    f->now += 500;
+    beat0(f, "node-a", NULL);
+    beat_exit(f, "node-a", 1, 1, 6, PEER_LINE(2));
+    expect_state(f, id, "RESTARTING", "peer lost");
+    beat_exit(f, "node-a", 1, 0, 6, PEER_LINE(3));
+    for (int i = 0; i < 8; i++)
+        tick(f, 250);
+    expect_state(f, id, "RESTARTING", NULL); /* b's drain still counts: no generation 2 */
+    assert_int_equal(job_int(f, id, "generation"), 1);
+    tick(f, start + f->opts.node_timeout_ms - f->now);
+    expect_event(f, id, "RESTARTING", "root cause: node node-b lost (no heartbeat for 5 s)");
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -766,6 +971,10 @@ int main(void)
         T(test_coord_root_cause_kill_reported_late),
         T(test_coord_hang_names_the_stopped_rank),
         T(test_coord_hang_without_stop_flag_takes_oldest),
+        T(test_coord_suspect_then_lost),
+        T(test_coord_suspect_beats_stays_ready),
+        T(test_coord_no_suspicion_when_reported),
+        T(test_coord_no_suspicion_after_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
