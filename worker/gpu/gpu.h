@@ -21,12 +21,17 @@
 extern "C" {
 #endif
 
-/* Number of visible GPUs (after CUDA_VISIBLE_DEVICES); 0 when there is no GPU or no driver.
- * When there is none, *why (may be NULL) receives a static string saying why. */
+/* Number of visible GPUs (after CUDA_VISIBLE_DEVICES); 0 when there is no GPU, no driver, or
+ * libddpgpu.so cannot be loaded. When there is none, *why (may be NULL) receives a string that
+ * says why (the CUDA error, or the loader's message naming the missing library); it stays
+ * valid until the next gpu_count(). */
 int gpu_count(const char **why);
 
-/* Selects device (e.g. LOCAL_RANK) for this process and creates the compute stream and the
- * cuBLAS handle. Fails naming the device when it is out of range. Call once. */
+/* Selects device (e.g. LOCAL_RANK) for this process (cudaSetDevice, before any other CUDA
+ * call that touches a device) and creates the compute stream (non-blocking) and the cuBLAS
+ * handle (on that stream, pedantic FP32: no TF32). Fails naming the device when it is out of
+ * range. A second call for the same device does nothing; for another device it fails. Every
+ * function below must be called from the thread that called this one. */
 int gpu_init(int device, struct ddp_err *err);
 /* Frees the stream and the cuBLAS handle. */
 void gpu_shutdown(void);
@@ -34,7 +39,8 @@ int gpu_device(void);
 /* The compute stream as a cudaStream_t (void * so C callers need no CUDA header). */
 void *gpu_stream(void);
 
-/* Device memory (zeroed); the caller frees with gpu_free(). */
+/* Device memory, zeroed on the compute stream before this returns (so work queued next on
+ * that stream sees zeros); the caller frees with gpu_free() (which synchronizes the device). */
 int gpu_alloc(void **p, size_t bytes, struct ddp_err *err);
 void gpu_free(void *p);
 /* Copies on the compute stream and waits for it. */
