@@ -73,13 +73,16 @@ static const char *const store_sql[ST_COUNT] = {
                    "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     [ST_LOGS_ALL] = "SELECT seq, rank, generation, text FROM logs "
                     "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    [ST_LOGS_RANK] = "SELECT seq, rank, generation, text FROM logs "
+    /* One rank: along logs_by_rank (job_id, rank, seq), named because the planner, without
+     * statistics, walks the primary key instead and filters on rank, which reads every line
+     * of the other ranks too (the whole log, for a rank that wrote little). */
+    [ST_LOGS_RANK] = "SELECT seq, rank, generation, text FROM logs INDEXED BY logs_by_rank "
                      "WHERE job_id = ?1 AND rank = ?4 AND seq > ?2 ORDER BY seq LIMIT ?3",
     /* The tail: newest first, walking the primary key (job_id, seq) or logs_by_rank
-     * (job_id, rank, seq) backwards from the end, so it reads only the rows it returns. */
+     * backwards from the end, so it reads only the rows it returns. */
     [ST_LOGS_TAIL_ALL] = "SELECT seq, rank, generation, text FROM logs "
                          "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq DESC LIMIT ?3",
-    [ST_LOGS_TAIL_RANK] = "SELECT seq, rank, generation, text FROM logs "
+    [ST_LOGS_TAIL_RANK] = "SELECT seq, rank, generation, text FROM logs INDEXED BY logs_by_rank "
                           "WHERE job_id = ?1 AND rank = ?4 AND seq > ?2 ORDER BY seq DESC "
                           "LIMIT ?3",
     [ST_LAST_LINES] = "SELECT text FROM logs WHERE job_id = ?1 AND generation = ?2 AND "
