@@ -253,6 +253,17 @@ if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] && [ -z
 fi
 
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# One machine: NCCL's bootstrap on the loopback interface (a VM's other interfaces may lead
+# nowhere).
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+# The driver's libcuda.so.1, which cudart opens at run time: where containers mount it.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/wsl/lib; do
+    if [ -e "$d/libcuda.so.1" ] && [[ ":${LD_LIBRARY_PATH:-}:" != *":$d:"* ]]; then
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+    fi
+  done
+fi
 export DDP_GPU_REQUIRED=1
 
 # ---- the GPU tests (a skip is a failure here) ------------------------------------------------
