@@ -89,8 +89,12 @@ int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **o
         co.device = g->device;
         rc = comm_new(backend, g->rdzv, g->rank, g->world_size, &co, &g->comm, err);
         if (rc) {
-            *exit_code = rc == DDP_EINVAL ? (g->gpu ? DDP_EXIT_DEVICE : DDP_EXIT_USAGE)
-                         : rc == DDP_EEXIST ? DDP_EXIT_PORT_IN_USE
+            /* A CUDA error while NCCL starts (EINTERNAL) is the device's fault; a peer
+             * that does not come (timeout, lost) is the rendezvous's. */
+            *exit_code = rc == DDP_EEXIST ? DDP_EXIT_PORT_IN_USE
+                         : g->gpu && (rc == DDP_EINVAL || rc == DDP_EINTERNAL)
+                             ? DDP_EXIT_DEVICE
+                         : rc == DDP_EINVAL ? DDP_EXIT_USAGE
                                             : DDP_EXIT_RENDEZVOUS;
             goto out;
         }
