@@ -259,7 +259,9 @@ def s_worker_stop(c, rep):
     """SIGSTOP rank 3 (node b) mid-epoch 2, hang_timeout_s 5: the watchdog ends the
     generation, the stopped worker is stopped for good, the job restarts and finishes."""
     start(c, ["a", "b"])
-    jid = submit_running(c, job_spec(c, 4, data=SYNTH, hang_timeout_s=HANG_S), 4)
+    # 12 epochs: at ~0.3 s per synthetic epoch on a quiet host, 4 could end before the test
+    # saw epoch 1 and stopped a rank.
+    jid = submit_running(c, job_spec(c, 12, data=SYNTH, hang_timeout_s=HANG_S), 4)
     c.wait_epoch(jid, 1, timeout=120)
     t0 = time.time()
     w = kill_one_worker(c, jid, 3, signal.SIGSTOP)
