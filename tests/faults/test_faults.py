@@ -14,6 +14,8 @@ usage: test_faults.py SCENARIO...   (or "all"); scenarios:
   link_cut        a node's link goes down: node LOST, job re-forms without it, its orphaned
                   workers stop themselves
   cancel_restarting  cancel while RESTARTING: CANCELLED, no process left on any node
+  false_accuse    a rank on b silent (SIGSTOP, no hang watchdog): a's ranks exit 6 accusing
+                  b, whose agent is alive: b stays READY, the job re-forms on a and b
 
 Times: t0 is taken just before the fault; "detect" is the first event after t0 that ends the
 generation (ddpd's clock, same host); "resume" is the first training step of the next
@@ -504,6 +506,49 @@ def s_cancel_restarting(c, rep):
     return jid
 
 
+ACCUSE_TIMEOUT = 3
+
+
+def s_false_accuse(c, rep):
+    """SIGSTOP rank 3 (node b) of a 1:2 x 2 job without a hang watchdog and with a 3 s
+    collective timeout: every rank stalls, a's ranks exit 6 naming a rank on b, so ddpd may
+    suspect node b - but b's agent is alive and beats, so b must stay READY: the generation
+    ends for the peer-lost exits (one restart) and the next one runs on a and b again."""
+    start(c, ["a", "b"])
+    jid = submit_running(c, job_spec(c, 12, data=SYNTH,
+                                     extra=["--timeout", str(ACCUSE_TIMEOUT)]), 4)
+    c.wait_epoch(jid, 1, timeout=120)
+    t0 = time.time()
+    w = kill_one_worker(c, jid, 3, signal.SIGSTOP)
+    try:
+        e, detect = end_event(c, jid, 1, t0, "generation 1 ends after the SIGSTOP")
+        rep.figure("detect_s", "%.1f" % detect)
+        rep.check("generation 1 ended for a lost peer (exit 6): %r" % e["reason"],
+                  "exited 6" in e["reason"])
+        j = wait_for("generation 2 RUNNING", lambda: (lambda x: x if (x["generation"] >= 2 and
+                     x["state"] == "RUNNING") or x["state"] in TERMINAL else None)(c.job(jid)),
+                     timeout=60)
+        rep.check("generation 2 on a and b again: %s" % j["nodes"],
+                  sorted(n["name"] for n in j["nodes"]) == ["a", "b"])
+        resume = c.wait_training(jid, 2, [("a", 0), ("b", 2)], timeout=60) - t0
+        rep.figure("resume_s", "%.1f" % resume)
+        finish(c, rep, jid)
+        check_no_node_lost(c, rep, jid)
+        log = c.log("ddpd.log")
+        suspected = "node b SUSPECT" in log
+        cleared = re.search(r"node b beat (\d+) ms after", log)
+        rep.figure("suspected", "yes" if suspected else "no (b reported first)")
+        if suspected:
+            rep.check("b's suspicion was cleared by its beat", cleared is not None)
+            if cleared:
+                rep.figure("cleared_ms", cleared.group(1))
+        rep.figure("acc", "-")
+    finally:
+        if pid_alive(w["pid"]):
+            os.kill(w["pid"], signal.SIGCONT)
+    return jid
+
+
 SCENARIOS = {
     "agent_kill": (["a", "b"], s_agent_kill),
     "join": (["a", "b"], s_join),
@@ -513,6 +558,7 @@ SCENARIOS = {
     "ddpd_restart": (["a", "b"], s_ddpd_restart),
     "link_cut": (["a", "b"], s_link_cut),
     "cancel_restarting": (["a", "b"], s_cancel_restarting),
+    "false_accuse": (["a", "b"], s_false_accuse),
 }
 
 
