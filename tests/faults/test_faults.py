@@ -175,6 +175,8 @@ def s_agent_kill(c, rep):
     rc = root_cause_before(c, jid, 2, r"\bnode b\b.*(lost|restarted)")
     rep.check("the events name node b as the root cause before generation 2 starts "
               "(generation 1 ended with %r)" % e["reason"], rc is not None)
+    rep.check("b was found lost by the survivors' accusation, not by the node timeout: %r"
+              % rc, rc is not None and "suspected when rank" in rc)
     code, out = c.ddpctl("status", jid)
     rep.check("ddpctl status shows node b lost among the events",
               code == 0 and re.search(r"\bnode b\b.*(lost|restarted)", out) is not None, out)
