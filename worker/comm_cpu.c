@@ -32,6 +32,13 @@
  * name the rank really at fault, and pass the notice on round the ring. It then fails every
  * queued work with the error, and every later call returns it.
  *
+ * Scheduling: the comm thread asks the kernel for a short time slice (sched_setattr with a
+ * 100 us sched_runtime, SCHED_OTHER; honoured by Linux's EEVDF scheduler since 6.12, ignored
+ * before). On a core also busy with the backward, a thread with a shorter slice preempts the
+ * running one when it wakes, so the all-reduce moves as soon as a peer's data arrives instead
+ * of waiting out the training thread's slice (NCCL puts its kernels on high-priority streams
+ * for the same reason). DDP_COMM_SLICE_US sets it (0: leave the default).
+ *
  * Blocking collectives (comm_allreduce, broadcast, barrier) issued while the queue is empty
  * and the thread idle run on the caller's thread instead, which saves two thread wake-ups
  * per call; otherwise they queue behind the async works like any other.
@@ -53,6 +60,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -814,10 +822,43 @@ static void abort_ring(struct comm *c, const struct ddp_err *e)
     log_debug("comm: rank %d: %s", c->rank, e->msg);
 }
 
+/* The comm thread's time slice: see "Scheduling" above. Failure only costs latency. */
+static void comm_thread_short_slice(void)
+{
+#ifdef SYS_sched_setattr
+    int64_t us = COMM_SLICE_US;
+    const char *e = getenv("DDP_COMM_SLICE_US");
+    if (e && *e) {
+        char *end = NULL;
+        long long v = strtoll(e, &end, 10);
+        if (*end || v < 0 || v > 100000) {
+            log_warn("comm: DDP_COMM_SLICE_US=%s is not 0..100000: using %" PRId64, e, us);
+        } else {
+            us = v;
+        }
+    }
+    if (us == 0)
+        return;
+    struct { /* the kernel's struct sched_attr (glibc has no wrapper) */
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a;
+    memset(&a, 0, sizeof(a));
+    a.size = sizeof(a);
+    a.runtime = (uint64_t)us * 1000;
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+        log_debug("comm: short time slice not set: %s", strerror(errno));
+#endif
+}
+
 static void *comm_thread(void *arg)
 {
     struct comm *c = arg;
     struct cpu *cpu = c->impl;
+    comm_thread_short_slice();
     pthread_mutex_lock(&cpu->mu);
     for (;;) {
         while (!cpu->stop && !cpu->head)

@@ -19,6 +19,7 @@
 
 #define COMM_DEFAULT_TIMEOUT_MS 60000
 #define COMM_DEFAULT_CHUNK_BYTES (256 * 1024)
+#define COMM_SLICE_US 100 /* the comm thread's scheduler time slice (comm_cpu.c) */
 #define COMM_LOCAL_ADDR_MAX 256
 
 struct comm {
