@@ -108,6 +108,34 @@ out:
     return ret;
 }
 
+int comm_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err)
+{
+    *out = NULL;
+    if (c && c->ops->alloc_buffer) {
+        int ret = c->ops->alloc_buffer(c, bytes, out, err);
+        if (ret < 0)
+            return ret;
+        if (ret > 0)
+            return 0;
+    }
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p)
+        return err_set(err, DDP_ETOOBIG, "cannot allocate %zu bytes", bytes);
+    memset(p, 0, n ? n : 64);
+    *out = p;
+    return 0;
+}
+
+void comm_free_buffer(struct comm *c, void *p)
+{
+    if (!p)
+        return;
+    if (c && c->ops->free_buffer && c->ops->free_buffer(c, p) == 1)
+        return;
+    free(p);
+}
+
 void comm_free(struct comm *c)
 {
     if (!c)

@@ -59,6 +59,10 @@ struct comm_ops {
     /* Optional blocking all-reduce (NULL: comm_allreduce() uses allreduce_async + wait). */
     int (*allreduce)(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
                      struct ddp_err *err);
+    /* Optional registered buffers: alloc returns 1 with *out set, 0 for "use plain memory",
+     * < 0 on error; free returns 1 when p was one of its buffers. */
+    int (*alloc_buffer)(struct comm *c, size_t bytes, void **out, struct ddp_err *err);
+    int (*free_buffer)(struct comm *c, void *p);
 };
 
 /*
@@ -87,6 +91,19 @@ int comm_wait(struct comm *c, struct comm_work *w, struct ddp_err *err);
 /* Blocking sum all-reduce (async + wait). */
 int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
                    struct ddp_err *err);
+/*
+ * Memory for buffers this comm all-reduces, allocated on every rank at once (a collective:
+ * same bytes, same order, no collective in flight). Where same-host ranks share memory the
+ * block lies in a segment they all map, and an all-reduce of a range of it (the same range
+ * on every rank) skips copying the data into the shared slots: the reducer's gradient block
+ * comes from here. Elsewhere (TCP ring, NCCL, world size 1, no room in /dev/shm) it is plain
+ * memory. Zero-filled, 64-byte aligned. *out is owned by the caller and freed with
+ * comm_free_buffer() before comm_free(). c may be NULL (plain memory).
+ */
+int comm_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err);
+/* Frees what comm_alloc_buffer returned. Accepts NULL p. */
+void comm_free_buffer(struct comm *c, void *p);
+
 /* Copies root's bytes of buf to every rank. */
 int comm_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err);
 int comm_barrier(struct comm *c, struct ddp_err *err);

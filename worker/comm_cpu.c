@@ -1580,6 +1580,51 @@ const char *comm_cpu_shm_name(const struct comm *c)
     return cpu && cpu->shm ? shm_group_name(cpu->shm) : NULL;
 }
 
+/* A registered buffer in this host's shared segment (shm_region_alloc), where the ranks
+ * share one: run on the caller's thread like an inline blocking collective (it broadcasts
+ * through the segment), so it needs the comm idle. */
+static int cpu_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (c->world_size == 1 || !cpu->shm)
+        return 0;
+    pthread_mutex_lock(&cpu->mu);
+    int idle = !cpu->busy && !cpu->head;
+    int failed = cpu->failed;
+    struct ddp_err fe = cpu->fail;
+    if (idle && !failed)
+        cpu->busy = 1;
+    pthread_mutex_unlock(&cpu->mu);
+    if (failed) {
+        *err = fe;
+        return fe.code < 0 ? fe.code : DDP_EINTERNAL;
+    }
+    if (!idle)
+        return err_set(err, DDP_EINTERNAL,
+                       "comm: buffer allocation while a collective is in flight");
+    struct ddp_err e;
+    err_clear(&e);
+    int ret = shm_region_alloc(cpu->shm, bytes, out, &e);
+    if (ret < 0)
+        abort_ring(c, &e);
+    pthread_mutex_lock(&cpu->mu);
+    cpu->busy = 0;
+    if (ret < 0) {
+        cpu->failed = 1;
+        cpu->fail = e;
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    if (ret < 0)
+        *err = e;
+    return ret;
+}
+
+static int cpu_free_buffer(struct comm *c, void *p)
+{
+    struct cpu *cpu = c->impl;
+    return cpu ? shm_region_free(cpu->shm, p) : 0;
+}
+
 const struct comm_ops comm_cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -1589,4 +1634,6 @@ const struct comm_ops comm_cpu_ops = {
     .broadcast = cpu_broadcast,
     .barrier = cpu_barrier,
     .destroy = cpu_destroy,
+    .alloc_buffer = cpu_alloc_buffer,
+    .free_buffer = cpu_free_buffer,
 };

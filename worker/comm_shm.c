@@ -75,6 +75,7 @@ struct shm_desc {
     uint32_t kind;
     uint32_t pad;
     uint64_t bytes;
+    uint64_t roff; /* registered all-reduce: the offset in every rank's region; else ~0 */
 };
 
 struct shm_ctl {
@@ -104,6 +105,27 @@ struct shm_hdr {
     char pad2[64 - (8 + 8 + 8 + 8 + 8 + 8 + SHM_ABORT_MSG_MAX) % 64];
 };
 
+/* A registered buffer segment (shm_region_alloc): a header page, then one part of
+ * `stride` bytes per member; member k's part starts at base + SHM_REGION_HDR + k * stride. */
+#define SHM_MAX_REGIONS 8
+#define SHM_REGION_HDR 4096
+#define SHM_REG_PIECE_FACTOR 16 /* registered all-reduces: pieces of 16 slot pieces */
+#define SHM_REGION_MAGIC 0x444450534d524731ull /* "DDPSMRG1" */
+#define SHM_KIND_REGION 0x52454731u            /* the broadcast that announces a region */
+
+struct shm_region_hdr {
+    uint64_t magic;
+    uint64_t token;
+    uint64_t stride;
+    uint32_t nmembers;
+    _Atomic uint32_t attached;
+};
+
+struct shm_region {
+    char *base;
+    size_t map_bytes, stride, bytes;
+};
+
 struct shm_group {
     char name[64];
     int leader, lr, L;
@@ -120,6 +142,9 @@ struct shm_group {
     int unlinked;
     int64_t last_liveness;
     int64_t spin_ns; /* wait: spin this long before yielding (0 when oversubscribed) */
+    struct shm_region regions[SHM_MAX_REGIONS];
+    int nregions;
+    uint32_t nalloc; /* regions allocated so far (names the next one) */
 };
 
 static char *slot(struct shm_group *g, int k, int buf)
@@ -313,9 +338,18 @@ static int check_desc(struct shm_group *g, int k, int half, const struct shm_des
                       struct ddp_err *err)
 {
     const struct shm_desc *d = &g->ctl[k].desc[half];
-    if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes)
+    if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes &&
+        d->roff == mine->roff)
         return 0;
-    return err_set(err, DDP_EINTERNAL,
+    if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes)
+        return err_set(err, DDP_EINTERNAL,
+                       "collective mismatch with rank %d (same host): in all-reduce seq %" PRIu64
+                       " it reduces %s, this rank %s",
+                       g->members[k], mine->seq,
+                       d->roff == UINT64_MAX ? "a private buffer" : "a registered range",
+                       mine->roff == UINT64_MAX ? "a private buffer"
+                       : d->roff == UINT64_MAX  ? "a registered range"
+                                                : "a registered range at another offset");    return err_set(err, DDP_EINTERNAL,
                    "collective mismatch with rank %d (same host): it issued kind %u seq %" PRIu64
                    " of %" PRIu64 " bytes, this rank kind %u seq %" PRIu64 " of %" PRIu64
                    " bytes",
@@ -388,6 +422,23 @@ static int round_begin(struct shm_group *g, uint32_t *round, int *half,
     return 0;
 }
 
+/* Where buf..buf+bytes lies inside this rank's part of a region: that region, with *roff
+ * the offset in the part; else NULL. */
+static const struct shm_region *region_of(const struct shm_group *g, const void *buf,
+                                          size_t bytes, size_t *roff)
+{
+    const char *b = buf;
+    for (int i = 0; i < g->nregions; i++) {
+        const struct shm_region *rg = &g->regions[i];
+        const char *mine = rg->base + SHM_REGION_HDR + (size_t)g->lr * rg->stride;
+        if (b >= mine && b < mine + rg->bytes && bytes <= rg->bytes - (size_t)(b - mine)) {
+            *roff = (size_t)(b - mine);
+            return rg;
+        }
+    }
+    return NULL;
+}
+
 int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype dt,
                   int to_leader_only, uint64_t seq, int kind, struct ddp_err *err)
 {
@@ -399,10 +450,18 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
     g->fault = -1;
     int gets = !to_leader_only || g->lr == 0;
     int oneshot = bytes <= g->small;
-    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes};
+    /* A registered buffer: the others read this rank's data where it lies (no copy in),
+     * the own slice is reduced in place and read from there (no copy out of it). */
+    size_t roff = 0;
+    const struct shm_region *rg = oneshot ? NULL : region_of(g, buf, bytes, &roff);
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes,
+                         .roff = rg ? roff : UINT64_MAX};
     char *p = buf;
+    /* Registered data needs no staging slot, so its pieces are larger: fewer sync points
+     * (measured: 4 MiB pieces 1.3-2.5x faster than 256 KiB ones from 1 to 64 MiB). */
+    size_t piece = rg ? g->piece * SHM_REG_PIECE_FACTOR : g->piece;
     for (size_t off = 0; off < bytes;) {
-        size_t n = bytes - off < g->piece ? bytes - off : g->piece;
+        size_t n = bytes - off < piece ? bytes - off : piece;
         uint32_t r;
         int h, ret;
         if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
@@ -410,12 +469,14 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
         size_t so = 0, sl = 0;
         if (oneshot) {
             memcpy(slot(g, g->lr, h), p + off, n);
-        } else {
+        } else if (!rg) {
             /* The others read every slice of this slot but this rank's own, which it
              * reduces straight from its buffer. */
             slice(n, g->L, g->lr, &so, &sl);
             memcpy(slot(g, g->lr, h), p + off, so);
             memcpy(slot(g, g->lr, h) + so + sl, p + off + so + sl, n - so - sl);
+        } else {
+            slice(n, g->L, g->lr, &so, &sl);
         }
         post(g, C_ARRIVE, r);
         for (int k = 0; k < g->L; k++) {
@@ -432,20 +493,25 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                     add(p + off, slot(g, k, h), n, dt);
             }
         } else {
-            char *mine = slot(g, g->lr, h) + so;
+            /* Member k's data of this piece: its slot, or its part of the region. */
+#define SRC(k) (rg ? rg->base + SHM_REGION_HDR + (size_t)(k) * rg->stride + roff + off \
+                   : slot(g, (k), h))
+            char *mine = rg ? p + off + so : slot(g, g->lr, h) + so;
             int first = 1;
             for (int k = 0; k < g->L && sl; k++) {
                 if (k == g->lr)
                     continue;
-                if (first)
-                    add2(mine, p + off + so, slot(g, k, h) + so, sl, dt);
+                if (rg)
+                    add(mine, SRC(k) + so, sl, dt);
+                else if (first)
+                    add2(mine, p + off + so, SRC(k) + so, sl, dt);
                 else
-                    add(mine, slot(g, k, h) + so, sl, dt);
+                    add(mine, SRC(k) + so, sl, dt);
                 first = 0;
             }
             post(g, C_REDUCED, r);
             if (gets) {
-                if (sl)
+                if (sl && !rg)
                     memcpy(p + off + so, mine, sl);
                 for (int k = 0; k < g->L; k++) {
                     if (k == g->lr)
@@ -454,13 +520,18 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                         return ret;
                     slice(n, g->L, k, &so, &sl);
                     if (sl)
-                        memcpy(p + off + so, slot(g, k, h) + so, sl);
+                        memcpy(p + off + so, SRC(k) + so, sl);
                 }
             }
+#undef SRC
         }
         post(g, C_DONE, r);
         off += n;
     }
+    /* The others read this rank's part until their last piece is done: only then may the
+     * caller write it again. */
+    if (rg)
+        return wait_all(g, C_DONE, g->round, what, err);
     return 0;
 }
 
@@ -470,7 +541,7 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
     if (g->L == 1 || bytes == 0)
         return 0;
     g->fault = -1;
-    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes};
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes, .roff = UINT64_MAX};
     char *p = buf;
     for (size_t off = 0; off < bytes;) {
         size_t n = bytes - off < g->piece ? bytes - off : g->piece;
@@ -698,6 +769,159 @@ out:
     return ret;
 }
 
+/* What the leader tells the members about a new region (through shm_broadcast). */
+struct region_msg {
+    uint64_t token;    /* 0: no region (the members fall back too) */
+    uint64_t stride;
+    uint64_t map_bytes;
+};
+
+static int region_map(struct shm_group *g, const char *name, int fd, size_t map_bytes,
+                      char **base, struct ddp_err *err)
+{
+    void *m = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return err_set(err, DDP_EIO, "shared memory %s: mmap of %zu bytes: %s", name, map_bytes,
+                       strerror(errno));
+    (void)g;
+    *base = m;
+    return 0;
+}
+
+int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_err *err)
+{
+    *out = NULL;
+    if (g->L == 1 || bytes == 0)
+        return 0;
+    if (g->nregions == SHM_MAX_REGIONS)
+        return 0;
+    char name[80];
+    snprintf(name, sizeof(name), "%s-r%u", g->name, g->nalloc);
+    uint64_t seq = UINT64_MAX - g->nalloc;
+    g->nalloc++;
+    /* Parts 320 bytes apart modulo 4 KiB: at the same offset in two parts, loads of one and
+     * stores to the other would otherwise alias (same address bits 0-11) on every line. */
+    size_t stride = ((bytes + 4095) & ~(size_t)4095) + 320;
+    struct region_msg msg = {0};
+    char *base = NULL;
+    int fd = -1, ret = 0;
+    if (g->leader) {
+        size_t map_bytes = SHM_REGION_HDR + (size_t)g->L * stride;
+        shm_unlink(name);
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            log_info("comm: shared memory %s: create: %s: buffers stay private", name,
+                     strerror(errno));
+        } else if (ftruncate(fd, (off_t)map_bytes) < 0 ||
+                   (errno = posix_fallocate(fd, 0, (off_t)map_bytes)) != 0) {
+            /* posix_fallocate reserves the pages: without it a full /dev/shm (64 MiB in
+             * many containers) would kill the process with SIGBUS on first touch. */
+            log_info("comm: no room for %zu MiB in shared memory (%s): gradient buffers stay "
+                     "private, all-reduces copy through the shared slots",
+                     map_bytes >> 20, strerror(errno));
+            close(fd);
+            fd = -1;
+            shm_unlink(name);
+        } else if ((ret = region_map(g, name, fd, map_bytes, &base, err)) < 0) {
+            close(fd);
+            shm_unlink(name);
+            return ret;
+        } else {
+            struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
+            if ((ret = rand_bytes(&rh->token, sizeof(rh->token))) < 0) {
+                err_set(err, ret, "cannot read random bytes for the shared-memory token");
+                goto fail;
+            }
+            rh->token |= 1; /* never 0, which means "no region" */
+            rh->stride = stride;
+            rh->nmembers = (uint32_t)g->L;
+            atomic_store(&rh->attached, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            rh->magic = SHM_REGION_MAGIC;
+            msg.token = rh->token;
+            msg.stride = stride;
+            msg.map_bytes = map_bytes;
+        }
+    }
+    if ((ret = shm_broadcast(g, &msg, sizeof(msg), 0, seq, SHM_KIND_REGION, err)) < 0)
+        goto fail;
+    if (msg.token == 0)
+        return 0; /* the leader could not make one: everyone falls back */
+    if (!g->leader) {
+        fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+        struct stat st;
+        if (fd < 0) {
+            ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", name, strerror(errno));
+            goto fail;
+        }
+        if (fstat(fd, &st) < 0 || (size_t)st.st_size != msg.map_bytes ||
+            msg.stride != stride) {
+            ret = err_set(err, DDP_EINVAL, "shared memory %s: unexpected size", name);
+            goto fail;
+        }
+        if ((ret = region_map(g, name, fd, msg.map_bytes, &base, err)) < 0)
+            goto fail;
+        struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
+        if (rh->magic != SHM_REGION_MAGIC || rh->token != msg.token ||
+            rh->nmembers != (uint32_t)g->L || rh->stride != stride) {
+            ret = err_set(err, DDP_EINVAL,
+                          "shared memory %s: not this job's region (token or layout differ)",
+                          name);
+            goto fail;
+        }
+        atomic_fetch_add(&rh->attached, 1);
+    } else {
+        /* Take the name away once everyone has mapped it. */
+        struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
+        int64_t deadline = time_mono_ms() + g->timeout_ms;
+        while ((int)atomic_load(&rh->attached) < g->L) {
+            uint32_t a = atomic_load(&g->hdr->abort);
+            if ((a != 0 && a != UINT32_MAX) || time_mono_ms() >= deadline) {
+                ret = a != 0 && a != UINT32_MAX
+                          ? abort_error(g, err)
+                          : err_set(err, DDP_ETIMEOUT,
+                                    "shared memory %s: only %u of %d same-host ranks mapped it "
+                                    "within %" PRId64 " ms",
+                                    name, atomic_load(&rh->attached), g->L, g->timeout_ms);
+                goto fail;
+            }
+            time_sleep_ms(1);
+        }
+        shm_unlink(name);
+    }
+    close(fd);
+    struct shm_region *rg = &g->regions[g->nregions++];
+    rg->base = base;
+    rg->map_bytes = msg.map_bytes;
+    rg->stride = stride;
+    rg->bytes = bytes;
+    *out = base + SHM_REGION_HDR + (size_t)g->lr * stride;
+    return 1;
+fail:
+    if (base)
+        munmap(base, msg.map_bytes ? msg.map_bytes : SHM_REGION_HDR + (size_t)g->L * stride);
+    if (fd >= 0)
+        close(fd);
+    if (g->leader)
+        shm_unlink(name);
+    return ret;
+}
+
+int shm_region_free(struct shm_group *g, void *p)
+{
+    if (!g || !p)
+        return 0;
+    for (int i = 0; i < g->nregions; i++) {
+        struct shm_region *rg = &g->regions[i];
+        if ((char *)p != rg->base + SHM_REGION_HDR + (size_t)g->lr * rg->stride)
+            continue;
+        munmap(rg->base, rg->map_bytes);
+        g->regions[i] = g->regions[--g->nregions];
+        return 1;
+    }
+    return 0;
+}
+
 void shm_group_close(struct shm_group *g)
 {
     if (!g)
@@ -709,6 +933,8 @@ void shm_group_close(struct shm_group *g)
     }
     if (g->leader && !g->unlinked)
         shm_unlink(g->name);
+    for (int i = 0; i < g->nregions; i++)
+        munmap(g->regions[i].base, g->regions[i].map_bytes);
     if (g->base)
         munmap(g->base, g->map_bytes);
     free(g->members);

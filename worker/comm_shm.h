@@ -50,10 +50,28 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
 void shm_group_close(struct shm_group *g);
 
 /* Sum all-reduce of count elements in place. to_leader_only: only local rank 0's buffer
- * receives the sum (others' buffers are left as they were): the hierarchical first half.
+ * receives the sum (the others' buffers are left as they were, or hold a partial sum when
+ * registered): the hierarchical first half.
  * seq = the comm's collective number, kind = the work kind (both checked across ranks). */
 int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype dt,
                   int to_leader_only, uint64_t seq, int kind, struct ddp_err *err);
+/*
+ * Registered buffers. Collective over the members (same bytes, same order, no collective in
+ * flight): the leader creates a segment with one part of `bytes` per member (pages reserved
+ * up front, so a full /dev/shm is found here and not by SIGBUS later) and announces it with
+ * a broadcast; each member maps it and gets its own part in *out (zero-filled, page
+ * aligned). An all-reduce of a range inside the part (same offset on every member) reads
+ * the others' data where it lies instead of copying it through the slots, and returns only
+ * once no member reads this rank's part any more. Returns 1 with *out set, 0 when there is
+ * no region (one member, /dev/shm full, too many regions: *out NULL, the caller uses
+ * private memory - every member gets the same answer), or < 0 on error. The part stays
+ * mapped until shm_region_free() or shm_group_close().
+ */
+int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_err *err);
+/* Unmaps the part p from shm_region_alloc; returns 1, or 0 when p is not one (untouched).
+ * Accepts NULL g or p. */
+int shm_region_free(struct shm_group *g, void *p);
+
 /* Copies root_local's bytes to every member. */
 int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, uint64_t seq,
                   int kind, struct ddp_err *err);

@@ -102,7 +102,14 @@ int reducer_new(struct comm *comm, int world_size, const size_t *counts, int nte
         return err_set(err, DDP_EINVAL, "reducer: GPU gradients on a build without CUDA");
 #endif
     } else {
-        r->grads = xcalloc(off ? off : 1, sizeof(float));
+        /* From the comm: where the ranks share memory, the buckets are all-reduced where
+         * they lie instead of being copied into the shared slots. */
+        int rc = comm_alloc_buffer(world_size > 1 ? comm : NULL, (off ? off : 1) * sizeof(float),
+                                   (void **)&r->grads, err);
+        if (rc) {
+            reducer_free(r);
+            return rc;
+        }
     }
     r->pending = xmalloc((size_t)r->nbuckets * sizeof(int));
     r->work = xcalloc((size_t)r->nbuckets, sizeof(struct comm_work *));
@@ -132,7 +139,7 @@ void reducer_free(struct reducer *r)
         gpu_free(r->grads);
     else
 #endif
-        free(r->grads);
+        comm_free_buffer(r->world_size > 1 ? r->comm : NULL, r->grads);
     free(r->buckets);
     free(r->pending);
     free(r->work);

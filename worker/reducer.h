@@ -5,7 +5,9 @@
  * buckets in REVERSE order of definition - the order the backward produces their gradients.
  * Bucket 0 closes once it holds at least first_cap_bytes, every later bucket at cap_bytes
  * (torch's bucket_cap_mb and its 1 MiB first bucket); a tensor is never split.
- * All gradients are one allocation, laid out in bucket order, so a bucket is one contiguous
+ * All gradients are one allocation (comm_alloc_buffer: shared with the same-host ranks where
+ * the comm can, so buckets are all-reduced where they lie), laid out in bucket order, so a
+ * bucket is one contiguous
  * range and each tensor's gradient is a view into it (reducer_grad): the backward writes the
  * gradient where it is reduced, no copy.
  *

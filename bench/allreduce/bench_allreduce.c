@@ -5,6 +5,7 @@
  *   ddp-bench-allreduce --world W [--backend cpu] [--min-bytes 4096] [--max-bytes 64M]
  *                       [--factor 4] [--warmup 3] [--iters 0 (auto)] [--chunk BYTES]
  *                       [--port P] [--memcpy] [--transport auto|tcp] [--small BYTES]
+ *                       [--buffer user|comm]
  *
  * Forks W rank processes on 127.0.0.1 (a rendezvous store on a free port, then comm_new).
  * For each size: warm-up iterations, then timed iterations each preceded by a barrier; an
@@ -14,7 +15,10 @@
  * --transport tcp forces the TCP ring (comm_opts.force_tcp; DDP_COMM_TRANSPORT=tcp in the
  * environment does the same); auto (default) takes shared memory between these same-host
  * ranks. --small sets comm_opts.small_bytes: 1 = never the one-round small-message
- * algorithm, a huge value = always (to measure the threshold).
+ * algorithm, a huge value = always (to measure the threshold). --buffer comm takes the
+ * buffer from comm_alloc_buffer (shared between same-host ranks: all-reduced where it lies,
+ * as the reducer's gradients are; nccl-tests' registered buffers), user (default) from
+ * malloc, as an application's own array.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,6 +48,7 @@ struct bench_opts {
     int memcpy_row;
     int force_tcp;
     long small;
+    int comm_buffer;
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -106,7 +111,12 @@ static int rank_main(const struct bench_opts *o, int rank)
     co.small_bytes = (size_t)o->small;
     if ((ret = comm_new(o->backend, r, rank, o->world, &co, &c, &err)) < 0)
         goto out;
-    buf = xmalloc((size_t)o->max_bytes);
+    if (o->comm_buffer) {
+        if ((ret = comm_alloc_buffer(c, (size_t)o->max_bytes, (void **)&buf, &err)) < 0)
+            goto out;
+    } else {
+        buf = xmalloc((size_t)o->max_bytes);
+    }
     for (long i = 0; i < o->max_bytes / 4; i++)
         buf[i] = (float)(i % 17) * 0.25f;
     if (rank == 0) {
@@ -114,10 +124,10 @@ static int rank_main(const struct bench_opts *o, int rank)
         if (o->small)
             snprintf(small, sizeof(small), "%ld", o->small);
         printf("# ddp all-reduce, backend %s, transport %s, %d ranks (processes) on 127.0.0.1, "
-               "chunk %ld, small %s\n",
+               "chunk %ld, small %s, buffer %s\n",
                comm_backend_name(c),
                strcmp(comm_backend_name(c), "cpu") == 0 ? comm_cpu_transport(c) : "-", o->world,
-               o->chunk ? o->chunk : 262144L, small);
+               o->chunk ? o->chunk : 262144L, small, o->comm_buffer ? "comm" : "user");
         printf("%12s %12s %6s %12s %10s %10s\n", "size(B)", "count", "type", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
         fflush(stdout);
@@ -161,7 +171,10 @@ out:
     if (ret < 0)
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     free(times);
-    free(buf);
+    if (o->comm_buffer)
+        comm_free_buffer(c, buf);
+    else
+        free(buf);
     comm_free(c);
     rdzv_close(r);
     return ret < 0 ? 1 : 0;
@@ -189,7 +202,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: ddp-bench-allreduce --world W [--backend cpu] [--min-bytes N] "
                     "[--max-bytes N] [--factor F] [--warmup N] [--iters N] [--chunk BYTES] "
-                    "[--port P] [--memcpy] [--transport auto|tcp] [--small BYTES]\n");
+                    "[--port P] [--memcpy] [--transport auto|tcp] [--small BYTES] "
+                    "[--buffer user|comm]\n");
 }
 
 int main(int argc, char **argv)
@@ -234,6 +248,13 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.force_tcp = strcmp(v, "tcp") == 0;
+        } else if (strcmp(a, "--buffer") == 0) {
+            if (strcmp(v, "user") != 0 && strcmp(v, "comm") != 0) {
+                fprintf(stderr, "ddp-bench-allreduce: --buffer: '%s' is not one of user, comm\n",
+                        v);
+                return 2;
+            }
+            o.comm_buffer = strcmp(v, "comm") == 0;
         } else if (strcmp(a, "--small") == 0) {
             rc = args_parse_long(a, v, 0, 1L << 40, &o.small, &err);
         } else if (strcmp(a, "--port") == 0) {

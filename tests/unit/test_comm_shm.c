@@ -5,8 +5,9 @@
  * pieces small enough to cycle the double buffer; broadcast from every root, barrier, async
  * FIFO issue; hierarchical layouts simulated with DDP_COMM_HOST_ID (two "hosts" in one
  * machine); two concurrent jobs; a SIGKILLed peer (DDP_EPEER, not a timeout) and a
- * SIGSTOPped one (DDP_ETIMEOUT naming it); a stale segment from a "crash" is replaced; no
- * segment is left in /dev/shm after close.
+ * SIGSTOPped one (DDP_ETIMEOUT naming it); a stale segment from a "crash" is replaced;
+ * registered buffers (comm_alloc_buffer) shared and reduced in place; no segment is left in
+ * /dev/shm after close.
  *
  * Tolerances as in test_comm_cpu.c: f32 within 1e-5 * (1 + sum |x|), f64 within 1e-12 *
  * (1 + sum |x|) of the sum in double; every rank must end with bit-identical buffers.
@@ -50,6 +51,7 @@ struct board {
     char transport[MAXW][8];
     char name[MAXW][64];
     int shm_exists_after_init[MAXW];
+    int shared[MAXW]; /* registered runs: the buffer lay in a shared mapping */
 };
 
 struct job;
@@ -64,6 +66,7 @@ struct job {
     uint64_t seed;
     body_fn body;
     int stops;   /* 1: the last rank stops itself; it is killed once the others are done */
+    int registered; /* sweep_body's buffer from comm_alloc_buffer, used at an offset */
     struct board *b;
 };
 
@@ -231,6 +234,26 @@ static void expect_digests_equal(const struct job *j, int n)
                          i);
 }
 
+/* 1 when p lies in a MAP_SHARED mapping of a ddp shared-memory file (/proc/self/maps). */
+static int in_shared_region(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int found = 0;
+    uintptr_t a = (uintptr_t)p;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3)
+            continue;
+        found = a >= lo && a < hi && perms[3] == 's' && strstr(line, "/ddp-") != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
 /* ---- bodies ---- */
 
 static const size_t sweep[] = {0,     1,     2,     3,     7,     13,    97,   1009,
@@ -243,7 +266,16 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
 {
     int rc = 0, k = 0;
     size_t maxc = sweep[NSWEEP - 1] + (size_t)j->world * 5;
-    double *buf = malloc(maxc * sizeof(double));
+    double *buf = NULL, *block = NULL;
+    if (j->registered) {
+        /* Used 24 bytes in, as the reducer uses its buckets at offsets of its block. */
+        if ((rc = comm_alloc_buffer(c, (maxc + 3) * sizeof(double), (void **)&block, err)) < 0)
+            return rc;
+        buf = block + 3;
+        j->b->shared[rank] = in_shared_region(buf);
+    } else {
+        buf = malloc(maxc * sizeof(double));
+    }
     if (!buf)
         return err_set(err, DDP_EINTERNAL, "no memory");
     for (size_t s = 0; s < NSWEEP && rc == 0; s++) {
@@ -293,16 +325,21 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
                 rc = check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64, err);
         }
     }
-    free(buf);
+    if (j->registered)
+        comm_free_buffer(c, block);
+    else
+        free(buf);
     return rc;
 }
 
-static void run_sweep(int world, size_t chunk, size_t small, const char *const *hosts,
-                      const char *want_transport)
+/* registered: 0 private buffers; 1 from comm_alloc_buffer, expected shared; 2 from
+ * comm_alloc_buffer, expected private (no shared memory between the ranks). */
+static void run_sweep_reg(int world, size_t chunk, size_t small, const char *const *hosts,
+                          const char *want_transport, int registered)
 {
     struct job j = {.world = world, .chunk = chunk, .small = small, .host_ids = hosts,
                     .seed = (uint64_t)world * 1000 + chunk + small, .body = sweep_body,
-                    .b = board_new()};
+                    .registered = registered, .b = board_new()};
     run_job(&j, 120000);
     expect_all_ok(&j);
     expect_digests_equal(&j, (int)NSWEEP * 2);
@@ -310,8 +347,18 @@ static void run_sweep(int world, size_t chunk, size_t small, const char *const *
         if (strcmp(j.b->transport[i], want_transport) != 0)
             fail_msg("W=%d rank %d: transport %s, expected %s", world, i, j.b->transport[i],
                      want_transport);
+    for (int i = 0; i < world && registered; i++)
+        if (j.b->shared[i] != (registered == 1))
+            fail_msg("W=%d rank %d: comm_alloc_buffer gave %s memory, expected %s", world, i,
+                     j.b->shared[i] ? "shared" : "private", registered == 1 ? "shared" : "private");
     expect_no_segments(&j);
     munmap(j.b, sizeof(struct board));
+}
+
+static void run_sweep(int world, size_t chunk, size_t small, const char *const *hosts,
+                      const char *want_transport)
+{
+    run_sweep_reg(world, chunk, small, hosts, want_transport, 0);
 }
 
 /* ---- tests ---- */
@@ -341,6 +388,23 @@ static void test_comm_shm_hierarchical(void **state)
     run_sweep(5, 8192, 0, mixed, "hier");
     static const char *const apart[] = {"a", "b", "c"};
     run_sweep(3, 0, 0, apart, "tcp");
+}
+
+/* Buffers from comm_alloc_buffer: shared between same-host ranks and all-reduced where
+ * they lie (sums, bit-identical results, async issue at three offsets, broadcast through
+ * them), with one and many pieces, in the hierarchical layout (each host its own region),
+ * and plain memory where the ranks share no host. No segment is left behind. */
+static void test_comm_shm_registered_buffers(void **state)
+{
+    (void)state;
+    for (int w = 2; w <= 4; w++)
+        run_sweep_reg(w, 0, 0, NULL, "shm", 1);
+    run_sweep_reg(3, 4096, 1, NULL, "shm", 1);
+    run_sweep_reg(5, 1024, 0, NULL, "shm", 1);
+    static const char *const two[] = {"a", "a", "b", "b"};
+    run_sweep_reg(4, 0, 0, two, "hier", 1);
+    static const char *const apart[] = {"a", "b", "c"};
+    run_sweep_reg(3, 0, 0, apart, "tcp", 2);
 }
 
 /* Two jobs on one host at once (same DDP_JOB_ID and generation, different stores): their
@@ -557,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_comm_shm_sum_sweep),
         cmocka_unit_test(test_comm_shm_small_pieces_both_algorithms),
         cmocka_unit_test(test_comm_shm_hierarchical),
+        cmocka_unit_test(test_comm_shm_registered_buffers),
         cmocka_unit_test(test_comm_shm_two_jobs_never_meet),
         cmocka_unit_test(test_comm_shm_killed_peer),
         cmocka_unit_test(test_comm_shm_stopped_peer_times_out),
