@@ -10,7 +10,8 @@ Configurations (batch 32 per rank, SGD momentum 0.9, lr 0.01 x W, bucket cap 25 
   main     mlp:784-256-128-10 on synthetic:(W*32*300):784:10 (bench/ddp's main row)
   large    mlp:1024-4096-4096-10 on synthetic:(W*32*20):1024:10 (bench/ddp's large row)
 at W = 1 and 2. Ours: W ddp-worker processes with the torchrun environment (rank 0's
-"N samples/s" epoch line); peak RSS of each rank from wait4's ru_maxrss. Theirs: torch_ddp.py
+"N samples/s" epoch line); peak RSS of each rank from wait4's ru_maxrss, and its peak PSS
+polled from /proc. Theirs: torch_ddp.py
 --world W (its RESULT line: samples/s the same way, ru_maxrss of each rank). Each cell is the
 median over --reps runs; the ratio is the median of the ratios of runs side by side (ours,
 then theirs, alternating: robust to the load drifting over the run). Memory floor = parameters + gradients + momentum + one batch (float32);
@@ -71,9 +72,12 @@ def run_ours(worker, model, data, w):
                 env=env))
             out.close()
         rss, bad = [], []
+        pss = {p.pid: 0 for p in procs}
         deadline = time.monotonic() + 900
         for r, p in enumerate(procs):
             while True:
+                for q in procs:
+                    pss[q.pid] = max(pss[q.pid], pss_kib(q.pid))
                 pid, status, ru = os.wait4(p.pid, os.WNOHANG)
                 if pid:
                     break
@@ -93,7 +97,20 @@ def run_ours(worker, model, data, w):
     m = re.search(r"\| ([0-9,]+) samples/s", text)
     if not m:
         raise SystemExit("ddp-worker printed no samples/s:\n" + text[-2000:])
-    return float(m.group(1).replace(",", "")), max(rss)
+    return float(m.group(1).replace(",", "")), max(rss), max(pss.values())
+
+
+def pss_kib(pid):
+    """The process's proportional set size (shared pages divided among the processes mapping
+    them), 0 once it is gone."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def run_torch(model, data, w):
@@ -125,29 +142,33 @@ def main():
             o_sps = statistics.median(v[0] for v in ours)
             t_sps = statistics.median(v[0] for v in theirs)
             o_rss = statistics.median(v[1] for v in ours) / 1024
+            o_pss = statistics.median(v[2] for v in ours) / 1024
             t_rss = statistics.median(v[1] for v in theirs) / 1024
             floor = (12 * nparams(model) + BATCH * (dim * 4 + 8)) / 2**20
             dset = (n + max(n // 5, 1) if name != "fashion" else 70000) * dim * 4 / 2**20
             # Runs alternate, so pair them: the median of the paired ratios follows the load's
             # drift better than the ratio of the medians.
             ratio = statistics.median(o[0] / t[0] for o, t in zip(ours, theirs))
-            rows.append((name, model, w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset))
+            rows.append((name, model, w, o_sps, t_sps, ratio, o_rss, o_pss, t_rss, floor, dset))
             print("# %s W=%d: ours %s; torch %s" % (
                 name, w, " ".join("%.0f" % v[0] for v in ours),
                 " ".join("%.0f" % v[0] for v in theirs)), file=sys.stderr)
     print("# ddp-worker vs PyTorch DDP (gloo), batch %d/rank, 1 thread/rank, median of %d runs"
           % (BATCH, args.reps))
-    print("%-8s %-22s %2s %10s %10s %8s %9s %9s %8s %8s %9s %9s" % (
-        "data", "model", "W", "ours/s", "torch/s", "ratio", "ours_MiB", "torch_MiB",
-        "floor", "dataset", "ours/fl", "ours/fl+d"))
-    for name, model, w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset in rows:
-        print("%-8s %-22s %2d %10.0f %10.0f %7.2fx %9.0f %9.0f %8.1f %8.1f %8.2fx %8.2fx" % (
-            name, model[4:], w, o_sps, t_sps, ratio, o_rss, t_rss, floor, dset,
-            o_rss / floor, o_rss / (floor + dset)))
+    print("%-8s %-22s %2s %10s %10s %8s %9s %9s %9s %8s %8s %9s %9s" % (
+        "data", "model", "W", "ours/s", "torch/s", "ratio", "ours_MiB", "ours_PSS", "torch_MiB",
+        "floor", "dataset", "pss/fl", "pss/fl+d"))
+    for name, model, w, o_sps, t_sps, ratio, o_rss, o_pss, t_rss, floor, dset in rows:
+        print("%-8s %-22s %2d %10.0f %10.0f %7.2fx %9.0f %9.0f %9.0f %8.1f %8.1f %8.2fx %8.2fx" % (
+            name, model[4:], w, o_sps, t_sps, ratio, o_rss, o_pss, t_rss, floor, dset,
+            o_pss / floor, o_pss / (floor + dset)))
     print("# ratio = median over the runs of samples/s ours / torch of the run beside it (> 1: "
-          "ours faster); *_MiB = peak RSS per rank (max "
-          "over ranks); floor = params + grads + momentum + one batch; dataset = train + test "
-          "held by each rank; ours/fl = ours_MiB / floor, ours/fl+d = ours_MiB / (floor + "
+          "ours faster); *_MiB = peak RSS per rank (max over ranks); ours_PSS = peak "
+          "proportional set size per rank (max over ranks, /proc/PID/smaps_rollup every 50 ms): "
+          "RSS counts every page a rank maps, so with W > 1 it counts the other ranks' parts "
+          "of the shared gradient segment too, PSS divides shared pages among the ranks that "
+          "map them; floor = params + grads + momentum + one batch; dataset = train + test "
+          "held by each rank; pss/fl = ours_PSS / floor, pss/fl+d = ours_PSS / (floor + "
           "dataset)")
 
 
