@@ -2,7 +2,8 @@
 # bench/allreduce: libddp's CPU all-reduce at W = 2 and 4 local ranks (processes), 4 KiB to
 # 64 MiB in x4 steps, in nccl-tests' columns (busbw = algbw * 2(n-1)/n), with the machine's
 # memcpy bandwidth as the physical reference, side by side with its peers measured in the same
-# run: PyTorch's gloo (bench/peers/gloo_allreduce.py, torch threads 1) and Open MPI's
+# run (ours: a private buffer; ours-reg: a registered one from comm_alloc_buffer, as the
+# reducer's gradients; ours-tcp: the TCP ring forced): PyTorch's gloo (bench/peers/gloo_allreduce.py, torch threads 1) and Open MPI's
 # MPI_Allreduce over shared memory (bench/peers/mpi_allreduce.c, btl self,vader). For each W,
 # REPS rounds (ours, gloo, mpi in turn), then one table of the median times and busbw with
 # the ratios ours / peer (bench/peers/compare_allreduce.py). The host is shared: compare
@@ -24,7 +25,12 @@ fi
 reps=${REPS:-3}
 # label=driver flags, one per our variant
 usage=$("$bin/ddp-bench-allreduce" --help 2>&1 || true)
-if grep -q -- --transport <<<"$usage"; then
+if grep -q -- --buffer <<<"$usage"; then
+  # ours-reg: the buffer from comm_alloc_buffer (shared between the ranks, all-reduced where
+  # it lies), as the reducer's gradients are; ours: the caller's own malloc'd array
+  variants=("ours=--transport auto" "ours-reg=--transport auto --buffer comm"
+            "ours-tcp=--transport tcp")
+elif grep -q -- --transport <<<"$usage"; then
   variants=("ours=--transport auto" "ours-tcp=--transport tcp")
 else
   variants=("ours=")
