@@ -27,7 +27,7 @@ void optim_release(struct optim *o)
     o->n = 0;
 }
 
-void optim_step(struct optim *o, struct model *m)
+void optim_step(struct optim *o, struct model *m, float grad_scale)
 {
     float *params = model_params(m);
     float lr = o->lr, mu = o->momentum, wd = o->weight_decay;
@@ -38,7 +38,7 @@ void optim_step(struct optim *o, struct model *m)
         float *b = o->buf + off;
         const float *g = model_grad(m, t);
         for (size_t i = 0; i < cnt; i++) {
-            float d = g[i] + wd * p[i];
+            float d = g[i] * grad_scale + wd * p[i];
             b[i] = mu * b[i] + d;
             p[i] -= lr * b[i];
         }

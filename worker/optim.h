@@ -27,7 +27,9 @@ void optim_init(struct optim *o, const struct model *m, float lr, float momentum
                 float weight_decay);
 void optim_release(struct optim *o);
 
-/* One update of every parameter of m from its (already averaged) gradient. */
-void optim_step(struct optim *o, struct model *m);
+/* One update of every parameter of m from its gradient times grad_scale (1 when the
+ * gradients are already averaged; 1/W when the reducer left the sums: the scaling then costs
+ * no pass of its own). */
+void optim_step(struct optim *o, struct model *m, float grad_scale);
 
 #endif

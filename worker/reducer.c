@@ -28,6 +28,7 @@ struct reducer {
     int world_size;
     int device; /* grads is GPU memory */
     int overlap;
+    int defer_average; /* host grads: finish leaves the sums (reducer_grad_scale) */
     struct trace *trace;
     int ntensors;
     size_t *counts;
@@ -59,6 +60,7 @@ int reducer_new(struct comm *comm, int world_size, const size_t *counts, int nte
     r->comm = comm;
     r->world_size = world_size;
     r->overlap = opts->overlap;
+    r->defer_average = opts->defer_average && !opts->device;
     r->trace = trace;
     r->ntensors = ntensors;
     r->counts = xmalloc((size_t)ntensors * sizeof(size_t));
@@ -144,6 +146,11 @@ void reducer_free(struct reducer *r)
     free(r->pending);
     free(r->work);
     free(r);
+}
+
+float reducer_grad_scale(const struct reducer *r)
+{
+    return r->defer_average ? 1.0f / (float)r->world_size : 1.0f;
 }
 
 float *reducer_grad(struct reducer *r, int t)
@@ -263,7 +270,7 @@ int reducer_finish(struct reducer *r, struct ddp_err *err)
             continue;
         }
 #endif
-        if (r->world_size > 1) {
+        if (r->world_size > 1 && !r->defer_average) {
             float *g = r->grads + r->buckets[b].offset;
             for (size_t i = 0; i < r->buckets[b].count; i++)
                 g[i] *= scale;

@@ -41,6 +41,9 @@ struct reducer_opts {
     int overlap;            /* 1: all-reduce during the backward; 0: after it */
     int device;             /* 1: the gradient block is GPU memory (nccl backend; builds
                                with CUDA only), averaged by a kernel on the compute stream */
+    int defer_average;      /* host gradients: 1 = reducer_finish leaves the sums and the
+                               caller multiplies by reducer_grad_scale() where it reads them
+                               (ddp-worker's optimizer), which saves a pass over the block */
 };
 
 /*
@@ -60,6 +63,10 @@ float *reducer_grad(struct reducer *r, int t);
 /* The whole gradient block (every bucket, in bucket order) and its length in floats. */
 float *reducer_grad_block(struct reducer *r, size_t *count);
 
+/* What the gradients must be multiplied by to be the average: 1/world size with
+ * opts.defer_average on host gradients, else 1 (reducer_finish averaged them). */
+float reducer_grad_scale(const struct reducer *r);
+
 int reducer_bucket_count(const struct reducer *r);
 /* Bucket b's range in the gradient block (floats) and its tensors: first_tensor is the
  * highest tensor index in it, last_tensor the lowest. */
@@ -74,7 +81,8 @@ int reducer_buckets_issued(const struct reducer *r);
  * May start all-reduces (errors from the comm are returned). */
 int reducer_mark_ready(struct reducer *r, int t, struct ddp_err *err);
 
-/* Ends the step: starts the remaining buckets, waits for all, averages. With overlap on,
+/* Ends the step: starts the remaining buckets, waits for all, averages (unless
+ * defer_average: see reducer_grad_scale). With overlap on,
  * a tensor never marked ready is DDP_EINTERNAL (naming it). Comm errors (DDP_EPEER,
  * DDP_ETIMEOUT) are returned; the reducer is then only good for reducer_free. */
 int reducer_finish(struct reducer *r, struct ddp_err *err);

@@ -11,7 +11,8 @@
  *      a replica); then rank 0's parameters are broadcast;
  *   4. per epoch: set the sampler's epoch; per step: forward on this rank's batch (mean loss
  *      over the local batch), backward marking each layer's gradients ready (the reducer
- *      all-reduces full buckets meanwhile), reducer_finish (average over ranks), SGD step,
+ *      all-reduces full buckets meanwhile), reducer_finish (sums over ranks; the SGD step
+ *      multiplies by 1/W as it reads them), SGD step,
  *      touch the heartbeat file; at the end all-reduce loss sum, sample count and correct
  *      test predictions (each rank scores a slice of the test set), rank 0 prints and
  *      reports, every LOCAL_RANK 0 saves a checkpoint.
@@ -193,7 +194,7 @@ static int run_optim_step(struct run *r, struct ddp_err *err)
                              err);
 #endif
     (void)err;
-    optim_step(&r->opt, r->m);
+    optim_step(&r->opt, r->m, reducer_grad_scale(r->red));
     return 0;
 }
 
@@ -411,6 +412,7 @@ int train_run(const struct train_opts *o)
         .first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES,
         .overlap = o->overlap,
         .device = g->gpu,
+        .defer_average = 1, /* the optimizer scales the sums (run_optim_step) */
     };
     if (ro.cap_bytes == 0)
         ro.cap_bytes = 1;

@@ -256,11 +256,11 @@ static void test_model_sgd_momentum_weight_decay(void **state)
     optim_init(&o, m, 0.1f, 0.9f, 0.01f);
     model_grad(m, 0)[0] = 2.0f;
     model_grad(m, 1)[0] = 0.0f;
-    optim_step(&o, m);
+    optim_step(&o, m, 1.0f);
     /* d = 2 + 0.01*1 = 2.01; buf = 2.01; p = 1 - 0.201 */
     assert_float_equal(p[0], 0.799f, 1e-6);
     assert_float_equal(p[1], 0.5f - 0.1f * 0.005f, 1e-6);
-    optim_step(&o, m);
+    optim_step(&o, m, 1.0f);
     /* d = 2 + 0.00799 ; buf = 0.9*2.01 + d */
     float buf = 0.9f * 2.01f + (2.0f + 0.01f * 0.799f);
     assert_float_equal(p[0], 0.799f - 0.1f * buf, 1e-5);
