@@ -967,6 +967,22 @@ static int cpu_allreduce_async(struct comm *c, void *buf, size_t count, enum com
     return ret;
 }
 
+/* Ends what a caller ran on its own thread after setting `busy`: a failure (ret < 0, e)
+ * aborts the ring and becomes the comm's sticky error. */
+static void end_inline(struct comm *c, int ret, const struct ddp_err *e)
+{
+    struct cpu *cpu = c->impl;
+    if (ret < 0)
+        abort_ring(c, e);
+    pthread_mutex_lock(&cpu->mu);
+    cpu->busy = 0;
+    if (ret < 0) {
+        cpu->failed = 1;
+        cpu->fail = *e;
+    }
+    pthread_mutex_unlock(&cpu->mu);
+}
+
 /* Runs w to completion: on this thread when the comm thread is idle with nothing queued,
  * else through the queue. Frees w. */
 static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err)
@@ -990,15 +1006,7 @@ static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err
     struct ddp_err e;
     err_clear(&e);
     int ret = run_work(c, w, &e);
-    if (ret < 0)
-        abort_ring(c, &e);
-    pthread_mutex_lock(&cpu->mu);
-    cpu->busy = 0;
-    if (ret < 0) {
-        cpu->failed = 1;
-        cpu->fail = e;
-    }
-    pthread_mutex_unlock(&cpu->mu);
+    end_inline(c, ret, &e);
     free(w);
     if (ret < 0)
         err_set(err, ret, "%s", e.msg);
@@ -1605,15 +1613,7 @@ static int cpu_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp
     struct ddp_err e;
     err_clear(&e);
     int ret = shm_region_alloc(cpu->shm, bytes, out, &e);
-    if (ret < 0)
-        abort_ring(c, &e);
-    pthread_mutex_lock(&cpu->mu);
-    cpu->busy = 0;
-    if (ret < 0) {
-        cpu->failed = 1;
-        cpu->fail = e;
-    }
-    pthread_mutex_unlock(&cpu->mu);
+    end_inline(c, ret, &e);
     if (ret < 0)
         *err = e;
     return ret;
