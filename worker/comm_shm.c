@@ -349,7 +349,8 @@ static int check_desc(struct shm_group *g, int k, int half, const struct shm_des
                        d->roff == UINT64_MAX ? "a private buffer" : "a registered range",
                        mine->roff == UINT64_MAX ? "a private buffer"
                        : d->roff == UINT64_MAX  ? "a registered range"
-                                                : "a registered range at another offset");    return err_set(err, DDP_EINTERNAL,
+                                                : "a registered range at another offset");
+    return err_set(err, DDP_EINTERNAL,
                    "collective mismatch with rank %d (same host): it issued kind %u seq %" PRIu64
                    " of %" PRIu64 " bytes, this rank kind %u seq %" PRIu64 " of %" PRIu64
                    " bytes",
