@@ -679,9 +679,14 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
                           strerror(errno));
             goto out;
         }
-        if (ftruncate(fd, (off_t)g->map_bytes) < 0) {
-            ret = err_set(err, DDP_EIO, "shared memory %s: size %zu: %s", g->name,
-                          g->map_bytes, strerror(errno));
+        int fe = 0;
+        if (ftruncate(fd, (off_t)g->map_bytes) < 0 ||
+            (fe = posix_fallocate(fd, 0, (off_t)g->map_bytes)) != 0) {
+            /* Reserved now, or a full /dev/shm would kill a rank with SIGBUS mid-run. */
+            ret = err_set(err, DDP_EIO,
+                          "shared memory %s: cannot reserve %zu bytes in /dev/shm: %s (make "
+                          "/dev/shm larger, or set DDP_COMM_TRANSPORT=tcp)",
+                          g->name, g->map_bytes, strerror(fe ? fe : errno));
             goto out;
         }
         if ((ret = map_segment(g, fd, err)) < 0)

@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -220,6 +222,12 @@ static void expect_no_segments(const struct job *j)
     for (int i = 0; i < j->world; i++) {
         if (j->b->name[i][0] && shm_exists(j->b->name[i]))
             fail_msg("segment %s of rank %d is still in /dev/shm", j->b->name[i], i);
+        for (int k = 0; k < 4 && j->b->name[i][0]; k++) {
+            char rn[96];
+            snprintf(rn, sizeof(rn), "%s-r%d", j->b->name[i], k);
+            if (shm_exists(rn))
+                fail_msg("registered segment %s of rank %d is still in /dev/shm", rn, i);
+        }
         if (j->b->shm_exists_after_init[i])
             fail_msg("segment %s still had its name after the collectives", j->b->name[i]);
     }
@@ -615,6 +623,40 @@ static void test_comm_shm_force_tcp_env(void **state)
     munmap(j.b, sizeof(struct board));
 }
 
+/* A /dev/shm too small for the registered parts (Docker's default is 64 MiB): the leader's
+ * posix_fallocate fails, every rank gets private memory and the sums are right. Runs in a
+ * mount namespace of its own with a 4 MiB tmpfs on /dev/shm (root only: said and skipped
+ * otherwise); the slots (3 ranks x 4 x 256 KiB) fit, the 3 x 800 KiB parts do not. */
+static void test_comm_shm_registered_no_room(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("skipped: needs root for a private /dev/shm (mount namespace)\n");
+        skip();
+    }
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("ddp-test", "/dev/shm", "tmpfs", 0, "size=4m") != 0) {
+        print_message("skipped: cannot make a private /dev/shm: %s\n", strerror(errno));
+        skip();
+    }
+    run_sweep_reg(3, 0, 0, NULL, "shm", 2);
+    if (umount2("/dev/shm", MNT_DETACH) != 0)
+        fail_msg("umount /dev/shm: %s", strerror(errno));
+    /* Not even room for the slots: the leader says so at start instead of a SIGBUS later. */
+    if (mount("ddp-test", "/dev/shm", "tmpfs", 0, "size=512k") != 0)
+        fail_msg("mount a 512 KiB /dev/shm: %s", strerror(errno));
+    struct job j = {.world = 2, .timeout_ms = 3000, .seed = 7, .body = two_sums_body,
+                    .b = board_new()};
+    run_job(&j, 60000);
+    if (j.b->rc[0] == 0 || !strstr(j.b->msg[0], "cannot reserve"))
+        fail_msg("rank 0 with a 512 KiB /dev/shm: rc %d, '%s'", j.b->rc[0], j.b->msg[0]);
+    if (j.b->rc[1] == 0)
+        fail_msg("rank 1 with a 512 KiB /dev/shm went on");
+    munmap(j.b, sizeof(struct board));
+    if (umount2("/dev/shm", MNT_DETACH) != 0)
+        fail_msg("umount /dev/shm: %s", strerror(errno));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -628,6 +670,8 @@ int main(void)
         cmocka_unit_test(test_comm_shm_hierarchical_stopped_peer),
         cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
         cmocka_unit_test(test_comm_shm_force_tcp_env),
+        /* last: it runs in a mount namespace of its own */
+        cmocka_unit_test(test_comm_shm_registered_no_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
