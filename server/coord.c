@@ -27,7 +27,9 @@
  * within a few hundred ms and they exit 6 (peer lost), naming the peer ("peer rank N" in
  * their last lines). Waiting node_timeout_ms for the node's silence to prove it would leave
  * the job idle for seconds, so an exit 6 reported by one node accuses the node of the rank
- * it names (every other node of the generation when it names none): unless that node's
+ * it names (every other node of the generation when it names none), and so does any other
+ * failure while the generation runs (a program that is not ddp-worker, e.g. a torch script,
+ * exits 1 when its peer vanishes) - it accuses every other node: unless that node's
  * agent has itself reported the rank's exit (or any failure of that generation) - then its
  * own report explains the failure and it is alive - the node becomes SUSPECT (internal; the
  * API still shows READY). Its held heartbeat, if any, is answered at once with a new desired
@@ -267,7 +269,7 @@ static int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
 static void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
 {
     if (n->lost_fast)
-        snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s lost it)",
+        snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s)",
                  n->name, (double)(now - n->last_seen) / 1000.0, n->suspect_by);
     else
         snprintf(buf, size, "node %s lost (no heartbeat for %lld s)", n->name,
@@ -1438,22 +1440,27 @@ static int coord_named_peer(const json_t *lines)
     return -1;
 }
 
-/* Rank `rank` of j's current generation, on node ni, exited 6 (peer lost): suspects the
- * node of the peer it names, or every other node of the generation when it names none
- * (see "Suspect then confirm" at the top). A node is not suspected when its agent has
- * reported the accused rank's exit or a failure of any of its ranks in this generation,
- * when it is not READY, or when it is suspected already (the window does not grow). */
-static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int64_t now)
+/* Rank `rank` of j's current generation, on node ni, failed with `status`: suspects the
+ * node of the peer it names when it exited 6 (peer lost), else every other node of the
+ * generation (see "Suspect then confirm" at the top). A node is not suspected when its
+ * agent has reported the accused rank's exit or a failure of any of its ranks in this
+ * generation, when it is not READY, or when it is suspected already (the window does not
+ * grow). */
+static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int status,
+                         int64_t now)
 {
     if (c->opts.suspect_timeout_ms <= 0)
         return;
-    json_t *lines = NULL;
-    struct ddp_err e;
-    pthread_mutex_lock(&c->store_mu);
-    int lrc = store_last_lines(c->store, j->id, j->st.generation, rank, 3, &lines, &e);
-    pthread_mutex_unlock(&c->store_mu);
-    int peer = lrc == 0 ? coord_named_peer(lines) : -1;
-    json_decref(lines);
+    int peer = -1;
+    if (status == DDP_EXIT_PEER_LOST) {
+        json_t *lines = NULL;
+        struct ddp_err e;
+        pthread_mutex_lock(&c->store_mu);
+        int lrc = store_last_lines(c->store, j->id, j->st.generation, rank, 3, &lines, &e);
+        pthread_mutex_unlock(&c->store_mu);
+        peer = lrc == 0 ? coord_named_peer(lines) : -1;
+        json_decref(lines);
+    }
     if (peer >= j->st.world_size)
         peer = -1;
     int nproc = j->spec.nproc;
@@ -1470,16 +1477,19 @@ static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int64
             continue;
         n->suspect = 1;
         n->suspect_since = now;
-        snprintf(n->suspect_by, sizeof(n->suspect_by), "rank %d on %.60s", rank,
-                 c->nodes[ni]->name);
+        if (status == DDP_EXIT_PEER_LOST)
+            snprintf(n->suspect_by, sizeof(n->suspect_by), "rank %d on %.60s lost it", rank,
+                     c->nodes[ni]->name);
+        else
+            snprintf(n->suspect_by, sizeof(n->suspect_by), "rank %d on %.60s exited %d", rank,
+                     c->nodes[ni]->name, status);
         if (peer >= 0)
             log_info("node %s SUSPECT: rank %d on %s lost its peer rank %d; LOST unless it "
                      "beats within %lld ms", n->name, rank, c->nodes[ni]->name, peer,
                      (long long)c->opts.suspect_timeout_ms);
         else
-            log_info("node %s SUSPECT: rank %d on %s lost a peer (none named); LOST unless it "
-                     "beats within %lld ms", n->name, rank, c->nodes[ni]->name,
-                     (long long)c->opts.suspect_timeout_ms);
+            log_info("node %s SUSPECT: %s (no peer named); LOST unless it beats within "
+                     "%lld ms", n->name, n->suspect_by, (long long)c->opts.suspect_timeout_ms);
         coord_bump(n); /* a held beat is answered now: a live agent beats again at once */
     }
 }
@@ -1509,8 +1519,11 @@ static int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int
         changed = 1;
         if (status == 0)
             continue;
-        if (status == DDP_EXIT_PEER_LOST)
-            coord_accuse(c, j, ni, w->rank, now);
+        /* A peer-lost exit accuses the node it names; so does the first failure of any
+         * other kind (an unmodified torch script whose peer vanished exits 1): a live
+         * accused node only beats once more. The stop's own exits while draining do not. */
+        if (status == DDP_EXIT_PEER_LOST || !draining)
+            coord_accuse(c, j, ni, w->rank, status, now);
         int prio = status == DDP_EXIT_PEER_LOST || status == DDP_EXIT_RENDEZVOUS ||
                            status == DDP_EXIT_HANG
                        ? CAUSE_PEER
@@ -1665,7 +1678,8 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     }
     if (n->suspect && now >= n->suspect_since) {
         n->suspect = 0;
-        log_info("node %s beat %lld ms after %s accused it: READY, nothing changes", n->name,
+        log_info("node %s beat %lld ms after it was suspected (%s): READY, nothing changes",
+                 n->name,
                  (long long)(now - n->suspect_since), n->suspect_by);
     }
     n->last_seen = now;
@@ -1806,7 +1820,7 @@ static void coord_tick_locked(struct coord *c, int64_t now)
             n->suspect = 0;
             n->lost_fast = confirmed;
             if (confirmed)
-                log_warn("node %s LOST (suspected when %s lost it; no heartbeat within %lld ms "
+                log_warn("node %s LOST (suspected when %s; no heartbeat within %lld ms "
                          "of that, none for %lld ms)", n->name, n->suspect_by,
                          (long long)c->opts.suspect_timeout_ms,
                          (long long)(now - n->last_seen));

@@ -42,9 +42,10 @@ static void ddpd_usage(FILE *f)
             "  --agent-token-file F      agent token (default agent.token next to the database;\n"
             "                            created like the user token)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
-            "  --suspect-timeout SECONDS a node a rank's exit 6 (peer lost) accuses is LOST\n"
-            "                            unless it beats within this (default 1, at most\n"
-            "                            --node-timeout; 0 = off, decimals allowed)\n"
+            "  --suspect-timeout SECONDS a node accused by a failed rank (an exit 6 naming it,\n"
+            "                            or its job's first failure) is LOST unless it beats\n"
+            "                            within this (default 1, at most --node-timeout;\n"
+            "                            0 = off, decimals allowed)\n"
             "  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
             "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
             "  --help                    this text\n");

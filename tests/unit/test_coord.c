@@ -2,8 +2,8 @@
  * test_coord.c - the elastic rules of ddpd's coordinator, driven through coord_* with a
  * clock of our own (no sleeping): start, success, failure and restart budget, node loss
  * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap,
- * and "suspect then confirm" (a node accused by a rank's exit 6 is LOST unless it beats
- * within the confirm window).
+ * and "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
+ * LOST unless it beats within the confirm window).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -861,6 +861,25 @@ static void test_coord_suspect_then_lost(void **state)
     expect_node(f, "node-b", "READY");
 }
 
+/* A program that is not ddp-worker (an unmodified torch script) exits 1 when its peer
+ * vanishes, naming nobody: that first failure accuses every other node of the generation,
+ * and a silent one is LOST at the end of the window, long before the node timeout. */
+static void test_coord_suspect_on_plain_failure(void **state)
+{
+    struct fx *f = *state;
+    int64_t id = two_by_two(f);
+    f->now += 300;
+    int64_t t0 = f->now;
+    beat_exit(f, "node-a", 1, 1, 1, "RuntimeError: Connection closed by peer");
+    expect_state(f, id, "RESTARTING", "rank 1 on node-a exited 1");
+    tick(f, 900);
+    expect_node(f, "node-b", "READY");
+    tick(f, t0 + 1000 - f->now);
+    expect_node(f, "node-b", "LOST");
+    expect_event(f, id, "RESTARTING", "suspected when rank 1 on node-a exited 1)");
+    assert_true(f->now - t0 < f->opts.node_timeout_ms);
+}
+
 /* The accused node is alive (its worker crashed, or it was merely slow to report): it beats
  * within the window and stays READY; the job re-forms on both nodes once b reports its
  * workers gone, and no event speaks of a lost node. */
@@ -973,6 +992,7 @@ int main(void)
         T(test_coord_hang_without_stop_flag_takes_oldest),
         T(test_coord_suspect_then_lost),
         T(test_coord_suspect_beats_stays_ready),
+        T(test_coord_suspect_on_plain_failure),
         T(test_coord_no_suspicion_when_reported),
         T(test_coord_no_suspicion_after_restart),
     };
