@@ -1,10 +1,13 @@
 """An unmodified torchrun-style PyTorch DDP script (env:// rendezvous, gloo backend) runs under
 two ddp-agents (2 nodes x 2 processes) and a real ddpd: every rank trains a few steps and the
-parameters are equal on all ranks afterwards. Skipped (exit 77) where PyTorch is missing.
+parameters are equal on all ranks afterwards; and a torch job whose node b is killed re-forms
+on a at --suspect-timeout, not the node timeout. Skipped (exit 77) where PyTorch is missing.
 Labelled heavy: four PyTorch imports on a small machine take a while."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
@@ -54,6 +57,53 @@ def test_agent_runs_an_unmodified_torch_ddp_script():
             print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
             for n in ("node-a", "node-b"):
                 print("---- agent-%s.log\n%s" % (n, c.log("agent-%s.log" % n)[-4000:]))
+            raise
+
+
+LOOP = r"""
+import time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(10, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(100000):
+    loss = (model(torch.randn(8, 10)) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    if step % 50 == 0:
+        print("step", step, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_torch_job_reforms_before_the_node_timeout():
+    """Agent b is killed under a running torch job: a's ranks fail with exit 1 (gloo lost its
+    peer; an unmodified script names nobody), which accuses b; b never beats again, so it is
+    LOST at --suspect-timeout (1 s), and generation 2 starts on a long before the 10 s node
+    timeout."""
+    with cluster(node_timeout=10) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.start_agent("node-b", slots=2)
+            c.wait_nodes_ready(["node-a", "node-b"])
+            jid = c.submit({"name": "torch-loop", "command": [PY, "-c", LOOP], "nnodes": "1:2",
+                            "nproc_per_node": 2, "max_restarts": 2})["id"]
+            wait_for("rank 3 at step 50", lambda: any(
+                "step 50" in ln["text"] for ln in
+                c.get("/v1/jobs/%s/logs?rank=3" % jid).json["lines"]), timeout=240)
+            t0 = time.monotonic()
+            c.agents["node-b"].send_signal(signal.SIGKILL)
+            wait_for("generation 2 running", lambda: (
+                lambda j: j["state"] == "RUNNING" and j["generation"] == 2)(c.job(jid)),
+                timeout=60)
+            took = time.monotonic() - t0
+            print("re-formed %.2f s after the kill (node timeout 10 s)" % took)
+            assert took < 6.0, took
+            reasons = [e["reason"] for e in c.get("/v1/jobs/%s/events" % jid).json["events"]]
+            assert any("suspected when rank" in r and "exited 1" in r for r in reasons), reasons
+            assert c.post("/v1/jobs/%s:cancel" % jid).status == 200
+            c.wait_state(jid, ("CANCELLED",), timeout=60)
+        except BaseException:
+            print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
             raise
 
 
