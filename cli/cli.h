@@ -72,6 +72,15 @@ struct cli_cmd {
 int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv,
                    int *exit_code);
 
+/* Parses only the common options (commands without options of their own). Returns 0 to go
+ * on, or -1 with the exit code in *rc. */
+int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv,
+                          int *rc);
+
+/* Takes the one positional JOB argument left after the options (optind): CLI_OK with *job
+ * set, or a usage error (missing, empty, or followed by another argument). */
+int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **job);
+
 /* Parses "table" or "json" into cli->json; -1 if it is neither. */
 int cli_set_output(struct cli *cli, const char *v);
 

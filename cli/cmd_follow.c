@@ -131,15 +131,8 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             goto out;
         }
     }
-    if (optind >= argc) {
-        rc = cli_usage_error(cmd, "missing the job id");
+    if ((rc = cli_job_arg(cmd, argc, argv, &id)) != CLI_OK)
         goto out;
-    }
-    if (optind + 1 < argc) {
-        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
-        goto out;
-    }
-    id = argv[optind];
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
@@ -441,33 +434,15 @@ static void watch_merge(struct watch *w, const json_t *events, const json_t *met
 
 int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
     struct watch w = {0};
     json_t *job = NULL;
     int rc = CLI_OK;
     struct ddp_err err;
 
-    for (;;) {
-        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
-        if (c == -1)
-            break;
-        int h = cli_common_opt(cli, cmd, c, argv, &rc);
-        if (h < 0)
-            goto out;
-        if (h == 0) {
-            rc = cli_usage_error(cmd, "unexpected option");
-            goto out;
-        }
-    }
-    if (optind >= argc) {
-        rc = cli_usage_error(cmd, "missing the job id");
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
         goto out;
-    }
-    if (optind + 1 < argc) {
-        rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    if ((rc = cli_job_arg(cmd, argc, argv, &w.id)) != CLI_OK)
         goto out;
-    }
-    w.id = argv[optind];
     w.tty = !cli->json && isatty(STDOUT_FILENO);
     w.cols = 80;
     struct winsize ws;

@@ -9,23 +9,12 @@
 
 int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
     json_t *ans = NULL;
     int rc = CLI_OK;
     struct ddp_err err;
 
-    for (;;) {
-        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
-        if (c == -1)
-            break;
-        int h = cli_common_opt(cli, cmd, c, argv, &rc);
-        if (h < 0)
-            goto out;
-        if (h == 0) {
-            rc = cli_usage_error(cmd, "unexpected option");
-            goto out;
-        }
-    }
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        goto out;
     if (optind < argc) {
         rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
         goto out;

@@ -191,6 +191,39 @@ int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **arg
     }
 }
 
+/* Takes the one positional JOB argument left after the options; usage error otherwise. */
+int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **job)
+{
+    if (optind >= argc)
+        return cli_usage_error(cmd, "missing the job id");
+    if (optind + 1 < argc)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    if (!argv[optind][0])
+        return cli_usage_error(cmd, "empty job id");
+    *job = argv[optind];
+    return CLI_OK;
+}
+
+/* Parses only the common options (commands without options of their own). Returns
+ * CLI_OK to go on, or the exit code in *rc with a non-zero return. */
+int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc,
+                                 char **argv, int *rc)
+{
+    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            return 0;
+        int h = cli_common_opt(cli, cmd, c, argv, rc);
+        if (h < 0)
+            return -1;
+        if (h == 0) {
+            *rc = cli_usage_error(cmd, "unexpected option");
+            return -1;
+        }
+    }
+}
+
 /* ---- connection ----------------------------------------------------------------------- */
 
 static char *cli_trim_dup(const char *s)
