@@ -108,37 +108,6 @@ static void expect_all_ok(const struct ring_job *job)
             fail_msg("W=%d rank %d failed: %d %s", job->world, i, job->rc[i], job->msg[i]);
 }
 
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* Checks buf (count elements of dt, the result of rank r) against the reference sum. */
-static int check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
-                     struct ddp_err *err)
-{
-    for (size_t i = 0; i < count; i++) {
-        double ref = 0, mag = 0;
-        for (int q = 0; q < world; q++) {
-            double x = testutil_input(seed, q, i);
-            if (dt == COMM_F32)
-                x = (double)(float)x;
-            ref += x;
-            mag += fabs(x);
-        }
-        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
-        double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
-        if (!(fabs(got - ref) <= tol))
-            return err_set(err, DDP_EINTERNAL,
-                           "W=%d count %zu %s element %zu: got %.17g, reference %.17g", world,
-                           count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
-    }
-    return 0;
-}
-
 static int small_sum_body_3(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
 {
     (void)job;
@@ -147,16 +116,6 @@ static int small_sum_body_3(struct ring_job *job, int rank, struct comm *c, stru
     if (rc == 0 && (x[0] != 3 || x[1] != 3 || x[4] != 12))
         rc = err_set(err, DDP_EINTERNAL, "wrong sum");
     return rc;
-}
-
-static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
-{
-    for (size_t i = 0; i < count; i++) {
-        if (dt == COMM_F32)
-            ((float *)buf)[i] = (float)testutil_input(seed, rank, i);
-        else
-            ((double *)buf)[i] = testutil_input(seed, rank, i);
-    }
 }
 
 /* The counts of the correctness sweep for world size w (small: up to 1009 only). */
@@ -185,8 +144,8 @@ static int sweep_body(struct ring_job *job, int rank, struct comm *c, struct ddp
         size_t cnt = counts[k];
         float *a = malloc(cnt * sizeof(float) + 1);
         double *b = malloc(cnt * sizeof(double) + 1);
-        fill(k * 2, rank, a, cnt, COMM_F32);
-        fill(k * 2 + 1, rank, b, cnt, COMM_F64);
+        testutil_fill(k * 2, rank, a, cnt, COMM_F32);
+        testutil_fill(k * 2 + 1, rank, b, cnt, COMM_F64);
         struct comm_work *wa = NULL, *wb = NULL;
         rc = comm_allreduce_async(c, a, cnt, COMM_F32, &wa, err);
         if (rc == 0) {
@@ -198,11 +157,11 @@ static int sweep_body(struct ring_job *job, int rank, struct comm *c, struct ddp
             }
         }
         if (rc == 0)
-            rc = check_sum(k * 2, job->world, a, cnt, COMM_F32, err);
+            rc = testutil_check_sum(k * 2, job->world, a, cnt, COMM_F32, err);
         if (rc == 0)
-            rc = check_sum(k * 2 + 1, job->world, b, cnt, COMM_F64, err);
-        digest = fnv(a, cnt * sizeof(float), digest);
-        digest = fnv(b, cnt * sizeof(double), digest);
+            rc = testutil_check_sum(k * 2 + 1, job->world, b, cnt, COMM_F64, err);
+        digest = testutil_fnv(a, cnt * sizeof(float), digest);
+        digest = testutil_fnv(b, cnt * sizeof(double), digest);
         free(a);
         free(b);
     }
@@ -588,11 +547,11 @@ static int large_body(struct ring_job *job, int rank, struct comm *c, struct ddp
 {
     size_t cnt = 10000000 + 19;
     float *a = malloc(cnt * sizeof(float));
-    fill(77, rank, a, cnt, COMM_F32);
+    testutil_fill(77, rank, a, cnt, COMM_F32);
     int rc = comm_allreduce(c, a, cnt, COMM_F32, err);
     if (rc == 0)
-        rc = check_sum(77, job->world, a, cnt, COMM_F32, err);
-    job->digest[rank] = fnv(a, cnt * sizeof(float), 0xcbf29ce484222325ull);
+        rc = testutil_check_sum(77, job->world, a, cnt, COMM_F32, err);
+    job->digest[rank] = testutil_fnv(a, cnt * sizeof(float), 0xcbf29ce484222325ull);
     free(a);
     return rc;
 }

@@ -72,46 +72,6 @@ struct job {
     struct board *b;
 };
 
-static void fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
-{
-    for (size_t i = 0; i < count; i++) {
-        if (dt == COMM_F32)
-            ((float *)buf)[i] = (float)testutil_input(seed, rank, i);
-        else
-            ((double *)buf)[i] = testutil_input(seed, rank, i);
-    }
-}
-
-static int check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
-                     struct ddp_err *err)
-{
-    for (size_t i = 0; i < count; i++) {
-        double ref = 0, mag = 0;
-        for (int q = 0; q < world; q++) {
-            double x = testutil_input(seed, q, i);
-            if (dt == COMM_F32)
-                x = (double)(float)x;
-            ref += x;
-            mag += fabs(x);
-        }
-        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
-        double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
-        if (!(fabs(got - ref) <= tol))
-            return err_set(err, DDP_EINTERNAL,
-                           "W=%d count %zu %s element %zu: got %.17g, reference %.17g", world,
-                           count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
-    }
-    return 0;
-}
-
-static uint64_t fnv(const void *p, size_t n, uint64_t h)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static int shm_exists(const char *name)
 {
     int fd = shm_open(name, O_RDONLY, 0);
@@ -291,11 +251,11 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
             enum comm_dtype dt = d ? COMM_F64 : COMM_F32;
             size_t es = d ? 8 : 4;
             uint64_t seed = j->seed + s * 2 + (uint64_t)d;
-            fill(seed, rank, buf, sweep[s], dt);
+            testutil_fill(seed, rank, buf, sweep[s], dt);
             rc = comm_allreduce(c, buf, sweep[s], dt, err);
             if (rc == 0)
-                rc = check_sum(seed, j->world, buf, sweep[s], dt, err);
-            j->b->digest[rank][k++] = fnv(buf, sweep[s] * es, 0xcbf29ce484222325ull);
+                rc = testutil_check_sum(seed, j->world, buf, sweep[s], dt, err);
+            j->b->digest[rank][k++] = testutil_fnv(buf, sweep[s] * es, 0xcbf29ce484222325ull);
         }
     }
     for (int root = 0; root < j->world && rc == 0; root++) {
@@ -317,7 +277,7 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
         struct comm_work *w[3] = {NULL, NULL, NULL};
         for (int q = 0; q < 3; q++) {
             a[q] = buf + (size_t)q * (n + 8);
-            fill(j->seed + 100 + (uint64_t)q, rank, a[q], n, COMM_F64);
+            testutil_fill(j->seed + 100 + (uint64_t)q, rank, a[q], n, COMM_F64);
         }
         int started = 0;
         for (int q = 0; q < 3 && rc == 0; q++, started++)
@@ -330,7 +290,7 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
                 *err = e2;
             }
             if (rc == 0)
-                rc = check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64, err);
+                rc = testutil_check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64, err);
         }
     }
     if (j->registered)
@@ -565,9 +525,9 @@ static void test_comm_shm_hierarchical_stopped_peer(void **state)
 static int two_sums_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
 {
     double x[100];
-    fill(j->seed, rank, x, 100, COMM_F64);
+    testutil_fill(j->seed, rank, x, 100, COMM_F64);
     int rc = comm_allreduce(c, x, 100, COMM_F64, err);
-    return rc == 0 ? check_sum(j->seed, j->world, x, 100, COMM_F64, err) : rc;
+    return rc == 0 ? testutil_check_sum(j->seed, j->world, x, 100, COMM_F64, err) : rc;
 }
 
 /* A segment left by a crashed run under the very name the job uses (wrong size, garbage)

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -40,4 +41,44 @@ double testutil_input(uint64_t s, int r, size_t i)
     x *= 0xc4ceb9fe1a85ec53ull;
     x ^= x >> 33;
     return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_dtype dt)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (dt == COMM_F32)
+            ((float *)buf)[i] = (float)testutil_input(seed, rank, i);
+        else
+            ((double *)buf)[i] = testutil_input(seed, rank, i);
+    }
+}
+
+int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count,
+                       enum comm_dtype dt, struct ddp_err *err)
+{
+    for (size_t i = 0; i < count; i++) {
+        double ref = 0, mag = 0;
+        for (int q = 0; q < world; q++) {
+            double x = testutil_input(seed, q, i);
+            if (dt == COMM_F32)
+                x = (double)(float)x;
+            ref += x;
+            mag += fabs(x);
+        }
+        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+        double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
+        if (!(fabs(got - ref) <= tol))
+            return err_set(err, DDP_EINTERNAL,
+                           "W=%d count %zu %s element %zu: got %.17g, reference %.17g", world,
+                           count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
+    }
+    return 0;
+}
+
+uint64_t testutil_fnv(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
 }
