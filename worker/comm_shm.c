@@ -423,6 +423,13 @@ static int round_begin(struct shm_group *g, uint32_t *round, int *half,
     return 0;
 }
 
+/* Member k's data of the piece at off: its slot h, or its part of region rg at roff. */
+static char *piece_of(struct shm_group *g, const struct shm_region *rg, size_t roff, int k,
+                      int h, size_t off)
+{
+    return rg ? rg->base + SHM_REGION_HDR + (size_t)k * rg->stride + roff + off : slot(g, k, h);
+}
+
 /* Where buf..buf+bytes lies inside this rank's part of a region: that region, with *roff
  * the offset in the part; else NULL. */
 static const struct shm_region *region_of(const struct shm_group *g, const void *buf,
@@ -494,20 +501,17 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                     add(p + off, slot(g, k, h), n, dt);
             }
         } else {
-            /* Member k's data of this piece: its slot, or its part of the region. */
-#define SRC(k) (rg ? rg->base + SHM_REGION_HDR + (size_t)(k) * rg->stride + roff + off \
-                   : slot(g, (k), h))
             char *mine = rg ? p + off + so : slot(g, g->lr, h) + so;
             int first = 1;
             for (int k = 0; k < g->L && sl; k++) {
                 if (k == g->lr)
                     continue;
                 if (rg)
-                    add(mine, SRC(k) + so, sl, dt);
+                    add(mine, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
                 else if (first)
-                    add2(mine, p + off + so, SRC(k) + so, sl, dt);
+                    add2(mine, p + off + so, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
                 else
-                    add(mine, SRC(k) + so, sl, dt);
+                    add(mine, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
                 first = 0;
             }
             post(g, C_REDUCED, r);
@@ -521,10 +525,9 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                         return ret;
                     slice(n, g->L, k, &so, &sl);
                     if (sl)
-                        memcpy(p + off + so, SRC(k) + so, sl);
+                        memcpy(p + off + so, piece_of(g, rg, roff, k, h, off) + so, sl);
                 }
             }
-#undef SRC
         }
         post(g, C_DONE, r);
         off += n;
@@ -627,12 +630,43 @@ const char *shm_group_name(const struct shm_group *g)
     return g->name;
 }
 
+/* Maps bytes of the shared-memory file fd (named name, for the error) read-write, shared. */
+static int map_shared(const char *name, int fd, size_t bytes, void **out, struct ddp_err *err)
+{
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return err_set(err, DDP_EIO, "shared memory %s: mmap of %zu bytes: %s", name, bytes,
+                       strerror(errno));
+    *out = m;
+    return 0;
+}
+
+/* Leader: waits until L ranks counted themselves in *attached (bounded by the timeout, ended
+ * early by an abort), so the name can be taken away. */
+static int wait_attached(struct shm_group *g, _Atomic uint32_t *attached, const char *name,
+                         struct ddp_err *err)
+{
+    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    while ((int)atomic_load(attached) < g->L) {
+        uint32_t a = g->hdr ? atomic_load(&g->hdr->abort) : 0;
+        if (a != 0 && a != UINT32_MAX)
+            return abort_error(g, err);
+        if (time_mono_ms() >= deadline)
+            return err_set(err, DDP_ETIMEOUT,
+                           "shared memory %s: only %u of %d same-host ranks attached within "
+                           "%" PRId64 " ms",
+                           name, atomic_load(attached), g->L, g->timeout_ms);
+        time_sleep_ms(1);
+    }
+    return 0;
+}
+
 static int map_segment(struct shm_group *g, int fd, struct ddp_err *err)
 {
-    void *m = mmap(NULL, g->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        return err_set(err, DDP_EIO, "shared memory %s: mmap of %zu bytes: %s", g->name,
-                       g->map_bytes, strerror(errno));
+    void *m = NULL;
+    int ret = map_shared(g->name, fd, g->map_bytes, &m, err);
+    if (ret < 0)
+        return ret;
     g->base = m;
     g->hdr = m;
     g->ctl = (struct shm_ctl *)((char *)m + sizeof(struct shm_hdr));
@@ -708,16 +742,8 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
         if ((ret = rdzv_set(s->r, key, val, (size_t)vl, err)) < 0)
             goto out;
         /* Wait for every member to attach, then take the name away. */
-        while ((int)atomic_load(&g->hdr->attached) < g->L) {
-            if (time_mono_ms() >= deadline) {
-                ret = err_set(err, DDP_ETIMEOUT,
-                              "shared memory %s: only %u of %d same-host ranks attached within "
-                              "%" PRId64 " ms",
-                              g->name, atomic_load(&g->hdr->attached), g->L, g->timeout_ms);
-                goto out;
-            }
-            time_sleep_ms(1);
-        }
+        if ((ret = wait_attached(g, &g->hdr->attached, g->name, err)) < 0)
+            goto out;
         shm_unlink(g->name);
         g->unlinked = 1;
     } else {
@@ -782,18 +808,6 @@ struct region_msg {
     uint64_t map_bytes;
 };
 
-static int region_map(struct shm_group *g, const char *name, int fd, size_t map_bytes,
-                      char **base, struct ddp_err *err)
-{
-    void *m = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        return err_set(err, DDP_EIO, "shared memory %s: mmap of %zu bytes: %s", name, map_bytes,
-                       strerror(errno));
-    (void)g;
-    *base = m;
-    return 0;
-}
-
 int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_err *err)
 {
     *out = NULL;
@@ -828,7 +842,7 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
             close(fd);
             fd = -1;
             shm_unlink(name);
-        } else if ((ret = region_map(g, name, fd, map_bytes, &base, err)) < 0) {
+        } else if ((ret = map_shared(name, fd, map_bytes, (void **)&base, err)) < 0) {
             close(fd);
             shm_unlink(name);
             return ret;
@@ -865,7 +879,7 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
             ret = err_set(err, DDP_EINVAL, "shared memory %s: unexpected size", name);
             goto fail;
         }
-        if ((ret = region_map(g, name, fd, msg.map_bytes, &base, err)) < 0)
+        if ((ret = map_shared(name, fd, msg.map_bytes, (void **)&base, err)) < 0)
             goto fail;
         struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
         if (rh->magic != SHM_REGION_MAGIC || rh->token != msg.token ||
@@ -879,20 +893,8 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
     } else {
         /* Take the name away once everyone has mapped it. */
         struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
-        int64_t deadline = time_mono_ms() + g->timeout_ms;
-        while ((int)atomic_load(&rh->attached) < g->L) {
-            uint32_t a = atomic_load(&g->hdr->abort);
-            if ((a != 0 && a != UINT32_MAX) || time_mono_ms() >= deadline) {
-                ret = a != 0 && a != UINT32_MAX
-                          ? abort_error(g, err)
-                          : err_set(err, DDP_ETIMEOUT,
-                                    "shared memory %s: only %u of %d same-host ranks mapped it "
-                                    "within %" PRId64 " ms",
-                                    name, atomic_load(&rh->attached), g->L, g->timeout_ms);
-                goto fail;
-            }
-            time_sleep_ms(1);
-        }
+        if ((ret = wait_attached(g, &rh->attached, name, err)) < 0)
+            goto fail;
         shm_unlink(name);
     }
     close(fd);
