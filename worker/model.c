@@ -87,15 +87,7 @@ int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed,
         if ((size_t)widths[i] > maxw)
             maxw = (size_t)widths[i];
     }
-    size_t total = 0;
-    for (int l = 0; l < m->nlayers; l++) {
-        m->off[2 * l] = total;
-        m->size[2 * l] = (size_t)widths[l + 1] * (size_t)widths[l];
-        total += m->size[2 * l];
-        m->off[2 * l + 1] = total;
-        m->size[2 * l + 1] = (size_t)widths[l + 1];
-        total += m->size[2 * l + 1];
-    }
+    size_t total = model_layout(m->widths, m->nlayers, m->off, m->size);
     m->nparams = total;
     m->params = xmalloc(total * sizeof(float));
     m->own_grads = xcalloc(total, sizeof(float));

@@ -27,6 +27,24 @@
 
 struct model;
 
+/* The parameter layout of an MLP of nlayers layers (widths[0..nlayers]): tensor 2l is W_l
+ * (widths[l+1] x widths[l], row-major), 2l+1 is b_l, one after the other. Fills off[] and
+ * size[] (2 * nlayers each, floats) and returns the total. Shared by the CPU model and the
+ * GPU one (worker/gpu/model_gpu.c), which must lay out their parameters the same way. */
+static inline size_t model_layout(const int *widths, int nlayers, size_t *off, size_t *size)
+{
+    size_t total = 0;
+    for (int l = 0; l < nlayers; l++) {
+        off[2 * l] = total;
+        size[2 * l] = (size_t)widths[l + 1] * (size_t)widths[l];
+        total += size[2 * l];
+        off[2 * l + 1] = total;
+        size[2 * l + 1] = (size_t)widths[l + 1];
+        total += size[2 * l + 1];
+    }
+    return total;
+}
+
 struct model_hooks {
     void *ctx;
     void (*layer_begin)(void *ctx, int layer); /* may be NULL */

@@ -40,21 +40,14 @@ int gpu_model_new(const int *widths, int nwidths, size_t max_batch, const float 
                        MODEL_MAX_LAYERS + 1);
     struct gpu_model *m = xcalloc(1, sizeof(*m));
     int ret = 0;
-    size_t maxw = 0, total = 0;
+    size_t maxw = 0;
     m->nlayers = nwidths - 1;
     m->max_batch = max_batch;
     for (int i = 0; i < nwidths; i++) {
         m->widths[i] = widths[i];
         maxw = (size_t)widths[i] > maxw ? (size_t)widths[i] : maxw;
     }
-    for (int l = 0; l < m->nlayers; l++) {
-        m->off[2 * l] = total;
-        m->size[2 * l] = (size_t)widths[l + 1] * (size_t)widths[l];
-        total += m->size[2 * l];
-        m->off[2 * l + 1] = total;
-        m->size[2 * l + 1] = (size_t)widths[l + 1];
-        total += m->size[2 * l + 1];
-    }
+    size_t total = model_layout(m->widths, m->nlayers, m->off, m->size);
     m->nparams = total;
     if ((ret = gpu_alloc((void **)&m->params, total * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->own_grads, total * sizeof(float), err)) < 0 ||
