@@ -400,7 +400,7 @@ static void agent_reconcile(struct agent *a)
         case RECON_STOP:
             log_info("stopping worker job=%s generation=%" PRId64 " rank=%d pid=%d grace=%ds",
                      w->job_id, w->generation, w->rank, (int)w->proc.pid, w->grace_s);
-            spawn_proc_stop(&w->proc, now, w->grace_s);
+            spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
             agent_wake_io(a);
             break;
         case RECON_FORGET:
@@ -543,13 +543,12 @@ static void agent_collect(struct agent *a, int64_t now)
 /* SIGTERM/SIGINT: the first stops every worker gracefully, the second kills them. */
 static void agent_on_stop_signal(struct agent *a, int signo)
 {
-    int64_t now = time_mono_ms();
     if (!a->shutting_down) {
         log_info("got %s: stopping %zu workers, then exiting", strsignal(signo),
                  agent_running_count(a));
         a->shutting_down = 1;
         for (size_t i = 0; i < a->nworkers; i++)
-            spawn_proc_stop(&a->workers[i]->proc, now, a->workers[i]->grace_s);
+            spawn_proc_stop(&a->workers[i]->proc, time_mono_ms(), a->workers[i]->grace_s);
     } else {
         log_warn("got %s again: killing every worker now", strsignal(signo));
         for (size_t i = 0; i < a->nworkers; i++)
@@ -580,7 +579,7 @@ static void agent_check_orphaned(struct agent *a, int64_t now)
     for (size_t i = 0; i < a->nworkers; i++) {
         struct worker *w = a->workers[i];
         if (!w->proc.exited && !w->proc.stopping)
-            spawn_proc_stop(&w->proc, now, w->grace_s);
+            spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
     }
 }
 

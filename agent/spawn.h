@@ -80,7 +80,8 @@ struct spawn_proc {
 };
 
 void spawn_proc_init(struct spawn_proc *p, pid_t pid);
-/* SIGTERM to the group (once); SIGKILL due at now_ms + grace_s. No-op when exited. */
+/* SIGTERM to the group (once); SIGKILL due at now_ms + grace_s, so now_ms must be read at
+ * this call (the grace counts from this worker's SIGTERM). No-op when exited. */
 void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s);
 /* SIGKILL to the group when due. Returns ms until the deadline (0 once sent), or -1 when no
  * deadline is pending. */
