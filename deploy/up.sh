@@ -64,7 +64,7 @@ if [ "${DDP_SKIP_BUILD:-0}" != 1 ]; then
   for t in ddpd ddp-agent ddp-worker ddpctl; do
     if ! grep -qE "(^|[ .])$t(:|$| )" <<<"$targets"; then
       case $t in
-        ddp-worker) die "ddp-worker is not written yet (issue 4: worker/main.c): there is no main job to run. ddpd, ddp-agent and ddpctl can be built with: cmake --build $BUILD --target ddpd ddp-agent ddpctl" ;;
+        ddp-worker) die "ddp-worker is not written yet (issue 4: trainer/main.c): there is no main job to run. ddpd, ddp-agent and ddpctl can be built with: cmake --build $BUILD --target ddpd ddp-agent ddpctl" ;;
         *) die "the $t target does not exist yet in this tree; up.sh cannot start the cluster" ;;
       esac
     fi

@@ -34,9 +34,9 @@
 #include "common/args.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "worker/comm.h"
-#include "worker/comm_internal.h"
-#include "worker/rdzv.h"
+#include "ddp/comm.h"
+#include "libddp/comm/comm_internal.h"
+#include "ddp/rdzv.h"
 
 struct bench_opts {
     int world;

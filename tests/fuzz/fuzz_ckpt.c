@@ -1,5 +1,5 @@
 /*
- * fuzz_ckpt.c - libFuzzer target for the checkpoint loader (worker/ckpt.c): a crafted file
+ * fuzz_ckpt.c - libFuzzer target for the checkpoint loader (libddp/ckpt.c): a crafted file
  * is either rejected or decodes to sizes that fit the buffer exactly; copying its arrays
  * then stays in bounds.
  */
@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "worker/ckpt.h"
+#include "ddp/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

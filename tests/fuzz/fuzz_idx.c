@@ -1,5 +1,5 @@
 /*
- * fuzz_idx.c - libFuzzer target for the IDX loader (worker/data.c): whatever the bytes, the
+ * fuzz_idx.c - libFuzzer target for the IDX loader (trainer/data.c): whatever the bytes, the
  * parser and the data-set builder never read outside the buffer, never allocate more than
  * the input implies, and either succeed with consistent sizes or fail with a message.
  *
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/data.h"
+#include "trainer/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -22,7 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "worker/rdzv.h"
+#include "ddp/rdzv.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

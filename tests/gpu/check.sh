@@ -128,7 +128,7 @@ if [ "${1:-}" = "--bundle" ]; then
     echo "note: no Fashion-MNIST here (dataset-fashion-mnist): the bundle carries none"
   fi
   # What the binaries were built from, to refuse a bundle that does not match the tree.
-  git ls-files -z -- worker common tests/unit/test_gpu_model.c CMakeLists.txt cmake |
+  git ls-files -z -- libddp trainer common tests/unit/test_gpu_model.c CMakeLists.txt cmake |
     xargs -0 sha256sum >"$b/SOURCES.sha256"
   git rev-parse HEAD >"$b/COMMIT" 2>/dev/null || true
   tar -C "$stage" -cf - ddp-gpu-bundle | xz -T0 -6 >"$out" || exit 2

@@ -16,7 +16,7 @@
 
 #include "common/fsutil.h"
 #include "common/log.h"
-#include "worker/ckpt.h"
+#include "ddp/ckpt.h"
 
 static void make_meta(struct ckpt_meta *m, uint32_t epoch)
 {

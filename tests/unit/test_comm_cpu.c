@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "common/timeutil.h"
-#include "worker/comm.h"
-#include "worker/rdzv.h"
+#include "ddp/comm.h"
+#include "ddp/rdzv.h"
 #include "tests/unit/testutil.h"
 
 /* ---- ranks as threads ---- */

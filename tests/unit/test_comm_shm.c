@@ -38,10 +38,10 @@
 #include <unistd.h>
 
 #include "common/timeutil.h"
-#include "worker/comm.h"
-#include "worker/comm_internal.h"
-#include "worker/comm_shm.h"
-#include "worker/rdzv.h"
+#include "ddp/comm.h"
+#include "libddp/comm/comm_internal.h"
+#include "libddp/comm/comm_shm.h"
+#include "ddp/rdzv.h"
 #include "tests/unit/testutil.h"
 
 #define MAXW 8

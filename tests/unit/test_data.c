@@ -16,7 +16,7 @@
 #include <zlib.h>
 
 #include "common/fsutil.h"
-#include "worker/data.h"
+#include "trainer/data.h"
 
 static size_t make_idx(uint8_t *buf, int ndims, const uint32_t *dims, uint8_t fill)
 {

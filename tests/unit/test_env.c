@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/env.h"
+#include "ddp/env.h"
 
 static const char *const vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",

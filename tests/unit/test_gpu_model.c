@@ -1,6 +1,6 @@
 /*
- * test_gpu_model.c - the GPU MLP (worker/gpu/model_gpu.c) against the CPU MLP
- * (worker/model.c) on the same parameters and data: forward loss, every gradient, the hooks'
+ * test_gpu_model.c - the GPU MLP (trainer/gpu/model_gpu.c) against the CPU MLP
+ * (trainer/model.c) on the same parameters and data: forward loss, every gradient, the hooks'
  * order, and SGD steps with momentum and weight decay, to relative 1e-4, for the main job's
  * shape and for odd ones; gpu_alloc's zeroing; and the NCCL backend at world size 1 on
  * device and host buffers.
@@ -20,10 +20,10 @@
 
 #include <cmocka.h>
 
-#include "worker/comm.h"
-#include "worker/gpu/gpu.h"
-#include "worker/gpu/model_gpu.h"
-#include "worker/model.h"
+#include "ddp/comm.h"
+#include "ddp/gpu.h"
+#include "trainer/gpu/model_gpu.h"
+#include "trainer/model.h"
 
 #define N 64
 
@@ -113,7 +113,7 @@ static void compare_with_cpu(const int *w, int nw, size_t n, int steps)
         assert_true(d < 1e-4);
     }
 
-    /* SGD (momentum 0.9, weight decay 1e-4) on fresh batches, worker/optim.c's order. */
+    /* SGD (momentum 0.9, weight decay 1e-4) on fresh batches, trainer/optim.c's order. */
     float *mom_cpu = calloc(np, sizeof(float));
     float *mom_gpu = NULL;
     assert_int_equal(gpu_alloc((void **)&mom_gpu, np * sizeof(float), &err), 0);

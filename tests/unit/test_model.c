@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model.h"
-#include "worker/optim.h"
-#include "worker/rng.h"
+#include "trainer/model.h"
+#include "trainer/optim.h"
+#include "ddp/rng.h"
 
 static void test_model_parse_spec(void **state)
 {

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/timeutil.h"
-#include "worker/rdzv.h"
+#include "ddp/rdzv.h"
 #include "tests/unit/testutil.h"
 
 static void test_rdzv_set_get_add_wait(void **state)

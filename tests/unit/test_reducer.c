@@ -19,10 +19,10 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "worker/comm.h"
-#include "worker/rdzv.h"
-#include "worker/reducer.h"
-#include "worker/trace.h"
+#include "ddp/comm.h"
+#include "ddp/rdzv.h"
+#include "ddp/reducer.h"
+#include "ddp/trace.h"
 #include "tests/unit/testutil.h"
 
 /* The main MLP 784-256-128-10: W0 b0 W1 b1 W2 b2. */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/sampler.h"
+#include "ddp/sampler.h"
 
 static void test_sampler_single_rank_is_a_permutation(void **state)
 {

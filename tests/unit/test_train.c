@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
-#include "worker/trace.h"
-#include "worker/train.h"
+#include "ddp/trace.h"
+#include "trainer/train.h"
 
 static void test_train_format_thousands(void **state)
 {

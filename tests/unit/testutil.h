@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "worker/comm.h"
+#include "ddp/comm.h"
 
 /* A TCP port that was free a moment ago on 127.0.0.1. */
 int testutil_free_port(void);

@@ -1,0 +1,315 @@
+/*
+ * ckpt.c - checkpoint encoding, validation and the folder of replicas.
+ *
+ * Invariants: ckpt_decode never reads outside [buf, buf+len) and accepts a buffer only when
+ * every size field agrees with len and the crc matches, so a crafted or truncated file is
+ * rejected before any of its numbers is trusted for an allocation. Saving goes through
+ * fs_write_atomic (temp file, fsync, rename, fsync of the folder): a crash leaves either the
+ * old set of files or the new one.
+ */
+#include "ddp/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ckpt.c writes floats as little-endian bytes: port the array copies first"
+#endif
+
+static const uint8_t ckpt_magic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', 0};
+#define CKPT_FIXED_HDR 88
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* crc32 over any length (zlib takes uInt pieces). */
+static uint32_t crc_of(const uint8_t *p, size_t len)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    while (len > 0) {
+        uInt k = len > (1u << 30) ? (1u << 30) : (uInt)len;
+        c = crc32(c, p, k);
+        p += k;
+        len -= k;
+    }
+    return (uint32_t)c;
+}
+
+/* Parameters implied by widths, or 0 on overflow past CKPT_MAX_BYTES. */
+static uint64_t params_of(const uint32_t *widths, int nlayers)
+{
+    uint64_t total = 0;
+    for (int l = 0; l < nlayers; l++) {
+        uint64_t in = widths[l], out = widths[l + 1];
+        if (in == 0 || out == 0 || in > (1u << 20) || out > (1u << 20))
+            return 0;
+        total += out * in + out;
+        if (total > CKPT_MAX_BYTES / 8)
+            return 0;
+    }
+    return total;
+}
+
+int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *momentum,
+                uint8_t **out, size_t *len, struct ddp_err *err)
+{
+    if (meta->nlayers < 1 || meta->nlayers > CKPT_MAX_LAYERS)
+        return err_set(err, DDP_EINVAL, "checkpoint: %d layers", meta->nlayers);
+    if (params_of(meta->widths, meta->nlayers) != meta->nparams)
+        return err_set(err, DDP_EINVAL, "checkpoint: %llu parameters do not fit the widths",
+                       (unsigned long long)meta->nparams);
+    size_t hdr = CKPT_FIXED_HDR + 4 * ((size_t)meta->nlayers + 1);
+    size_t arr = (size_t)meta->nparams * 4;
+    size_t total = hdr + 2 * arr + 4;
+    uint8_t *b = xcalloc(1, total);
+    memcpy(b, ckpt_magic, 8);
+    put32(b + 8, CKPT_VERSION);
+    put32(b + 12, (uint32_t)hdr);
+    put32(b + 16, meta->epoch);
+    put32(b + 20, (uint32_t)meta->nlayers);
+    put64(b + 24, meta->step);
+    put64(b + 32, meta->seed);
+    for (int i = 0; i < 4; i++)
+        put64(b + 40 + 8 * i, meta->rng.s[i]);
+    put64(b + 72, meta->nparams);
+    put32(b + 80, meta->world_size);
+    put32(b + 84, 0);
+    for (int i = 0; i <= meta->nlayers; i++)
+        put32(b + CKPT_FIXED_HDR + 4 * i, meta->widths[i]);
+    memcpy(b + hdr, params, arr);
+    memcpy(b + hdr + arr, momentum, arr);
+    put32(b + total - 4, crc_of(b, total - 4));
+    *out = b;
+    *len = total;
+    return 0;
+}
+
+int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_view *out,
+                struct ddp_err *err)
+{
+    struct ckpt_view v;
+    memset(&v, 0, sizeof(v));
+    if (len < CKPT_FIXED_HDR + 4)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: truncated (%zu bytes)", what, len);
+    if (memcmp(buf, ckpt_magic, 8) != 0)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: bad magic", what);
+    uint32_t version = get32(buf + 8);
+    if (version != CKPT_VERSION)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d)", what, version,
+                       CKPT_VERSION);
+    uint32_t nlayers = get32(buf + 20);
+    if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
+    size_t hdr = CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1);
+    if (get32(buf + 12) != hdr)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
+                       get32(buf + 12), hdr);
+    if (len < hdr + 4)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
+    v.meta.nlayers = (int)nlayers;
+    for (uint32_t i = 0; i <= nlayers; i++)
+        v.meta.widths[i] = get32(buf + CKPT_FIXED_HDR + 4 * i);
+    v.meta.nparams = get64(buf + 72);
+    uint64_t want = params_of(v.meta.widths, (int)nlayers);
+    if (want == 0 || want != v.meta.nparams)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths",
+                       what);
+    size_t arr = (size_t)want * 4;
+    if (len != hdr + 2 * arr + 4)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what,
+                       len, hdr + 2 * arr + 4);
+    uint32_t crc = get32(buf + len - 4);
+    if (crc != crc_of(buf, len - 4))
+        return err_set(err, DDP_EINVAL, "checkpoint %s: checksum mismatch", what);
+    v.meta.epoch = get32(buf + 16);
+    v.meta.step = get64(buf + 24);
+    v.meta.seed = get64(buf + 32);
+    for (int i = 0; i < 4; i++)
+        v.meta.rng.s[i] = get64(buf + 40 + 8 * i);
+    v.meta.world_size = get32(buf + 80);
+    v.params_bytes = buf + hdr;
+    v.momentum_bytes = buf + hdr + arr;
+    *out = v;
+    return 0;
+}
+
+void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum)
+{
+    size_t arr = (size_t)v->meta.nparams * 4;
+    memcpy(params, v->params_bytes, arr);
+    memcpy(momentum, v->momentum_bytes, arr);
+}
+
+int ckpt_matches(const struct ckpt_meta *meta, const int *widths, int nwidths)
+{
+    if (meta->nlayers + 1 != nwidths)
+        return 0;
+    for (int i = 0; i < nwidths; i++)
+        if (meta->widths[i] != (uint32_t)widths[i])
+            return 0;
+    return 1;
+}
+
+char *ckpt_path(const char *dir, uint32_t epoch)
+{
+    return xasprintf("%s/ckpt-%06u.bin", dir, epoch);
+}
+
+/* Parses "ckpt-NNNNNN.bin"; returns 0 and the epoch, or -1. */
+static int parse_name(const char *name, uint32_t *epoch)
+{
+    if (strncmp(name, "ckpt-", 5) != 0)
+        return -1;
+    const char *p = name + 5;
+    uint64_t v = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 10) {
+        v = v * 10 + (uint64_t)(*p - '0');
+        p++;
+        digits++;
+    }
+    if (digits < 6 || strcmp(p, ".bin") != 0 || v > UINT32_MAX)
+        return -1;
+    *epoch = (uint32_t)v;
+    return 0;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+/* Epochs of the checkpoint files in dir, newest first (caller frees); *n = count. */
+static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) {
+            *out = NULL;
+            *n = 0;
+            return 0;
+        }
+        return err_set(err, DDP_EIO, "checkpoint dir %s: %s", dir, strerror(errno));
+    }
+    size_t cap = 8, cnt = 0;
+    uint32_t *e = xmalloc(cap * sizeof(uint32_t));
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint32_t ep;
+        if (parse_name(de->d_name, &ep) != 0)
+            continue;
+        if (cnt == cap) {
+            cap *= 2;
+            e = xrealloc(e, cap * sizeof(uint32_t));
+        }
+        e[cnt++] = ep;
+    }
+    closedir(d);
+    qsort(e, cnt, sizeof(uint32_t), cmp_desc);
+    *out = e;
+    *n = cnt;
+    return 0;
+}
+
+int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len,
+              struct ddp_err *err)
+{
+    int rc = fs_mkdir_p(dir, 0755, err);
+    if (rc)
+        return rc;
+    char *path = ckpt_path(dir, epoch);
+    uint32_t *epochs = NULL;
+    size_t n = 0;
+    rc = fs_write_atomic(path, buf, len, 0644, err);
+    if (rc)
+        goto out;
+    rc = list_epochs(dir, &epochs, &n, err);
+    if (rc)
+        goto out;
+    /* Keep the newest CKPT_KEEP (epochs[] is newest first). */
+    for (size_t i = CKPT_KEEP; i < n; i++) {
+        char *old = ckpt_path(dir, epochs[i]);
+        if (unlink(old) != 0 && errno != ENOENT)
+            log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
+        free(old);
+    }
+out:
+    free(epochs);
+    free(path);
+    return rc;
+}
+
+int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf,
+                     size_t *len, uint32_t *epoch, struct ddp_err *err)
+{
+    uint32_t *epochs = NULL;
+    size_t n = 0;
+    int rc = list_epochs(dir, &epochs, &n, err);
+    if (rc)
+        return rc;
+    rc = err_set(err, DDP_ENOTFOUND, "no valid checkpoint in %s", dir);
+    for (size_t i = 0; i < n; i++) {
+        char *path = ckpt_path(dir, epochs[i]);
+        char *data = NULL;
+        size_t dlen = 0;
+        struct ddp_err e;
+        struct ckpt_view v;
+        if (fs_read_all(path, CKPT_MAX_BYTES, &data, &dlen, &e) != 0) {
+            log_warn("skipping checkpoint %s: %s", path, e.msg);
+        } else if (ckpt_decode((const uint8_t *)data, dlen, path, &v, &e) != 0) {
+            log_warn("skipping checkpoint %s: %s", path, e.msg);
+        } else if (!ckpt_matches(&v.meta, widths, nwidths)) {
+            log_warn("skipping checkpoint %s: it is for another model", path);
+        } else if (v.meta.epoch != epochs[i]) {
+            log_warn("skipping checkpoint %s: it holds epoch %u", path, v.meta.epoch);
+        } else {
+            *buf = (uint8_t *)data;
+            *len = dlen;
+            *epoch = epochs[i];
+            data = NULL;
+            free(path);
+            err_clear(err);
+            rc = 0;
+            break;
+        }
+        free(data);
+        free(path);
+    }
+    free(epochs);
+    return rc;
+}

@@ -1,0 +1,1639 @@
+/*
+ * comm_cpu.c - the CPU backend: a TCP ring on a dedicated comm thread.
+ *
+ * Set-up (init): each rank listens on an ephemeral port on all addresses and publishes
+ * "host:port nonce" under "comm/<id>/<rank>" in the rendezvous store (host = opts.local_addr,
+ * else the local address of its store connection). It connects to its right neighbour
+ * (rank+1) and says hello (magic, rank, comm id, the right's nonce), accepts from its left
+ * neighbour (rank-1) and checks the hello (a connection with the wrong rank, id or nonce is
+ * dropped and accepting goes on until the deadline), then answers with one ack byte. Data
+ * flows one way on each socket: out to the right on send_fd, in from the left on recv_fd.
+ *
+ * Collectives run in issue order (FIFO) on the comm thread. Each starts with a 24-byte header
+ * (magic, kind, dtype or root, sequence number, byte count) that the receiver compares with
+ * its own, so ranks that issue different collectives fail loudly instead of mixing data.
+ *
+ * All-reduce = reduce-scatter then all-gather over W segments of nearly equal size
+ * (count/W elements, the first count%W one more): 2(W-1) steps; in step t a rank sends one
+ * segment and receives another. Received reduce-scatter data lands in a chunk-sized staging
+ * buffer and is summed into the user's buffer chunk by chunk; all-gather data is received in
+ * place. Pipelining: the segment sent in step t is the one received in step t-1, and each
+ * byte of it goes out as soon as its chunk has been received and summed, so sending,
+ * receiving and summing overlap across the whole ring (non-blocking sockets + poll).
+ * Broadcast is a pipelined ring from the root (each rank forwards bytes as they arrive).
+ * Barrier is an all-reduce of W ones: nobody finishes before everybody has contributed.
+ *
+ * Failure: an inactivity deadline (opts.timeout_ms without any byte moving) gives
+ * DDP_ETIMEOUT naming the neighbour waited on; EOF, reset or a hang-up on the send socket
+ * give DDP_EPEER naming the neighbour. The first error is sticky: the thread sends a one-byte
+ * notice (the rank at fault, 0x80 = silent rather than lost, 0x7f = unknown) to both
+ * neighbours - to the right as TCP urgent data on send_fd, to the left in-band on recv_fd's
+ * unused reverse direction - then shuts both sockets down, so the neighbours fail at once,
+ * name the rank really at fault, and pass the notice on round the ring. It then fails every
+ * queued work with the error, and every later call returns it.
+ *
+ * Scheduling: the comm thread asks the kernel for a short time slice (sched_setattr with a
+ * 100 us sched_runtime, SCHED_OTHER; honoured by Linux's EEVDF scheduler since 6.12, ignored
+ * before). On a core also busy with the backward, a thread with a shorter slice preempts the
+ * running one when it wakes, so the all-reduce moves as soon as a peer's data arrives instead
+ * of waiting out the training thread's slice (NCCL puts its kernels on high-priority streams
+ * for the same reason). DDP_COMM_SLICE_US sets it (0: leave the default).
+ *
+ * Blocking collectives (comm_allreduce, broadcast, barrier) issued while the queue is empty
+ * and the thread idle run on the caller's thread instead, which saves two thread wake-ups
+ * per call; otherwise they queue behind the async works like any other.
+ *
+ * Invariants:
+ *  1. After init, only the thread running a work touches the sockets, the staging buffer and
+ *     `seq`, `notice`: the comm thread, or a caller of a blocking collective that found the
+ *     queue empty and the thread idle and set `busy` (collectives come from one thread, so
+ *     nothing is queued meanwhile).
+ *  2. cpu->mu guards the queue, the work states, `stop`, `failed` and `fail`.
+ *  3. Every work is on the `all` list from issue until comm_wait() (or destroy) frees it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "libddp/comm/comm_internal.h"
+#include "libddp/comm/comm_shm.h"
+#include "libddp/net.h"
+#include "libddp/comm/vecadd.h"
+
+#define HELLO_MAGIC 0x44445048u /* "DDPH" */
+#define COLL_MAGIC 0x44445043u  /* "DDPC" */
+#define ABORT_MAGIC 0x44445041u /* "DDPA": a recursive-doubling header carrying a notice */
+#define NONCE_HEX 32
+#define PEER_NAME_MAX (NET_ADDR_MAX + 16)
+/* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
+#define COMM_TCP_SMALL_BYTES (64 * 1024)
+
+enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
+
+struct comm_work {
+    enum work_kind kind;
+    void *buf;
+    size_t count; /* all-reduce elements */
+    enum comm_dtype dt;
+    size_t bytes; /* broadcast bytes */
+    int root;
+    int done;
+    int status;
+    struct ddp_err err;
+    struct comm_work *next;               /* the queue */
+    struct comm_work *all_prev, *all_next; /* every live work */
+};
+
+/* How collectives travel (chosen in init from the rank layout, the same on every rank). */
+enum comm_mode {
+    MODE_TCP = 0,  /* the ring over all ranks (force_tcp, or every rank on its own host) */
+    MODE_SHM = 1,  /* every rank on one host: shared memory only */
+    MODE_HIER = 2, /* shm reduce to the host leader, ring of leaders, shm broadcast */
+};
+
+struct cpu {
+    enum comm_mode mode;
+    /* The TCP ring: over all ranks (MODE_TCP) or over one leader per host (MODE_HIER, where
+     * ring index = host index). left/right and notices are ring indices. */
+    int has_ring;
+    int rrank, rworld;
+    int *ring_global; /* ring index -> global rank */
+    /* Shared memory (MODE_SHM, MODE_HIER). */
+    struct shm_group *shm;
+    int *host_of;  /* global rank -> host index */
+    int *local_of; /* global rank -> index among its host's ranks */
+    int send_fd, recv_fd;
+    int left, right;
+    /* Recursive doubling for small all-reduces: one socket per partner (ring indices), -1
+     * where none; rd_pow = the largest power of two <= rworld. */
+    int *rd_fd;
+    int rd_pow;
+    size_t tcp_small; /* all-reduces of at most this many bytes take recursive doubling */
+    void *rd_tmp;     /* tcp_small bytes */
+    char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
+    size_t chunk;
+    void *stage;
+    uint64_t seq; /* collectives run so far (comm thread only) */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    struct comm_work *head, *tail;
+    struct comm_work *all;
+    uint8_t notice; /* after a failure: the notice for the neighbours (comm thread only) */
+    int wait_peer;  /* the neighbour the running collective last waited on, or -1 */
+    int busy;       /* the thread is running a work */
+    int stop;
+    int failed;
+    struct ddp_err fail;
+};
+
+/* The wire header in front of every collective, in host byte order (every rank of a job
+ * runs the same build on the same architecture). */
+struct coll_hdr {
+    uint32_t magic;
+    uint16_t kind;
+    uint16_t aux; /* dtype for all-reduce and barrier, root for broadcast */
+    uint64_t seq;
+    uint64_t bytes;
+};
+
+/* The header in front of every recursive-doubling message (magic ABORT_MAGIC: kind is a
+ * failure notice instead). */
+struct rd_hdr {
+    uint32_t magic;
+    uint32_t kind;
+    uint64_t seq;
+    uint64_t bytes;
+};
+
+struct hello_msg {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t id;
+    char nonce[NONCE_HEX + 1];
+    char pad[7];
+};
+
+/* ---- the ring engine ---- */
+
+/* One collective as the engine sees it. */
+struct plan {
+    char *buf;
+    size_t esize;
+    enum comm_dtype dt;
+    int nsteps;
+    int has_send, has_recv;
+    /* all-reduce */
+    int rank, world;
+    size_t count;
+    /* broadcast */
+    int is_bcast;
+    size_t bytes;
+    const char *what;
+};
+
+static void seg_range(const struct plan *p, int i, size_t *off, size_t *len)
+{
+    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
+    size_t ui = (size_t)i;
+    *off = (ui * base + (ui < rem ? ui : rem)) * p->esize;
+    *len = (base + (ui < rem ? 1 : 0)) * p->esize;
+}
+
+static int mod(int a, int w)
+{
+    int m = a % w;
+    return m < 0 ? m + w : m;
+}
+
+static void step_send(const struct plan *p, int t, size_t *off, size_t *len)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_send ? p->bytes : 0;
+        return;
+    }
+    int seg = t < p->world - 1 ? mod(p->rank - t, p->world)
+                               : mod(p->rank + 1 - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+}
+
+static void step_recv(const struct plan *p, int t, size_t *off, size_t *len, int *reduce)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_recv ? p->bytes : 0;
+        *reduce = 0;
+        return;
+    }
+    int rs = t < p->world - 1;
+    int seg = rs ? mod(p->rank - t - 1, p->world) : mod(p->rank - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+    *reduce = rs;
+}
+
+/* The receive step whose data send step t forwards (-1: none). */
+static int step_dep(const struct plan *p, int t)
+{
+    if (p->is_bcast)
+        return p->has_recv ? 0 : -1;
+    return t - 1;
+}
+
+/* A notice names the rank at fault by its global rank (not its ring index: in a
+ * hierarchical ring the fault may be a non-leader behind a leader). */
+#define NOTICE_UNKNOWN 0x7f
+#define NOTICE_SILENT 0x80
+
+static uint8_t notice_of(int rank, int silent)
+{
+    uint8_t b = rank >= 0 && rank < NOTICE_UNKNOWN ? (uint8_t)rank : NOTICE_UNKNOWN;
+    return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
+}
+
+/* The global rank of ring index i (the unknown marker passes through). */
+static int rg(const struct cpu *cpu, int i)
+{
+    return i >= 0 && i < cpu->rworld && cpu->ring_global ? cpu->ring_global[i] : i;
+}
+
+static int fail_peer(struct comm *c, int peer, const char *name, const char *what, int e,
+                     struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    cpu->notice = notice_of(rg(cpu, peer), 0);
+    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", rg(cpu, peer), name,
+                   what, net_errno_text(e));
+}
+
+/* The error for a notice b that neighbour `via` sent; the notice is passed on unchanged. */
+static int notice_error(struct comm *c, uint8_t b, int via, const char *via_name,
+                        const char *what, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    cpu->notice = b;
+    int rank = b & NOTICE_UNKNOWN;
+    if (rank == NOTICE_UNKNOWN)
+        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
+                       rg(cpu, via), via_name, what);
+    if (rank == c->rank && cpu->wait_peer >= 0) {
+        /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
+         * stalled ring that one is the better suspect; pass it on. */
+        int peer = cpu->wait_peer;
+        cpu->notice = notice_of(rg(cpu, peer), 1);
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
+                       "out on this rank while this rank waited for it)",
+                       rg(cpu, peer), peer == cpu->left ? cpu->left_name : cpu->right_name,
+                       c->opts.timeout_ms, what, rg(cpu, via));
+    }
+    if (rank == c->rank)
+        return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
+                       "rank %d (%s) gave up on this rank during %s (it was %s)", rg(cpu, via),
+                       via_name, what, b & NOTICE_SILENT ? "silent" : "unreachable");
+    if (b & NOTICE_SILENT)
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
+                       rank, c->opts.timeout_ms, what, rg(cpu, via));
+    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)",
+                   rank, what, rg(cpu, via));
+}
+
+/*
+ * The left neighbour's stream ended or broke (e = errno, 0 for EOF). Its urgent notice is
+ * usually gone by now (reading past the urgent mark drops it; the poll loop catches it while
+ * blocked), but a notice from the right may already be waiting: either names the rank really
+ * at fault better than "the left closed".
+ */
+static int recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+        return notice_error(c, b, cpu->left, cpu->left_name, what, err);
+    if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
+        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
+    /* No notice. A reset on the send socket means the right neighbour died (a live rank that
+     * gives up sends a notice and a FIN), and the left one only passed that on. */
+    struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
+    if (poll(&sp, 1, 0) > 0 && (sp.revents & (POLLERR | POLLHUP))) {
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr == 0)
+            soerr = ECONNRESET;
+        return fail_peer(c, cpu->right, cpu->right_name, what, soerr, err);
+    }
+    return fail_peer(c, cpu->left, cpu->left_name, what, e, err);
+}
+
+/* Sending to the right neighbour failed or its reverse direction woke up: a notice, or gone. */
+static int send_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    ssize_t n = recv(cpu->send_fd, &b, 1, MSG_DONTWAIT);
+    if (n == 1)
+        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && e == 0)
+        e = errno;
+    return fail_peer(c, cpu->right, cpu->right_name, what, e, err);
+}
+
+/* Runs one collective over the ring; returns 0 or the error. */
+static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr *mine,
+                    struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct coll_hdr);
+    struct coll_hdr theirs;
+    size_t shdr = 0, rhdr = 0;
+    int ss = 0, rs = 0;
+    size_t sdone = 0, rready = 0, sfill = 0;
+    int64_t last = time_mono_ms();
+    int watch_left = 1; /* poll recv_fd for an urgent notice even when not reading */
+    cpu->wait_peer = -1;
+    for (;;) {
+        int progress = 0, want_out = 0, want_in = 0;
+        /* Send side: the header, then every step's segment as far as its data is ready. */
+        while (p->has_send) {
+            const char *src;
+            size_t avail;
+            if (shdr < hsz) {
+                src = (const char *)mine + shdr;
+                avail = hsz - shdr;
+            } else {
+                if (ss >= p->nsteps)
+                    break;
+                size_t off, len;
+                step_send(p, ss, &off, &len);
+                if (sdone >= len) {
+                    ss++;
+                    sdone = 0;
+                    continue;
+                }
+                size_t allowed = len;
+                int d = step_dep(p, ss);
+                if (d >= 0 && (rhdr < hsz || rs < d))
+                    allowed = 0;
+                else if (d >= 0 && rs == d)
+                    allowed = rready;
+                if (allowed <= sdone)
+                    break; /* waits for the left neighbour's data */
+                src = p->buf + off + sdone;
+                avail = allowed - sdone;
+            }
+            ssize_t n = send(cpu->send_fd, src, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                if (shdr < hsz)
+                    shdr += (size_t)n;
+                else
+                    sdone += (size_t)n;
+                progress = 1;
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_out = 1;
+                break;
+            }
+            return send_failed(c, p->what, n < 0 ? errno : 0, err);
+        }
+        /* Receive side: the header, then every step's segment (summed chunk by chunk). */
+        while (p->has_recv) {
+            char *dst;
+            size_t room;
+            size_t off = 0, len = 0, cend = 0;
+            int reduce = 0;
+            if (rhdr < hsz) {
+                dst = (char *)&theirs + rhdr;
+                room = hsz - rhdr;
+            } else {
+                if (rs >= p->nsteps)
+                    break;
+                step_recv(p, rs, &off, &len, &reduce);
+                if (rready >= len) {
+                    rs++;
+                    rready = 0;
+                    sfill = 0;
+                    continue;
+                }
+                if (reduce) {
+                    cend = len - rready < cpu->chunk ? len - rready : cpu->chunk;
+                    dst = (char *)cpu->stage + sfill;
+                    room = cend - sfill;
+                } else {
+                    dst = p->buf + off + rready;
+                    room = len - rready;
+                }
+            }
+            ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
+            if (n > 0 && (size_t)n < room) {
+                /* A short read: the buffer ran dry, or the read stopped at an urgent mark
+                 * (the left neighbour's failure notice), which the next read would skip. */
+                struct pollfd up = {.fd = cpu->recv_fd, .events = POLLPRI};
+                uint8_t b = 0;
+                if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) &&
+                    recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+                    return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
+            }
+            if (n > 0) {
+                progress = 1;
+                if (rhdr < hsz) {
+                    rhdr += (size_t)n;
+                    int bad = rhdr == hsz &&
+                              (theirs.magic != mine->magic || theirs.kind != mine->kind ||
+                               theirs.aux != mine->aux || theirs.seq != mine->seq ||
+                               theirs.bytes != mine->bytes);
+                    if (bad) {
+                        cpu->notice = NOTICE_UNKNOWN;
+                        return err_set(err, DDP_EINTERNAL,
+                                       "collective mismatch with rank %d (%s): it issued kind %u "
+                                       "aux %u seq %" PRIu64 " of %" PRIu64
+                                       " bytes, this rank kind %u aux %u seq %" PRIu64
+                                       " of %" PRIu64 " bytes",
+                                       rg(cpu, cpu->left), cpu->left_name, theirs.kind, theirs.aux,
+                                       theirs.seq, theirs.bytes, mine->kind, mine->aux,
+                                       mine->seq, mine->bytes);
+                    }
+                } else if (reduce) {
+                    sfill += (size_t)n;
+                    if (sfill == cend) {
+                        if (p->dt == COMM_F32)
+                            vecadd_f32((float *)(p->buf + off + rready), cpu->stage,
+                                       cend / sizeof(float));
+                        else
+                            vecadd_f64((double *)(p->buf + off + rready), cpu->stage,
+                                       cend / sizeof(double));
+                        rready += cend;
+                        sfill = 0;
+                    }
+                } else {
+                    rready += (size_t)n;
+                }
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_in = 1;
+                break;
+            }
+            return recv_failed(c, p->what, n < 0 ? errno : 0, err);
+        }
+        int send_done = !p->has_send || (shdr == hsz && ss >= p->nsteps);
+        int recv_done = !p->has_recv || (rhdr == hsz && rs >= p->nsteps);
+        if (send_done && recv_done)
+            return 0;
+        int64_t now = time_mono_ms();
+        if (progress) {
+            if (now != last)
+                shm_heartbeat(cpu->shm); /* this host's members wait on the leader */
+            last = now;
+            continue;
+        }
+        cpu->wait_peer = !recv_done ? cpu->left : cpu->right;
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        if (left_ms <= 0) {
+            int peer = !recv_done ? cpu->left : cpu->right;
+            const char *name = !recv_done ? cpu->left_name : cpu->right_name;
+            cpu->notice = notice_of(rg(cpu, peer), 1);
+            return err_set(err, DDP_ETIMEOUT,
+                           "peer rank %d (%s) silent for %" PRId64 " ms during %s",
+                           rg(cpu, peer), name, c->opts.timeout_ms, p->what);
+        }
+        /* While this rank still has bytes for the right neighbour, any readable event on the
+         * send socket (it never carries data towards us) means that neighbour went away. */
+        struct pollfd pfd[2];
+        pfd[0].fd = send_done ? -1 : cpu->send_fd;
+        pfd[0].events = (short)(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
+        pfd[0].revents = 0;
+        pfd[1].fd = want_in || watch_left ? cpu->recv_fd : -1;
+        pfd[1].events = (short)(POLLPRI | (want_in ? POLLIN : 0));
+        pfd[1].revents = 0;
+        int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
+        if (pn < 0 && errno != EINTR) {
+            cpu->notice = NOTICE_UNKNOWN;
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
+        if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+                soerr = errno;
+            return send_failed(c, p->what, soerr, err);
+        }
+        if (pn > 0 && (pfd[1].revents & POLLPRI)) {
+            uint8_t b = 0;
+            if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+                return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
+        }
+        /* A left neighbour that finished and left is no news while we only send. */
+        if (pn > 0 && !want_in && (pfd[1].revents & (POLLHUP | POLLERR)))
+            watch_left = 0;
+    }
+}
+
+/* ---- recursive doubling (small all-reduces over TCP) ---- */
+
+
+/* Sends sbuf to ring index `to` and receives rlen bytes from `from` (either may be -1) at
+ * once, each preceded by a header that must match ours. Inactivity bounded by the timeout. */
+static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbuf, size_t len,
+                   const struct rd_hdr *mine, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct rd_hdr);
+    struct rd_hdr theirs;
+    size_t sdone = to >= 0 ? 0 : hsz + len, rdone = from >= 0 ? 0 : hsz + len;
+    int sfd = to >= 0 ? cpu->rd_fd[to] : -1, rfd = from >= 0 ? cpu->rd_fd[from] : -1;
+    int64_t last = time_mono_ms();
+    while (sdone < hsz + len || rdone < hsz + len) {
+        int progress = 0;
+        if (sdone < hsz + len) {
+            const char *src = sdone < hsz ? (const char *)mine + sdone
+                                          : (const char *)sbuf + (sdone - hsz);
+            size_t n = sdone < hsz ? hsz - sdone : hsz + len - sdone;
+            ssize_t k = send(sfd, src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                sdone += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_peer(c, to, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        if (rdone < hsz + len) {
+            char *dst = rdone < hsz ? (char *)&theirs + rdone : (char *)rbuf + (rdone - hsz);
+            size_t n = rdone < hsz ? hsz - rdone : hsz + len - rdone;
+            ssize_t k = recv(rfd, dst, n, MSG_DONTWAIT);
+            if (k > 0) {
+                rdone += (size_t)k;
+                progress = 1;
+                if (rdone == hsz && theirs.magic == ABORT_MAGIC)
+                    return notice_error(c, (uint8_t)theirs.kind, from, "recursive doubling",
+                                        "all-reduce", err);
+                if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
+                    cpu->notice = NOTICE_UNKNOWN;
+                    return err_set(err, DDP_EINTERNAL,
+                                   "collective mismatch with rank %d: it issued kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes, this rank kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes",
+                                   rg(cpu, from), theirs.kind, theirs.seq, theirs.bytes,
+                                   mine->kind, mine->seq, mine->bytes);
+                }
+            } else if (k == 0) {
+                return fail_peer(c, from, "recursive doubling", "all-reduce", 0, err);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_peer(c, from, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        int64_t now = time_mono_ms();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        int waited = rdone < hsz + len ? from : to;
+        cpu->wait_peer = waited;
+        if (left_ms <= 0) {
+            cpu->notice = notice_of(rg(cpu, waited), 1);
+            return err_set(err, DDP_ETIMEOUT, "peer rank %d silent for %" PRId64
+                           " ms during all-reduce (recursive doubling)",
+                           rg(cpu, waited), c->opts.timeout_ms);
+        }
+        struct pollfd pfd[2] = {
+            {.fd = sdone < hsz + len ? sfd : -1, .events = POLLOUT},
+            {.fd = rdone < hsz + len ? rfd : -1, .events = POLLIN},
+        };
+        if (poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms) < 0 &&
+            errno != EINTR) {
+            cpu->notice = NOTICE_UNKNOWN;
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
+    }
+    return 0;
+}
+
+/*
+ * Recursive doubling over P = rd_pow ranks: ranks P.. first fold into rank - P and get the
+ * result back at the end; in step k rank r swaps its whole buffer with r ^ 2^k and adds
+ * (IEEE addition commutes, so both partners, and in the end all ranks, hold identical bits).
+ * log2(P) (+2) latencies instead of the ring's 2(W-1).
+ */
+static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                        uint64_t seq, int kind, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    size_t es = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    size_t len = count * es;
+    int r = cpu->rrank, P = cpu->rd_pow, W = cpu->rworld, ret = 0;
+    struct rd_hdr h = {.magic = COLL_MAGIC, .kind = (uint32_t)kind, .seq = seq, .bytes = len};
+    cpu->wait_peer = -1;
+    if (r >= P) {
+        if ((ret = rd_xchg(c, r - P, buf, -1, NULL, len, &h, err)) < 0)
+            return ret;
+        return rd_xchg(c, -1, NULL, r - P, buf, len, &h, err);
+    }
+    if (r + P < W) {
+        if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        if (dt == COMM_F32)
+            vecadd_f32(buf, cpu->rd_tmp, count);
+        else
+            vecadd_f64(buf, cpu->rd_tmp, count);
+    }
+    for (int bit = 1; bit < P; bit <<= 1) {
+        int q = r ^ bit;
+        if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        if (dt == COMM_F32)
+            vecadd_f32(buf, cpu->rd_tmp, count);
+        else
+            vecadd_f64(buf, cpu->rd_tmp, count);
+    }
+    if (r + P < W)
+        return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);
+    return 0;
+}
+
+/* The ring part of an all-reduce (over all ranks or the leaders). */
+static int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                          uint64_t seq, int kind, const char *what, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    if (cpu->rd_fd && count * (dt == COMM_F32 ? sizeof(float) : sizeof(double)) <= cpu->tcp_small)
+        return rd_allreduce(c, buf, count, dt, seq, kind, err);
+    memset(&p, 0, sizeof(p));
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.count = count;
+    p.dt = dt;
+    p.what = what;
+    p.esize = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    p.nsteps = 2 * (cpu->rworld - 1);
+    p.has_send = p.has_recv = 1;
+    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)kind, .aux = (uint16_t)dt,
+                         .seq = seq, .bytes = count * p.esize};
+    return ring_run(c, &p, &h, err);
+}
+
+/* The ring part of a broadcast from ring index root. */
+static int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
+                          struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    memset(&p, 0, sizeof(p));
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.esize = 1;
+    p.is_bcast = 1;
+    p.bytes = bytes;
+    p.nsteps = 1;
+    p.has_recv = cpu->rrank != root;
+    p.has_send = cpu->right != root;
+    p.what = "broadcast";
+    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = WORK_BROADCAST, .aux = (uint16_t)root,
+                         .seq = seq, .bytes = bytes};
+    return ring_run(c, &p, &h, err);
+}
+
+/* A sum all-reduce over the comm's transport (see enum comm_mode). */
+static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                        uint64_t seq, int kind, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const char *what = kind == WORK_BARRIER ? "barrier" : "all-reduce";
+    int ret = 0;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_allreduce(c, buf, count, dt, seq, kind, what, err);
+    case MODE_SHM:
+        return shm_allreduce(cpu->shm, buf, count, dt, 0, seq, kind, err);
+    case MODE_HIER:
+        if ((ret = shm_allreduce(cpu->shm, buf, count, dt, 1, seq, kind, err)) < 0)
+            return ret;
+        if (cpu->has_ring &&
+            (ret = ring_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
+            return ret;
+        return shm_broadcast(cpu->shm, buf, count * (dt == COMM_F32 ? 4 : 8), 0, seq, kind,
+                             err);
+    }
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
+static int do_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
+                        struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_broadcast(c, buf, bytes, root, seq, err);
+    case MODE_SHM:
+        return shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root], seq, WORK_BROADCAST,
+                             err);
+    case MODE_HIER: {
+        int rhost = cpu->host_of[root], mine = cpu->host_of[c->rank];
+        /* Root to its host's leader, leaders' ring from that host, then each other host. */
+        if (mine == rhost && (ret = shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root],
+                                                  seq, WORK_BROADCAST, err)) < 0)
+            return ret;
+        if (cpu->has_ring && (ret = ring_broadcast(c, buf, bytes, rhost, seq, err)) < 0)
+            return ret;
+        if (mine != rhost)
+            return shm_broadcast(cpu->shm, buf, bytes, 0, seq, WORK_BROADCAST, err);
+        return 0;
+    }
+    }
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
+static int run_work(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint64_t seq = cpu->seq++;
+    if (w->kind == WORK_BROADCAST)
+        return do_broadcast(c, w->buf, w->bytes, w->root, seq, err);
+    if (w->kind == WORK_ALLREDUCE)
+        return do_allreduce(c, w->buf, w->count, w->dt, seq, WORK_ALLREDUCE, err);
+    /* Barrier: an all-reduce of W ones; nobody finishes before everybody contributed. */
+    float *ones = xmalloc((size_t)c->world_size * sizeof(float));
+    for (int i = 0; i < c->world_size; i++)
+        ones[i] = 1.0f;
+    int ret = do_allreduce(c, ones, (size_t)c->world_size, COMM_F32, seq, WORK_BARRIER, err);
+    if (ret == 0) {
+        for (int i = 0; i < c->world_size; i++) {
+            if (ones[i] != (float)c->world_size) {
+                ret = err_set(err, DDP_EINTERNAL, "barrier: sum %g != world size %d",
+                              (double)ones[i], c->world_size);
+                break;
+            }
+        }
+    }
+    free(ones);
+    return ret;
+}
+
+/* ---- the comm thread and its queue ---- */
+
+static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
+                               const struct ddp_err *e)
+{
+    w->done = 1;
+    w->status = status;
+    if (status < 0 && e)
+        w->err = *e;
+    (void)cpu;
+}
+
+/* After a failed collective: tell the neighbours at once (best effort: a full buffer loses
+ * the notice, and then they see the end of the stream) and close the ring, so they fail in
+ * turn. */
+static void abort_ring(struct comm *c, const struct ddp_err *e)
+{
+    struct cpu *cpu = c->impl;
+    /* A failure the shared memory saw names its rank at fault in the ring's notice; one the
+     * ring saw names the ring's in the segment. */
+    int silent = 0;
+    int fault = shm_fault(cpu->shm, &silent);
+    if (fault >= 0)
+        cpu->notice = notice_of(fault, silent);
+    else if ((cpu->notice & NOTICE_UNKNOWN) != NOTICE_UNKNOWN)
+        fault = cpu->notice & NOTICE_UNKNOWN;
+    shm_abort(cpu->shm, e, fault);
+    if (!cpu->has_ring) {
+        log_debug("comm: rank %d: %s", c->rank, e->msg);
+        return;
+    }
+    uint8_t b = cpu->notice;
+    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the right not sent", c->rank);
+    if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the left not sent", c->rank);
+    shutdown(cpu->send_fd, SHUT_RDWR);
+    shutdown(cpu->recv_fd, SHUT_RDWR);
+    /* Recursive-doubling partners get the notice as a header (read where they expect one). */
+    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = b};
+    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++) {
+        if (cpu->rd_fd[i] < 0)
+            continue;
+        if (send(cpu->rd_fd[i], &nh, sizeof(nh), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+            (ssize_t)sizeof(nh))
+            log_debug("comm: rank %d: notice to partner %d not sent", c->rank, rg(cpu, i));
+        shutdown(cpu->rd_fd[i], SHUT_RDWR);
+    }
+    log_debug("comm: rank %d: %s", c->rank, e->msg);
+}
+
+/* The comm thread's time slice: see "Scheduling" above. Failure only costs latency. */
+static void comm_thread_short_slice(void)
+{
+#ifdef SYS_sched_setattr
+    int64_t us = COMM_SLICE_US;
+    const char *e = getenv("DDP_COMM_SLICE_US");
+    if (e && *e) {
+        char *end = NULL;
+        long long v = strtoll(e, &end, 10);
+        if (*end || v < 0 || v > 100000) {
+            log_warn("comm: DDP_COMM_SLICE_US=%s is not 0..100000: using %" PRId64, e, us);
+        } else {
+            us = v;
+        }
+    }
+    if (us == 0)
+        return;
+    struct { /* the kernel's struct sched_attr (glibc has no wrapper) */
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } a;
+    memset(&a, 0, sizeof(a));
+    a.size = sizeof(a);
+    a.runtime = (uint64_t)us * 1000;
+    if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
+        log_debug("comm: short time slice not set: %s", strerror(errno));
+#endif
+}
+
+static void *comm_thread(void *arg)
+{
+    struct comm *c = arg;
+    struct cpu *cpu = c->impl;
+    comm_thread_short_slice();
+    pthread_mutex_lock(&cpu->mu);
+    for (;;) {
+        while (!cpu->stop && !cpu->head)
+            pthread_cond_wait(&cpu->cv_work, &cpu->mu);
+        if (cpu->stop)
+            break;
+        struct comm_work *w = cpu->head;
+        cpu->head = w->next;
+        if (!cpu->head)
+            cpu->tail = NULL;
+        cpu->busy = 1;
+        pthread_mutex_unlock(&cpu->mu);
+
+        struct ddp_err e;
+        err_clear(&e);
+        int ret = run_work(c, w, &e);
+        if (ret < 0)
+            abort_ring(c, &e);
+
+        pthread_mutex_lock(&cpu->mu);
+        cpu->busy = 0;
+        work_finish_locked(cpu, w, ret, &e);
+        if (ret < 0) {
+            cpu->failed = 1;
+            cpu->fail = e;
+            for (struct comm_work *q = cpu->head; q; q = q->next)
+                work_finish_locked(cpu, q, ret, &e);
+            cpu->head = cpu->tail = NULL;
+        }
+        pthread_cond_broadcast(&cpu->cv_done);
+    }
+    /* Stopping: what is still queued will never run. */
+    struct ddp_err e;
+    err_set(&e, DDP_ECANCELLED, "comm destroyed before the collective ran");
+    for (struct comm_work *q = cpu->head; q; q = q->next)
+        work_finish_locked(cpu, q, DDP_ECANCELLED, &e);
+    cpu->head = cpu->tail = NULL;
+    pthread_cond_broadcast(&cpu->cv_done);
+    pthread_mutex_unlock(&cpu->mu);
+    return NULL;
+}
+
+/* Queues w (or finishes it at once for world size 1); returns the sticky error if any. */
+static int enqueue(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0;
+    pthread_mutex_lock(&cpu->mu);
+    if (cpu->failed) {
+        ret = err_set(err, cpu->fail.code, "%s", cpu->fail.msg);
+        pthread_mutex_unlock(&cpu->mu);
+        free(w);
+        return ret;
+    }
+    w->all_next = cpu->all;
+    if (cpu->all)
+        cpu->all->all_prev = w;
+    cpu->all = w;
+    if (c->world_size == 1) {
+        w->done = 1;
+    } else {
+        if (cpu->tail)
+            cpu->tail->next = w;
+        else
+            cpu->head = w;
+        cpu->tail = w;
+        pthread_cond_signal(&cpu->cv_work);
+    }
+    pthread_mutex_unlock(&cpu->mu);
+    return 0;
+}
+
+static int cpu_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (!w)
+        return err_set(err, DDP_EINVAL, "comm_wait: NULL work");
+    pthread_mutex_lock(&cpu->mu);
+    while (!w->done)
+        pthread_cond_wait(&cpu->cv_done, &cpu->mu);
+    int ret = w->status;
+    if (ret < 0)
+        err_set(err, ret, "%s", w->err.msg);
+    if (w->all_prev)
+        w->all_prev->all_next = w->all_next;
+    else
+        cpu->all = w->all_next;
+    if (w->all_next)
+        w->all_next->all_prev = w->all_prev;
+    pthread_mutex_unlock(&cpu->mu);
+    free(w);
+    return ret;
+}
+
+static int cpu_allreduce_async(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                               struct comm_work **out, struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_ALLREDUCE;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    int ret = enqueue(c, w, err);
+    if (ret == 0)
+        *out = w;
+    return ret;
+}
+
+/* Ends what a caller ran on its own thread after setting `busy`: a failure (ret < 0, e)
+ * aborts the ring and becomes the comm's sticky error. */
+static void end_inline(struct comm *c, int ret, const struct ddp_err *e)
+{
+    struct cpu *cpu = c->impl;
+    if (ret < 0)
+        abort_ring(c, e);
+    pthread_mutex_lock(&cpu->mu);
+    cpu->busy = 0;
+    if (ret < 0) {
+        cpu->failed = 1;
+        cpu->fail = *e;
+    }
+    pthread_mutex_unlock(&cpu->mu);
+}
+
+/* Runs w to completion: on this thread when the comm thread is idle with nothing queued,
+ * else through the queue. Frees w. */
+static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (c->world_size == 1) {
+        free(w);
+        return 0;
+    }
+    pthread_mutex_lock(&cpu->mu);
+    int inline_ok = !cpu->failed && !cpu->stop && !cpu->busy && !cpu->head;
+    if (inline_ok)
+        cpu->busy = 1;
+    pthread_mutex_unlock(&cpu->mu);
+    if (!inline_ok) {
+        int ret = enqueue(c, w, err);
+        if (ret < 0)
+            return ret;
+        return cpu_wait(c, w, err);
+    }
+    struct ddp_err e;
+    err_clear(&e);
+    int ret = run_work(c, w, &e);
+    end_inline(c, ret, &e);
+    free(w);
+    if (ret < 0)
+        err_set(err, ret, "%s", e.msg);
+    return ret;
+}
+
+static int cpu_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                         struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_ALLREDUCE;
+    w->buf = buf;
+    w->count = count;
+    w->dt = dt;
+    return run_blocking(c, w, err);
+}
+
+static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root,
+                         struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_BROADCAST;
+    w->buf = buf;
+    w->bytes = bytes;
+    w->root = root;
+    return run_blocking(c, w, err);
+}
+
+static int cpu_barrier(struct comm *c, struct ddp_err *err)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = WORK_BARRIER;
+    return run_blocking(c, w, err);
+}
+
+/* ---- set-up ---- */
+
+/* Parses "host:port nonce" published by a peer. */
+static int parse_addr(const char *v, size_t len, char *host, size_t hostsize, int *port,
+                      char *nonce)
+{
+    char tmp[NET_ADDR_MAX + NONCE_HEX + 8];
+    if (len >= sizeof(tmp))
+        return DDP_EINVAL;
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    char *sp = strchr(tmp, ' ');
+    if (!sp || strlen(sp + 1) != NONCE_HEX)
+        return DDP_EINVAL;
+    *sp = '\0';
+    memcpy(nonce, sp + 1, NONCE_HEX + 1);
+    return net_split_hostport(tmp, host, hostsize, port);
+}
+
+static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, const char *sub, int peer,
+                      int64_t deadline, char *host, size_t hostsize, int *port, char *nonce,
+                      struct ddp_err *err)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%s%d", id, sub, peer);
+    void *v = NULL;
+    size_t len = 0;
+    int64_t left = deadline - time_mono_ms();
+    int ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err);
+    if (ret == DDP_ETIMEOUT)
+        ret = err_set(err, DDP_ETIMEOUT,
+                      "peer rank %d did not publish its ring address within %" PRId64 " ms",
+                      rg(c->impl, peer), c->opts.timeout_ms);
+    if (ret < 0)
+        return ret;
+    ret = parse_addr(v, len, host, hostsize, port, nonce);
+    if (ret < 0)
+        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address",
+                      rg(c->impl, peer));
+    free(v);
+    return ret;
+}
+
+static void format_name(char *out, size_t size, const char *host, int port)
+{
+    snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0, lfd = -1, fd = -1;
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    char nonce[NONCE_HEX + 1];
+    char host[NET_ADDR_MAX], rhost[NET_ADDR_MAX], lhost[NET_ADDR_MAX];
+    char rnonce[NONCE_HEX + 1], lnonce[NONCE_HEX + 1];
+    int port = 0, rport = 0, lport = 0;
+    struct ddp_err e;
+
+    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
+        err_set(err, ret, "cannot read random bytes for the ring nonce");
+        goto out;
+    }
+    if ((ret = net_listen(NULL, 0, 16, &lfd, &port, &e)) < 0) {
+        err_set(err, ret, "ring: cannot listen: %s", e.msg);
+        goto out;
+    }
+    if (c->local_addr[0]) {
+        if (strlen(c->local_addr) >= sizeof(host)) {
+            ret = err_set(err, DDP_EINVAL, "local address '%s' is too long", c->local_addr);
+            goto out;
+        }
+        memcpy(host, c->local_addr, strlen(c->local_addr) + 1);
+    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
+        ret = err_set(err, DDP_EIO, "ring: cannot read the rendezvous connection's address");
+        goto out;
+    }
+    char key[64], val[NET_ADDR_MAX + NONCE_HEX + 8], me[PEER_NAME_MAX];
+    format_name(me, sizeof(me), host, port);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->rrank);
+    int vl = snprintf(val, sizeof(val), "%s %s", me, nonce);
+    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
+        goto out;
+    if ((ret = fetch_peer(c, r, id, "", cpu->right, deadline, rhost, sizeof(rhost), &rport, rnonce,
+                          err)) < 0 ||
+        (ret = fetch_peer(c, r, id, "", cpu->left, deadline, lhost, sizeof(lhost), &lport, lnonce,
+                          err)) < 0)
+        goto out;
+    format_name(cpu->right_name, sizeof(cpu->right_name), rhost, rport);
+    format_name(cpu->left_name, sizeof(cpu->left_name), lhost, lport);
+
+    /* Connect to the right neighbour (it listens before it publishes) and say hello. */
+    int64_t backoff = 10;
+    for (;;) {
+        ret = net_connect(rhost, rport, deadline, &cpu->send_fd, &e);
+        if (ret == 0)
+            break;
+        if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
+            err_set(err, ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret,
+                    "ring: cannot connect to peer rank %d (%s): %s", rg(cpu, cpu->right),
+                    cpu->right_name, e.msg);
+            ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
+            goto out;
+        }
+        time_sleep_ms(backoff);
+        backoff = backoff * 2 > 200 ? 200 : backoff * 2;
+    }
+    struct hello_msg hm;
+    memset(&hm, 0, sizeof(hm));
+    hm.magic = HELLO_MAGIC;
+    hm.rank = (uint32_t)cpu->rrank;
+    hm.id = id;
+    memcpy(hm.nonce, rnonce, NONCE_HEX + 1);
+    if ((ret = net_send_all(cpu->send_fd, &hm, sizeof(hm), deadline, &e)) < 0) {
+        err_set(err, ret, "ring: hello to peer rank %d (%s): %s", cpu->right, cpu->right_name,
+                e.msg);
+        goto out;
+    }
+
+    /* Accept from the left neighbour; drop anyone else. */
+    for (;;) {
+        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
+            err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s",
+                    rg(cpu, cpu->left), cpu->left_name, e.msg);
+            goto out;
+        }
+        struct hello_msg got;
+        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
+        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
+            got.nonce[NONCE_HEX] = '\0';
+            int ok = got.magic == HELLO_MAGIC && got.rank == (uint32_t)cpu->left &&
+                     got.id == id;
+            ok &= secret_equal(got.nonce, nonce);
+            if (ok)
+                break;
+            log_warn("comm: rank %d dropped a ring connection with a wrong hello", c->rank);
+        }
+        close(fd);
+        fd = -1;
+    }
+    uint8_t ack = 1;
+    if ((ret = net_send_all(fd, &ack, 1, deadline, &e)) < 0) {
+        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", cpu->left, cpu->left_name,
+                e.msg);
+        goto out;
+    }
+    cpu->recv_fd = fd;
+    fd = -1;
+    if ((ret = net_recv_all(cpu->send_fd, &ack, 1, deadline, &e)) < 0 || ack != 1) {
+        if (ret == 0)
+            ret = DDP_EPEER;
+        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s",
+                rg(cpu, cpu->right), cpu->right_name, ret == DDP_EPEER ? e.msg : "bad ack");
+        goto out;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    if (lfd >= 0)
+        close(lfd);
+    return ret;
+}
+
+/* Whether ring indices a and b exchange data in recursive doubling over p of w. */
+static int rd_partners(int a, int b, int p, int w)
+{
+    if (a == b || a >= w || b >= w)
+        return 0;
+    if (a >= p || b >= p)
+        return a == b + p || b == a + p;
+    int x = a ^ b;
+    return (x & (x - 1)) == 0;
+}
+
+/*
+ * Connects the recursive-doubling partners: every ring rank listens and publishes
+ * "host:port nonce" under "comm/<id>/rd/<ring rank>"; the higher rank of each pair connects
+ * to the lower one and says hello (magic, rank, id, the lower one's nonce), the lower one
+ * accepts and checks it.
+ */
+static int rd_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0, lfd = -1, fd = -1, port = 0, W = cpu->rworld, me = cpu->rrank;
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    char nonce[NONCE_HEX + 1], host[NET_ADDR_MAX], key[64];
+    char val[NET_ADDR_MAX + NONCE_HEX + 8], name[PEER_NAME_MAX];
+    struct ddp_err e;
+    int P = 1;
+    while (P * 2 <= W)
+        P *= 2;
+    cpu->rd_pow = P;
+    cpu->rd_fd = xmalloc((size_t)W * sizeof(int));
+    for (int i = 0; i < W; i++)
+        cpu->rd_fd[i] = -1;
+    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
+        err_set(err, ret, "cannot read random bytes for the nonce");
+        goto out;
+    }
+    if ((ret = net_listen(NULL, 0, 64, &lfd, &port, &e)) < 0) {
+        err_set(err, ret, "recursive doubling: cannot listen: %s", e.msg);
+        goto out;
+    }
+    if (c->local_addr[0]) {
+        memcpy(host, c->local_addr, strlen(c->local_addr) + 1 < sizeof(host)
+                                        ? strlen(c->local_addr) + 1 : sizeof(host));
+        host[sizeof(host) - 1] = '\0';
+    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
+        ret = err_set(err, DDP_EIO, "cannot read the rendezvous connection's address");
+        goto out;
+    }
+    format_name(name, sizeof(name), host, port);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/rd/%d", id, me);
+    int vl = snprintf(val, sizeof(val), "%s %s", name, nonce);
+    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
+        goto out;
+    int expect = 0;
+    for (int q = 0; q < W; q++) {
+        if (!rd_partners(me, q, P, W))
+            continue;
+        if (q > me) {
+            expect++;
+            continue;
+        }
+        char phost[NET_ADDR_MAX], pnonce[NONCE_HEX + 1];
+        int pport = 0;
+        if ((ret = fetch_peer(c, r, id, "rd/", q, deadline, phost, sizeof(phost), &pport,
+                              pnonce, err)) < 0)
+            goto out;
+        int64_t backoff = 10;
+        for (;;) {
+            ret = net_connect(phost, pport, deadline, &cpu->rd_fd[q], &e);
+            if (ret == 0)
+                break;
+            if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
+                ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
+                err_set(err, ret, "cannot connect to peer rank %d: %s", rg(cpu, q), e.msg);
+                goto out;
+            }
+            time_sleep_ms(backoff);
+            backoff = backoff * 2 > 200 ? 200 : backoff * 2;
+        }
+        struct hello_msg hm;
+        memset(&hm, 0, sizeof(hm));
+        hm.magic = HELLO_MAGIC;
+        hm.rank = (uint32_t)me;
+        hm.id = id;
+        memcpy(hm.nonce, pnonce, NONCE_HEX + 1);
+        if ((ret = net_send_all(cpu->rd_fd[q], &hm, sizeof(hm), deadline, &e)) < 0) {
+            err_set(err, ret, "hello to peer rank %d: %s", rg(cpu, q), e.msg);
+            goto out;
+        }
+    }
+    while (expect > 0) {
+        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
+            err_set(err, ret, "recursive doubling: %d partner(s) did not connect: %s", expect,
+                    e.msg);
+            goto out;
+        }
+        struct hello_msg got;
+        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
+        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
+            got.nonce[NONCE_HEX] = '\0';
+            int q = (int)got.rank;
+            int ok = got.magic == HELLO_MAGIC && got.id == id && q > me && q < W &&
+                     rd_partners(me, q, P, W) && cpu->rd_fd[q] < 0;
+            ok = ok && secret_equal(got.nonce, nonce);
+            if (ok) {
+                net_set_nodelay(fd);
+                cpu->rd_fd[q] = fd;
+                fd = -1;
+                expect--;
+                continue;
+            }
+            log_warn("comm: rank %d dropped a connection with a wrong hello", c->rank);
+        }
+        close(fd);
+        fd = -1;
+    }
+    cpu->tcp_small = c->opts.small_bytes ? c->opts.small_bytes : COMM_TCP_SMALL_BYTES;
+    if (cpu->tcp_small > (size_t)16 << 20)
+        cpu->tcp_small = (size_t)16 << 20;
+    cpu->rd_tmp = xmalloc(cpu->tcp_small ? cpu->tcp_small : 1);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (lfd >= 0)
+        close(lfd);
+    return ret;
+}
+
+static void cpu_destroy(struct comm *c)
+{
+    struct cpu *cpu = c->impl;
+    if (!cpu)
+        return;
+    if (cpu->thread_started) {
+        pthread_mutex_lock(&cpu->mu);
+        cpu->stop = 1;
+        /* A collective in flight would only end at its timeout: cut it short. */
+        if (cpu->busy || cpu->head) {
+            if (cpu->has_ring) {
+                shutdown(cpu->send_fd, SHUT_RDWR);
+                shutdown(cpu->recv_fd, SHUT_RDWR);
+                for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++)
+                    if (cpu->rd_fd[i] >= 0)
+                        shutdown(cpu->rd_fd[i], SHUT_RDWR);
+            }
+            struct ddp_err e;
+            err_set(&e, DDP_EPEER, "peer rank %d closed its comm during a collective",
+                    c->rank);
+            shm_abort(cpu->shm, &e, c->rank);
+        }
+        pthread_cond_signal(&cpu->cv_work);
+        pthread_mutex_unlock(&cpu->mu);
+        pthread_join(cpu->thread, NULL);
+    }
+    while (cpu->all) {
+        struct comm_work *w = cpu->all;
+        cpu->all = w->all_next;
+        free(w);
+    }
+    if (cpu->send_fd >= 0)
+        close(cpu->send_fd);
+    if (cpu->recv_fd >= 0)
+        close(cpu->recv_fd);
+    free(cpu->stage);
+    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++)
+        if (cpu->rd_fd[i] >= 0)
+            close(cpu->rd_fd[i]);
+    free(cpu->rd_fd);
+    free(cpu->rd_tmp);
+    shm_group_close(cpu->shm);
+    free(cpu->ring_global);
+    free(cpu->host_of);
+    free(cpu->local_of);
+    pthread_cond_destroy(&cpu->cv_work);
+    pthread_cond_destroy(&cpu->cv_done);
+    pthread_mutex_destroy(&cpu->mu);
+    free(cpu);
+    c->impl = NULL;
+}
+
+/* The inode of /proc/self/ns/<name> (0 when unreadable). */
+static unsigned long long ns_inode(const char *name)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
+    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/*
+ * This rank's host identity: the boot id, the inodes of its network, pid and mount
+ * namespaces and the host name (ranks in different network namespaces of one machine - how
+ * the fault tests simulate hosts - count as different hosts; so do ranks that cannot see
+ * each other's pids, which the shared memory's liveness check reads, or may see different
+ * /dev/shm mounts), plus DDP_COMM_HOST_ID when set (a test or a site can split one machine
+ * into several "hosts" with it).
+ */
+static void host_identity(char *out, size_t size)
+{
+    char boot[64] = "", name[128] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f))
+            boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    if (gethostname(name, sizeof(name)) < 0)
+        name[0] = '\0';
+    name[sizeof(name) - 1] = '\0';
+    const char *extra = getenv("DDP_COMM_HOST_ID");
+    snprintf(out, size, "%s/%llu/%llu/%llu/%s/%s", boot, ns_inode("net"), ns_inode("pid"),
+             ns_inode("mnt"), name, extra ? extra : "");
+}
+
+/*
+ * Publishes this rank's host identity under "comm/<id>/host/<rank>", reads every rank's,
+ * and fills host_of/local_of. Hosts are numbered in the order of their lowest rank; a host's
+ * leader is its lowest rank. *nhosts = how many hosts.
+ */
+static int map_hosts(struct comm *c, struct rdzv *r, uint64_t id, int *nhosts,
+                     struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int W = c->world_size, ret = 0, n = 0;
+    char mine[512], key[96];
+    char **ids = xcalloc((size_t)W, sizeof(char *));
+    int *count = xcalloc((size_t)W, sizeof(int));
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    host_identity(mine, sizeof(mine));
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, c->rank);
+    if ((ret = rdzv_set(r, key, mine, strlen(mine), err)) < 0)
+        goto out;
+    cpu->host_of = xcalloc((size_t)W, sizeof(int));
+    cpu->local_of = xcalloc((size_t)W, sizeof(int));
+    for (int q = 0; q < W; q++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, q);
+        int64_t left = deadline - time_mono_ms();
+        if ((ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err)) < 0) {
+            if (ret == DDP_ETIMEOUT)
+                ret = err_set(err, DDP_ETIMEOUT,
+                              "peer rank %d did not publish its host within %" PRId64 " ms", q,
+                              c->opts.timeout_ms);
+            goto out;
+        }
+        ids[q] = xmalloc(len + 1);
+        memcpy(ids[q], v, len);
+        ids[q][len] = '\0';
+        free(v);
+        int h = -1;
+        for (int p = 0; p < q && h < 0; p++)
+            if (strcmp(ids[p], ids[q]) == 0)
+                h = cpu->host_of[p];
+        if (h < 0)
+            h = n++;
+        cpu->host_of[q] = h;
+        cpu->local_of[q] = count[h]++;
+    }
+    *nhosts = n;
+out:
+    for (int q = 0; q < W; q++)
+        free(ids[q]);
+    free(ids);
+    free(count);
+    return ret;
+}
+
+/* Chooses the transport from the layout and sets up the shared memory and the ring. */
+static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int W = c->world_size, ret = 0, nhosts = W;
+    int *members = NULL;
+    uint64_t id = rdzv_next_id(r);
+    cpu->rrank = c->rank;
+    cpu->rworld = W;
+    cpu->mode = MODE_TCP;
+    if (!c->opts.force_tcp) {
+        if ((ret = map_hosts(c, r, id, &nhosts, err)) < 0)
+            goto out;
+        cpu->mode = nhosts == W ? MODE_TCP : nhosts == 1 ? MODE_SHM : MODE_HIER;
+    }
+    if (cpu->mode != MODE_TCP) {
+        int me = cpu->host_of[c->rank], L = 0;
+        members = xcalloc((size_t)W, sizeof(int));
+        for (int q = 0; q < W; q++)
+            if (cpu->host_of[q] == me)
+                members[L++] = q;
+        struct shm_setup su = {.r = r,
+                               .comm_id = id,
+                               .host = me,
+                               .members = members,
+                               .nmembers = L,
+                               .local_rank = cpu->local_of[c->rank],
+                               .world_size = W,
+                               .timeout_ms = c->opts.timeout_ms,
+                               .piece_bytes = c->opts.chunk_bytes,
+                               .small_bytes = c->opts.small_bytes};
+        if ((ret = shm_group_open(&su, &cpu->shm, err)) < 0)
+            goto out;
+    }
+    if (cpu->mode == MODE_HIER) {
+        cpu->ring_global = xcalloc((size_t)nhosts, sizeof(int));
+        for (int q = W - 1; q >= 0; q--)
+            cpu->ring_global[cpu->host_of[q]] = q;
+        cpu->rworld = nhosts;
+        cpu->rrank = cpu->host_of[c->rank];
+        cpu->has_ring = cpu->local_of[c->rank] == 0;
+    } else {
+        cpu->has_ring = cpu->mode == MODE_TCP;
+    }
+    log_debug("comm: rank %d: %s transport, %d host(s)", c->rank,
+              cpu->mode == MODE_TCP ? "tcp ring" : cpu->mode == MODE_SHM ? "shared-memory"
+                                                                         : "hierarchical",
+              nhosts);
+    if (cpu->has_ring) {
+        cpu->right = (cpu->rrank + 1) % cpu->rworld;
+        cpu->left = (cpu->rrank + cpu->rworld - 1) % cpu->rworld;
+        if ((ret = ring_connect(c, r, id, err)) < 0)
+            goto out;
+        if (c->opts.small_bytes != 1 && (ret = rd_connect(c, r, id, err)) < 0)
+            goto out;
+    }
+out:
+    free(members);
+    return ret;
+}
+
+static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
+{
+    int ret = 0;
+    struct cpu *cpu = xcalloc(1, sizeof(*cpu));
+    cpu->send_fd = cpu->recv_fd = -1;
+    cpu->notice = NOTICE_UNKNOWN;
+    cpu->wait_peer = -1;
+    pthread_mutex_init(&cpu->mu, NULL);
+    pthread_cond_init(&cpu->cv_work, NULL);
+    pthread_cond_init(&cpu->cv_done, NULL);
+    c->impl = cpu;
+    if (c->world_size == 1)
+        return 0;
+    if (c->world_size > 65535) {
+        ret = err_set(err, DDP_EINVAL, "cpu backend: world size %d is over 65535",
+                      c->world_size);
+        goto out;
+    }
+    size_t chunk = c->opts.chunk_bytes ? c->opts.chunk_bytes : COMM_DEFAULT_CHUNK_BYTES;
+    chunk &= ~(size_t)7;
+    if (chunk < 8)
+        chunk = 8;
+    if (chunk > (size_t)64 << 20)
+        chunk = (size_t)64 << 20;
+    cpu->chunk = chunk;
+    cpu->stage = xmalloc(chunk);
+    if ((ret = setup_transport(c, r, err)) < 0)
+        goto out;
+    if (pthread_create(&cpu->thread, NULL, comm_thread, c) != 0) {
+        ret = err_set(err, DDP_EINTERNAL, "cannot start the comm thread");
+        goto out;
+    }
+    cpu->thread_started = 1;
+out:
+    return ret;
+}
+
+/* Which transport init chose: "tcp", "shm" or "hier" (tests, logs). */
+const char *comm_cpu_transport(const struct comm *c)
+{
+    const struct cpu *cpu = c->impl;
+    if (!cpu || c->world_size == 1)
+        return "none";
+    return cpu->mode == MODE_TCP ? "tcp" : cpu->mode == MODE_SHM ? "shm" : "hier";
+}
+
+/* The shared-memory segment's name, or NULL when this comm has none (tests). */
+const char *comm_cpu_shm_name(const struct comm *c)
+{
+    const struct cpu *cpu = c->impl;
+    return cpu && cpu->shm ? shm_group_name(cpu->shm) : NULL;
+}
+
+/* A registered buffer in this host's shared segment (shm_region_alloc), where the ranks
+ * share one: run on the caller's thread like an inline blocking collective (it broadcasts
+ * through the segment), so it needs the comm idle. */
+static int cpu_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    if (c->world_size == 1 || !cpu->shm)
+        return 0;
+    pthread_mutex_lock(&cpu->mu);
+    int idle = !cpu->busy && !cpu->head;
+    int failed = cpu->failed;
+    struct ddp_err fe = cpu->fail;
+    if (idle && !failed)
+        cpu->busy = 1;
+    pthread_mutex_unlock(&cpu->mu);
+    if (failed) {
+        *err = fe;
+        return fe.code < 0 ? fe.code : DDP_EINTERNAL;
+    }
+    if (!idle)
+        return err_set(err, DDP_EINTERNAL,
+                       "comm: buffer allocation while a collective is in flight");
+    struct ddp_err e;
+    err_clear(&e);
+    int ret = shm_region_alloc(cpu->shm, bytes, out, &e);
+    end_inline(c, ret, &e);
+    if (ret < 0)
+        *err = e;
+    return ret;
+}
+
+static int cpu_free_buffer(struct comm *c, void *p)
+{
+    struct cpu *cpu = c->impl;
+    return cpu ? shm_region_free(cpu->shm, p) : 0;
+}
+
+const struct comm_ops comm_cpu_ops = {
+    .name = "cpu",
+    .init = cpu_init,
+    .allreduce_async = cpu_allreduce_async,
+    .allreduce = cpu_allreduce,
+    .wait = cpu_wait,
+    .broadcast = cpu_broadcast,
+    .barrier = cpu_barrier,
+    .destroy = cpu_destroy,
+    .alloc_buffer = cpu_alloc_buffer,
+    .free_buffer = cpu_free_buffer,
+};

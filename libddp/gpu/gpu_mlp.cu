@@ -1,0 +1,419 @@
+/*
+ * gpu_mlp.cu - the CUDA runtime glue and the MLP's kernels behind gpu.h.
+ *
+ * Matrices are row-major, as in the CPU model. cuBLAS is column-major, so a row-major
+ * [r x c] matrix is used as its column-major transpose [c x r] with leading dimension c,
+ * and each product is written for the transposes (the formula is above each call).
+ * Reductions that feed the loss or the accuracy are finished on the host in row order, like
+ * the CPU model, so both paths add in the same order.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "common/err.h"
+#include "common/xalloc.h"
+}
+#include "ddp/gpu.h"
+
+static cudaStream_t gpu_compute_stream;
+static cublasHandle_t gpu_blas;
+static int gpu_dev = -1;
+/* Device scratch for the per-row losses and the hit count, kept between steps so a step
+ * allocates nothing (one compute stream per process: no sharing). */
+static double *xent_rows;
+static size_t xent_cap;
+static double *xent_host;
+static unsigned long long *hits_dev;
+
+
+#define CUDA_TRY(call)                                                                        \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess)                                                                \
+            return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s", __FILE__, __LINE__, \
+                           cudaGetErrorName(e_), cudaGetErrorString(e_));                     \
+    } while (0)
+
+#define BLAS_TRY(call)                                                                        \
+    do {                                                                                      \
+        cublasStatus_t s_ = (call);                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                      \
+            return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s", __FILE__,       \
+                           __LINE__, cublasGetStatusName(s_), cublasGetStatusString(s_));     \
+    } while (0)
+
+#define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
+
+static unsigned blocks_for(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
+}
+
+extern "C" int gpu_count(const char **why)
+{
+    /* The reason outlives the call (callers print it later); one process counts GPUs from
+     * one thread at a time (ddp.c's pick_device, the tests' main). */
+    static char why_buf[192];
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why_buf, sizeof(why_buf), "%s (CUDA runtime %d: %s: %s)",
+                 e == cudaErrorNoDevice               ? "no CUDA device visible"
+                 : e == cudaErrorInsufficientDriver   ? "NVIDIA driver missing or older than "
+                                                        "the CUDA runtime"
+                                                      : "CUDA unavailable",
+                 CUDART_VERSION, cudaGetErrorName(e), cudaGetErrorString(e));
+        if (why)
+            *why = why_buf;
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (n == 0 && why)
+        *why = "no CUDA device visible";
+    return n;
+}
+
+extern "C" int gpu_init(int device, struct ddp_err *err)
+{
+    if (gpu_dev >= 0) {
+        if (device == gpu_dev)
+            return 0;
+        return err_set(err, DDP_EINTERNAL, "gpu_init: GPU %d is already in use, not GPU %d",
+                       gpu_dev, device);
+    }
+    const char *why = NULL;
+    int n = gpu_count(&why);
+    if (n == 0)
+        return err_set(err, DDP_EINVAL, "no GPU: %s", why ? why : "none found");
+    if (device < 0 || device >= n)
+        return err_set(err, DDP_EINVAL,
+                       "GPU %d does not exist: %d visible (LOCAL_RANK picks the GPU; run at most "
+                       "%d processes per node)", device, n, n);
+    /* First CUDA call that touches a device in this process: everything after it (the
+     * stream, the cuBLAS handle, NCCL's communicator) belongs to this device. */
+    CUDA_TRY(cudaSetDevice(device));
+    int rc = 0;
+    cudaError_t e = cudaStreamCreateWithFlags(&gpu_compute_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        gpu_compute_stream = NULL;
+        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s (GPU %d)", __FILE__, __LINE__,
+                     cudaGetErrorName(e), cudaGetErrorString(e), device);
+        return rc;
+    }
+    cublasStatus_t b = cublasCreate(&gpu_blas);
+    if (b == CUBLAS_STATUS_SUCCESS)
+        b = cublasSetStream(gpu_blas, gpu_compute_stream);
+    /* Plain FP32 products (no TF32, no BF16x9 emulation), so the GPU path agrees with the
+     * CPU path to 1e-4. */
+    if (b == CUBLAS_STATUS_SUCCESS)
+        b = cublasSetMathMode(gpu_blas, CUBLAS_PEDANTIC_MATH);
+    if (b != CUBLAS_STATUS_SUCCESS) {
+        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s (GPU %d)", __FILE__,
+                     __LINE__, cublasGetStatusName(b), cublasGetStatusString(b), device);
+        if (gpu_blas)
+            cublasDestroy(gpu_blas);
+        cudaStreamDestroy(gpu_compute_stream);
+        gpu_blas = NULL;
+        gpu_compute_stream = NULL;
+        return rc;
+    }
+    gpu_dev = device;
+    return 0;
+}
+
+extern "C" void gpu_shutdown(void)
+{
+    gpu_free(xent_rows);
+    gpu_free(hits_dev);
+    free(xent_host);
+    xent_rows = NULL;
+    hits_dev = NULL;
+    xent_host = NULL;
+    xent_cap = 0;
+    if (gpu_blas)
+        cublasDestroy(gpu_blas);
+    if (gpu_compute_stream)
+        cudaStreamDestroy(gpu_compute_stream);
+    gpu_blas = NULL;
+    gpu_compute_stream = NULL;
+    gpu_dev = -1;
+}
+
+extern "C" int gpu_device(void)
+{
+    return gpu_dev;
+}
+
+extern "C" void *gpu_stream(void)
+{
+    return (void *)gpu_compute_stream;
+}
+
+extern "C" int gpu_alloc(void **p, size_t bytes, struct ddp_err *err)
+{
+    void *q = NULL;
+    size_t sz = bytes ? bytes : 1;
+    CUDA_TRY(cudaMalloc(&q, sz));
+    /* Zeroed on the compute stream and waited for: a plain cudaMemset runs on the legacy
+     * default stream, which the compute stream (cudaStreamNonBlocking) is not ordered after,
+     * so a copy or kernel queued next on the compute stream could run before the zeroing.
+     * Before gpu_init the stream is 0 (the legacy stream) and this still holds. */
+    cudaError_t e = cudaMemsetAsync(q, 0, sz, gpu_compute_stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(gpu_compute_stream);
+    if (e != cudaSuccess) {
+        cudaFree(q);
+        CUDA_TRY(e);
+    }
+    *p = q;
+    return 0;
+}
+
+extern "C" void gpu_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+extern "C" int gpu_to_device(void *dst, const void *src, size_t bytes, struct ddp_err *err)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu_compute_stream));
+    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
+    return 0;
+}
+
+extern "C" int gpu_to_host(void *dst, const void *src, size_t bytes, struct ddp_err *err)
+{
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu_compute_stream));
+    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
+    return 0;
+}
+
+extern "C" int gpu_sync(struct ddp_err *err)
+{
+    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
+    return 0;
+}
+
+extern "C" int gpu_is_device_ptr(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* ---- kernels ------------------------------------------------------------------------- */
+
+/* Every kernel below strides over its range (grid-stride), so any n is covered whatever
+ * blocks_for() caps the grid at. Where a result must equal the CPU model's bit for bit
+ * (softmax gradient, SGD), products and sums are written with __fmul_rn/__fadd_rn: nvcc
+ * would otherwise contract a * b + c into one FMA (one rounding instead of two), which the
+ * CPU build (ISO C, no -ffp-contract) never does. */
+
+__global__ void k_bias_relu(float *z, const float *b, size_t rows, int cols, int relu)
+{
+    size_t total = rows * (size_t)cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)blockDim.x * gridDim.x) {
+        float v = z[i] + b[i % (size_t)cols];
+        /* As the CPU model: v > 0 ? v : 0 (so -0.0 and NaN become +0.0 there too). */
+        z[i] = !relu || v > 0.0f ? v : 0.0f;
+    }
+}
+
+/* db[j] = sum over rows of dz[r][j], rows in order (one thread per column). */
+__global__ void k_colsum(const float *dz, float *db, int rows, int cols)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += blockDim.x * gridDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < rows; r++)
+            s = __fadd_rn(s, dz[(size_t)r * cols + j]);
+        db[j] = s;
+    }
+}
+
+__global__ void k_relu_mask(float *dx, const float *act, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x)
+        if (act[i] <= 0.0f)
+            dx[i] = 0.0f;
+}
+
+/* One thread per row: stable softmax, the row's loss, and dz = (prob - onehot) / n, in the
+ * CPU model's order: dz = prob * (1/n), then dz[label] -= 1/n. prob may be logits (in
+ * place): each element is read before it is written, by the same thread. */
+__global__ void k_softmax_xent(const float *logits, const uint8_t *y, float *prob, float *dz,
+                               double *row_loss, int n, int classes)
+{
+    float inv = 1.0f / (float)n;
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += blockDim.x * gridDim.x) {
+        const float *z = logits + (size_t)r * classes;
+        int label = y[r];
+        float mx = z[0];
+        for (int c = 1; c < classes; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        double s = 0.0;
+        for (int c = 0; c < classes; c++)
+            s += exp((double)(z[c] - mx));
+        double lse = (double)mx + log(s);
+        row_loss[r] = lse - (double)z[label];
+        for (int c = 0; c < classes; c++) {
+            float p = (float)exp((double)z[c] - lse);
+            float d = __fmul_rn(p, inv);
+            prob[(size_t)r * classes + c] = p;
+            dz[(size_t)r * classes + c] = c == label ? __fsub_rn(d, inv) : d;
+        }
+    }
+}
+
+__global__ void k_argmax_hits(const float *z, const uint8_t *y, int n, int classes,
+                              unsigned long long *hits)
+{
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += blockDim.x * gridDim.x) {
+        const float *row = z + (size_t)r * classes;
+        int best = 0;
+        for (int c = 1; c < classes; c++)
+            if (row[c] > row[best])
+                best = c;
+        if (best == y[r])
+            atomicAdd(hits, 1ULL);
+    }
+}
+
+/* trainer/optim.c's step: d = g + wd p; buf = mu buf + d; p -= lr buf (each product and sum
+ * rounded on its own, as there). */
+__global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
+                      float wd)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x) {
+        float d = __fadd_rn(g[i], __fmul_rn(wd, p[i]));
+        float b = __fadd_rn(__fmul_rn(mu, buf[i]), d);
+        buf[i] = b;
+        p[i] = __fsub_rn(p[i], __fmul_rn(lr, b));
+    }
+}
+
+__global__ void k_scale(float *x, size_t n, float s)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x)
+        x[i] *= s;
+}
+
+/* ---- the MLP pieces -------------------------------------------------------------------- */
+
+extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b, float *z,
+                                  int n, int in, int out, int relu, struct ddp_err *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    /* z^T [out x n] = W [out x in] x^T [in x n]; W's memory is W^T col-major (ld in). */
+    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
+                         &zero, z, out));
+    size_t total = (size_t)n * (size_t)out;
+    k_bias_relu<<<blocks_for(total, 256), 256, 0, gpu_compute_stream>>>(z, b, (size_t)n, out,
+                                                                        relu);
+    LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int gpu_linear_backward_params(const float *dz, const float *x, float *dw, float *db,
+                                          int n, int in, int out, struct ddp_err *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    /* dW^T [in x out] = x^T [in x n] dz [n x out]; dz's memory is dz^T col-major (ld out). */
+    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dz, out,
+                         &zero, dw, in));
+    k_colsum<<<blocks_for((size_t)out, 128), 128, 0, gpu_compute_stream>>>(dz, db, n, out);
+    LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int gpu_linear_backward_input(const float *dz, const float *w, const float *act,
+                                         float *dx, int n, int in, int out, struct ddp_err *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    /* dx^T [in x n] = W^T [in x out] dz^T [out x n]. */
+    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dz, out,
+                         &zero, dx, in));
+    size_t total = (size_t)n * (size_t)in;
+    k_relu_mask<<<blocks_for(total, 256), 256, 0, gpu_compute_stream>>>(dx, act, total);
+    LAUNCH_TRY();
+    return 0;
+}
+
+static int xent_reserve(int n, struct ddp_err *err)
+{
+    if ((size_t)n <= xent_cap)
+        return 0;
+    gpu_free(xent_rows);
+    xent_rows = NULL;
+    xent_cap = 0;
+    int rc = gpu_alloc((void **)&xent_rows, (size_t)n * sizeof(double), err);
+    if (rc)
+        return rc;
+    xent_host = (double *)xrealloc(xent_host, (size_t)n * sizeof(double));
+    xent_cap = (size_t)n;
+    return 0;
+}
+
+extern "C" int gpu_softmax_xent(const float *logits, const uint8_t *y, float *prob, float *dz,
+                                int n, int classes, double *loss_sum, struct ddp_err *err)
+{
+    int rc = xent_reserve(n, err);
+    if (rc)
+        return rc;
+    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(
+        logits, y, prob, dz, xent_rows, n, classes);
+    LAUNCH_TRY();
+    rc = gpu_to_host(xent_host, xent_rows, (size_t)n * sizeof(double), err);
+    if (rc)
+        return rc;
+    double s = 0.0;
+    for (int r = 0; r < n; r++)
+        s += xent_host[r]; /* in row order, like the CPU model */
+    *loss_sum = s;
+    return 0;
+}
+
+extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, int classes,
+                                 size_t *correct, struct ddp_err *err)
+{
+    unsigned long long host = 0;
+    if (!hits_dev) {
+        int rc = gpu_alloc((void **)&hits_dev, sizeof(*hits_dev), err);
+        if (rc)
+            return rc;
+    }
+    CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), gpu_compute_stream));
+    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(logits, y, n,
+                                                                               classes, hits_dev);
+    LAUNCH_TRY();
+    int rc = gpu_to_host(&host, hits_dev, sizeof(host), err);
+    if (rc == 0)
+        *correct = (size_t)host;
+    return rc;
+}
+
+extern "C" int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
+                       float wd, struct ddp_err *err)
+{
+    k_sgd<<<blocks_for(n, 256), 256, 0, gpu_compute_stream>>>(p, g, buf, n, lr, mu, wd);
+    LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int gpu_scale(float *x, size_t n, float s, struct ddp_err *err)
+{
+    k_scale<<<blocks_for(n, 256), 256, 0, gpu_compute_stream>>>(x, n, s);
+    LAUNCH_TRY();
+    return 0;
+}

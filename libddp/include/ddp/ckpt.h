@@ -1,0 +1,90 @@
+/*
+ * ckpt.h - checkpoints: the model's parameters, the optimizer's momentum, the epoch, the
+ * step count and the RNG state, in one self-checking file.
+ *
+ * Format (version 1, little-endian):
+ *   offset  size           field
+ *   0       8              magic "DDPCKPT\0"
+ *   8       4              version (1)
+ *   12      4              header_len = 88 + 4 * (nlayers + 1)
+ *   16      4              epoch (epochs completed)
+ *   20      4              nlayers
+ *   24      8              step (optimizer steps taken)
+ *   32      8              seed
+ *   40      32             rng state (4 x u64)
+ *   72      8              nparams
+ *   80      4              world_size that wrote it (informational)
+ *   84      4              reserved (0)
+ *   88      4*(nlayers+1)  widths
+ *   header_len  4*nparams  parameters (f32, definition order)
+ *   ...         4*nparams  momentum buffers (f32, same order)
+ *   end - 4     4          crc32 (zlib) of every byte before it
+ * A file is valid only if its length is exactly header_len + 8 * nparams + 4, nparams is
+ * what the widths imply, and the crc matches. Files are named ckpt-<epoch, 6 digits>.bin.
+ */
+#ifndef DDP_CKPT_H
+#define DDP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "ddp/rng.h"
+
+#define CKPT_VERSION 1
+#define CKPT_MAX_LAYERS 64
+#define CKPT_MAX_BYTES ((size_t)1 << 34)
+#define CKPT_KEEP 2 /* newest checkpoints kept in a folder */
+
+struct ckpt_meta {
+    uint32_t epoch;
+    uint64_t step;
+    uint64_t seed;
+    struct rng rng;
+    uint32_t world_size;
+    int nlayers;
+    uint32_t widths[CKPT_MAX_LAYERS + 1];
+    uint64_t nparams;
+};
+
+/* A decoded checkpoint: meta, plus views into the buffer given to ckpt_decode. */
+struct ckpt_view {
+    struct ckpt_meta meta;
+    const uint8_t *params_bytes;
+    const uint8_t *momentum_bytes;
+};
+
+/* Encodes meta (nparams must match the widths) and the two arrays into a new buffer
+ * (caller frees). */
+int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *momentum,
+                uint8_t **out, size_t *len, struct ddp_err *err);
+
+/* Checks and decodes buf. what names the file in messages. DDP_EINVAL for anything wrong
+ * (bad magic, version, sizes, checksum, truncation). */
+int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_view *out,
+                struct ddp_err *err);
+
+/* Copies a decoded checkpoint's arrays into params and momentum (nparams floats each). */
+void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum);
+
+/* Whether a decoded checkpoint fits a model with these widths. */
+int ckpt_matches(const struct ckpt_meta *meta, const int *widths, int nwidths);
+
+/* The path of epoch's checkpoint in dir (caller frees). */
+char *ckpt_path(const char *dir, uint32_t epoch);
+
+/* Writes buf as epoch's checkpoint in dir (created if missing) atomically, then removes
+ * all but the newest CKPT_KEEP checkpoints. DDP_EIO names the file. */
+int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len,
+              struct ddp_err *err);
+
+/*
+ * Finds the newest valid checkpoint in dir that fits widths: files are tried newest first;
+ * a corrupt, truncated or mismatching one is skipped with a warning naming it. On success
+ * *buf (caller frees), *len and *epoch describe it; DDP_ENOTFOUND when there is none (also
+ * when dir does not exist).
+ */
+int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf,
+                     size_t *len, uint32_t *epoch, struct ddp_err *err);
+
+#endif

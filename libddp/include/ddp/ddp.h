@@ -1,0 +1,62 @@
+/*
+ * ddp.h - libddp's public header: what a training program needs to run data-parallel.
+ *
+ *   struct ddp_group *g;
+ *   ddp_group_open("auto", 60000, &g, &exit_code, &err);   // torchrun env, store, comm
+ *   reducer_new(g->comm, g->world_size, counts, n, &ropts, NULL, &red, &err);
+ *   ... each step: backward calls reducer_mark_ready(t) per tensor; reducer_finish(); step
+ *   ddp_group_close(g);
+ *
+ * Without the torchrun environment the group is rank 0 of 1 with no store and no comm, and
+ * every collective here is a no-op, so the same program runs as a plain local process.
+ * The pieces are declared in their own headers, included below: env (libddp/include/ddp/env.h), store
+ * (libddp/include/ddp/rdzv.h), collectives (libddp/include/ddp/comm.h), reducer, sampler, checkpoint.
+ */
+#ifndef DDP_DDP_H
+#define DDP_DDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/exitcodes.h"
+#include "ddp/ckpt.h"
+#include "ddp/comm.h"
+#include "ddp/env.h"
+#include "ddp/rdzv.h"
+#include "ddp/reducer.h"
+#include "ddp/sampler.h"
+
+struct ddp_group {
+    struct ddp_env env;
+    int rank;
+    int world_size;
+    int64_t timeout_ms;
+    struct rdzv *rdzv; /* NULL when world_size == 1 */
+    struct comm *comm; /* NULL when world_size == 1 */
+    int gpu;           /* 1: compute and collectives on a GPU (nccl backend) */
+    int device;        /* that GPU's ordinal: LOCAL_RANK, or 0 when one GPU is visible */
+};
+
+/*
+ * Reads the environment, opens the rendezvous store and creates the comm for backend
+ * ("auto", "cpu" or "nccl") with timeout_ms for every connect and collective. "nccl" (or
+ * "auto" on a build with CUDA where a GPU is visible) also selects the GPU LOCAL_RANK for
+ * this process and sets g->gpu, at every world size. On failure
+ * *exit_code is the worker exit code for it (usage 2 for a malformed environment or an
+ * unknown backend, rendezvous 4, port in use 5, device 8 when no usable GPU) and err says why. Caller frees with ddp_group_close().
+ */
+int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out,
+                   int *exit_code, struct ddp_err *err);
+void ddp_group_close(struct ddp_group *g);
+
+/* Sum all-reduce of count doubles in place (no-op at world size 1). */
+int ddp_allreduce_f64(struct ddp_group *g, double *buf, size_t count, struct ddp_err *err);
+/* Broadcast of bytes from root (no-op at world size 1). */
+int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct ddp_err *err);
+
+/* The exit code for an error code met during training: DDP_EPEER and DDP_ETIMEOUT are
+ * "peer lost" (6), anything else 1. */
+int ddp_exit_code_for(int err_code);
+
+#endif

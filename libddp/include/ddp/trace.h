@@ -1,0 +1,39 @@
+/*
+ * trace.h - a bounded in-memory event trace of the training step, written to a file at the
+ * end (--trace FILE), for the overlap test and for looking at a step by eye.
+ *
+ * File format: one event a line, "<t_ns> <step> <kind> <index>", t_ns monotonic
+ * nanoseconds, kind one of bwd_begin / bwd_end (index = layer), ar_issue / ar_done (index =
+ * bucket), step_end (index 0). Events past max_events are counted and dropped.
+ */
+#ifndef DDP_TRACE_H
+#define DDP_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+enum trace_kind {
+    TRACE_BWD_BEGIN = 0,
+    TRACE_BWD_END = 1,
+    TRACE_AR_ISSUE = 2,
+    TRACE_AR_DONE = 3,
+    TRACE_STEP_END = 4,
+};
+
+struct trace;
+
+/* Caller frees with trace_free(). */
+struct trace *trace_new(size_t max_events);
+void trace_free(struct trace *t);
+/* Sets the step number recorded with the following events. t may be NULL (no-op). */
+void trace_set_step(struct trace *t, uint64_t step);
+/* Records an event now. t may be NULL (no-op). */
+void trace_event(struct trace *t, enum trace_kind kind, int index);
+size_t trace_count(const struct trace *t);
+/* Writes the events to path (atomically). */
+int trace_write(const struct trace *t, const char *path, struct ddp_err *err);
+const char *trace_kind_name(enum trace_kind kind);
+
+#endif

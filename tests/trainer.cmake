@@ -1,0 +1,40 @@
+# ddp-worker (trainer/): model, data, train loop (unit), and the multi-process tests of
+# ddp-worker (integration). Fuzz targets for the IDX and checkpoint loaders when DDP_FUZZ is on.
+ddp_unit_test(NAME test_model SOURCES unit/test_model.c LIBS ddptrainer TIMEOUT 60)
+ddp_unit_test(NAME test_data SOURCES unit/test_data.c LIBS ddptrainer TIMEOUT 120)
+ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddptrainer TIMEOUT 60)
+
+set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)
+ddp_script_test(NAME worker_equivalence
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_equivalence.py TIMEOUT 300 LABELS worker)
+ddp_script_test(NAME worker_overlap
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
+ddp_script_test(NAME worker_resume
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_resume.py TIMEOUT 400 LABELS worker)
+ddp_script_test(NAME worker_failure
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_failure.py TIMEOUT 240 LABELS worker)
+
+# Fuzz targets: the loaders are compiled into the target itself so that they carry the
+# fuzzer's coverage and ASan/UBSan instrumentation (libddp in this build does not).
+if(DDP_FUZZ)
+  foreach(t idx ckpt)
+    add_executable(fuzz_${t} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_${t}.c
+      ${PROJECT_SOURCE_DIR}/trainer/data.c ${PROJECT_SOURCE_DIR}/libddp/ckpt.c
+      ${PROJECT_SOURCE_DIR}/libddp/rng.c)
+    target_include_directories(fuzz_${t} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/libddp/include)
+    target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz_${t} PRIVATE ddpcommon PkgConfig::ZLIB m)
+    set_target_properties(fuzz_${t} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    # libFuzzer writes new inputs into its first corpus folder: a scratch copy keeps the
+    # committed seed corpus as it is.
+    add_test(NAME fuzz_${t}
+      COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+              sh -c "rm -rf fuzz_${t}_work && mkdir fuzz_${t}_work && exec $<TARGET_FILE:fuzz_${t}> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_${t}_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${t}_corpus"
+      WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 120 LABELS "fuzz")
+  endforeach()
+endif()
+ddp_script_test(NAME worker_accuracy
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_accuracy.py TIMEOUT 1800
+  LABELS "worker;heavy")

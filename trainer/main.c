@@ -1,0 +1,171 @@
+/*
+ * main.c - ddp-worker: parses the flags (strictly: an unknown flag or a bad value is exit 2
+ * with a message naming the flag) and runs the training loop of train.c.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/args.h"
+#include "common/exitcodes.h"
+#include "common/log.h"
+#include "trainer/train.h"
+
+static const char usage_text[] =
+    "usage: ddp-worker [--model mlp:784-256-128-10]\n"
+    "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C]\n"
+    "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
+    "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed S] [--bucket-cap-mb MB]\n"
+    "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
+    "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
+    "                  [--kill-after-epoch N]   (fault injection for tests)\n";
+
+static int usage_error(const char *msg)
+{
+    fprintf(stderr, "ddp-worker: %s\n%s", msg, usage_text);
+    return DDP_EXIT_USAGE;
+}
+
+/* Flags that take a value. */
+static const char *const valued[] = {
+    "--model", "--data", "--epochs", "--batch-size", "--lr", "--lr-scale", "--momentum",
+    "--weight-decay", "--seed", "--bucket-cap-mb", "--backend", "--checkpoint-dir",
+    "--timeout", "--lr-schedule", "--trace", "--dump-params", "--max-steps",
+    "--kill-after-epoch", NULL};
+
+static int is_valued(const char *name)
+{
+    for (int i = 0; valued[i]; i++)
+        if (strcmp(valued[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static int apply(struct train_opts *o, const char *name, const char *val, struct ddp_err *err)
+{
+    long l;
+    double d;
+    int rc = 0;
+    if (strcmp(name, "--model") == 0) {
+        rc = model_parse_spec(val, o->widths, &o->nwidths, err);
+        if (rc == 0)
+            o->model_spec = val;
+    } else if (strcmp(name, "--data") == 0) {
+        if (!val[0])
+            return err_set(err, DDP_EINVAL, "--data: empty");
+        o->data = val;
+    } else if (strcmp(name, "--epochs") == 0) {
+        rc = args_parse_long(name, val, 1, 1000000, &l, err);
+        if (rc == 0)
+            o->epochs = (int)l;
+    } else if (strcmp(name, "--batch-size") == 0) {
+        rc = args_parse_long(name, val, 1, 65536, &l, err);
+        if (rc == 0)
+            o->batch_size = (size_t)l;
+    } else if (strcmp(name, "--lr") == 0) {
+        rc = args_parse_double(name, val, 0.0, 1000.0, &d, err);
+        if (rc == 0)
+            o->lr = d;
+    } else if (strcmp(name, "--lr-scale") == 0) {
+        if (strcmp(val, "linear") == 0)
+            o->lr_scale_linear = 1;
+        else if (strcmp(val, "none") == 0)
+            o->lr_scale_linear = 0;
+        else
+            return err_set(err, DDP_EINVAL, "--lr-scale: want linear or none, got '%s'", val);
+    } else if (strcmp(name, "--lr-schedule") == 0) {
+        if (strcmp(val, "cosine") == 0)
+            o->lr_cosine = 1;
+        else if (strcmp(val, "constant") == 0)
+            o->lr_cosine = 0;
+        else
+            return err_set(err, DDP_EINVAL, "--lr-schedule: want cosine or constant, got '%s'",
+                           val);
+    } else if (strcmp(name, "--momentum") == 0) {
+        rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
+        if (rc == 0)
+            o->momentum = d;
+    } else if (strcmp(name, "--weight-decay") == 0) {
+        rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
+        if (rc == 0)
+            o->weight_decay = d;
+    } else if (strcmp(name, "--seed") == 0) {
+        rc = args_parse_long(name, val, 0, 2147483647L, &l, err);
+        if (rc == 0)
+            o->seed = (uint64_t)l;
+    } else if (strcmp(name, "--bucket-cap-mb") == 0) {
+        rc = args_parse_double(name, val, 0.000001, 4096.0, &d, err);
+        if (rc == 0)
+            o->bucket_cap_mb = d;
+    } else if (strcmp(name, "--backend") == 0) {
+        if (strcmp(val, "auto") != 0 && strcmp(val, "cpu") != 0 && strcmp(val, "nccl") != 0)
+            return err_set(err, DDP_EINVAL, "--backend: want auto, cpu or nccl, got '%s'", val);
+        o->backend = val;
+    } else if (strcmp(name, "--checkpoint-dir") == 0) {
+        o->checkpoint_dir = val; /* "" turns checkpoints off, even with DDP_CHECKPOINT_DIR */
+    } else if (strcmp(name, "--timeout") == 0) {
+        rc = args_parse_double(name, val, 0.1, 86400.0, &d, err);
+        if (rc == 0)
+            o->timeout_s = d;
+    } else if (strcmp(name, "--trace") == 0) {
+        o->trace_path = val;
+    } else if (strcmp(name, "--dump-params") == 0) {
+        o->dump_params = val;
+    } else if (strcmp(name, "--kill-after-epoch") == 0) {
+        rc = args_parse_long(name, val, 1, 1000000, &l, err);
+        if (rc == 0)
+            o->kill_after_epoch = (int)l;
+    } else if (strcmp(name, "--max-steps") == 0) {
+        rc = args_parse_long(name, val, 1, 1000000000L, &l, err);
+        if (rc == 0)
+            o->max_steps = l;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct train_opts o;
+    struct ddp_err err;
+    char name[64];
+    train_opts_default(&o);
+    log_init("ddp-worker", LOG_INFO);
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return DDP_EXIT_OK;
+        }
+        if (strcmp(a, "--no-overlap") == 0) {
+            o.overlap = 0;
+            continue;
+        }
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof(name)) {
+            fprintf(stderr, "ddp-worker: unknown flag '%s'\n%s", a, usage_text);
+            return DDP_EXIT_USAGE;
+        }
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        if (!is_valued(name)) {
+            fprintf(stderr, "ddp-worker: unknown flag '%s'\n%s", name, usage_text);
+            return DDP_EXIT_USAGE;
+        }
+        if (eq) {
+            val = eq + 1;
+        } else {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ddp-worker: %s needs a value\n%s", name, usage_text);
+                return DDP_EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        if (apply(&o, name, val, &err) != 0)
+            return usage_error(err.msg);
+    }
+    return train_run(&o);
+}

@@ -1,0 +1,621 @@
+/*
+ * train.c - the training loop of ddp-worker.
+ *
+ * Order of a run (every rank):
+ *   1. load the data (exit 3 on bad data), build the model from the seed (identical on
+ *      every rank), check its widths against the data (exit 2 naming --model);
+ *   2. open the process group (env -> store -> comm; exit 4/5);
+ *   3. resume: each rank finds the newest valid checkpoint in its own folder, the ranks
+ *      all-reduce a vector holding each rank's epoch, the lowest rank holding the newest
+ *      epoch broadcasts its file, everyone loads it (and a LOCAL_RANK 0 that lacked it keeps
+ *      a replica); then rank 0's parameters are broadcast;
+ *   4. per epoch: set the sampler's epoch; per step: forward on this rank's batch (mean loss
+ *      over the local batch), backward marking each layer's gradients ready (the reducer
+ *      all-reduces full buckets meanwhile), reducer_finish (sums over ranks; the SGD step
+ *      multiplies by 1/W as it reads them), SGD step,
+ *      touch the heartbeat file; at the end all-reduce loss sum, sample count and correct
+ *      test predictions (each rank scores a slice of the test set), rank 0 prints and
+ *      reports, every LOCAL_RANK 0 saves a checkpoint.
+ *
+ * Equivalence: the mean over the local batch of B, averaged over W ranks, is the mean over
+ * the global batch of W*B, and the sampler's rank r takes positions r, r+W, ... of the
+ * shuffled list, so step s of W ranks sees exactly the samples step s of one process with
+ * batch W*B sees: same gradients up to float rounding. --lr-scale linear multiplies the lr
+ * by W; compare with --lr-scale none (or the 1-process run given lr*W).
+ */
+#include "trainer/train.h"
+
+#include <cblas.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/args.h"
+#include "common/exitcodes.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "ddp/ckpt.h"
+#include "trainer/data.h"
+#include "ddp/ddp.h"
+#include "trainer/optim.h"
+#include "ddp/reducer.h"
+#include "ddp/rng.h"
+#include "ddp/sampler.h"
+#include "ddp/trace.h"
+#ifdef DDP_HAVE_CUDA
+#include "ddp/gpu.h"
+#include "trainer/gpu/model_gpu.h"
+#endif
+
+#define TRAIN_EVAL_BATCH 1000
+#define TRAIN_TRACE_EVENTS 200000
+
+void train_opts_default(struct train_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    static const int w[4] = {784, 256, 128, 10};
+    memcpy(o->widths, w, sizeof(w));
+    o->nwidths = 4;
+    o->model_spec = "mlp:784-256-128-10";
+    o->data = "fashion-mnist";
+    o->epochs = 10;
+    o->batch_size = 32;
+    o->lr = 0.01;
+    o->lr_scale_linear = 1;
+    o->lr_cosine = 1;
+    o->momentum = 0.9;
+    o->weight_decay = 0.0;
+    o->seed = 1;
+    o->bucket_cap_mb = 25.0;
+    o->backend = "auto";
+    o->checkpoint_dir = NULL;
+    o->timeout_s = 60.0;
+    o->overlap = 1;
+}
+
+void train_format_thousands(double v, char *buf, size_t size)
+{
+    char digits[32];
+    unsigned long long n = v > 0 ? (unsigned long long)llround(v) : 0;
+    int len = snprintf(digits, sizeof(digits), "%llu", n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < size; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o < size ? o : size - 1] = '\0';
+}
+
+double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs)
+{
+    if (!cosine || epochs == 0)
+        return base;
+    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)epoch / (double)epochs));
+}
+
+struct hook_ctx {
+    struct reducer *red;
+    struct trace *trace;
+};
+
+static void hook_begin(void *ctx, int layer)
+{
+    struct hook_ctx *h = ctx;
+    trace_event(h->trace, TRACE_BWD_BEGIN, layer);
+}
+
+static int hook_end(void *ctx, int layer, struct ddp_err *err)
+{
+    struct hook_ctx *h = ctx;
+    trace_event(h->trace, TRACE_BWD_END, layer);
+    /* Layer l's tensors are W_l (2l) and b_l (2l+1); the reducer wants reverse order. */
+    int rc = reducer_mark_ready(h->red, 2 * layer + 1, err);
+    if (rc == 0)
+        rc = reducer_mark_ready(h->red, 2 * layer, err);
+    return rc;
+}
+
+static void touch_file(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    (void)futimens(fd, NULL);
+    close(fd);
+}
+
+static void write_metrics(int fd, const char *line)
+{
+    size_t len = strlen(line), off = 0;
+    while (off < len) {
+        ssize_t k = write(fd, line + off, len - off);
+        if (k <= 0) {
+            log_warn("cannot write metrics to DDP_METRICS_FD %d", fd);
+            return;
+        }
+        off += (size_t)k;
+    }
+}
+
+struct run {
+    const struct train_opts *o;
+    struct ddp_group *g;
+    struct model *m; /* on a GPU run: the host copy, for initialisation and checkpoints */
+#ifdef DDP_HAVE_CUDA
+    struct gpu_model *gm; /* the model on the GPU when g->gpu, else NULL */
+    float *gmom;          /* its momentum (device); r->opt.buf is the host copy */
+#endif
+    struct optim opt;
+    struct reducer *red;
+    struct trace *trace;
+    struct rng rng;
+    char ckpt_dir[1024];
+    uint32_t start_epoch;
+    uint64_t step;
+};
+
+/*
+ * Compute, on the CPU model or on the GPU one. On a GPU run the parameters and momentum
+ * live on the device; run_sync_to_host copies them into r->m and r->opt for a checkpoint or
+ * a dump.
+ */
+static int run_forward(struct run *r, const float *x, const uint8_t *y, size_t n, double *ls,
+                       struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_forward(r->gm, x, y, n, ls, err);
+#endif
+    return model_forward(r->m, x, y, n, ls, err);
+}
+
+static int run_backward(struct run *r, const struct model_hooks *hooks, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_backward(r->gm, hooks, err);
+#endif
+    return model_backward(r->m, hooks, err);
+}
+
+static int run_optim_step(struct run *r, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_sgd(r->gm, r->gmom, r->opt.lr, r->opt.momentum, r->opt.weight_decay,
+                             err);
+#endif
+    (void)err;
+    optim_step(&r->opt, r->m, reducer_grad_scale(r->red));
+    return 0;
+}
+
+static int run_count_correct(struct run *r, const float *x, const uint8_t *y, size_t n,
+                             size_t *correct, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm)
+        return gpu_model_count_correct(r->gm, x, y, n, correct, err);
+#endif
+    (void)err;
+    *correct = model_count_correct(r->m, x, y, n);
+    return 0;
+}
+
+static int run_sync_to_host(struct run *r, struct ddp_err *err)
+{
+#ifdef DDP_HAVE_CUDA
+    if (r->gm) {
+        size_t bytes = model_param_count(r->m) * sizeof(float);
+        int rc = gpu_to_host(model_params(r->m), gpu_model_params(r->gm), bytes, err);
+        if (rc == 0)
+            rc = gpu_to_host(r->opt.buf, r->gmom, bytes, err);
+        return rc;
+    }
+#endif
+    (void)r;
+    (void)err;
+    return 0;
+}
+
+/* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
+static int run_exit_code(const struct run *r, int rc)
+{
+    if (r->g && r->g->gpu && rc == DDP_EINTERNAL)
+        return DDP_EXIT_DEVICE;
+    return ddp_exit_code_for(rc);
+}
+
+/* Step 3 of the file comment. Returns an error code; err says why. */
+static int resume(struct run *r, struct ddp_err *err)
+{
+    struct ddp_group *g = r->g;
+    int rc = 0;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint32_t local_epoch = 0;
+    double *epochs = xcalloc((size_t)g->world_size, sizeof(double));
+    if (r->ckpt_dir[0]) {
+        struct ddp_err e;
+        int frc = ckpt_find_newest(r->ckpt_dir, r->o->widths, r->o->nwidths, &buf, &len,
+                                   &local_epoch, &e);
+        if (frc != 0 && frc != DDP_ENOTFOUND)
+            log_warn("cannot scan checkpoint dir: %s", e.msg);
+    }
+    epochs[g->rank] = (double)local_epoch;
+    rc = ddp_allreduce_f64(g, epochs, (size_t)g->world_size, err);
+    if (rc)
+        goto out;
+    uint32_t best = 0;
+    int owner = -1;
+    for (int i = 0; i < g->world_size; i++) {
+        if (epochs[i] > (double)best) {
+            best = (uint32_t)epochs[i];
+            owner = i;
+        }
+    }
+    if (owner < 0) {
+        log_info("no checkpoint found: starting at epoch 1");
+        goto out;
+    }
+    uint64_t blen = g->rank == owner ? (uint64_t)len : 0;
+    rc = ddp_broadcast(g, &blen, sizeof(blen), owner, err);
+    if (rc)
+        goto out;
+    if (blen > CKPT_MAX_BYTES) {
+        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is %llu bytes", owner,
+                     (unsigned long long)blen);
+        goto out;
+    }
+    if (g->rank != owner) {
+        free(buf);
+        buf = xmalloc(blen ? (size_t)blen : 1);
+        len = (size_t)blen;
+    }
+    rc = ddp_broadcast(g, buf, len, owner, err);
+    if (rc)
+        goto out;
+    struct ckpt_view v;
+    rc = ckpt_decode(buf, len, "from the newest rank", &v, err);
+    if (rc)
+        goto out;
+    if (!ckpt_matches(&v.meta, r->o->widths, r->o->nwidths)) {
+        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is for another model", owner);
+        goto out;
+    }
+    ckpt_copy_arrays(&v, model_params(r->m), r->opt.buf);
+    r->start_epoch = v.meta.epoch;
+    r->step = v.meta.step;
+    r->rng = v.meta.rng;
+    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch,
+             owner, (unsigned long long)v.meta.step);
+    if (r->ckpt_dir[0] && g->env.local_rank == 0 && local_epoch != best) {
+        struct ddp_err e;
+        if (ckpt_save(r->ckpt_dir, best, buf, len, &e) != 0)
+            log_warn("cannot keep a replica of checkpoint %u: %s", best, e.msg);
+    }
+out:
+    free(epochs);
+    free(buf);
+    return rc;
+}
+
+static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
+{
+    struct ckpt_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    meta.epoch = epoch;
+    meta.step = r->step;
+    meta.seed = r->o->seed;
+    meta.rng = r->rng;
+    meta.world_size = (uint32_t)r->g->world_size;
+    meta.nlayers = r->o->nwidths - 1;
+    for (int i = 0; i < r->o->nwidths; i++)
+        meta.widths[i] = (uint32_t)r->o->widths[i];
+    meta.nparams = model_param_count(r->m);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = run_sync_to_host(r, err);
+    if (rc)
+        return rc;
+    rc = ckpt_encode(&meta, model_params(r->m), r->opt.buf, &buf, &len, err);
+    if (rc == 0)
+        rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+static void set_blas_threads(void)
+{
+    const char *s = getenv("OMP_NUM_THREADS");
+    long n = 1;
+    struct ddp_err e;
+    if (s && s[0] && args_parse_long("OMP_NUM_THREADS", s, 1, 1024, &n, &e) != 0) {
+        log_warn("%s; using 1 thread", e.msg);
+        n = 1;
+    }
+    openblas_set_num_threads((int)n);
+}
+
+int train_run(const struct train_opts *o)
+{
+    struct ddp_err err;
+    err_clear(&err);
+    int code = DDP_EXIT_OK, rc;
+    struct dataset train, test;
+    memset(&train, 0, sizeof(train));
+    memset(&test, 0, sizeof(test));
+    struct run r;
+    memset(&r, 0, sizeof(r));
+    r.o = o;
+    struct sampler smp;
+    memset(&smp, 0, sizeof(smp));
+    float *xb = NULL;
+    uint8_t *yb = NULL;
+    float **views = NULL;
+    int sampler_ok = 0, optim_ok = 0;
+
+    set_blas_threads();
+    rc = data_load(o->data, o->seed, &train, &test, &err);
+    if (rc) {
+        code = rc == DDP_EINVAL && strncmp(err.msg, "--data", 6) == 0 ? DDP_EXIT_USAGE
+                                                                      : DDP_EXIT_DATA;
+        goto fail;
+    }
+    if ((size_t)o->widths[0] != train.dim) {
+        rc = err_set(&err, DDP_EINVAL,
+                     "--model %s: input width %d does not match the data's %zu features",
+                     o->model_spec, o->widths[0], train.dim);
+        code = DDP_EXIT_USAGE;
+        goto fail;
+    }
+    if (o->widths[o->nwidths - 1] != train.classes) {
+        rc = err_set(&err, DDP_EINVAL,
+                     "--model %s: output width %d does not match the data's %d classes",
+                     o->model_spec, o->widths[o->nwidths - 1], train.classes);
+        code = DDP_EXIT_USAGE;
+        goto fail;
+    }
+    size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
+    rc = model_new(o->widths, o->nwidths, max_batch, o->seed, &r.m, &err);
+    if (rc) {
+        code = DDP_EXIT_USAGE;
+        goto fail;
+    }
+    rng_seed(&r.rng, o->seed ^ 0x7a11ULL);
+
+    rc = ddp_group_open(o->backend, (int64_t)(o->timeout_s * 1000.0), &r.g, &code, &err);
+    if (rc)
+        goto fail;
+    struct ddp_group *g = r.g;
+    if (o->checkpoint_dir)
+        snprintf(r.ckpt_dir, sizeof(r.ckpt_dir), "%s", o->checkpoint_dir);
+    else
+        snprintf(r.ckpt_dir, sizeof(r.ckpt_dir), "%s", g->env.checkpoint_dir);
+
+    if (o->trace_path)
+        r.trace = trace_new(TRAIN_TRACE_EVENTS);
+    int nt = model_tensor_count(r.m);
+    size_t counts[2 * MODEL_MAX_LAYERS];
+    for (int t = 0; t < nt; t++)
+        counts[t] = model_tensor_size(r.m, t);
+    struct reducer_opts ro = {
+        .cap_bytes = (size_t)(o->bucket_cap_mb * 1048576.0),
+        .first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES,
+        .overlap = o->overlap,
+        .device = g->gpu,
+        .defer_average = 1, /* the optimizer scales the sums (run_optim_step) */
+    };
+    if (ro.cap_bytes == 0)
+        ro.cap_bytes = 1;
+    if (ro.first_cap_bytes > ro.cap_bytes)
+        ro.first_cap_bytes = ro.cap_bytes;
+    rc = reducer_new(g->comm, g->world_size, counts, nt, &ro, r.trace, &r.red, &err);
+    if (rc) {
+        code = DDP_EXIT_FAILURE;
+        goto fail;
+    }
+    views = xmalloc((size_t)nt * sizeof(float *));
+    for (int t = 0; t < nt; t++)
+        views[t] = reducer_grad(r.red, t);
+    if (!g->gpu)
+        model_bind_grads(r.m, views);
+    double lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
+    optim_init(&r.opt, r.m, (float)lr, (float)o->momentum, (float)o->weight_decay);
+    optim_ok = 1;
+    log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d",
+             g->rank, g->world_size, o->model_spec, o->data, o->batch_size, lr,
+             reducer_bucket_count(r.red), o->overlap);
+
+    rc = resume(&r, &err);
+    if (rc) {
+        code = rc == DDP_EPEER || rc == DDP_ETIMEOUT ? DDP_EXIT_PEER_LOST : DDP_EXIT_CHECKPOINT;
+        goto fail;
+    }
+    /* Rank 0's parameters (and momentum: equal anyway after a resume) everywhere. */
+    rc = ddp_broadcast(g, model_params(r.m), model_param_count(r.m) * sizeof(float), 0, &err);
+    if (rc) {
+        code = ddp_exit_code_for(rc);
+        goto fail;
+    }
+#ifdef DDP_HAVE_CUDA
+    if (g->gpu) {
+        size_t pbytes = model_param_count(r.m) * sizeof(float);
+        rc = gpu_model_new(o->widths, o->nwidths, max_batch, model_params(r.m), &r.gm, &err);
+        if (rc == 0)
+            rc = gpu_alloc((void **)&r.gmom, pbytes, &err);
+        if (rc == 0)
+            rc = gpu_to_device(r.gmom, r.opt.buf, pbytes, &err);
+        if (rc) {
+            code = DDP_EXIT_DEVICE;
+            goto fail;
+        }
+        gpu_model_bind_grads(r.gm, views);
+        log_info("training on GPU %d", gpu_device());
+    }
+#endif
+    rc = sampler_init(&smp, train.n, g->rank, g->world_size, o->seed, 1, &err);
+    if (rc) {
+        code = DDP_EXIT_DATA;
+        goto fail;
+    }
+    sampler_ok = 1;
+    xb = xmalloc(o->batch_size * train.dim * sizeof(float));
+    yb = xmalloc(o->batch_size);
+    struct hook_ctx hc = {.red = r.red, .trace = r.trace};
+    struct model_hooks hooks = {.ctx = &hc, .layer_begin = hook_begin, .layer_end = hook_end};
+    size_t tlo = test.n * (size_t)g->rank / (size_t)g->world_size;
+    size_t thi = test.n * ((size_t)g->rank + 1) / (size_t)g->world_size;
+    int stop = 0;
+
+    for (uint32_t epoch = r.start_epoch; epoch < (uint32_t)o->epochs && !stop; epoch++) {
+        sampler_set_epoch(&smp, epoch);
+        r.opt.lr = (float)train_lr_at(lr, o->lr_cosine, epoch, (uint32_t)o->epochs);
+        int64_t t0 = time_mono_ns();
+        double loss_sum = 0.0, seen = 0.0;
+        for (size_t start = 0; start < smp.num_samples; start += o->batch_size) {
+            size_t n = smp.num_samples - start < o->batch_size ? smp.num_samples - start
+                                                               : o->batch_size;
+            for (size_t i = 0; i < n; i++) {
+                size_t idx = smp.indices[start + i];
+                memcpy(xb + i * train.dim, train.x + idx * train.dim,
+                       train.dim * sizeof(float));
+                yb[i] = train.y[idx];
+            }
+            trace_set_step(r.trace, r.step);
+            double ls = 0.0;
+            rc = run_forward(&r, xb, yb, n, &ls, &err);
+            if (rc == 0)
+                rc = run_backward(&r, &hooks, &err);
+            if (rc == 0)
+                rc = reducer_finish(r.red, &err);
+            if (rc == 0)
+                rc = run_optim_step(&r, &err);
+            if (rc) {
+                code = run_exit_code(&r, rc);
+                goto fail;
+            }
+            trace_event(r.trace, TRACE_STEP_END, 0);
+            loss_sum += ls;
+            seen += (double)n;
+            r.step++;
+            if (g->env.heartbeat_file[0])
+                touch_file(g->env.heartbeat_file);
+            if (o->max_steps > 0 && r.step >= (uint64_t)o->max_steps) {
+                stop = 1;
+                break;
+            }
+        }
+        if (stop)
+            break;
+        double train_s = (double)(time_mono_ns() - t0) / 1e9;
+        size_t correct = 0;
+        rc = run_count_correct(&r, test.x + tlo * test.dim, test.y + tlo, thi - tlo, &correct,
+                               &err);
+        if (rc) {
+            code = run_exit_code(&r, rc);
+            goto fail;
+        }
+        double sums[4] = {loss_sum, seen, (double)correct, train_s};
+        rc = ddp_allreduce_f64(g, sums, 4, &err);
+        if (rc) {
+            code = ddp_exit_code_for(rc);
+            goto fail;
+        }
+        double loss = sums[0] / sums[1];
+        double acc = sums[2] / (double)test.n;
+        double secs = sums[3] / (double)g->world_size; /* mean over ranks */
+        double sps = secs > 0 ? sums[1] / secs : 0.0;
+        if (g->rank == 0) {
+            char th[48];
+            train_format_thousands(sps, th, sizeof(th));
+            printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", epoch + 1,
+                   o->epochs, loss, acc, th);
+            fflush(stdout);
+            if (g->env.metrics_fd >= 0) {
+                char line[512];
+                snprintf(line, sizeof(line),
+                         "{\"epoch\": %u, \"epochs\": %d, \"loss\": %.4f, \"test_acc\": %.4f, "
+                         "\"samples_per_s\": %.1f, \"world_size\": %d, \"generation\": %d, "
+                         "\"time_s\": %.3f}\n",
+                         epoch + 1, o->epochs, loss, acc, sps, g->world_size,
+                         g->env.generation, secs);
+                write_metrics(g->env.metrics_fd, line);
+            }
+        }
+        if (r.ckpt_dir[0] && g->env.local_rank == 0) {
+            rc = save_checkpoint(&r, epoch + 1, &err);
+            if (rc) {
+                code = DDP_EXIT_CHECKPOINT;
+                goto fail;
+            }
+        }
+        if (o->kill_after_epoch > 0 && epoch + 1 == (uint32_t)o->kill_after_epoch) {
+            log_warn("--kill-after-epoch %d: killing this rank", o->kill_after_epoch);
+            raise(SIGKILL);
+        }
+    }
+    if (o->dump_params) {
+        rc = run_sync_to_host(&r, &err);
+        if (rc) {
+            code = DDP_EXIT_DEVICE;
+            goto fail;
+        }
+        rc = fs_write_atomic(o->dump_params, model_params(r.m),
+                             model_param_count(r.m) * sizeof(float), 0644, &err);
+        if (rc) {
+            code = DDP_EXIT_FAILURE;
+            goto fail;
+        }
+    }
+    if (r.trace) {
+        rc = trace_write(r.trace, o->trace_path, &err);
+        if (rc) {
+            code = DDP_EXIT_FAILURE;
+            goto fail;
+        }
+    }
+    goto out;
+fail:
+    log_error("%s (exit %d)", err.msg, code);
+    if (code == DDP_EXIT_PEER_LOST) {
+        /* The group is broken: closing it would wait on the lost peer (rank 0's store waits,
+         * bounded by the timeout, for every rank to leave), delaying the exit the agent needs
+         * to start the next generation. Nothing is left to save: leave now. */
+        fflush(stdout);
+        _exit(code);
+    }
+out:
+    free(xb);
+    free(yb);
+    if (sampler_ok)
+        sampler_release(&smp);
+    if (optim_ok)
+        optim_release(&r.opt);
+    /* After a comm error the reducer's in-flight work is abandoned with the comm. */
+    reducer_free(r.red);
+    free(views);
+    trace_free(r.trace);
+#ifdef DDP_HAVE_CUDA
+    gpu_model_free(r.gm);
+    gpu_free(r.gmom);
+    int on_gpu = r.g && r.g->gpu;
+#endif
+    ddp_group_close(r.g);
+#ifdef DDP_HAVE_CUDA
+    if (on_gpu)
+        gpu_shutdown();
+#endif
+    model_free(r.m);
+    data_release(&train);
+    data_release(&test);
+    return code;
+}
