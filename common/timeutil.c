@@ -43,3 +43,22 @@ void time_format_rfc3339(int64_t wall_ms, char *buf, size_t size)
     snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000));
 }
+
+int64_t time_deadline_ms(int64_t timeout_ms)
+{
+    if (timeout_ms < 0)
+        return INT64_MAX;
+    int64_t now = time_mono_ms();
+    return timeout_ms > INT64_MAX - now ? INT64_MAX : now + timeout_ms;
+}
+
+int64_t time_left_ms(int64_t deadline_ms)
+{
+    int64_t left = deadline_ms - time_mono_ms();
+    return left > 0 ? left : 0;
+}
+
+int64_t time_deadline_min(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}

@@ -4,6 +4,7 @@
 #include "common/xalloc.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,4 +66,20 @@ char *xasprintf(const char *fmt, ...)
     vsnprintf(p, (size_t)n + 1, fmt, ap);
     va_end(ap);
     return p;
+}
+
+void xgrow(void **p, size_t *cap, size_t need, size_t elem, size_t init)
+{
+    if (need <= *cap)
+        return;
+    size_t ncap = *cap ? *cap : (init ? init : 1);
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2)
+            xalloc_die(SIZE_MAX);
+        ncap *= 2;
+    }
+    if (elem && ncap > SIZE_MAX / elem)
+        xalloc_die(SIZE_MAX);
+    *p = xrealloc(*p, ncap * elem);
+    *cap = ncap;
 }

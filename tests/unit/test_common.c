@@ -1,6 +1,7 @@
 /*
  * test_common.c - common/: strict argument parsing, the error table, jsonx getters,
- * atomic file writes and constant-time secret comparison.
+ * atomic file writes, constant-time secret comparison, the growth helper, the byte buffer,
+ * deadlines, backoff and the /proc/PID/stat reader.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,14 +12,21 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/args.h"
+#include "common/backoff.h"
+#include "common/buf.h"
 #include "common/err.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
+#include "common/procstat.h"
 #include "common/randutil.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
 
 static void test_common_args_long(void **state)
@@ -171,6 +179,109 @@ static void test_common_secret_equal(void **state)
     assert_false(secret_equal(a, b));
 }
 
+static void test_common_xgrow(void **state)
+{
+    int *a = NULL;
+    size_t cap = 0;
+    XGROW(a, 1, cap, 8);
+    assert_int_equal(cap, 8);
+    for (int i = 0; i < 8; i++)
+        a[i] = i;
+    XGROW(a, 8, cap, 8); /* enough already: unchanged */
+    assert_int_equal(cap, 8);
+    XGROW(a, 9, cap, 8);
+    assert_int_equal(cap, 16);
+    XGROW(a, 100, cap, 8); /* doubles until it fits */
+    assert_int_equal(cap, 128);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(a[i], i);
+    free(a);
+    char *c = NULL;
+    cap = 0;
+    XGROW(c, 300, cap, 16); /* need above init: the first capacity still a power-of-two step */
+    assert_true(cap >= 300);
+    free(c);
+}
+
+static void test_common_buf(void **state)
+{
+    struct buf b = BUF_INIT;
+    assert_int_equal(buf_addstr(&b, "abc"), 0);
+    assert_int_equal(buf_add(&b, "\0x", 2), 0);
+    assert_int_equal(b.len, 5);
+    assert_memory_equal(b.data, "abc\0x", 6); /* NUL after len too */
+    buf_reset(&b);
+    assert_int_equal(b.len, 0);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(buf_printf(&b, "%d,", i), 0);
+    assert_int_equal(strncmp(b.data, "0,1,2,", 6), 0);
+    assert_int_equal(strlen(b.data), b.len);
+    size_t len;
+    char *s = buf_detach(&b, &len);
+    assert_int_equal(len, strlen(s));
+    assert_null(b.data);
+    free(s);
+    s = buf_detach(&b, NULL); /* an empty buffer hands out "" */
+    assert_string_equal(s, "");
+    free(s);
+
+    buf_init_max(&b, 8);
+    assert_int_equal(buf_addstr(&b, "12345678"), 0);
+    assert_int_equal(buf_addstr(&b, "9"), DDP_ETOOBIG);
+    assert_int_equal(buf_printf(&b, "%d", 1), DDP_ETOOBIG);
+    assert_int_equal(b.len, 8); /* unchanged by the refusals */
+    assert_string_equal(b.data, "12345678");
+    buf_release(&b);
+    buf_release(NULL);
+}
+
+static void test_common_deadline_backoff(void **state)
+{
+    int64_t now = time_mono_ms();
+    int64_t d = time_deadline_ms(1000);
+    assert_true(d >= now + 1000 && d < now + 2000);
+    assert_int_equal(time_deadline_ms(-1), INT64_MAX);
+    assert_true(time_left_ms(d) > 0 && time_left_ms(d) <= 1000);
+    assert_int_equal(time_left_ms(now - 5), 0);
+    assert_int_equal(time_deadline_min(3, 9), 3);
+
+    struct backoff b;
+    backoff_init(&b, 10, 75);
+    const int64_t want[] = {10, 20, 40, 75, 75};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        assert_int_equal(backoff_next(&b), want[i]);
+    backoff_reset(&b);
+    assert_int_equal(backoff_next(&b), 10);
+    int64_t t0 = time_mono_ms();
+    backoff_sleep(&b, t0 - 1); /* a passed deadline: no wait */
+    assert_true(time_mono_ms() - t0 < 20);
+}
+
+static void test_common_proc_state(void **state)
+{
+    assert_true(proc_state(getpid()) == 'R');
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    char st = 0;
+    for (int i = 0; i < 200 && (st = proc_state(pid)) != 'S'; i++) /* bounded: ~2 s */
+        time_sleep_ms(10);
+    assert_int_equal(st, 'S');
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    for (int i = 0; i < 200 && (st = proc_state(pid)) != 'T'; i++)
+        time_sleep_ms(10);
+    assert_int_equal(st, 'T');
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    for (int i = 0; i < 200 && (st = proc_state(pid)) != 'Z'; i++)
+        time_sleep_ms(10);
+    assert_int_equal(st, 'Z');
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    assert_int_equal(proc_state(pid), 0); /* reaped: gone */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +291,10 @@ int main(void)
         cmocka_unit_test(test_common_jsonx),
         cmocka_unit_test(test_common_fs_write_atomic),
         cmocka_unit_test(test_common_secret_equal),
+        cmocka_unit_test(test_common_xgrow),
+        cmocka_unit_test(test_common_buf),
+        cmocka_unit_test(test_common_deadline_backoff),
+        cmocka_unit_test(test_common_proc_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
