@@ -1,6 +1,6 @@
 /*
  * xalloc.h - allocation that never returns NULL: on out-of-memory the process logs and
- * aborts (the failure policy of STYLE.md). Callers free with free().
+ * aborts (the failure policy of docs/style.md, "Errors"). Callers free with free().
  */
 #ifndef DDP_COMMON_XALLOC_H
 #define DDP_COMMON_XALLOC_H

@@ -16,7 +16,8 @@ just before ddpctl starts (time.time_ns(), wall clock of this host):
 Peer: `torchrun --standalone --nproc_per_node 4 --redirects 1 --tee 1 --log_dir DIR
 bench/peers/torch_ddp.py --max-steps 1 --first-step-dir D` (the same MLP, data and batch; each
 rank writes time.time_ns() at the end of its first optimizer step), from just before torchrun
-starts. Debian's torchrun needs the --redirects/--tee/--log_dir flags (DESIGN.md).
+starts. Debian's torchrun (PyTorch 1.13) crashes with its default log redirection, hence the
+--redirects/--tee/--log_dir flags.
 
 The two alternate, REPS repetitions each; the table gives medians (the host is shared and
 noisy) and the ratio ours / torchrun (goal: <= 0.5).

@@ -7,7 +7,7 @@ for its status code: an undocumented status, a path that is no route of the docu
 with anything but a 404 Error, or a body that does not match is a failure (AssertionError).
 
 Also: `meta_validate(doc)` validates the document itself against the official OpenAPI 3.0
-meta-schema kept in `$DDP_SRC/../shared/schemas/` (Draft4Validator of python3-jsonschema).
+meta-schema vendored in `schema/vendor/` (Draft4Validator of python3-jsonschema).
 """
 import copy
 import json
@@ -19,7 +19,7 @@ import jsonschema
 REPO = os.environ.get("DDP_SRC") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPENAPI_PATH = os.path.join(REPO, "schema", "openapi.json")
-META_DIR = os.path.join(REPO, "..", "shared", "schemas")
+META_DIR = os.path.join(REPO, "schema", "vendor")
 META_PATH = os.path.join(META_DIR, "openapi-3.0.schema.json")
 
 
@@ -33,7 +33,7 @@ def meta_validate(doc):
     message when the meta-schema is missing."""
     if not os.path.isfile(META_PATH):
         raise AssertionError("OpenAPI meta-schema not found at %s (expected in "
-                             "$DDP_SRC/../shared/schemas/)" % os.path.normpath(META_PATH))
+                             "schema/vendor/ of the repository)" % os.path.normpath(META_PATH))
     with open(META_PATH) as f:
         meta = json.load(f)
     v = jsonschema.Draft4Validator(meta)

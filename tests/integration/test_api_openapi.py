@@ -1,4 +1,4 @@
-"""schema/openapi.json: valid OpenAPI 3.0 (official meta-schema in $DDP_SRC/../shared/schemas/),
+"""schema/openapi.json: valid OpenAPI 3.0 (official meta-schema vendored in schema/vendor/),
 describes every call of docs/api.md, its component schemas compile to JSON Schema, and a real
 ddpd serves exactly this document at GET /v1/openapi.json (and only to the user token)."""
 import json
