@@ -1,15 +1,6 @@
 /*
  * rdzv.c - the rendezvous store (see rdzv.h): rank 0's server thread and every rank's client.
- *
- * Wire format (both directions), little endian:
- *   frame    = u32 body_len, body                    (1 <= body_len <= RDZV_FRAME_MAX)
- *   request  = u8 op, payload
- *     HELLO  u32 rank, u32 world_size, secret bytes  (must be the first request)
- *     SET    u16 klen, key, value bytes
- *     GET    u32 timeout_ms, u16 klen, key           -> value
- *     WAIT   u32 timeout_ms, u16 nkeys, (u16 klen, key)*
- *     ADD    i64 delta, u16 klen, key                -> i64 new value
- *   reply    = u8 status, payload (the value, the i64, or an error text)
+ * The bytes on the wire are rdzv_wire.c's.
  *
  * Invariants:
  *  1. A client has at most one request outstanding; the server answers every request exactly
@@ -18,10 +9,10 @@
  *     plus one round trip, and its stream never goes out of step; a client that gives up
  *     mid-request marks its connection broken and fails every later call.
  *  2. Every size is bounded: keys RDZV_KEY_MAX, values RDZV_VALUE_MAX, frames
- *     RDZV_FRAME_MAX, RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys, RDZV_BYTES_MAX bytes
- *     held. A peer that breaks a
- *     bound, sends garbage or a wrong secret is answered (where it can be) and dropped; one
- *     that says nothing is dropped after RDZV_HELLO_WAIT_MS.
+ *     RDZV_FRAME_MAX (rdzv_wire.h), RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys,
+ *     RDZV_BYTES_MAX bytes held. A peer that breaks a bound, sends garbage or a wrong secret
+ *     is answered (where it can be) and dropped; one that says nothing is dropped after
+ *     RDZV_HELLO_WAIT_MS.
  *  3. Only the server thread touches the key-value table and the connections; the mutex
  *     guards just `stop` and the departure bookkeeping that rank 0's rdzv_close() waits on.
  *  4. Counters (ADD) are stored as decimal text, like torch's TCPStore, so GET reads them.
@@ -39,89 +30,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/backoff.h"
+#include "common/buf.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "libddp/net.h"
+#include "libddp/rdzv_wire.h"
 
-#define RDZV_FRAME_MAX (RDZV_VALUE_MAX + 1024)
+#define RDZV_CLOSE_WAIT_MAX_MS 10000
+#define RDZV_CONNECT_TRY_MS 5000 /* one connection attempt */
 #define RDZV_CONN_MAX 1024
 #define RDZV_KEYS_MAX 65536
 #define RDZV_BYTES_MAX ((size_t)256 << 20) /* keys + values held, all together */
-#define RDZV_SECRET_MAX 1024
-#define RDZV_WAIT_KEYS_MAX 1024
-#define RDZV_CLOSE_WAIT_MAX_MS 10000
-#define RDZV_HELLO_WAIT_MS 10000 /* a connection must say hello within this */
-
-enum rdzv_op { OP_HELLO = 1, OP_SET = 2, OP_GET = 3, OP_WAIT = 4, OP_ADD = 5 };
-enum rdzv_status { ST_OK = 0, ST_TIMEOUT = 1, ST_PERM = 2, ST_INVAL = 3 };
-
-/* ---- little-endian encoding ---- */
-
-struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-};
-
-static void wb_put(struct wbuf *b, const void *src, size_t len)
-{
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + len)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, src, len);
-    b->n += len;
-}
-
-static void wb_uint(struct wbuf *b, uint64_t v, int bytes)
-{
-    uint8_t t[8];
-    for (int i = 0; i < bytes; i++)
-        t[i] = (uint8_t)(v >> (8 * i));
-    wb_put(b, t, (size_t)bytes);
-}
-
-struct rbuf {
-    const uint8_t *p;
-    size_t n;
-    int bad;
-};
-
-static uint64_t rb_uint(struct rbuf *r, int bytes)
-{
-    if (r->bad || r->n < (size_t)bytes) {
-        r->bad = 1;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += bytes;
-    r->n -= (size_t)bytes;
-    return v;
-}
-
-static const uint8_t *rb_take(struct rbuf *r, size_t len)
-{
-    if (r->bad || r->n < len) {
-        r->bad = 1;
-        return NULL;
-    }
-    const uint8_t *p = r->p;
-    r->p += len;
-    r->n -= len;
-    return p;
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* ---- server ---- */
+#define RDZV_HELLO_WAIT_MS 10000          /* a connection must say hello within this */
+#define RDZV_IN_MAX (4 + (size_t)RDZV_FRAME_MAX) /* a connection's input buffer: one frame */
 
 struct kv {
     uint8_t *key;
@@ -137,10 +60,12 @@ struct sconn {
     int closing; /* drop once the out buffer is flushed */
     int dead;
     int64_t hello_deadline; /* dropped if not authenticated by then */
+    /* Received bytes not yet handled, at most RDZV_IN_MAX. Not a struct buf: recv() writes
+     * into the room after in_len, which buf.h has no call for. */
     uint8_t *in;
     size_t in_len, in_cap;
-    uint8_t *out;
-    size_t out_len, out_off;
+    struct buf out; /* replies; out.data[out_off..] not sent yet */
+    size_t out_off;
     uint8_t *pend; /* a GET/WAIT body waiting for keys, or NULL */
     size_t pend_len;
     int64_t pend_deadline;
@@ -164,6 +89,8 @@ struct rdzv_server {
     size_t kv_bytes; /* keys + values held */
 };
 
+/* ---- the key-value table ---- */
+
 static struct kv *kv_find(struct rdzv_server *s, const uint8_t *key, size_t klen)
 {
     for (size_t i = 0; i < s->nkv; i++)
@@ -172,21 +99,18 @@ static struct kv *kv_find(struct rdzv_server *s, const uint8_t *key, size_t klen
     return NULL;
 }
 
-/* Sets key to a copy of val; returns 0 or ST_INVAL when the table is full. */
+/* Sets key to a copy of val; returns 0, or -1 when the table is full (unchanged then). */
 static int kv_set(struct rdzv_server *s, const uint8_t *key, size_t klen, const uint8_t *val,
                   size_t len)
 {
     struct kv *e = kv_find(s, key, klen);
     size_t held = s->kv_bytes - (e ? e->klen + e->len : 0);
     if (held + klen + len > RDZV_BYTES_MAX)
-        return ST_INVAL;
+        return -1;
     if (!e) {
         if (s->nkv >= RDZV_KEYS_MAX)
-            return ST_INVAL;
-        if (s->nkv == s->kv_cap) {
-            s->kv_cap = s->kv_cap ? s->kv_cap * 2 : 64;
-            s->kvs = xrealloc(s->kvs, s->kv_cap * sizeof(*s->kvs));
-        }
+            return -1;
+        XGROW(s->kvs, s->nkv + 1, s->kv_cap, 64);
         e = &s->kvs[s->nkv++];
         e->key = xmalloc(klen);
         memcpy(e->key, key, klen);
@@ -203,18 +127,13 @@ static int kv_set(struct rdzv_server *s, const uint8_t *key, size_t klen, const 
     return 0;
 }
 
+/* ---- a connection's output ---- */
+
 static void conn_reply(struct sconn *c, int status, const void *payload, size_t len)
 {
-    size_t need = c->out_len + 5 + len;
-    uint8_t *o = xrealloc(c->out, need);
-    uint32_t body = (uint32_t)(1 + len);
-    for (int i = 0; i < 4; i++)
-        o[c->out_len + (size_t)i] = (uint8_t)(body >> (8 * i));
-    o[c->out_len + 4] = (uint8_t)status;
-    if (len)
-        memcpy(o + c->out_len + 5, payload, len);
-    c->out = o;
-    c->out_len = need;
+    /* Every payload is a stored value or a short text, so the frame always fits. */
+    if (rdzv_wire_reply(&c->out, status, payload, len) < 0)
+        c->dead = 1;
 }
 
 static void conn_reply_text(struct sconn *c, int status, const char *text)
@@ -224,8 +143,8 @@ static void conn_reply_text(struct sconn *c, int status, const char *text)
 
 static void conn_flush(struct sconn *c)
 {
-    while (c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off,
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
@@ -238,68 +157,31 @@ static void conn_flush(struct sconn *c)
         c->dead = 1;
         return;
     }
-    c->out_off = c->out_len = 0;
+    c->out_off = 0;
+    buf_reset(&c->out);
     if (c->closing)
         c->dead = 1;
 }
 
-/* Reads one key (u16 klen, key) from r; NULL when malformed or too long. */
-static const uint8_t *read_key(struct rbuf *r, size_t *klen)
-{
-    size_t n = (size_t)rb_uint(r, 2);
-    if (r->bad || n == 0 || n > RDZV_KEY_MAX) {
-        r->bad = 1;
-        return NULL;
-    }
-    *klen = n;
-    return rb_take(r, n);
-}
+/* ---- requests ---- */
 
-/*
- * Serves a GET or WAIT body (op byte included). Returns 1 when answered, 0 when the keys are
- * not all there yet (the caller keeps it pending), -1 when malformed (answered ST_INVAL).
- */
-static int serve_lookup(struct rdzv_server *s, struct sconn *c, const uint8_t *body, size_t len,
-                        int64_t *timeout_ms)
+/* Serves a decoded GET or WAIT. Returns 1 when answered, 0 when the keys are not all there
+ * yet (the caller keeps it pending). */
+static int serve_lookup(struct rdzv_server *s, struct sconn *c, const struct rdzv_req *q)
 {
-    struct rbuf r = {.p = body + 1, .n = len - 1};
-    *timeout_ms = (int64_t)rb_uint(&r, 4);
-    if (body[0] == OP_GET) {
-        size_t klen = 0;
-        const uint8_t *key = read_key(&r, &klen);
-        if (r.bad || r.n != 0) {
-            conn_reply_text(c, ST_INVAL, "malformed get");
-            return -1;
-        }
-        struct kv *e = kv_find(s, key, klen);
+    if (q->op == RDZV_OP_GET) {
+        struct kv *e = kv_find(s, q->key, q->klen);
         if (!e)
             return 0;
-        conn_reply(c, ST_OK, e->val, e->len);
+        conn_reply(c, RDZV_ST_OK, e->val, e->len);
         return 1;
     }
-    size_t nkeys = (size_t)rb_uint(&r, 2);
-    if (r.bad || nkeys > RDZV_WAIT_KEYS_MAX) {
-        conn_reply_text(c, ST_INVAL, "malformed wait");
-        return -1;
-    }
-    int all = 1;
-    for (size_t i = 0; i < nkeys; i++) {
-        size_t klen = 0;
-        const uint8_t *key = read_key(&r, &klen);
-        if (r.bad) {
-            conn_reply_text(c, ST_INVAL, "malformed wait");
-            return -1;
-        }
-        if (all && !kv_find(s, key, klen))
-            all = 0;
-    }
-    if (r.n != 0) {
-        conn_reply_text(c, ST_INVAL, "malformed wait");
-        return -1;
-    }
-    if (!all)
-        return 0;
-    conn_reply(c, ST_OK, NULL, 0);
+    size_t pos = 0, klen = 0;
+    const uint8_t *key;
+    while ((key = rdzv_wire_next_key(q, &pos, &klen)) != NULL)
+        if (!kv_find(s, key, klen))
+            return 0;
+    conn_reply(c, RDZV_ST_OK, NULL, 0);
     return 1;
 }
 
@@ -310,8 +192,15 @@ static void serve_pending(struct rdzv_server *s)
         struct sconn *c = &s->conns[i];
         if (!c->pend || c->dead)
             continue;
-        int64_t t = 0;
-        if (serve_lookup(s, c, c->pend, c->pend_len, &t) != 0) {
+        struct rdzv_req q;
+        int done = 1;
+        /* A pending body was decoded once already, so it decodes again; the refusal only
+         * keeps invariant 1 should it not. */
+        if (rdzv_wire_decode(c->pend, c->pend_len, &q) == RDZV_DEC_OK)
+            done = serve_lookup(s, c, &q);
+        else
+            conn_reply_text(c, RDZV_ST_INVAL, "malformed request");
+        if (done) {
             free(c->pend);
             c->pend = NULL;
             conn_flush(c);
@@ -331,55 +220,41 @@ static void mark_rank(struct rdzv_server *s, int rank, unsigned char st)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void handle_hello(struct rdzv_server *s, struct sconn *c, struct rbuf *r)
+static void handle_hello(struct rdzv_server *s, struct sconn *c, const struct rdzv_req *q)
 {
-    uint32_t rank = (uint32_t)rb_uint(r, 4);
-    uint32_t world = (uint32_t)rb_uint(r, 4);
-    if (r->bad || r->n >= RDZV_SECRET_MAX) {
-        conn_reply_text(c, ST_INVAL, "malformed hello");
-        c->closing = 1;
-        return;
-    }
     char secret[RDZV_SECRET_MAX];
-    memcpy(secret, r->p, r->n);
-    secret[r->n] = '\0';
+    memcpy(secret, q->secret, q->secret_len);
+    secret[q->secret_len] = '\0';
     /* Compare in constant time; an embedded NUL makes the lengths differ, so it fails. */
-    int ok = secret_equal(secret, s->secret) && strlen(secret) == r->n;
+    int ok = secret_equal(secret, s->secret) && strlen(secret) == q->secret_len;
     if (!ok) {
-        conn_reply_text(c, ST_PERM, "wrong job secret");
+        conn_reply_text(c, RDZV_ST_PERM, "wrong job secret");
         c->closing = 1;
         return;
     }
-    if ((int)world != s->world || rank >= world) {
+    if ((int)q->world != s->world || q->rank >= q->world) {
         char msg[128];
         snprintf(msg, sizeof(msg),
-                 "rank %u of world size %u does not fit the store's world size %d", rank, world,
-                 s->world);
-        conn_reply_text(c, ST_INVAL, msg);
+                 "rank %u of world size %u does not fit the store's world size %d", q->rank,
+                 q->world, s->world);
+        conn_reply_text(c, RDZV_ST_INVAL, msg);
         c->closing = 1;
         return;
     }
     c->authed = 1;
-    c->rank = (int)rank;
+    c->rank = (int)q->rank;
     mark_rank(s, c->rank, 1);
-    conn_reply(c, ST_OK, NULL, 0);
+    conn_reply(c, RDZV_ST_OK, NULL, 0);
 }
 
-static void handle_add(struct rdzv_server *s, struct sconn *c, struct rbuf *r)
+static void handle_add(struct rdzv_server *s, struct sconn *c, const struct rdzv_req *q)
 {
-    int64_t delta = (int64_t)rb_uint(r, 8);
-    size_t klen = 0;
-    const uint8_t *key = read_key(r, &klen);
-    if (r->bad || r->n != 0) {
-        conn_reply_text(c, ST_INVAL, "malformed add");
-        return;
-    }
     int64_t cur = 0;
-    struct kv *e = kv_find(s, key, klen);
+    struct kv *e = kv_find(s, q->key, q->klen);
     if (e) {
         char num[32];
         if (e->len == 0 || e->len >= sizeof(num)) {
-            conn_reply_text(c, ST_INVAL, "value is not an integer");
+            conn_reply_text(c, RDZV_ST_INVAL, "value is not an integer");
             return;
         }
         memcpy(num, e->val, e->len);
@@ -388,85 +263,86 @@ static void handle_add(struct rdzv_server *s, struct sconn *c, struct rbuf *r)
         errno = 0;
         long long v = strtoll(num, &end, 10);
         if (errno || *end != '\0') {
-            conn_reply_text(c, ST_INVAL, "value is not an integer");
+            conn_reply_text(c, RDZV_ST_INVAL, "value is not an integer");
             return;
         }
         cur = (int64_t)v;
     }
-    int64_t nv = (int64_t)((uint64_t)cur + (uint64_t)delta);
+    int64_t nv = (int64_t)((uint64_t)cur + (uint64_t)q->delta);
     char num[32];
     int n = snprintf(num, sizeof(num), "%" PRId64, nv);
-    if (kv_set(s, key, klen, (const uint8_t *)num, (size_t)n) != 0) {
-        conn_reply_text(c, ST_INVAL, "store is full");
+    if (kv_set(s, q->key, q->klen, (const uint8_t *)num, (size_t)n) != 0) {
+        conn_reply_text(c, RDZV_ST_INVAL, "store is full");
         return;
     }
-    uint8_t out[8];
-    for (int i = 0; i < 8; i++)
-        out[i] = (uint8_t)((uint64_t)nv >> (8 * i));
-    conn_reply(c, ST_OK, out, 8);
+    if (rdzv_wire_reply_i64(&c->out, nv) < 0)
+        c->dead = 1; /* a 9-byte frame: cannot happen */
     serve_pending(s);
 }
 
-/* Handles one request body; may queue a reply, make it pending, or mark the conn closing. */
+/* Handles one request body (len >= 1); may queue a reply, make it pending, or mark the conn
+ * closing. */
 static void handle_request(struct rdzv_server *s, struct sconn *c, const uint8_t *body,
                            size_t len)
 {
-    struct rbuf r = {.p = body + 1, .n = len - 1};
-    uint8_t op = body[0];
+    struct rdzv_req q;
+    int dec = rdzv_wire_decode(body, len, &q);
     if (!c->authed) {
-        if (op != OP_HELLO) {
-            conn_reply_text(c, ST_PERM, "first message must be hello");
+        if (q.op != RDZV_OP_HELLO) {
+            conn_reply_text(c, RDZV_ST_PERM, "first message must be hello");
             c->closing = 1;
-            return;
-        }
-        handle_hello(s, c, &r);
-        return;
-    }
-    switch (op) {
-    case OP_SET: {
-        size_t klen = 0;
-        const uint8_t *key = read_key(&r, &klen);
-        if (r.bad || r.n > RDZV_VALUE_MAX) {
-            conn_reply_text(c, ST_INVAL, "malformed set");
-            return;
-        }
-        if (kv_set(s, key, klen, r.p, r.n) != 0) {
-            conn_reply_text(c, ST_INVAL, "store is full");
-            return;
-        }
-        conn_reply(c, ST_OK, NULL, 0);
-        serve_pending(s);
-        return;
-    }
-    case OP_GET:
-    case OP_WAIT: {
-        int64_t t = 0;
-        int done = serve_lookup(s, c, body, len, &t);
-        if (done == 0) {
-            c->pend = xmalloc(len);
-            memcpy(c->pend, body, len);
-            c->pend_len = len;
-            c->pend_deadline = time_mono_ms() + t;
+        } else if (dec != RDZV_DEC_OK) {
+            conn_reply_text(c, RDZV_ST_INVAL, "malformed hello");
+            c->closing = 1;
+        } else {
+            handle_hello(s, c, &q);
         }
         return;
     }
-    case OP_ADD:
-        handle_add(s, c, &r);
-        return;
-    default:
-        conn_reply_text(c, ST_INVAL, "unknown request");
+    if (dec == RDZV_DEC_UNKNOWN_OP || q.op == RDZV_OP_HELLO) {
+        conn_reply_text(c, RDZV_ST_INVAL, "unknown request");
         c->closing = 1;
         return;
     }
+    if (dec != RDZV_DEC_OK) {
+        char msg[32];
+        snprintf(msg, sizeof(msg), "malformed %s", rdzv_wire_op_name(q.op));
+        conn_reply_text(c, RDZV_ST_INVAL, msg);
+        return;
+    }
+    switch (q.op) {
+    case RDZV_OP_SET:
+        if (kv_set(s, q.key, q.klen, q.value, q.len) != 0) {
+            conn_reply_text(c, RDZV_ST_INVAL, "store is full");
+            return;
+        }
+        conn_reply(c, RDZV_ST_OK, NULL, 0);
+        serve_pending(s);
+        return;
+    case RDZV_OP_GET:
+    case RDZV_OP_WAIT:
+        if (serve_lookup(s, c, &q) == 0) {
+            c->pend = xmalloc(len);
+            memcpy(c->pend, body, len);
+            c->pend_len = len;
+            c->pend_deadline = time_deadline_ms(q.timeout_ms);
+        }
+        return;
+    case RDZV_OP_ADD:
+        handle_add(s, c, &q);
+        return;
+    }
 }
+
+/* ---- a connection's input ---- */
 
 /* Handles the complete frames in c's input buffer (stops at a pending request). */
 static void conn_process(struct rdzv_server *s, struct sconn *c)
 {
     size_t off = 0;
     while (!c->pend && !c->closing && !c->dead && c->in_len - off >= 4) {
-        uint32_t len = get_u32(c->in + off);
-        if (len == 0 || len > RDZV_FRAME_MAX) {
+        uint32_t len = 0;
+        if (rdzv_wire_frame_len(c->in + off, &len) < 0) {
             c->dead = 1;
             break;
         }
@@ -486,11 +362,11 @@ static void conn_read(struct rdzv_server *s, struct sconn *c)
 {
     for (;;) {
         if (c->in_len == c->in_cap) {
-            if (c->in_cap >= 4 + (size_t)RDZV_FRAME_MAX)
+            if (c->in_cap >= RDZV_IN_MAX)
                 break; /* full: wait until the pending request is answered */
             size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
-            if (cap > 4 + (size_t)RDZV_FRAME_MAX)
-                cap = 4 + (size_t)RDZV_FRAME_MAX;
+            if (cap > RDZV_IN_MAX)
+                cap = RDZV_IN_MAX;
             c->in = xrealloc(c->in, cap);
             c->in_cap = cap;
         }
@@ -517,8 +393,43 @@ static void conn_release(struct rdzv_server *s, struct sconn *c)
         mark_rank(s, c->rank, 2);
     close(c->fd);
     free(c->in);
-    free(c->out);
+    buf_release(&c->out);
     free(c->pend);
+}
+
+/* ---- the thread ---- */
+
+/* The poll timeout (ms, -1 none) that wakes the thread at the earlier of timeout and the
+ * deadline. */
+static int poll_until(int timeout, int64_t deadline_ms)
+{
+    int64_t left = time_left_ms(deadline_ms);
+    if (left > 0x7fffffff)
+        left = 0x7fffffff;
+    return timeout < 0 || left < timeout ? (int)left : timeout;
+}
+
+static void accept_all(struct rdzv_server *s)
+{
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            break;
+        }
+        if (s->nconns >= RDZV_CONN_MAX) {
+            close(fd);
+            continue;
+        }
+        (void)net_set_nodelay(fd);
+        struct sconn *c = &s->conns[s->nconns++];
+        memset(c, 0, sizeof(*c));
+        c->fd = fd;
+        c->rank = -1;
+        buf_init(&c->out);
+        c->hello_deadline = time_deadline_ms(RDZV_HELLO_WAIT_MS);
+    }
 }
 
 static void *server_main(void *arg)
@@ -531,34 +442,21 @@ static void *server_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
-        int64_t now = time_mono_ms();
         int timeout = -1;
         pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
         pfd[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
         for (int i = 0; i < s->nconns; i++) {
             struct sconn *c = &s->conns[i];
             short ev = 0;
-            if (c->in_len < c->in_cap || c->in_cap < 4 + (size_t)RDZV_FRAME_MAX)
+            if (c->in_len < c->in_cap || c->in_cap < RDZV_IN_MAX)
                 ev |= POLLIN;
-            if (c->out_off < c->out_len)
+            if (c->out_off < c->out.len)
                 ev |= POLLOUT;
             pfd[2 + i] = (struct pollfd){.fd = c->fd, .events = ev};
-            if (!c->authed) {
-                int64_t left = c->hello_deadline - now;
-                if (left < 0)
-                    left = 0;
-                if (timeout < 0 || left < timeout)
-                    timeout = (int)(left > 0x7fffffff ? 0x7fffffff : left);
-            }
-            if (c->pend) {
-                int64_t left = c->pend_deadline - now;
-                if (left < 0)
-                    left = 0;
-                if (left > 0x7fffffff)
-                    left = 0x7fffffff;
-                if (timeout < 0 || left < timeout)
-                    timeout = (int)left;
-            }
+            if (!c->authed)
+                timeout = poll_until(timeout, c->hello_deadline);
+            if (c->pend)
+                timeout = poll_until(timeout, c->pend_deadline);
         }
         int polled = s->nconns;
         int n = poll(pfd, (nfds_t)(2 + polled), timeout);
@@ -576,7 +474,7 @@ static void *server_main(void *arg)
             if (!c->dead && (pfd[2 + i].revents & (POLLIN | POLLHUP | POLLERR)))
                 conn_read(s, c);
         }
-        now = time_mono_ms();
+        int64_t now = time_mono_ms();
         for (int i = 0; i < s->nconns; i++) {
             struct sconn *c = &s->conns[i];
             if (!c->authed && !c->closing && now >= c->hello_deadline)
@@ -584,7 +482,7 @@ static void *server_main(void *arg)
             if (c->pend && !c->dead && now >= c->pend_deadline) {
                 free(c->pend);
                 c->pend = NULL;
-                conn_reply_text(c, ST_TIMEOUT, "keys not set in time");
+                conn_reply_text(c, RDZV_ST_TIMEOUT, "keys not set in time");
                 conn_process(s, c);
             }
         }
@@ -597,30 +495,14 @@ static void *server_main(void *arg)
                 s->conns[w++] = s->conns[i];
         }
         s->nconns = w;
-        if (n > 0 && (pfd[1].revents & POLLIN)) {
-            for (;;) {
-                int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (fd < 0) {
-                    if (errno == EINTR || errno == ECONNABORTED)
-                        continue;
-                    break;
-                }
-                if (s->nconns >= RDZV_CONN_MAX) {
-                    close(fd);
-                    continue;
-                }
-                (void)net_set_nodelay(fd);
-                struct sconn *c = &s->conns[s->nconns++];
-                memset(c, 0, sizeof(*c));
-                c->fd = fd;
-                c->rank = -1;
-                c->hello_deadline = time_mono_ms() + RDZV_HELLO_WAIT_MS;
-            }
-        }
+        if (n > 0 && (pfd[1].revents & POLLIN))
+            accept_all(s);
     }
     free(pfd);
     return NULL;
 }
+
+/* ---- start and stop ---- */
 
 static void server_free(struct rdzv_server *s)
 {
@@ -646,8 +528,8 @@ static void server_free(struct rdzv_server *s)
     free(s);
 }
 
-static int server_start(int port, int world, const char *secret, struct rdzv_server **out,
-                        struct ddp_err *err)
+static int rdzv_server_start(int port, int world, const char *secret, struct rdzv_server **out,
+                      struct ddp_err *err)
 {
     int ret = 0;
     struct rdzv_server *s = xcalloc(1, sizeof(*s));
@@ -684,18 +566,18 @@ out:
 }
 
 /*
- * Waits (until deadline) until no other rank is connected, then stops and frees the server.
+ * Waits (until deadline_ms) until no other rank is connected, then stops and frees the server.
  * A rank that never connected is not waited for: in a run that got as far as closing, every
  * rank has connected (the comm set-up needs them all), and on a failure path a rank that
  * comes later finds no store and fails by its own deadline.
  */
-static void server_stop(struct rdzv_server *s, int64_t deadline_ms)
+static void rdzv_server_stop(struct rdzv_server *s, int64_t deadline_ms)
 {
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
     while (s->live > 0) {
-        int64_t left = deadline_ms - time_mono_ms();
+        int64_t left = time_left_ms(deadline_ms);
         if (left <= 0)
             break;
         struct timespec ts;
@@ -740,11 +622,11 @@ static void mark_broken(struct rdzv *r)
 }
 
 /*
- * Sends body (op byte first) and reads the reply within wait_ms + the store timeout.
- * On success *status is the reply status and *reply (caller frees; may be NULL with *rlen 0)
- * its payload.
+ * Sends one request frame (as the rdzv_wire_* encoders wrote it) and reads the reply within
+ * wait_ms + the store timeout. On success *status is the reply status and *reply (caller
+ * frees; may be NULL with *rlen 0) its payload. On failure the connection is broken.
  */
-static int request(struct rdzv *r, const struct wbuf *body, int64_t wait_ms, int *status,
+static int request(struct rdzv *r, const struct buf *frame, int64_t wait_ms, int *status,
                    uint8_t **reply, size_t *rlen, struct ddp_err *err)
 {
     int ret = 0;
@@ -754,18 +636,15 @@ static int request(struct rdzv *r, const struct wbuf *body, int64_t wait_ms, int
         return err_set(err, DDP_EPEER,
                        "connection to the rendezvous store at %s:%d is broken by an earlier error",
                        r->host, r->port);
-    uint8_t hdr[4];
-    for (int i = 0; i < 4; i++)
-        hdr[i] = (uint8_t)((uint32_t)body->n >> (8 * i));
-    int64_t now = time_mono_ms();
-    if ((ret = net_send_all(r->fd, hdr, 4, now + r->timeout_ms, &e)) < 0 ||
-        (ret = net_send_all(r->fd, body->p, body->n, now + r->timeout_ms, &e)) < 0)
+    if ((ret = net_send_all(r->fd, frame->data, frame->len, time_deadline_ms(r->timeout_ms),
+                            &e)) < 0)
         goto fail;
-    int64_t deadline = time_mono_ms() + wait_ms + r->timeout_ms;
+    int64_t deadline = time_deadline_ms(wait_ms + r->timeout_ms);
+    uint8_t hdr[4];
     if ((ret = net_recv_all(r->fd, hdr, 4, deadline, &e)) < 0)
         goto fail;
-    uint32_t len = get_u32(hdr);
-    if (len == 0 || len > RDZV_FRAME_MAX) {
+    uint32_t len = 0;
+    if (rdzv_wire_frame_len(hdr, &len) < 0) {
         ret = DDP_EPEER;
         snprintf(e.msg, sizeof(e.msg), "malformed reply of %u bytes", len);
         goto fail;
@@ -784,13 +663,22 @@ fail:
     return err_set(err, ret, "rendezvous store at %s:%d: %s", r->host, r->port, e.msg);
 }
 
-/* Turns a non-OK status into an error; returns 0 for ST_OK. */
+/* The error for an encoder's refusal; the callers check every size first, so it is a bug. */
+static int encode_error(struct rdzv *r, int ret, const char *what, struct ddp_err *err)
+{
+    return err_set(err, ret, "rendezvous store %s:%d: %s request does not fit a frame",
+                   r->host, r->port, what);
+}
+
+/* Turns a non-OK status into an error; returns 0 for RDZV_ST_OK. */
 static int status_error(struct rdzv *r, int status, const uint8_t *reply, size_t rlen,
                         const char *what, struct ddp_err *err)
 {
-    if (status == ST_OK)
+    if (status == RDZV_ST_OK)
         return 0;
-    int code = status == ST_TIMEOUT ? DDP_ETIMEOUT : status == ST_PERM ? DDP_EPERM : DDP_EINVAL;
+    int code = status == RDZV_ST_TIMEOUT ? DDP_ETIMEOUT
+               : status == RDZV_ST_PERM  ? DDP_EPERM
+                                         : DDP_EINVAL;
     return err_set(err, code, "rendezvous store %s:%d: %s: %.*s", r->host, r->port, what,
                    (int)(rlen > 200 ? 200 : rlen), reply ? (const char *)reply : "");
 }
@@ -814,15 +702,15 @@ static int check_key(const char *key, struct ddp_err *err)
 
 static int hello(struct rdzv *r, const char *secret, int64_t deadline, struct ddp_err *err)
 {
-    struct wbuf b = {0};
+    struct buf b = BUF_INIT;
     uint8_t *reply = NULL;
     size_t rlen = 0;
     int status = 0, ret = 0;
-    wb_uint(&b, OP_HELLO, 1);
-    wb_uint(&b, (uint64_t)r->rank, 4);
-    wb_uint(&b, (uint64_t)r->world, 4);
-    wb_put(&b, secret, strlen(secret));
-    int64_t left = deadline - time_mono_ms();
+    if ((ret = rdzv_wire_hello(&b, (uint32_t)r->rank, (uint32_t)r->world, secret)) < 0) {
+        ret = encode_error(r, ret, "hello", err);
+        goto out;
+    }
+    int64_t left = time_left_ms(deadline);
     int64_t saved = r->timeout_ms;
     r->timeout_ms = left > 1000 ? left : 1000;
     ret = request(r, &b, 0, &status, &reply, &rlen, err);
@@ -837,7 +725,7 @@ static int hello(struct rdzv *r, const char *secret, int64_t deadline, struct dd
     }
     if (ret < 0)
         goto out;
-    if (status == ST_PERM) {
+    if (status == RDZV_ST_PERM) {
         ret = err_set(err, DDP_EPERM,
                       "rendezvous store at %s:%d refused the job secret (DDP_JOB_TOKEN)",
                       r->host, r->port);
@@ -846,8 +734,31 @@ static int hello(struct rdzv *r, const char *secret, int64_t deadline, struct dd
     ret = status_error(r, status, reply, rlen, "hello", err);
 out:
     free(reply);
-    free(b.p);
+    buf_release(&b);
     return ret;
+}
+
+/* Connects r->fd to the store, retrying with backoff until deadline. */
+static int connect_store(struct rdzv *r, int64_t timeout_ms, int64_t deadline,
+                         struct ddp_err *err)
+{
+    struct backoff bo;
+    backoff_init(&bo, 10, 500);
+    struct ddp_err e;
+    err_clear(&e);
+    for (;;) {
+        if (time_left_ms(deadline) == 0)
+            return err_set(err, DDP_ETIMEOUT,
+                           "rendezvous store at %s:%d not reachable within %" PRId64 " ms: %s",
+                           r->host, r->port, timeout_ms, e.msg);
+        int64_t attempt = time_deadline_min(time_deadline_ms(RDZV_CONNECT_TRY_MS), deadline);
+        int ret = net_connect(r->host, r->port, attempt, &r->fd, &e);
+        if (ret == 0)
+            return 0;
+        if (ret == DDP_EINVAL)
+            return err_set(err, ret, "MASTER_ADDR: %s", e.msg);
+        backoff_sleep(&bo, deadline);
+    }
 }
 
 int rdzv_open(const char *master_addr, int master_port, int rank, int world_size,
@@ -878,7 +789,7 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     }
     if (timeout_ms <= 0)
         timeout_ms = 60000;
-    int64_t deadline = time_mono_ms() + timeout_ms;
+    int64_t deadline = time_deadline_ms(timeout_ms);
     r = xcalloc(1, sizeof(*r));
     r->fd = -1;
     r->rank = rank;
@@ -886,32 +797,10 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     r->timeout_ms = timeout_ms;
     r->port = master_port;
     memcpy(r->host, master_addr, strlen(master_addr) + 1);
-    if (rank == 0 && (ret = server_start(master_port, world_size, secret, &r->srv, err)) < 0)
+    if (rank == 0 && (ret = rdzv_server_start(master_port, world_size, secret, &r->srv, err)) < 0)
         goto out;
-
-    int64_t backoff = 10;
-    struct ddp_err e;
-    err_clear(&e);
-    for (;;) {
-        int64_t now = time_mono_ms();
-        if (now >= deadline) {
-            ret = err_set(err, DDP_ETIMEOUT,
-                          "rendezvous store at %s:%d not reachable within %" PRId64 " ms: %s",
-                          master_addr, master_port, timeout_ms, e.msg);
-            goto out;
-        }
-        int64_t attempt = now + 5000 < deadline ? now + 5000 : deadline;
-        ret = net_connect(master_addr, master_port, attempt, &r->fd, &e);
-        if (ret == 0)
-            break;
-        if (ret == DDP_EINVAL) {
-            err_set(err, ret, "MASTER_ADDR: %s", e.msg);
-            goto out;
-        }
-        int64_t left = deadline - time_mono_ms();
-        time_sleep_ms(backoff < left ? backoff : (left > 0 ? left : 0));
-        backoff = backoff * 2 > 500 ? 500 : backoff * 2;
-    }
+    if ((ret = connect_store(r, timeout_ms, deadline, err)) < 0)
+        goto out;
     if ((ret = hello(r, secret, deadline, err)) < 0)
         goto out;
     *out = r;
@@ -920,7 +809,7 @@ out:
     if (r) {
         if (r->fd >= 0)
             close(r->fd);
-        server_stop(r->srv, 0);
+        rdzv_server_stop(r->srv, 0);
         free(r);
     }
     return ret;
@@ -936,7 +825,7 @@ void rdzv_close(struct rdzv *r)
      * rank to finish with it, and a stopped rank does not hold rank 0's exit for long. */
     int64_t wait =
         r->timeout_ms < RDZV_CLOSE_WAIT_MAX_MS ? r->timeout_ms : RDZV_CLOSE_WAIT_MAX_MS;
-    server_stop(r->srv, time_mono_ms() + wait);
+    rdzv_server_stop(r->srv, time_deadline_ms(wait));
     free(r);
 }
 
@@ -949,20 +838,18 @@ int rdzv_set(struct rdzv *r, const char *key, const void *value, size_t len,
     if (len > RDZV_VALUE_MAX)
         return err_set(err, DDP_ETOOBIG, "rendezvous value for '%s' is %zu bytes, over %d", key,
                        len, RDZV_VALUE_MAX);
-    struct wbuf b = {0};
+    struct buf b = BUF_INIT;
     uint8_t *reply = NULL;
     size_t rlen = 0;
     int status = 0;
-    wb_uint(&b, OP_SET, 1);
-    wb_uint(&b, strlen(key), 2);
-    wb_put(&b, key, strlen(key));
-    if (len)
-        wb_put(&b, value, len);
-    ret = request(r, &b, 0, &status, &reply, &rlen, err);
+    if ((ret = rdzv_wire_set(&b, key, value, len)) < 0)
+        ret = encode_error(r, ret, "set", err);
+    if (ret == 0)
+        ret = request(r, &b, 0, &status, &reply, &rlen, err);
     if (ret == 0)
         ret = status_error(r, status, reply, rlen, "set", err);
     free(reply);
-    free(b.p);
+    buf_release(&b);
     return ret;
 }
 
@@ -972,17 +859,16 @@ int rdzv_get(struct rdzv *r, const char *key, int64_t timeout_ms, void **value, 
     int ret = check_key(key, err);
     if (ret < 0)
         return ret;
-    struct wbuf b = {0};
+    struct buf b = BUF_INIT;
     uint8_t *reply = NULL;
     size_t rlen = 0;
     int status = 0;
     uint32_t t = clamp_ms(timeout_ms);
-    wb_uint(&b, OP_GET, 1);
-    wb_uint(&b, t, 4);
-    wb_uint(&b, strlen(key), 2);
-    wb_put(&b, key, strlen(key));
-    ret = request(r, &b, t, &status, &reply, &rlen, err);
-    if (ret == 0 && status == ST_TIMEOUT)
+    if ((ret = rdzv_wire_get(&b, t, key)) < 0)
+        ret = encode_error(r, ret, "get", err);
+    if (ret == 0)
+        ret = request(r, &b, t, &status, &reply, &rlen, err);
+    if (ret == 0 && status == RDZV_ST_TIMEOUT)
         ret = err_set(err, DDP_ETIMEOUT, "rendezvous key '%s' not set within %u ms", key, t);
     else if (ret == 0)
         ret = status_error(r, status, reply, rlen, "get", err);
@@ -994,7 +880,7 @@ int rdzv_get(struct rdzv *r, const char *key, int64_t timeout_ms, void **value, 
         reply = NULL;
     }
     free(reply);
-    free(b.p);
+    buf_release(&b);
     return ret;
 }
 
@@ -1008,27 +894,23 @@ int rdzv_wait(struct rdzv *r, const char *const *keys, int nkeys, int64_t timeou
     for (int i = 0; i < nkeys; i++)
         if ((ret = check_key(keys[i], err)) < 0)
             return ret;
-    struct wbuf b = {0};
+    struct buf b = BUF_INIT;
     uint8_t *reply = NULL;
     size_t rlen = 0;
     int status = 0;
     uint32_t t = clamp_ms(timeout_ms);
-    wb_uint(&b, OP_WAIT, 1);
-    wb_uint(&b, t, 4);
-    wb_uint(&b, (uint64_t)nkeys, 2);
-    for (int i = 0; i < nkeys; i++) {
-        wb_uint(&b, strlen(keys[i]), 2);
-        wb_put(&b, keys[i], strlen(keys[i]));
-    }
-    ret = request(r, &b, t, &status, &reply, &rlen, err);
-    if (ret == 0 && status == ST_TIMEOUT)
+    if ((ret = rdzv_wire_wait(&b, t, keys, nkeys)) < 0)
+        ret = encode_error(r, ret, "wait", err);
+    if (ret == 0)
+        ret = request(r, &b, t, &status, &reply, &rlen, err);
+    if (ret == 0 && status == RDZV_ST_TIMEOUT)
         ret = err_set(err, DDP_ETIMEOUT,
                       "rendezvous keys (%d, first '%s') not all set within %u ms", nkeys,
                       nkeys ? keys[0] : "", t);
     else if (ret == 0)
         ret = status_error(r, status, reply, rlen, "wait", err);
     free(reply);
-    free(b.p);
+    buf_release(&b);
     return ret;
 }
 
@@ -1037,26 +919,24 @@ int rdzv_add(struct rdzv *r, const char *key, int64_t delta, int64_t *out, struc
     int ret = check_key(key, err);
     if (ret < 0)
         return ret;
-    struct wbuf b = {0};
+    struct buf b = BUF_INIT;
     uint8_t *reply = NULL;
     size_t rlen = 0;
     int status = 0;
-    wb_uint(&b, OP_ADD, 1);
-    wb_uint(&b, (uint64_t)delta, 8);
-    wb_uint(&b, strlen(key), 2);
-    wb_put(&b, key, strlen(key));
-    ret = request(r, &b, 0, &status, &reply, &rlen, err);
+    int64_t v = 0;
+    if ((ret = rdzv_wire_add(&b, delta, key)) < 0)
+        ret = encode_error(r, ret, "add", err);
+    if (ret == 0)
+        ret = request(r, &b, 0, &status, &reply, &rlen, err);
     if (ret == 0)
         ret = status_error(r, status, reply, rlen, "add", err);
-    if (ret == 0 && rlen != 8)
+    if (ret == 0 && rdzv_wire_i64(reply, rlen, &v) < 0)
         ret = err_set(err, DDP_EPEER, "rendezvous store %s:%d: malformed add reply", r->host,
                       r->port);
-    if (ret == 0 && out) {
-        struct rbuf rb = {.p = reply, .n = rlen};
-        *out = (int64_t)rb_uint(&rb, 8);
-    }
+    if (ret == 0 && out)
+        *out = v;
     free(reply);
-    free(b.p);
+    buf_release(&b);
     return ret;
 }
 
