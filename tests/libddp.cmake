@@ -17,7 +17,7 @@ ddp_unit_test(NAME test_comm_shm SOURCES unit/test_comm_shm.c unit/testutil.c LI
 if(DDP_FUZZ)
   # The rendezvous server's parser, through a real loopback socket (see fuzz_rdzv.c).
   add_executable(fuzz_rdzv ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_rdzv.c
-    ${PROJECT_SOURCE_DIR}/libddp/rdzv.c
+    ${PROJECT_SOURCE_DIR}/libddp/rdzv.c ${PROJECT_SOURCE_DIR}/libddp/rdzv_server.c
     ${PROJECT_SOURCE_DIR}/libddp/rdzv_wire.c ${PROJECT_SOURCE_DIR}/libddp/net.c)
   target_include_directories(fuzz_rdzv PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/libddp/include)
   target_compile_options(fuzz_rdzv PRIVATE -fsanitize=fuzzer,address,undefined)
