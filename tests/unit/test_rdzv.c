@@ -1,6 +1,7 @@
 /*
  * test_rdzv.c - the rendezvous store: set/get/wait/add/barrier between ranks running as
- * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, rank 0's close.
+ * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, rank 0's close;
+ * and the wire format on its own (rdzv_wire.h): encode, decode, and each bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +19,9 @@
 #include <unistd.h>
 
 #include "common/timeutil.h"
+#include "common/buf.h"
 #include "ddp/rdzv.h"
+#include "libddp/rdzv_wire.h"
 #include "tests/unit/testutil.h"
 
 static void test_rdzv_set_get_add_wait(void **state)
@@ -448,6 +451,176 @@ static void test_rdzv_total_bytes_bounded(void **state)
     rdzv_close(r);
 }
 
+/* Decodes the frame at *off of b (advancing *off) and checks its length prefix. */
+static int next_frame(const struct buf *b, size_t *off, struct rdzv_req *q)
+{
+    uint32_t len = 0;
+    assert_true(*off + 4 <= b->len);
+    assert_int_equal(rdzv_wire_frame_len((const uint8_t *)b->data + *off, &len), 0);
+    assert_true(*off + 4 + len <= b->len);
+    int ret = rdzv_wire_decode((const uint8_t *)b->data + *off + 4, len, q);
+    *off += 4 + len;
+    return ret;
+}
+
+static void test_rdzv_wire_round_trip(void **state)
+{
+    (void)state;
+    struct buf b = BUF_INIT;
+    assert_int_equal(rdzv_wire_hello(&b, 1, 2, "s"), 0);
+    /* The bytes are the format's (the fuzz target sends these by hand). */
+    static const unsigned char hello[] = {10, 0, 0, 0, 1, 1, 0, 0, 0, 2, 0, 0, 0, 's'};
+    assert_int_equal(b.len, sizeof(hello));
+    assert_memory_equal(b.data, hello, sizeof(hello));
+    const char *keys[] = {"a", "bc"};
+    assert_int_equal(rdzv_wire_set(&b, "key", "value", 5), 0);
+    assert_int_equal(rdzv_wire_set(&b, "empty", NULL, 0), 0);
+    assert_int_equal(rdzv_wire_get(&b, 1234, "key"), 0);
+    assert_int_equal(rdzv_wire_wait(&b, 77, keys, 2), 0);
+    assert_int_equal(rdzv_wire_add(&b, -5, "cnt"), 0);
+
+    struct rdzv_req q;
+    size_t off = 0;
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_HELLO);
+    assert_int_equal(q.rank, 1);
+    assert_int_equal(q.world, 2);
+    assert_int_equal(q.secret_len, 1);
+    assert_memory_equal(q.secret, "s", 1);
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_SET);
+    assert_int_equal(q.klen, 3);
+    assert_memory_equal(q.key, "key", 3);
+    assert_int_equal(q.len, 5);
+    assert_memory_equal(q.value, "value", 5);
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_SET);
+    assert_int_equal(q.len, 0);
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_GET);
+    assert_int_equal(q.timeout_ms, 1234);
+    assert_memory_equal(q.key, "key", 3);
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_WAIT);
+    assert_int_equal(q.timeout_ms, 77);
+    assert_int_equal(q.nkeys, 2);
+    size_t pos = 0, klen = 0;
+    const uint8_t *k = rdzv_wire_next_key(&q, &pos, &klen);
+    assert_non_null(k);
+    assert_int_equal(klen, 1);
+    assert_memory_equal(k, "a", 1);
+    k = rdzv_wire_next_key(&q, &pos, &klen);
+    assert_non_null(k);
+    assert_int_equal(klen, 2);
+    assert_memory_equal(k, "bc", 2);
+    assert_null(rdzv_wire_next_key(&q, &pos, &klen));
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.op, RDZV_OP_ADD);
+    assert_int_equal(q.delta, -5);
+    assert_memory_equal(q.key, "cnt", 3);
+    assert_int_equal(off, b.len);
+
+    /* Replies: status first, then the payload; ADD's is a little-endian i64. */
+    buf_reset(&b);
+    assert_int_equal(rdzv_wire_reply_text(&b, RDZV_ST_INVAL, "no"), 0);
+    static const unsigned char refusal[] = {3, 0, 0, 0, RDZV_ST_INVAL, 'n', 'o'};
+    assert_int_equal(b.len, sizeof(refusal));
+    assert_memory_equal(b.data, refusal, sizeof(refusal));
+    buf_reset(&b);
+    assert_int_equal(rdzv_wire_reply_i64(&b, -2), 0);
+    assert_int_equal(b.len, 4 + 9);
+    assert_int_equal((unsigned char)b.data[4], RDZV_ST_OK);
+    int64_t v = 0;
+    assert_int_equal(rdzv_wire_i64((const uint8_t *)b.data + 5, 8, &v), 0);
+    assert_int_equal(v, -2);
+    assert_int_equal(rdzv_wire_i64((const uint8_t *)b.data + 5, 7, &v), -1);
+    buf_release(&b);
+}
+
+/* Decodes body (len bytes); the result of rdzv_wire_decode. */
+static int decode(const void *body, size_t len)
+{
+    struct rdzv_req q;
+    return rdzv_wire_decode(body, len, &q);
+}
+
+static void test_rdzv_wire_bounds(void **state)
+{
+    (void)state;
+    /* Frames: 1 to RDZV_FRAME_MAX body bytes. */
+    uint32_t len = 0;
+    const uint8_t zero[4] = {0, 0, 0, 0};
+    assert_int_equal(rdzv_wire_frame_len(zero, &len), -1);
+    uint8_t hdr[4];
+    for (uint32_t n = RDZV_FRAME_MAX, i = 0; i < 4; i++)
+        hdr[i] = (uint8_t)(n >> (8 * i));
+    assert_int_equal(rdzv_wire_frame_len(hdr, &len), 0);
+    assert_int_equal(len, RDZV_FRAME_MAX);
+    for (uint32_t n = RDZV_FRAME_MAX + 1, i = 0; i < 4; i++)
+        hdr[i] = (uint8_t)(n >> (8 * i));
+    assert_int_equal(rdzv_wire_frame_len(hdr, &len), -1);
+
+    /* Keys: 1 to RDZV_KEY_MAX bytes; a request decodes only when exact. */
+    uint8_t body[8 + RDZV_KEY_MAX + 2];
+    memset(body, 'k', sizeof(body));
+    body[0] = RDZV_OP_GET;
+    memset(body + 1, 0, 4);
+    body[5] = RDZV_KEY_MAX & 0xff;
+    body[6] = RDZV_KEY_MAX >> 8;
+    assert_int_equal(decode(body, 7 + RDZV_KEY_MAX), RDZV_DEC_OK);
+    assert_int_equal(decode(body, 7 + RDZV_KEY_MAX + 1), RDZV_DEC_MALFORMED); /* trailing */
+    assert_int_equal(decode(body, 7 + RDZV_KEY_MAX - 1), RDZV_DEC_MALFORMED); /* short */
+    body[5] = (RDZV_KEY_MAX + 1) & 0xff;
+    body[6] = (RDZV_KEY_MAX + 1) >> 8;
+    assert_int_equal(decode(body, 7 + RDZV_KEY_MAX + 1), RDZV_DEC_MALFORMED);
+    body[5] = body[6] = 0;
+    assert_int_equal(decode(body, 7), RDZV_DEC_MALFORMED); /* empty key */
+
+    /* WAIT: at most RDZV_WAIT_KEYS_MAX keys. */
+    uint8_t wait[7] = {RDZV_OP_WAIT, 0, 0, 0, 0, 0, 0};
+    assert_int_equal(decode(wait, sizeof(wait)), RDZV_DEC_OK);
+    wait[5] = (RDZV_WAIT_KEYS_MAX + 1) & 0xff;
+    wait[6] = (RDZV_WAIT_KEYS_MAX + 1) >> 8;
+    assert_int_equal(decode(wait, sizeof(wait)), RDZV_DEC_MALFORMED);
+
+    /* HELLO: a secret under RDZV_SECRET_MAX bytes. */
+    uint8_t *hello = calloc(1, 9 + RDZV_SECRET_MAX);
+    assert_non_null(hello);
+    hello[0] = RDZV_OP_HELLO;
+    assert_int_equal(decode(hello, 9 + RDZV_SECRET_MAX - 1), RDZV_DEC_OK);
+    assert_int_equal(decode(hello, 9 + RDZV_SECRET_MAX), RDZV_DEC_MALFORMED);
+    assert_int_equal(decode(hello, 8), RDZV_DEC_MALFORMED);
+    free(hello);
+
+    /* Unknown ops are told apart from malformed ones. */
+    uint8_t op = 99;
+    assert_int_equal(decode(&op, 1), RDZV_DEC_UNKNOWN_OP);
+
+    /* Encoders refuse what the decoder would, and leave the buffer as it was. */
+    struct buf b = BUF_INIT;
+    char *big = calloc(1, RDZV_VALUE_MAX + 1);
+    assert_non_null(big);
+    assert_int_equal(rdzv_wire_set(&b, "k", big, RDZV_VALUE_MAX + 1), DDP_ETOOBIG);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(rdzv_wire_set(&b, "k", big, RDZV_VALUE_MAX), 0);
+    size_t off = 0;
+    struct rdzv_req q;
+    assert_int_equal(next_frame(&b, &off, &q), RDZV_DEC_OK);
+    assert_int_equal(q.len, RDZV_VALUE_MAX);
+    buf_reset(&b);
+    const char *keys[RDZV_WAIT_KEYS_MAX + 1];
+    for (int i = 0; i <= RDZV_WAIT_KEYS_MAX; i++)
+        keys[i] = "k";
+    assert_int_equal(rdzv_wire_wait(&b, 0, keys, RDZV_WAIT_KEYS_MAX + 1), DDP_ETOOBIG);
+    assert_int_equal(b.len, 0);
+    memset(big, 's', RDZV_SECRET_MAX);
+    big[RDZV_SECRET_MAX] = '\0';
+    assert_int_equal(rdzv_wire_hello(&b, 0, 1, big), DDP_ETOOBIG);
+    assert_int_equal(b.len, 0);
+    free(big);
+    buf_release(&b);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest heavy[] = {
@@ -468,6 +641,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
         cmocka_unit_test(test_rdzv_rank0_close_is_bounded),
         cmocka_unit_test(test_rdzv_rank0_close_skips_ranks_never_seen),
+        cmocka_unit_test(test_rdzv_wire_round_trip),
+        cmocka_unit_test(test_rdzv_wire_bounds),
     };
     return cmocka_run_group_tests_name("rdzv", tests, NULL, NULL);
 }
