@@ -6,6 +6,10 @@
  * widths[0]), y (max_batch labels), actbuf[1..nlayers] (max_batch x widths[l]; the last one
  * holds the logits and then the probabilities), scratch[2] (max_batch x max width) for
  * dZ / dA.
+ *
+ * Each model holds a share of the kernels' state (mlp_kernels.h: the cuBLAS handle and the
+ * loss scratch) from gpu_model_new() to gpu_model_free(), so the last model freed frees it,
+ * before the caller's gpu_shutdown().
  */
 #include "trainer/gpu/model_gpu.h"
 
@@ -14,6 +18,7 @@
 
 #include "common/xalloc.h"
 #include "ddp/gpu.h"
+#include "trainer/gpu/mlp_kernels.h"
 
 struct gpu_model {
     int nlayers;
@@ -30,6 +35,7 @@ struct gpu_model {
     float *actbuf[MODEL_MAX_LAYERS + 1];
     float *scratch[2];
     size_t n;
+    int kernels_held; /* a share of mlp_kernels_acquire(), given back by gpu_model_free() */
 };
 
 int gpu_model_new(const int *widths, int nwidths, size_t max_batch, const float *params,
@@ -49,6 +55,9 @@ int gpu_model_new(const int *widths, int nwidths, size_t max_batch, const float 
     }
     size_t total = model_layout(m->widths, m->nlayers, m->off, m->size);
     m->nparams = total;
+    if ((ret = mlp_kernels_acquire(err)) < 0)
+        goto fail;
+    m->kernels_held = 1;
     if ((ret = gpu_alloc((void **)&m->params, total * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->own_grads, total * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->x, max_batch * (size_t)widths[0] * sizeof(float), err)) <
@@ -84,6 +93,8 @@ void gpu_model_free(struct gpu_model *m)
     gpu_free(m->scratch[1]);
     for (int l = 1; l <= m->nlayers; l++)
         gpu_free(m->actbuf[l]);
+    if (m->kernels_held)
+        mlp_kernels_release();
     free(m);
 }
 

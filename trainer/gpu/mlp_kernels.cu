@@ -1,11 +1,23 @@
 /*
- * gpu_mlp.cu - the CUDA runtime glue and the MLP's kernels behind gpu.h.
+ * mlp_kernels.cu - the MLP's kernels and cuBLAS products behind mlp_kernels.h (linear layers,
+ * softmax cross-entropy, arg-max hits, SGD), for trainer/gpu/model_gpu.c. Built into
+ * libddptrainergpu.so; the runtime it runs on (device, compute stream, memory, copies) is
+ * libddp's (ddp/gpu.h), reached through the program's exported forwarders.
  *
  * Matrices are row-major, as in the CPU model. cuBLAS is column-major, so a row-major
  * [r x c] matrix is used as its column-major transpose [c x r] with leading dimension c,
  * and each product is written for the transposes (the formula is above each call).
  * Reductions that feed the loss or the accuracy are finished on the host in row order, like
  * the CPU model, so both paths add in the same order.
+ *
+ * Invariants:
+ *  1. mlp_users counts the successful mlp_kernels_acquire() calls not yet released; the
+ *     cuBLAS handle (mlp_blas) and the scratch below exist only while it is > 0, and the last
+ *     release frees them.
+ *  2. mlp_blas is bound to gpu_stream() as it was at acquire time, in pedantic FP32 (no TF32,
+ *     no BF16x9 emulation), so every product runs on the compute stream in queue order and
+ *     agrees with the CPU model to 1e-4; gpu_shutdown() must not run while a user holds it.
+ *  3. One compute stream per process, used from one thread: the scratch is not shared.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,18 +29,23 @@ extern "C" {
 #include "common/xalloc.h"
 }
 #include "ddp/gpu.h"
+#include "trainer/gpu/mlp_kernels.h"
 
-static cudaStream_t gpu_compute_stream;
-static cublasHandle_t gpu_blas;
-static int gpu_dev = -1;
+static int mlp_users;
+static cublasHandle_t mlp_blas;
 /* Device scratch for the per-row losses and the hit count, kept between steps so a step
- * allocates nothing (one compute stream per process: no sharing). */
+ * allocates nothing. */
 static double *xent_rows;
 static size_t xent_cap;
 static double *xent_host;
 static unsigned long long *hits_dev;
 
+/* The compute stream of libddp's runtime (ddp/gpu.h): every launch here goes on it. */
+#define MLP_STREAM ((cudaStream_t)gpu_stream())
 
+/* The same checks as libddp/gpu/gpu_runtime.cu (file and line in the message, DDP_EINTERNAL,
+ * which the worker turns into DDP_EXIT_DEVICE); kept here because a CUDA helper macro is not
+ * part of libddp's C interface. */
 #define CUDA_TRY(call)                                                                        \
     do {                                                                                      \
         cudaError_t e_ = (call);                                                              \
@@ -53,80 +70,39 @@ static unsigned blocks_for(size_t n, unsigned threads)
     return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
 }
 
-extern "C" int gpu_count(const char **why)
+/* ---- the handle and the scratch ----------------------------------------------------------- */
+
+extern "C" int mlp_kernels_acquire(struct ddp_err *err)
 {
-    /* The reason outlives the call (callers print it later); one process counts GPUs from
-     * one thread at a time (ddp.c's pick_device, the tests' main). */
-    static char why_buf[192];
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        snprintf(why_buf, sizeof(why_buf), "%s (CUDA runtime %d: %s: %s)",
-                 e == cudaErrorNoDevice               ? "no CUDA device visible"
-                 : e == cudaErrorInsufficientDriver   ? "NVIDIA driver missing or older than "
-                                                        "the CUDA runtime"
-                                                      : "CUDA unavailable",
-                 CUDART_VERSION, cudaGetErrorName(e), cudaGetErrorString(e));
-        if (why)
-            *why = why_buf;
-        (void)cudaGetLastError();
+    if (mlp_users > 0) {
+        mlp_users++;
         return 0;
     }
-    if (n == 0 && why)
-        *why = "no CUDA device visible";
-    return n;
-}
-
-extern "C" int gpu_init(int device, struct ddp_err *err)
-{
-    if (gpu_dev >= 0) {
-        if (device == gpu_dev)
-            return 0;
-        return err_set(err, DDP_EINTERNAL, "gpu_init: GPU %d is already in use, not GPU %d",
-                       gpu_dev, device);
-    }
-    const char *why = NULL;
-    int n = gpu_count(&why);
-    if (n == 0)
-        return err_set(err, DDP_EINVAL, "no GPU: %s", why ? why : "none found");
-    if (device < 0 || device >= n)
-        return err_set(err, DDP_EINVAL,
-                       "GPU %d does not exist: %d visible (LOCAL_RANK picks the GPU; run at most "
-                       "%d processes per node)", device, n, n);
-    /* First CUDA call that touches a device in this process: everything after it (the
-     * stream, the cuBLAS handle, NCCL's communicator) belongs to this device. */
-    CUDA_TRY(cudaSetDevice(device));
-    int rc = 0;
-    cudaError_t e = cudaStreamCreateWithFlags(&gpu_compute_stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        gpu_compute_stream = NULL;
-        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s (GPU %d)", __FILE__, __LINE__,
-                     cudaGetErrorName(e), cudaGetErrorString(e), device);
-        return rc;
-    }
-    cublasStatus_t b = cublasCreate(&gpu_blas);
+    cublasHandle_t h = NULL;
+    cublasStatus_t b = cublasCreate(&h);
     if (b == CUBLAS_STATUS_SUCCESS)
-        b = cublasSetStream(gpu_blas, gpu_compute_stream);
+        b = cublasSetStream(h, MLP_STREAM);
     /* Plain FP32 products (no TF32, no BF16x9 emulation), so the GPU path agrees with the
      * CPU path to 1e-4. */
     if (b == CUBLAS_STATUS_SUCCESS)
-        b = cublasSetMathMode(gpu_blas, CUBLAS_PEDANTIC_MATH);
+        b = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
     if (b != CUBLAS_STATUS_SUCCESS) {
-        rc = err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s (GPU %d)", __FILE__,
-                     __LINE__, cublasGetStatusName(b), cublasGetStatusString(b), device);
-        if (gpu_blas)
-            cublasDestroy(gpu_blas);
-        cudaStreamDestroy(gpu_compute_stream);
-        gpu_blas = NULL;
-        gpu_compute_stream = NULL;
+        int rc = err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s (GPU %d)", __FILE__,
+                         __LINE__, cublasGetStatusName(b), cublasGetStatusString(b),
+                         gpu_device());
+        if (h)
+            cublasDestroy(h);
         return rc;
     }
-    gpu_dev = device;
+    mlp_blas = h;
+    mlp_users = 1;
     return 0;
 }
 
-extern "C" void gpu_shutdown(void)
+extern "C" void mlp_kernels_release(void)
 {
+    if (mlp_users == 0 || --mlp_users > 0)
+        return;
     gpu_free(xent_rows);
     gpu_free(hits_dev);
     free(xent_host);
@@ -134,82 +110,11 @@ extern "C" void gpu_shutdown(void)
     hits_dev = NULL;
     xent_host = NULL;
     xent_cap = 0;
-    if (gpu_blas)
-        cublasDestroy(gpu_blas);
-    if (gpu_compute_stream)
-        cudaStreamDestroy(gpu_compute_stream);
-    gpu_blas = NULL;
-    gpu_compute_stream = NULL;
-    gpu_dev = -1;
+    cublasDestroy(mlp_blas);
+    mlp_blas = NULL;
 }
 
-extern "C" int gpu_device(void)
-{
-    return gpu_dev;
-}
-
-extern "C" void *gpu_stream(void)
-{
-    return (void *)gpu_compute_stream;
-}
-
-extern "C" int gpu_alloc(void **p, size_t bytes, struct ddp_err *err)
-{
-    void *q = NULL;
-    size_t sz = bytes ? bytes : 1;
-    CUDA_TRY(cudaMalloc(&q, sz));
-    /* Zeroed on the compute stream and waited for: a plain cudaMemset runs on the legacy
-     * default stream, which the compute stream (cudaStreamNonBlocking) is not ordered after,
-     * so a copy or kernel queued next on the compute stream could run before the zeroing.
-     * Before gpu_init the stream is 0 (the legacy stream) and this still holds. */
-    cudaError_t e = cudaMemsetAsync(q, 0, sz, gpu_compute_stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(gpu_compute_stream);
-    if (e != cudaSuccess) {
-        cudaFree(q);
-        CUDA_TRY(e);
-    }
-    *p = q;
-    return 0;
-}
-
-extern "C" void gpu_free(void *p)
-{
-    if (p)
-        cudaFree(p);
-}
-
-extern "C" int gpu_to_device(void *dst, const void *src, size_t bytes, struct ddp_err *err)
-{
-    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu_compute_stream));
-    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
-    return 0;
-}
-
-extern "C" int gpu_to_host(void *dst, const void *src, size_t bytes, struct ddp_err *err)
-{
-    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu_compute_stream));
-    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
-    return 0;
-}
-
-extern "C" int gpu_sync(struct ddp_err *err)
-{
-    CUDA_TRY(cudaStreamSynchronize(gpu_compute_stream));
-    return 0;
-}
-
-extern "C" int gpu_is_device_ptr(const void *p)
-{
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
-/* ---- kernels ------------------------------------------------------------------------- */
+/* ---- kernels --------------------------------------------------------------------------------- */
 
 /* Every kernel below strides over its range (grid-stride), so any n is covered whatever
  * blocks_for() caps the grid at. Where a result must equal the CPU model's bit for bit
@@ -302,13 +207,6 @@ __global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, 
     }
 }
 
-__global__ void k_scale(float *x, size_t n, float s)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)blockDim.x * gridDim.x)
-        x[i] *= s;
-}
-
 /* ---- the MLP pieces -------------------------------------------------------------------- */
 
 extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b, float *z,
@@ -316,10 +214,10 @@ extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b
 {
     const float one = 1.0f, zero = 0.0f;
     /* z^T [out x n] = W [out x in] x^T [in x n]; W's memory is W^T col-major (ld in). */
-    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
+    BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
                          &zero, z, out));
     size_t total = (size_t)n * (size_t)out;
-    k_bias_relu<<<blocks_for(total, 256), 256, 0, gpu_compute_stream>>>(z, b, (size_t)n, out,
+    k_bias_relu<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(z, b, (size_t)n, out,
                                                                         relu);
     LAUNCH_TRY();
     return 0;
@@ -330,9 +228,9 @@ extern "C" int gpu_linear_backward_params(const float *dz, const float *x, float
 {
     const float one = 1.0f, zero = 0.0f;
     /* dW^T [in x out] = x^T [in x n] dz [n x out]; dz's memory is dz^T col-major (ld out). */
-    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dz, out,
+    BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dz, out,
                          &zero, dw, in));
-    k_colsum<<<blocks_for((size_t)out, 128), 128, 0, gpu_compute_stream>>>(dz, db, n, out);
+    k_colsum<<<blocks_for((size_t)out, 128), 128, 0, MLP_STREAM>>>(dz, db, n, out);
     LAUNCH_TRY();
     return 0;
 }
@@ -342,10 +240,10 @@ extern "C" int gpu_linear_backward_input(const float *dz, const float *w, const 
 {
     const float one = 1.0f, zero = 0.0f;
     /* dx^T [in x n] = W^T [in x out] dz^T [out x n]. */
-    BLAS_TRY(cublasSgemm(gpu_blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dz, out,
+    BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dz, out,
                          &zero, dx, in));
     size_t total = (size_t)n * (size_t)in;
-    k_relu_mask<<<blocks_for(total, 256), 256, 0, gpu_compute_stream>>>(dx, act, total);
+    k_relu_mask<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(dx, act, total);
     LAUNCH_TRY();
     return 0;
 }
@@ -371,7 +269,7 @@ extern "C" int gpu_softmax_xent(const float *logits, const uint8_t *y, float *pr
     int rc = xent_reserve(n, err);
     if (rc)
         return rc;
-    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(
+    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(
         logits, y, prob, dz, xent_rows, n, classes);
     LAUNCH_TRY();
     rc = gpu_to_host(xent_host, xent_rows, (size_t)n * sizeof(double), err);
@@ -393,8 +291,8 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
         if (rc)
             return rc;
     }
-    CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), gpu_compute_stream));
-    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, gpu_compute_stream>>>(logits, y, n,
+    CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), MLP_STREAM));
+    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, n,
                                                                                classes, hits_dev);
     LAUNCH_TRY();
     int rc = gpu_to_host(&host, hits_dev, sizeof(host), err);
@@ -406,14 +304,7 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
 extern "C" int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
                        float wd, struct ddp_err *err)
 {
-    k_sgd<<<blocks_for(n, 256), 256, 0, gpu_compute_stream>>>(p, g, buf, n, lr, mu, wd);
-    LAUNCH_TRY();
-    return 0;
-}
-
-extern "C" int gpu_scale(float *x, size_t n, float s, struct ddp_err *err)
-{
-    k_scale<<<blocks_for(n, 256), 256, 0, gpu_compute_stream>>>(x, n, s);
+    k_sgd<<<blocks_for(n, 256), 256, 0, MLP_STREAM>>>(p, g, buf, n, lr, mu, wd);
     LAUNCH_TRY();
     return 0;
 }
