@@ -12,6 +12,7 @@ if(DDP_HAVE_CUDA)
   set_tests_properties(gpu_worker PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 if(DDP_HAVE_CUDA)
-  # libddpgpu.so takes libddp's functions from the program that loads it.
+  # libddpgpu.so and libddptrainergpu.so take libddp's functions from the program that loads
+  # them.
   set_target_properties(test_gpu_model PROPERTIES ENABLE_EXPORTS ON)
 endif()

@@ -1,7 +1,8 @@
 /*
- * gpu_load.c - loads the GPU part of libddp (libddpgpu.so: libddp/gpu/, linked against
- * cudart, cuBLAS and NCCL) on first use, and forwards gpu.h, model_gpu.h and the NCCL comm
- * backend to it.
+ * gpu_load.c - loads libddp's GPU part (libddpgpu.so: libddp/gpu/gpu_runtime.cu and
+ * libddp/comm/comm_nccl.c, linked against cudart and NCCL) on first use, and forwards gpu.h
+ * and the NCCL comm backend to it. gpu_library_open() loads any other GPU library by the same
+ * rules; the trainer loads its model's (libddptrainergpu.so) with it, from its own loader.
  *
  * Why: the CUDA libraries are large (cuBLASLt alone is ~150 MiB resident once mapped and
  * relocated, and costs tens of milliseconds at every process start). Linking them into
@@ -9,13 +10,18 @@
  * for a GPU (--backend auto or nccl on a build with CUDA) maps them, and a CPU machine
  * without the libraries still runs ddp-worker.
  *
+ * Why two libraries and two loaders rather than one: libddp never includes or builds a
+ * trainer file, so its loader knows only its own functions, and a training program's kernels
+ * are the program's, in a library the program builds and loads itself. Both are dlopen'd, so
+ * "CPU ranks never map the CUDA libraries" holds for both.
+ *
  * Where the NVIDIA driver's device files are missing there is no GPU to look for and nothing is
- * loaded. The library is looked for beside the program (<dir of /proc/self/exe>/../lib/), then by
+ * loaded. A library is looked for beside the program (<dir of /proc/self/exe>/../lib/), then by
  * name through the usual search path. It is built with -Bsymbolic, so its own calls stay
- * inside it, and takes err_set, log_msg, rdzv_* and the like from the program, which is
- * linked with its symbols exported (ENABLE_EXPORTS). When it cannot be loaded, gpu_count()
- * reports 0 GPUs and says why; every other forwarder is only reached after gpu_count() > 0
- * or gpu_init() succeeded, and aborts if that invariant is broken.
+ * inside it, and takes err_set, log_msg, rdzv_*, gpu_* and the like from the program, which is
+ * linked with its symbols exported (ENABLE_EXPORTS). When libddpgpu.so cannot be loaded,
+ * gpu_count() reports 0 GPUs and says why; every other forwarder is only reached after
+ * gpu_count() > 0 or gpu_init() succeeded, and aborts if that invariant is broken.
  */
 #ifdef DDP_HAVE_CUDA
 
@@ -29,7 +35,6 @@
 
 #include "libddp/comm/comm_internal.h"
 #include "ddp/gpu.h"
-#include "trainer/gpu/model_gpu.h"
 
 #define GPU_LIB_NAME "libddpgpu.so"
 
@@ -51,33 +56,22 @@ static struct {
     int (*sync)(struct ddp_err *);
     int (*is_device_ptr)(const void *);
     int (*scale)(float *, size_t, float, struct ddp_err *);
-    int (*model_new)(const int *, int, size_t, const float *, struct gpu_model **,
-                     struct ddp_err *);
-    void (*model_free)(struct gpu_model *);
-    float *(*model_params)(struct gpu_model *);
-    float *(*model_grad)(struct gpu_model *, int);
-    void (*model_bind_grads)(struct gpu_model *, float *const *);
-    int (*model_forward)(struct gpu_model *, const float *, const uint8_t *, size_t, double *,
-                         struct ddp_err *);
-    int (*model_backward)(struct gpu_model *, const struct model_hooks *, struct ddp_err *);
-    int (*model_count_correct)(struct gpu_model *, const float *, const uint8_t *, size_t,
-                               size_t *, struct ddp_err *);
-    int (*model_sgd)(struct gpu_model *, float *, float, float, float, struct ddp_err *);
     const struct comm_ops *nccl_ops;
 } gpu_fn;
 
 /* dlopen's message for the last failure, kept (dlerror() forgets it at the next call). It
  * names the file that failed: ours, or the CUDA/NCCL library the loader could not find. */
-static void gpu_keep_dlerror(char *buf, size_t size)
+static void gpu_keep_dlerror(const char *name, char *buf, size_t size)
 {
     const char *e = dlerror();
-    snprintf(buf, size, "cannot load %s: %s", GPU_LIB_NAME, e ? e : "dlopen failed");
+    snprintf(buf, size, "cannot load %s: %s", name, e ? e : "dlopen failed");
 }
 
-/* Tries <dir of the program>/../lib/libddpgpu.so. Returns NULL, with *tried set when the
- * file exists but does not load (a missing libcudart/libcublas/libnccl, say), and tried_why
+/* Tries <dir of the program>/../lib/<name>. Returns NULL, with *tried set when the file
+ * exists but does not load (a missing libcudart/libcublas/libnccl, say), and tried_why
  * holding dlopen's reason. */
-static void *gpu_open_beside_program(int *tried, char *tried_why, size_t why_size)
+static void *gpu_open_beside_program(const char *name, int *tried, char *tried_why,
+                                     size_t why_size)
 {
     char exe[PATH_MAX], path[PATH_MAX + 32];
     *tried = 0;
@@ -89,39 +83,46 @@ static void *gpu_open_beside_program(int *tried, char *tried_why, size_t why_siz
     if (!slash)
         return NULL;
     *slash = '\0';
-    snprintf(path, sizeof(path), "%s/../lib/%s", exe, GPU_LIB_NAME);
+    if ((size_t)snprintf(path, sizeof(path), "%s/../lib/%s", exe, name) >= sizeof(path))
+        return NULL;
     if (access(path, R_OK) != 0)
         return NULL;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         *tried = 1;
-        gpu_keep_dlerror(tried_why, why_size);
+        gpu_keep_dlerror(name, tried_why, why_size);
+    }
+    return h;
+}
+
+void *gpu_library_open(const char *name, char *why, size_t why_size)
+{
+    /* No NVIDIA driver device: no GPU to find, and no reason to map the CUDA libraries. */
+    if (access("/dev/nvidiactl", F_OK) != 0 && access("/dev/nvidia0", F_OK) != 0) {
+        snprintf(why, why_size, "no NVIDIA GPU device (/dev/nvidiactl, /dev/nvidia0)");
+        return NULL;
+    }
+    char beside_why[512] = "";
+    int tried = 0;
+    void *h = gpu_open_beside_program(name, &tried, beside_why, sizeof(beside_why));
+    if (!h)
+        h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        /* The copy beside the program is the one meant: when it exists, its reason (which
+         * names the CUDA library the loader could not find) is the one to report. */
+        if (tried)
+            snprintf(why, why_size, "%s", beside_why);
+        else
+            gpu_keep_dlerror(name, why, why_size);
     }
     return h;
 }
 
 static void gpu_load(void)
 {
-    /* No NVIDIA driver device: no GPU to find, and no reason to map the CUDA libraries. */
-    if (access("/dev/nvidiactl", F_OK) != 0 && access("/dev/nvidia0", F_OK) != 0) {
-        snprintf(gpu_load_why, sizeof(gpu_load_why),
-                 "no NVIDIA GPU device (/dev/nvidiactl, /dev/nvidia0)");
-        return;
-    }
-    char beside_why[sizeof(gpu_load_why)] = "";
-    int tried = 0;
-    void *h = gpu_open_beside_program(&tried, beside_why, sizeof(beside_why));
+    void *h = gpu_library_open(GPU_LIB_NAME, gpu_load_why, sizeof(gpu_load_why));
     if (!h)
-        h = dlopen(GPU_LIB_NAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        /* The copy beside the program is the one meant: when it exists, its reason (which
-         * names the CUDA library the loader could not find) is the one to report. */
-        if (tried)
-            memcpy(gpu_load_why, beside_why, sizeof(gpu_load_why));
-        else
-            gpu_keep_dlerror(gpu_load_why, sizeof(gpu_load_why));
         return;
-    }
     struct {
         const char *name;
         void **slot;
@@ -138,15 +139,6 @@ static void gpu_load(void)
         {"gpu_sync", (void **)&gpu_fn.sync},
         {"gpu_is_device_ptr", (void **)&gpu_fn.is_device_ptr},
         {"gpu_scale", (void **)&gpu_fn.scale},
-        {"gpu_model_new", (void **)&gpu_fn.model_new},
-        {"gpu_model_free", (void **)&gpu_fn.model_free},
-        {"gpu_model_params", (void **)&gpu_fn.model_params},
-        {"gpu_model_grad", (void **)&gpu_fn.model_grad},
-        {"gpu_model_bind_grads", (void **)&gpu_fn.model_bind_grads},
-        {"gpu_model_forward", (void **)&gpu_fn.model_forward},
-        {"gpu_model_backward", (void **)&gpu_fn.model_backward},
-        {"gpu_model_count_correct", (void **)&gpu_fn.model_count_correct},
-        {"gpu_model_sgd", (void **)&gpu_fn.model_sgd},
         {"comm_nccl_ops", (void **)&gpu_fn.nccl_ops},
     };
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
@@ -251,65 +243,6 @@ int gpu_scale(float *x, size_t n, float s, struct ddp_err *err)
 {
     gpu_need("gpu_scale");
     return gpu_fn.scale(x, n, s, err);
-}
-
-int gpu_model_new(const int *widths, int nwidths, size_t max_batch, const float *params,
-                  struct gpu_model **out, struct ddp_err *err)
-{
-    gpu_need("gpu_model_new");
-    return gpu_fn.model_new(widths, nwidths, max_batch, params, out, err);
-}
-
-void gpu_model_free(struct gpu_model *m)
-{
-    if (m && gpu_loaded())
-        gpu_fn.model_free(m);
-}
-
-float *gpu_model_params(struct gpu_model *m)
-{
-    gpu_need("gpu_model_params");
-    return gpu_fn.model_params(m);
-}
-
-float *gpu_model_grad(struct gpu_model *m, int t)
-{
-    gpu_need("gpu_model_grad");
-    return gpu_fn.model_grad(m, t);
-}
-
-void gpu_model_bind_grads(struct gpu_model *m, float *const *grads)
-{
-    gpu_need("gpu_model_bind_grads");
-    gpu_fn.model_bind_grads(m, grads);
-}
-
-int gpu_model_forward(struct gpu_model *m, const float *x, const uint8_t *y, size_t n,
-                      double *loss_sum, struct ddp_err *err)
-{
-    gpu_need("gpu_model_forward");
-    return gpu_fn.model_forward(m, x, y, n, loss_sum, err);
-}
-
-int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks,
-                       struct ddp_err *err)
-{
-    gpu_need("gpu_model_backward");
-    return gpu_fn.model_backward(m, hooks, err);
-}
-
-int gpu_model_count_correct(struct gpu_model *m, const float *x, const uint8_t *y, size_t n,
-                            size_t *correct, struct ddp_err *err)
-{
-    gpu_need("gpu_model_count_correct");
-    return gpu_fn.model_count_correct(m, x, y, n, correct, err);
-}
-
-int gpu_model_sgd(struct gpu_model *m, float *mom, float lr, float mu, float wd,
-                  struct ddp_err *err)
-{
-    gpu_need("gpu_model_sgd");
-    return gpu_fn.model_sgd(m, mom, lr, mu, wd, err);
 }
 
 const struct comm_ops *comm_nccl_ops_get(const char **why)

@@ -1,8 +1,8 @@
 /*
  * gpu_runtime.cu - the CUDA runtime half of libddp behind gpu.h: device choice, the one
  * compute stream, device memory, copies, and gpu_scale (the reducer's averaging). Built into
- * libddpgpu.so with the NCCL backend; a training program's own kernels (the MLP's are in
- * trainer/gpu/) live in the program's own GPU library and queue their work on gpu_stream().
+ * libddpgpu.so with the NCCL backend; a training program's own kernels (ddp-worker's MLP)
+ * live in the program's own GPU library and queue their work on gpu_stream().
  *
  * Invariants:
  *  1. gpu_dev >= 0 exactly when gpu_init() succeeded and gpu_shutdown() has not run since;

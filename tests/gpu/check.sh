@@ -111,7 +111,7 @@ if [ "${1:-}" = "--bundle" ]; then
   b=$stage/ddp-gpu-bundle
   mkdir -p "$b/bin" "$b/lib" "$b/tests" "$b/runtime"
   cp "$bdir/bin/ddp-worker" "$b/bin/"
-  cp "$bdir/lib/libddpgpu.so" "$b/lib/"
+  cp "$bdir/lib/libddpgpu.so" "$bdir/lib/libddptrainergpu.so" "$b/lib/"
   cp "$bdir/tests/test_gpu_model" "$b/tests/"
   # The libraries they need beyond glibc, the compiler's runtime and CUDA/NCCL (those the GPU
   # machine has, in versions that match its driver).
@@ -234,12 +234,15 @@ else
   exit 2
 fi
 
-# The CUDA/NCCL libraries libddpgpu.so needs: found through the loader's path, or added to it.
-if ! resolve_libs "$glib/libddpgpu.so" "$bin/ddp-worker" "$tbin/test_gpu_model"; then
+# The CUDA/NCCL libraries libddpgpu.so (libddp's runtime and NCCL) and libddptrainergpu.so (the
+# MLP's kernels, cuBLAS) need: found through the loader's path, or added to it.
+if ! resolve_libs "$glib/libddpgpu.so" "$glib/libddptrainergpu.so" "$bin/ddp-worker" \
+  "$tbin/test_gpu_model"; then
   echo "the GPU library cannot load here (above); LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   exit 2
 fi
-echo "libddpgpu.so resolves: $(ldd "$glib/libddpgpu.so" | awk '/nccl|cublas.so|cudart/ {printf "%s ", $3}')"
+echo "libddpgpu.so resolves: $(ldd "$glib/libddpgpu.so" | awk '/nccl|cudart/ {printf "%s ", $3}')"
+echo "libddptrainergpu.so resolves: $(ldd "$glib/libddptrainergpu.so" | awk '/cublas.so|cudart/ {printf "%s ", $3}')"
 
 # Fashion-MNIST: the system's, else the bundle's.
 data_note=""

@@ -1,8 +1,12 @@
 /*
  * model_gpu.h - the MLP of trainer/model.h on the GPU: the same layout (tensor 2l is W_l
  * [widths[l+1] x widths[l]] row-major, 2l+1 is b_l; all parameters in one device block, in
- * definition order), the same math (gpu.h's kernels and cuBLAS), and the same hooks, so the
- * reducer and the train loop drive it as they drive the CPU model.
+ * definition order), the same math (mlp_kernels.h: kernels and cuBLAS), and the same hooks,
+ * so the reducer and the train loop drive it as they drive the CPU model.
+ *
+ * The code is in libddptrainergpu.so (model_gpu.c, mlp_kernels.cu); the program calls these
+ * names in model_gpu_load.c, which loads that library at the first gpu_model_new() and
+ * forwards to it. When it cannot be loaded, gpu_model_new() fails saying why.
  *
  * Parameters, gradients and activations live in device memory. Inputs come from the host
  * (one batch copied per forward). Gradients are views the caller binds (the reducer's

@@ -1,9 +1,10 @@
 /*
  * gpu.h - libddp's CUDA runtime, with a C interface: device choice, the compute stream,
  * memory, copies, and gpu_scale (libddp/gpu/gpu_runtime.cu, in libddpgpu.so with the NCCL
- * backend). Built only where CUDA and NCCL were found (DDP_HAVE_CUDA); callers guard their use
- * with that macro. A training program's own kernels (its model) are its own; it queues them
- * on gpu_stream() and owns whatever cuBLAS handle it needs.
+ * backend, loaded on first use by libddp/gpu/gpu_load.c). Built only where CUDA and NCCL
+ * were found (DDP_HAVE_CUDA); callers guard their use with that macro. A training program's
+ * own kernels (its model) are its own: it builds them into its own library, loads that with
+ * gpu_library_open(), queues them on gpu_stream() and owns whatever cuBLAS handle it needs.
  *
  * One compute stream per process (gpu_stream()); every kernel and cuBLAS call of the model
  * must run on it, in order. comm_nccl.c orders its all-reduces after it with events.
@@ -53,6 +54,16 @@ int gpu_is_device_ptr(const void *p);
 
 /* x *= s for n floats, on the compute stream (the reducer's averaging). */
 int gpu_scale(float *x, size_t n, float s, struct ddp_err *err);
+
+/* Loads a training program's own GPU library `name` (its kernels, linked against the shared
+ * cudart so that they share gpu_stream() with libddp) the way libddp loads libddpgpu.so:
+ * nothing where the NVIDIA driver's device files are missing, else <dir of the program>/../lib/
+ * <name>, else <name> through the loader's search path; RTLD_NOW | RTLD_LOCAL. The library
+ * takes gpu_* and the rest of libddp from the program, which exports its symbols. Returns the
+ * dlopen handle (look functions up with dlsym; it is never closed while they are in use), or
+ * NULL with why (why_size bytes, always terminated) saying why: no device, or dlopen's
+ * message naming the file that failed. Not in libddpgpu.so: it maps nothing by itself. */
+void *gpu_library_open(const char *name, char *why, size_t why_size);
 
 #ifdef __cplusplus
 }
