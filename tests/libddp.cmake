@@ -1,8 +1,10 @@
 # libddp (the runtime): environment, rendezvous store, CPU ring and shared-memory all-reduce,
-# sampler, checkpoint, reducer.
+# sampler, checkpoint, resume, reducer.
 ddp_unit_test(NAME test_sampler SOURCES unit/test_sampler.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_ckpt SOURCES unit/test_ckpt.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_reducer SOURCES unit/test_reducer.c unit/testutil.c LIBS ddp TIMEOUT 120)
+# The resume protocol: ranks as forked processes on loopback, a checkpoint folder each.
+ddp_unit_test(NAME test_resume SOURCES unit/test_resume.c unit/testutil.c LIBS ddp TIMEOUT 120)
 ddp_unit_test(NAME test_env SOURCES unit/test_env.c LIBS ddp TIMEOUT 30)
 ddp_unit_test(NAME test_rdzv SOURCES unit/test_rdzv.c unit/testutil.c LIBS ddp TIMEOUT 60)
 add_test(NAME test_rdzv_heavy COMMAND test_rdzv heavy)

@@ -5,10 +5,11 @@
  *   1. load the data (exit 3 on bad data), build the model from the seed (identical on
  *      every rank), check its widths against the data (exit 2 naming --model);
  *   2. open the process group (env -> store -> comm; exit 4/5);
- *   3. resume: each rank finds the newest valid checkpoint in its own folder, the ranks
- *      all-reduce a vector holding each rank's epoch, the lowest rank holding the newest
- *      epoch broadcasts its file, everyone loads it (and a LOCAL_RANK 0 that lacked it keeps
- *      a replica); then rank 0's parameters are broadcast;
+ *   3. resume (ddp_resume, libddp/include/ddp/resume.h): each rank finds the newest valid
+ *      checkpoint in its own folder, the ranks all-reduce a vector holding each rank's
+ *      epoch, the lowest rank holding the newest epoch broadcasts its file, everyone loads
+ *      it (and a LOCAL_RANK 0 that lacked it keeps a replica); then rank 0's parameters are
+ *      broadcast;
  *   4. per epoch: set the sampler's epoch; per step: forward on this rank's batch (mean loss
  *      over the local batch), backward marking each layer's gradients ready (the reducer
  *      all-reduces full buckets meanwhile), reducer_finish (sums over ranks; the SGD step
@@ -46,6 +47,7 @@
 #include "ddp/ddp.h"
 #include "trainer/optim.h"
 #include "ddp/reducer.h"
+#include "ddp/resume.h"
 #include "ddp/rng.h"
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
@@ -234,78 +236,22 @@ static int run_exit_code(const struct run *r, int rc)
     return ddp_exit_code_for(rc);
 }
 
-/* Step 3 of the file comment. Returns an error code; err says why. */
+/* Step 3 of the file comment (the protocol is ddp_resume's): loads the agreed checkpoint
+ * into the host parameters and momentum. Returns an error code; err says why. */
 static int resume(struct run *r, struct ddp_err *err)
 {
-    struct ddp_group *g = r->g;
-    int rc = 0;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    uint32_t local_epoch = 0;
-    double *epochs = xcalloc((size_t)g->world_size, sizeof(double));
-    if (r->ckpt_dir[0]) {
-        struct ddp_err e;
-        int frc = ckpt_find_newest(r->ckpt_dir, r->o->widths, r->o->nwidths, &buf, &len,
-                                   &local_epoch, &e);
-        if (frc != 0 && frc != DDP_ENOTFOUND)
-            log_warn("cannot scan checkpoint dir: %s", e.msg);
-    }
-    epochs[g->rank] = (double)local_epoch;
-    rc = ddp_allreduce_f64(g, epochs, (size_t)g->world_size, err);
+    struct ddp_resume res;
+    int rc = ddp_resume(r->g, r->ckpt_dir, r->o->widths, r->o->nwidths, &res, err);
     if (rc)
-        goto out;
-    uint32_t best = 0;
-    int owner = -1;
-    for (int i = 0; i < g->world_size; i++) {
-        if (epochs[i] > (double)best) {
-            best = (uint32_t)epochs[i];
-            owner = i;
-        }
+        return rc;
+    if (res.epoch > 0) {
+        ckpt_copy_arrays(&res.view, model_params(r->m), r->opt.buf);
+        r->start_epoch = res.view.meta.epoch;
+        r->step = res.view.meta.step;
+        r->rng = res.view.meta.rng;
     }
-    if (owner < 0) {
-        log_info("no checkpoint found: starting at epoch 1");
-        goto out;
-    }
-    uint64_t blen = g->rank == owner ? (uint64_t)len : 0;
-    rc = ddp_broadcast(g, &blen, sizeof(blen), owner, err);
-    if (rc)
-        goto out;
-    if (blen > CKPT_MAX_BYTES) {
-        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is %llu bytes", owner,
-                     (unsigned long long)blen);
-        goto out;
-    }
-    if (g->rank != owner) {
-        free(buf);
-        buf = xmalloc(blen ? (size_t)blen : 1);
-        len = (size_t)blen;
-    }
-    rc = ddp_broadcast(g, buf, len, owner, err);
-    if (rc)
-        goto out;
-    struct ckpt_view v;
-    rc = ckpt_decode(buf, len, "from the newest rank", &v, err);
-    if (rc)
-        goto out;
-    if (!ckpt_matches(&v.meta, r->o->widths, r->o->nwidths)) {
-        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is for another model", owner);
-        goto out;
-    }
-    ckpt_copy_arrays(&v, model_params(r->m), r->opt.buf);
-    r->start_epoch = v.meta.epoch;
-    r->step = v.meta.step;
-    r->rng = v.meta.rng;
-    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch,
-             owner, (unsigned long long)v.meta.step);
-    if (r->ckpt_dir[0] && g->env.local_rank == 0 && local_epoch != best) {
-        struct ddp_err e;
-        if (ckpt_save(r->ckpt_dir, best, buf, len, &e) != 0)
-            log_warn("cannot keep a replica of checkpoint %u: %s", best, e.msg);
-    }
-out:
-    free(epochs);
-    free(buf);
-    return rc;
+    ddp_resume_release(&res);
+    return 0;
 }
 
 static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)

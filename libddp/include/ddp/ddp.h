@@ -10,7 +10,8 @@
  * Without the torchrun environment the group is rank 0 of 1 with no store and no comm, and
  * every collective here is a no-op, so the same program runs as a plain local process.
  * The pieces are declared in their own headers, included below: env (libddp/include/ddp/env.h), store
- * (libddp/include/ddp/rdzv.h), collectives (libddp/include/ddp/comm.h), reducer, sampler, checkpoint.
+ * (libddp/include/ddp/rdzv.h), collectives (libddp/include/ddp/comm.h), reducer, sampler, checkpoint,
+ * resume (libddp/include/ddp/resume.h).
  */
 #ifndef DDP_DDP_H
 #define DDP_DDP_H
@@ -25,6 +26,7 @@
 #include "ddp/env.h"
 #include "ddp/rdzv.h"
 #include "ddp/reducer.h"
+#include "ddp/resume.h"
 #include "ddp/sampler.h"
 
 struct ddp_group {

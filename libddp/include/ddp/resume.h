@@ -1,0 +1,51 @@
+/*
+ * resume.h - where a restarted job picks up: the ranks agree on one checkpoint and every
+ * rank ends holding the same bytes of it.
+ *
+ * The protocol (every rank of the group calls ddp_resume, with its own checkpoint folder):
+ *   1. each rank finds the newest valid checkpoint in its folder that fits the model
+ *      (ckpt_find_newest: a corrupt, truncated or mismatching file is skipped);
+ *   2. the ranks all-reduce a vector holding each rank's epoch (0: none), so every rank
+ *      knows every rank's newest epoch and computes the same choice: the newest epoch, held
+ *      by its lowest rank (the owner);
+ *   3. the owner broadcasts the file's length, then its bytes; every rank decodes them;
+ *   4. a LOCAL_RANK 0 whose folder lacked the chosen epoch keeps a replica of it there, so a
+ *      node that lost its files (a new machine) holds the newest checkpoint again.
+ * At world size 1 the collectives are no-ops: the rank resumes from its own folder.
+ */
+#ifndef DDP_RESUME_H
+#define DDP_RESUME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "ddp/ckpt.h"
+
+struct ddp_group; /* ddp/ddp.h */
+
+/* The checkpoint the group agreed on. */
+struct ddp_resume {
+    uint32_t epoch;       /* its epoch (epochs completed); 0 when no rank had one */
+    int owner;            /* the rank whose file was broadcast; -1 when none */
+    uint8_t *buf;         /* its bytes, the same on every rank; owned, NULL when none */
+    size_t len;
+    struct ckpt_view view; /* buf decoded (views into buf); valid when epoch > 0 */
+};
+
+/*
+ * Runs the protocol above on g with this rank's folder dir (NULL or "": this rank has no
+ * folder: it offers no checkpoint and keeps no replica) for a model of these widths. Every
+ * rank of g must call it. On success *out holds the agreed checkpoint (out->epoch 0 when
+ * there is none anywhere); the caller releases it with ddp_resume_release(). A folder that
+ * cannot be scanned or a replica that cannot be written is a warning, not an error. Errors:
+ * the collectives' (DDP_EPEER, DDP_ETIMEOUT, ...), DDP_EINVAL when the owner's bytes are too
+ * long, do not decode or are for another model; *out is then untouched.
+ */
+int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwidths,
+               struct ddp_resume *out, struct ddp_err *err);
+
+/* Frees r's bytes; accepts NULL and a zeroed or released struct. */
+void ddp_resume_release(struct ddp_resume *r);
+
+#endif

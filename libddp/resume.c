@@ -1,0 +1,132 @@
+/*
+ * resume.c - the resume protocol of ddp/resume.h: agree on the newest checkpoint any rank
+ * holds, broadcast it from its lowest holder, keep replicas where a node lacked it.
+ *
+ * Invariants:
+ *   1. Every rank runs the same collectives in the same order (one all-reduce, then, when
+ *      some rank has a checkpoint, two broadcasts), whatever its folder holds, so a rank
+ *      with nothing to offer never leaves the others waiting.
+ *   2. The choice is a function of the all-reduced vector alone, so every rank makes the
+ *      same one without a further message: the newest epoch, the lowest rank holding it.
+ *   3. A rank's own file is trusted only after ckpt_find_newest validated it, and the
+ *      broadcast bytes again after ckpt_decode on every rank: a length past CKPT_MAX_BYTES
+ *      is refused before anything is allocated for it.
+ */
+#include "ddp/resume.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "ddp/ddp.h"
+
+/* Step 1: this rank's newest valid checkpoint, or epoch 0 with *buf NULL. */
+static void find_local(const char *dir, const int *widths, int nwidths, uint8_t **buf,
+                       size_t *len, uint32_t *epoch)
+{
+    *buf = NULL;
+    *len = 0;
+    *epoch = 0;
+    if (!dir || !dir[0])
+        return;
+    struct ddp_err e;
+    int rc = ckpt_find_newest(dir, widths, nwidths, buf, len, epoch, &e);
+    if (rc != 0 && rc != DDP_ENOTFOUND)
+        log_warn("cannot scan checkpoint dir: %s", e.msg);
+}
+
+/* Step 2 (invariant 2): the newest epoch in epochs[0..n) and its lowest rank; -1 when every
+ * entry is 0. */
+static int choose_owner(const double *epochs, int n, uint32_t *best)
+{
+    int owner = -1;
+    *best = 0;
+    for (int i = 0; i < n; i++) {
+        if (epochs[i] > (double)*best) {
+            *best = (uint32_t)epochs[i];
+            owner = i;
+        }
+    }
+    return owner;
+}
+
+/* Step 3: the owner's bytes onto every rank. On the owner *buf and *len are its file; on
+ * the others they are replaced by what arrives (the old *buf freed). */
+static int broadcast_file(struct ddp_group *g, int owner, uint8_t **buf, size_t *len,
+                          struct ddp_err *err)
+{
+    uint64_t blen = g->rank == owner ? (uint64_t)*len : 0;
+    int rc = ddp_broadcast(g, &blen, sizeof(blen), owner, err);
+    if (rc)
+        return rc;
+    if (blen > CKPT_MAX_BYTES)
+        return err_set(err, DDP_EINVAL, "checkpoint of rank %d is %llu bytes", owner,
+                       (unsigned long long)blen);
+    if (g->rank != owner) {
+        free(*buf);
+        *buf = xmalloc(blen ? (size_t)blen : 1);
+        *len = (size_t)blen;
+    }
+    return ddp_broadcast(g, *buf, *len, owner, err);
+}
+
+int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwidths,
+               struct ddp_resume *out, struct ddp_err *err)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint32_t local_epoch = 0;
+    double *epochs = xcalloc((size_t)g->world_size, sizeof(double));
+    find_local(dir, widths, nwidths, &buf, &len, &local_epoch);
+    epochs[g->rank] = (double)local_epoch;
+    int rc = ddp_allreduce_f64(g, epochs, (size_t)g->world_size, err);
+    if (rc)
+        goto out;
+    uint32_t best = 0;
+    int owner = choose_owner(epochs, g->world_size, &best);
+    if (owner < 0) {
+        log_info("no checkpoint found: starting at epoch 1");
+        memset(out, 0, sizeof(*out));
+        out->owner = -1;
+        goto out;
+    }
+    rc = broadcast_file(g, owner, &buf, &len, err);
+    if (rc)
+        goto out;
+    struct ckpt_view v;
+    rc = ckpt_decode(buf, len, "from the newest rank", &v, err);
+    if (rc)
+        goto out;
+    if (!ckpt_matches(&v.meta, widths, nwidths)) {
+        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is for another model", owner);
+        goto out;
+    }
+    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch,
+             owner, (unsigned long long)v.meta.step);
+    /* Step 4. */
+    if (dir && dir[0] && g->env.local_rank == 0 && local_epoch != best) {
+        struct ddp_err e;
+        if (ckpt_save(dir, best, buf, len, &e) != 0)
+            log_warn("cannot keep a replica of checkpoint %u: %s", best, e.msg);
+    }
+    out->epoch = best;
+    out->owner = owner;
+    out->buf = buf;
+    out->len = len;
+    out->view = v;
+    buf = NULL;
+out:
+    free(epochs);
+    free(buf);
+    return rc;
+}
+
+void ddp_resume_release(struct ddp_resume *r)
+{
+    if (!r)
+        return;
+    free(r->buf);
+    memset(r, 0, sizeof(*r));
+    r->owner = -1;
+}
