@@ -45,16 +45,12 @@
 #include "ddp/ckpt.h"
 #include "trainer/data.h"
 #include "ddp/ddp.h"
-#include "trainer/optim.h"
+#include "trainer/model_ops.h"
 #include "ddp/reducer.h"
 #include "ddp/resume.h"
 #include "ddp/rng.h"
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
-#ifdef DDP_HAVE_CUDA
-#include "ddp/gpu.h"
-#include "trainer/gpu/model_gpu.h"
-#endif
 
 #define TRAIN_EVAL_BATCH 1000
 #define TRAIN_TRACE_EVENTS 200000
@@ -104,6 +100,7 @@ double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs)
 }
 
 struct hook_ctx {
+    struct model_inst *mi;
     struct reducer *red;
     struct trace *trace;
 };
@@ -118,10 +115,12 @@ static int hook_end(void *ctx, int layer, struct ddp_err *err)
 {
     struct hook_ctx *h = ctx;
     trace_event(h->trace, TRACE_BWD_END, layer);
-    /* Layer l's tensors are W_l (2l) and b_l (2l+1); the reducer wants reverse order. */
-    int rc = reducer_mark_ready(h->red, 2 * layer + 1, err);
-    if (rc == 0)
-        rc = reducer_mark_ready(h->red, 2 * layer, err);
+    /* The reducer wants the tensors in reverse order of definition. */
+    int first = 0, count = 0;
+    h->mi->ops->layer_tensors(h->mi, layer, &first, &count);
+    int rc = 0;
+    for (int t = first + count - 1; t >= first && rc == 0; t--)
+        rc = reducer_mark_ready(h->red, t, err);
     return rc;
 }
 
@@ -150,12 +149,8 @@ static void write_metrics(int fd, const char *line)
 struct run {
     const struct train_opts *o;
     struct ddp_group *g;
-    struct model *m; /* on a GPU run: the host copy, for initialisation and checkpoints */
-#ifdef DDP_HAVE_CUDA
-    struct gpu_model *gm; /* the model on the GPU when g->gpu, else NULL */
-    float *gmom;          /* its momentum (device); r->opt.buf is the host copy */
-#endif
-    struct optim opt;
+    struct model *m;       /* the model as built, until mi takes it over */
+    struct model_inst *mi; /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
     struct trace *trace;
     struct rng rng;
@@ -164,68 +159,18 @@ struct run {
     uint64_t step;
 };
 
-/*
- * Compute, on the CPU model or on the GPU one. On a GPU run the parameters and momentum
- * live on the device; run_sync_to_host copies them into r->m and r->opt for a checkpoint or
- * a dump.
- */
-static int run_forward(struct run *r, const float *x, const uint8_t *y, size_t n, double *ls,
-                       struct ddp_err *err)
+/* The model instance for this process, picked once: on its GPU when ddp_group_open put it
+ * on one, else on the CPU. Takes ownership of m. */
+static struct model_inst *pick_model_inst(const struct ddp_group *g, struct model *m,
+                                          const struct train_opts *o)
 {
 #ifdef DDP_HAVE_CUDA
-    if (r->gm)
-        return gpu_model_forward(r->gm, x, y, n, ls, err);
+    if (g->gpu)
+        return model_inst_gpu_new(m, (float)o->momentum, (float)o->weight_decay);
+#else
+    (void)g;
 #endif
-    return model_forward(r->m, x, y, n, ls, err);
-}
-
-static int run_backward(struct run *r, const struct model_hooks *hooks, struct ddp_err *err)
-{
-#ifdef DDP_HAVE_CUDA
-    if (r->gm)
-        return gpu_model_backward(r->gm, hooks, err);
-#endif
-    return model_backward(r->m, hooks, err);
-}
-
-static int run_optim_step(struct run *r, struct ddp_err *err)
-{
-#ifdef DDP_HAVE_CUDA
-    if (r->gm)
-        return gpu_model_sgd(r->gm, r->gmom, r->opt.lr, r->opt.momentum, r->opt.weight_decay,
-                             err);
-#endif
-    (void)err;
-    optim_step(&r->opt, r->m, reducer_grad_scale(r->red));
-    return 0;
-}
-
-static int run_count_correct(struct run *r, const float *x, const uint8_t *y, size_t n,
-                             size_t *correct, struct ddp_err *err)
-{
-#ifdef DDP_HAVE_CUDA
-    if (r->gm)
-        return gpu_model_count_correct(r->gm, x, y, n, correct, err);
-#endif
-    (void)err;
-    *correct = model_count_correct(r->m, x, y, n);
-    return 0;
-}
-
-static int run_sync_to_host(struct run *r, struct ddp_err *err)
-{
-#ifdef DDP_HAVE_CUDA
-    if (r->gm) {
-        size_t bytes = model_param_count(r->m) * sizeof(float);
-        int rc = gpu_to_host(model_params(r->m), gpu_model_params(r->gm), bytes, err);
-        if (rc == 0)
-            rc = gpu_to_host(r->opt.buf, r->gmom, bytes, err);
-        return rc;
-    }
-#endif
-    (void)r;
-    (void)err;
-    return 0;
+    return model_inst_cpu_new(m, (float)o->momentum, (float)o->weight_decay);
 }
 
 /* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
@@ -245,7 +190,7 @@ static int resume(struct run *r, struct ddp_err *err)
     if (rc)
         return rc;
     if (res.epoch > 0) {
-        ckpt_copy_arrays(&res.view, model_params(r->m), r->opt.buf);
+        ckpt_copy_arrays(&res.view, r->mi->ops->params(r->mi), r->mi->ops->momentum(r->mi));
         r->start_epoch = res.view.meta.epoch;
         r->step = res.view.meta.step;
         r->rng = res.view.meta.rng;
@@ -266,13 +211,14 @@ static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
     meta.nlayers = r->o->nwidths - 1;
     for (int i = 0; i < r->o->nwidths; i++)
         meta.widths[i] = (uint32_t)r->o->widths[i];
-    meta.nparams = model_param_count(r->m);
+    meta.nparams = r->mi->ops->param_count(r->mi);
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = run_sync_to_host(r, err);
+    int rc = r->mi->ops->sync_to_host(r->mi, err);
     if (rc)
         return rc;
-    rc = ckpt_encode(&meta, model_params(r->m), r->opt.buf, &buf, &len, err);
+    rc = ckpt_encode(&meta, r->mi->ops->params(r->mi), r->mi->ops->momentum(r->mi), &buf, &len,
+                     err);
     if (rc == 0)
         rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
     free(buf);
@@ -307,7 +253,7 @@ int train_run(const struct train_opts *o)
     float *xb = NULL;
     uint8_t *yb = NULL;
     float **views = NULL;
-    int sampler_ok = 0, optim_ok = 0;
+    int sampler_ok = 0;
 
     set_blas_threads();
     rc = data_load(o->data, o->seed, &train, &test, &err);
@@ -342,6 +288,9 @@ int train_run(const struct train_opts *o)
     if (rc)
         goto fail;
     struct ddp_group *g = r.g;
+    r.mi = pick_model_inst(g, r.m, o);
+    r.m = NULL;
+    struct model_inst *mi = r.mi;
     if (o->checkpoint_dir)
         snprintf(r.ckpt_dir, sizeof(r.ckpt_dir), "%s", o->checkpoint_dir);
     else
@@ -349,10 +298,10 @@ int train_run(const struct train_opts *o)
 
     if (o->trace_path)
         r.trace = trace_new(TRAIN_TRACE_EVENTS);
-    int nt = model_tensor_count(r.m);
-    size_t counts[2 * MODEL_MAX_LAYERS];
+    int nt = mi->ops->tensor_count(mi);
+    size_t *counts = xmalloc((size_t)nt * sizeof(size_t));
     for (int t = 0; t < nt; t++)
-        counts[t] = model_tensor_size(r.m, t);
+        counts[t] = mi->ops->tensor_size(mi, t);
     struct reducer_opts ro = {
         .cap_bytes = (size_t)(o->bucket_cap_mb * 1048576.0),
         .first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES,
@@ -365,6 +314,7 @@ int train_run(const struct train_opts *o)
     if (ro.first_cap_bytes > ro.cap_bytes)
         ro.first_cap_bytes = ro.cap_bytes;
     rc = reducer_new(g->comm, g->world_size, counts, nt, &ro, r.trace, &r.red, &err);
+    free(counts);
     if (rc) {
         code = DDP_EXIT_FAILURE;
         goto fail;
@@ -372,11 +322,8 @@ int train_run(const struct train_opts *o)
     views = xmalloc((size_t)nt * sizeof(float *));
     for (int t = 0; t < nt; t++)
         views[t] = reducer_grad(r.red, t);
-    if (!g->gpu)
-        model_bind_grads(r.m, views);
+    mi->ops->bind_grads(mi, views);
     double lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
-    optim_init(&r.opt, r.m, (float)lr, (float)o->momentum, (float)o->weight_decay);
-    optim_ok = 1;
     log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d",
              g->rank, g->world_size, o->model_spec, o->data, o->batch_size, lr,
              reducer_bucket_count(r.red), o->overlap);
@@ -387,27 +334,18 @@ int train_run(const struct train_opts *o)
         goto fail;
     }
     /* Rank 0's parameters (and momentum: equal anyway after a resume) everywhere. */
-    rc = ddp_broadcast(g, model_params(r.m), model_param_count(r.m) * sizeof(float), 0, &err);
+    rc = ddp_broadcast(g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0,
+                       &err);
     if (rc) {
         code = ddp_exit_code_for(rc);
         goto fail;
     }
-#ifdef DDP_HAVE_CUDA
-    if (g->gpu) {
-        size_t pbytes = model_param_count(r.m) * sizeof(float);
-        rc = gpu_model_new(o->widths, o->nwidths, max_batch, model_params(r.m), &r.gm, &err);
-        if (rc == 0)
-            rc = gpu_alloc((void **)&r.gmom, pbytes, &err);
-        if (rc == 0)
-            rc = gpu_to_device(r.gmom, r.opt.buf, pbytes, &err);
-        if (rc) {
-            code = DDP_EXIT_DEVICE;
-            goto fail;
-        }
-        gpu_model_bind_grads(r.gm, views);
-        log_info("training on GPU %d", gpu_device());
+    /* The state is final: on a GPU the device copy is made from it. */
+    rc = mi->ops->sync_to_device(mi, &err);
+    if (rc) {
+        code = DDP_EXIT_DEVICE;
+        goto fail;
     }
-#endif
     rc = sampler_init(&smp, train.n, g->rank, g->world_size, o->seed, 1, &err);
     if (rc) {
         code = DDP_EXIT_DATA;
@@ -416,7 +354,7 @@ int train_run(const struct train_opts *o)
     sampler_ok = 1;
     xb = xmalloc(o->batch_size * train.dim * sizeof(float));
     yb = xmalloc(o->batch_size);
-    struct hook_ctx hc = {.red = r.red, .trace = r.trace};
+    struct hook_ctx hc = {.mi = mi, .red = r.red, .trace = r.trace};
     struct model_hooks hooks = {.ctx = &hc, .layer_begin = hook_begin, .layer_end = hook_end};
     size_t tlo = test.n * (size_t)g->rank / (size_t)g->world_size;
     size_t thi = test.n * ((size_t)g->rank + 1) / (size_t)g->world_size;
@@ -424,7 +362,7 @@ int train_run(const struct train_opts *o)
 
     for (uint32_t epoch = r.start_epoch; epoch < (uint32_t)o->epochs && !stop; epoch++) {
         sampler_set_epoch(&smp, epoch);
-        r.opt.lr = (float)train_lr_at(lr, o->lr_cosine, epoch, (uint32_t)o->epochs);
+        float epoch_lr = (float)train_lr_at(lr, o->lr_cosine, epoch, (uint32_t)o->epochs);
         int64_t t0 = time_mono_ns();
         double loss_sum = 0.0, seen = 0.0;
         for (size_t start = 0; start < smp.num_samples; start += o->batch_size) {
@@ -438,13 +376,13 @@ int train_run(const struct train_opts *o)
             }
             trace_set_step(r.trace, r.step);
             double ls = 0.0;
-            rc = run_forward(&r, xb, yb, n, &ls, &err);
+            rc = mi->ops->forward(mi, xb, yb, n, &ls, &err);
             if (rc == 0)
-                rc = run_backward(&r, &hooks, &err);
+                rc = mi->ops->backward(mi, &hooks, &err);
             if (rc == 0)
                 rc = reducer_finish(r.red, &err);
             if (rc == 0)
-                rc = run_optim_step(&r, &err);
+                rc = mi->ops->step(mi, epoch_lr, reducer_grad_scale(r.red), &err);
             if (rc) {
                 code = run_exit_code(&r, rc);
                 goto fail;
@@ -464,8 +402,8 @@ int train_run(const struct train_opts *o)
             break;
         double train_s = (double)(time_mono_ns() - t0) / 1e9;
         size_t correct = 0;
-        rc = run_count_correct(&r, test.x + tlo * test.dim, test.y + tlo, thi - tlo, &correct,
-                               &err);
+        rc = mi->ops->count_correct(mi, test.x + tlo * test.dim, test.y + tlo, thi - tlo,
+                                    &correct, &err);
         if (rc) {
             code = run_exit_code(&r, rc);
             goto fail;
@@ -510,13 +448,13 @@ int train_run(const struct train_opts *o)
         }
     }
     if (o->dump_params) {
-        rc = run_sync_to_host(&r, &err);
+        rc = mi->ops->sync_to_host(mi, &err);
         if (rc) {
             code = DDP_EXIT_DEVICE;
             goto fail;
         }
-        rc = fs_write_atomic(o->dump_params, model_params(r.m),
-                             model_param_count(r.m) * sizeof(float), 0644, &err);
+        rc = fs_write_atomic(o->dump_params, mi->ops->params(mi),
+                             mi->ops->param_count(mi) * sizeof(float), 0644, &err);
         if (rc) {
             code = DDP_EXIT_FAILURE;
             goto fail;
@@ -544,22 +482,16 @@ out:
     free(yb);
     if (sampler_ok)
         sampler_release(&smp);
-    if (optim_ok)
-        optim_release(&r.opt);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */
     reducer_free(r.red);
     free(views);
     trace_free(r.trace);
-#ifdef DDP_HAVE_CUDA
-    gpu_model_free(r.gm);
-    gpu_free(r.gmom);
-    int on_gpu = r.g && r.g->gpu;
-#endif
+    void (*close_device)(void) = r.mi ? r.mi->ops->close_device : NULL;
+    if (r.mi)
+        r.mi->ops->free(r.mi);
     ddp_group_close(r.g);
-#ifdef DDP_HAVE_CUDA
-    if (on_gpu)
-        gpu_shutdown();
-#endif
+    if (close_device)
+        close_device();
     model_free(r.m);
     data_release(&train);
     data_release(&test);

@@ -1,0 +1,87 @@
+/*
+ * model_ops.h - one trained model behind a table of functions, so that the train loop
+ * drives every kind of model the same way: the MLP on the CPU (model_ops_cpu.c, over
+ * trainer/model.c and trainer/optim.c), the MLP on a GPU (model_ops_gpu.c, over
+ * trainer/gpu/model_gpu.h; built only with CUDA), and later other model families or a
+ * sharded model, each an instance with its own table.
+ *
+ * An instance owns its parameters, its optimizer state and everything its compute needs.
+ * Its state as the train loop sees it:
+ *   - host state: params() and momentum(), param_count() floats each, in the tensors'
+ *     definition order (a checkpoint's arrays). Initialisation, the resume and rank 0's
+ *     broadcast write them; sync_to_device() then makes them the state that is trained.
+ *     On an instance that computes elsewhere (a GPU) they are a mirror that sync_to_host()
+ *     refreshes for a checkpoint or a dump; on the CPU both syncs do nothing.
+ *   - tensors: tensor_count() tensors of tensor_size(t) floats, the units the reducer
+ *     buckets. bind_grads() makes tensor t's gradient the caller's grads[t] (borrowed, in
+ *     the memory the instance computes in: device memory on a GPU). The backward's
+ *     hooks->layer_end(layer) means that layer's tensors, layer_tensors(layer), are final.
+ *   - a step is forward (loss summed over the n samples), backward (the mean loss's
+ *     gradients into the bound views), then, once the reducer has summed them over the
+ *     ranks, step(lr, grad_scale): SGD with the instance's momentum and weight decay on the
+ *     gradients times grad_scale.
+ * Errors are 0 or a negative DDP_E* code with err saying why; on a GPU instance CUDA
+ * failures are DDP_EINTERNAL (the worker's exit code 8).
+ */
+#ifndef DDP_TRAINER_MODEL_OPS_H
+#define DDP_TRAINER_MODEL_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "trainer/model.h"
+
+struct model_inst;
+
+struct model_ops {
+    const char *name; /* "cpu", "gpu" */
+    size_t (*param_count)(const struct model_inst *mi);
+    int (*tensor_count)(const struct model_inst *mi);
+    size_t (*tensor_size)(const struct model_inst *mi, int t);
+    /* The tensors of a layer the backward's hooks name: first .. first + count - 1. */
+    void (*layer_tensors)(const struct model_inst *mi, int layer, int *first, int *count);
+    /* The host state (see above); owned by the instance. */
+    float *(*params)(struct model_inst *mi);
+    float *(*momentum)(struct model_inst *mi);
+    void (*bind_grads)(struct model_inst *mi, float *const *grads);
+    int (*sync_to_device)(struct model_inst *mi, struct ddp_err *err);
+    int (*sync_to_host)(struct model_inst *mi, struct ddp_err *err);
+    /* As model_forward / model_backward / model_count_correct (trainer/model.h); x and y
+     * are host memory. */
+    int (*forward)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
+                   double *loss_sum, struct ddp_err *err);
+    int (*backward)(struct model_inst *mi, const struct model_hooks *hooks,
+                    struct ddp_err *err);
+    int (*count_correct)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
+                         size_t *correct, struct ddp_err *err);
+    int (*step)(struct model_inst *mi, float lr, float grad_scale, struct ddp_err *err);
+    /* Frees the instance (NULL accepted), before the process group is closed. */
+    void (*free)(struct model_inst *mi);
+    /* Ends the compute device's runtime once the process group (whose comm may use the
+     * device) is closed; NULL where there is nothing to end. */
+    void (*close_device)(void);
+};
+
+/* What every instance starts with; an implementation embeds it first. */
+struct model_inst {
+    const struct model_ops *ops;
+};
+
+/*
+ * The MLP m on the CPU with SGD's momentum and weight decay: takes ownership of m (freed
+ * with the instance). Its gradients stay m's own block until bind_grads.
+ */
+struct model_inst *model_inst_cpu_new(struct model *m, float momentum, float weight_decay);
+
+/*
+ * The MLP m on the GPU (gpu_init done: ddp_group_open selected it): takes ownership of m,
+ * which becomes the host mirror. The device copy is made by the first sync_to_device (from
+ * the host state at that time, with the views of bind_grads). Only in a build with CUDA,
+ * the only one where ddp_group_open can put a process on a GPU.
+ */
+#ifdef DDP_HAVE_CUDA
+struct model_inst *model_inst_gpu_new(struct model *m, float momentum, float weight_decay);
+#endif
+
+#endif
