@@ -4,12 +4,14 @@
  * Order of a run (every rank):
  *   1. load the data (exit 3 on bad data), build the model from the seed (identical on
  *      every rank), check its widths against the data (exit 2 naming --model);
- *   2. open the process group (env -> store -> comm; exit 4/5);
+ *   2. open the process group (env -> store -> comm; exit 4/5) and pick, once, the model
+ *      instance (trainer/model_ops.h) on the device the group chose: the CPU or its GPU;
+ *      from there on the model is reached only through the instance's ops;
  *   3. resume (ddp_resume, libddp/include/ddp/resume.h): each rank finds the newest valid
  *      checkpoint in its own folder, the ranks all-reduce a vector holding each rank's
  *      epoch, the lowest rank holding the newest epoch broadcasts its file, everyone loads
  *      it (and a LOCAL_RANK 0 that lacked it keeps a replica); then rank 0's parameters are
- *      broadcast;
+ *      broadcast, and a GPU instance makes its device copy;
  *   4. per epoch: set the sampler's epoch; per step: forward on this rank's batch (mean loss
  *      over the local batch), backward marking each layer's gradients ready (the reducer
  *      all-reduces full buckets meanwhile), reducer_finish (sums over ranks; the SGD step
@@ -148,8 +150,9 @@ static void write_metrics(int fd, const char *line)
 
 /*
  * The run's state, phase by phase (train_run):
- *   set-up   load_data, build_model, open_group, setup_reducer, setup_batches
+ *   set-up   load_data, build_model, open_group, setup_reducer
  *   resume   resume_from_checkpoint (then rank 0's parameters everywhere, and the device copy)
+ *   batches  setup_batches (sampler, batch buffers, hooks, test slice)
  *   epochs   train_epochs: per epoch train_epoch (train_step per batch), evaluate_and_report,
  *            save_checkpoint
  *   end      write_outputs (--dump-params, --trace), teardown
