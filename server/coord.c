@@ -1,6 +1,7 @@
 /*
- * coord.c - the coordinator's state and rules (see coord.h for the contract, docs/ddpd.md
- * for the rules in prose, jobstate.c for the state machine).
+ * coord.c - the coordinator's lifecycle, its locking and the entry points of coord.h (see
+ * coord.h for the contract, docs/ddpd.md for the rules in prose, jobstate.c for the state
+ * machine).
  *
  * Invariants:
  *   1. One mutex (c->mu) guards the model. Every change of a job or node is committed to
@@ -23,28 +24,12 @@
  *      node_timeout_ms or LOST by a confirmed suspicion (lost_fast). Only a READY node is
  *      ever suspected, and only a beat that arrived after the suspicion clears it.
  *
- * Suspect then confirm. The survivors of a dead node know first: their collectives fail
- * within a few hundred ms and they exit 6 (peer lost), naming the peer ("peer rank N" in
- * their last lines). Waiting node_timeout_ms for the node's silence to prove it would leave
- * the job idle for seconds, so an exit 6 reported by one node accuses the node of the rank
- * it names (every other node of the generation when it names none), and so does any other
- * failure while the generation runs (a program that is not ddp-worker, e.g. a torch script,
- * exits 1 when its peer vanishes) - it accuses every other node: unless that node's
- * agent has itself reported the rank's exit (or any failure of that generation) - then its
- * own report explains the failure and it is alive - the node becomes SUSPECT (internal; the
- * API still shows READY). Its held heartbeat, if any, is answered at once with a new desired
- * set version, which makes a live agent beat again at once (agents beat immediately after a
- * new version). A beat that arrives after the suspicion clears it and nothing else changes;
- * with no such beat within suspect_timeout_ms the node is LOST right away, exactly as at the
- * node timeout (same events, root cause and re-forming), its reason saying why. A false
- * accusation therefore costs a live node one extra beat, never its jobs, as long as its
- * agent can beat within the window. The window counts from the first accusation (more
- * accusers do not extend it). Nodes that have not beaten since ddpd started (LOST after a
- * restart) are not suspected: they have no held beat to answer and may still be in their
- * retry backoff, so the node timeout counted from ddpd's start applies. A cut link is
- * silent too, so a suspicion is right there; the cut-off agent's own --orphan-timeout still
- * stops its workers. All of it runs on the `now` passed in: the clock-driven tests stay
- * deterministic.
+ * The model and its rules are split by concept, all private to the coordinator
+ * (coord_internal.h): coord_model.c (lookups and indexes), coord_views.c (JSON views),
+ * coord_txn.c (transactions and job transitions), coord_sched.c (generations and
+ * scheduling), coord_beat.c (heartbeat data and group commit), coord_fault.c (suspicion,
+ * exits, hangs), coord_load.c (loading from the store). Every function there expects c->mu
+ * held unless its comment says otherwise.
  */
 #include "server/coord.h"
 
@@ -64,139 +49,11 @@
 #include "server/sched.h"
 #include "server/store.h"
 #include "server/validate.h"
+#include "server/coord_internal.h"
 
-enum end_kind {
-    END_NONE = 0,
-    END_FAILURE = 1, /* counts against max_restarts */
-    END_SCALE = 2,   /* scale-up: does not count */
-    END_FINAL = 3,   /* a limit (max_runtime_s): FAILED without restart */
-    END_CANCEL = 4,
-};
-
-#define RANK_RUNNING INT_MIN
-
-/* How sure a failure is to be the root cause of a generation's end (docs/ddpd.md): a node
- * gone > a rank killed by a signal or exiting non-zero > a hang > a rank that only saw
- * its peers go (exit 4 rendezvous, 6 peer lost, 9 the runtime's own watchdog). */
-enum cause_prio { CAUSE_NONE = 0, CAUSE_PEER = 1, CAUSE_HANG = 2, CAUSE_EXIT = 3, CAUSE_NODE = 4 };
-
-/* Latest progress report of a rank of the current generation. */
-struct rank_prog {
-    int64_t age_ms;
-    int stopped;
-    int has;
-};
-#define REASON_MAX 1024
-
-struct node {
-    char name[64];
-    char *address;
-    int slots;
-    int port_lo, port_hi;
-    char *incarnation;
-    int ready;              /* READY (1) or LOST (0) */
-    int64_t last_seen;      /* monotonic ms of the last beat (or of ddpd's start) */
-    int64_t last_beat_wall; /* 0: never */
-    int64_t registered_at;
-    uint64_t version;
-    pthread_cond_t cond;
-    int suspect;            /* accused by a peer-lost exit, not confirmed either way yet */
-    int64_t suspect_since;  /* monotonic ms of the first accusation */
-    int lost_fast;          /* LOST by a confirmed suspicion: gone for its jobs at once */
-    char suspect_by[96];    /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
-};
-
-struct job_node {
-    int node; /* index into c->nodes */
-    int group_rank;
-    int draining;
-};
-
-/* The part of a job written by a transition (copied whole, so a failed commit restores). */
-struct job_st {
-    enum job_state state;
-    int generation, restarts, world_size;
-    char master_addr[256];
-    int master_port;
-    struct job_node *pl; /* placement of the current (or last) generation; owned */
-    int npl;
-    char reason[REASON_MAX];
-    char end_reason[REASON_MAX];
-    int end_kind;
-    int64_t started_at, finished_at;
-    int64_t event_seq;
-};
-
-struct mark {
-    int64_t gen;
-    int rank; /* -1: metrics */
-    int64_t last_seq;
-};
-
-struct job {
-    int64_t id;
-    struct job_spec spec;
-    char *spec_text;
-    char token[33];
-    int64_t created_at;
-    struct job_st st;
-    json_t *last_metrics;
-    int64_t log_seq, metric_seq;
-    struct mark *marks;
-    size_t nmarks, capmarks;
-    int *rank_exit;         /* world_size entries: RANK_RUNNING or the exit status */
-    char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
-    int fail_prio;                /* its enum cause_prio */
-    int cause_prio;               /* of end_reason while RESTARTING after a failure */
-    int64_t ended_at;             /* monotonic ms the generation ended */
-    struct rank_prog *prog;       /* world_size entries */
-    int64_t hang_first;           /* when a rank was first reported over hang_timeout_s */
-    int hang_node;                /* the node whose beat reported it */
-    int64_t drain_deadline; /* monotonic ms */
-    char *json_cache;
-};
-
-/* One row of a heartbeat's data transaction (built under c->mu, written without it). */
-enum { ROW_LOG, ROW_METRIC, ROW_MARK, ROW_LOG_TRIM, ROW_METRIC_TRIM, ROW_JOB_DATA };
-struct data_row {
-    int kind;
-    int64_t job, seq, gen, rank, time;
-    char *text; /* owned: line, metric JSON, or last_metrics JSON (NULL: unchanged) */
-    int64_t metric_seq;
-};
-struct data_batch {
-    struct data_row *rows;
-    size_t n, cap;
-};
-
-struct coord {
-    pthread_mutex_t mu;
-    pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
-    pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
-    struct data_batch pending; /* rows of the open batch */
-    uint64_t open_batch;      /* id of the batch that takes new rows */
-    uint64_t done_batch;      /* every batch with an id <= this has committed */
-    int flushing;             /* a leader is committing a batch now */
-    int data_broken;
-    struct store *store;
-    struct coord_opts opts;
-    int64_t wall_offset; /* wall ms = now + wall_offset */
-    uint64_t version_base;
-    int shutting_down;
-    struct job **jobs;
-    size_t njobs, capjobs;
-    struct job **live; /* jobs not (known to be) terminal, in id order; see coord_live_compact */
-    size_t nlive, caplive;
-    struct node **nodes;
-    size_t nnodes, capnodes;
-    int *nhash;        /* open addressing: node index + 1, 0 = empty */
-    size_t nhash_cap;  /* a power of two, > 2 * nnodes */
-};
-
-static int64_t coord_wall(struct coord *c, int64_t now)
-{
-    return now + c->wall_offset;
-}
+static void coord_tick_locked(struct coord *c, int64_t now);
+static int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
+static void coord_check_hang(struct coord *c, struct job *j, int64_t now);
 
 static void coord_time_str(int64_t wall, char *buf, size_t size)
 {
@@ -212,59 +69,6 @@ static json_t *coord_time_json(int64_t wall)
     return json_string(buf);
 }
 
-static struct job *coord_job(struct coord *c, int64_t id)
-{
-    if (id < 1 || (uint64_t)id > c->njobs)
-        return NULL;
-    return c->jobs[id - 1];
-}
-
-static size_t coord_name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
-static int coord_node_index(struct coord *c, const char *name)
-{
-    if (!c->nhash_cap)
-        return -1;
-    size_t mask = c->nhash_cap - 1;
-    for (size_t h = coord_name_hash(name) & mask;; h = (h + 1) & mask) {
-        int v = c->nhash[h];
-        if (v == 0)
-            return -1;
-        if (strcmp(c->nodes[v - 1]->name, name) == 0)
-            return v - 1;
-    }
-}
-
-static void coord_nhash_put(struct coord *c, int idx)
-{
-    size_t mask = c->nhash_cap - 1;
-    size_t h = coord_name_hash(c->nodes[idx]->name) & mask;
-    while (c->nhash[h])
-        h = (h + 1) & mask;
-    c->nhash[h] = idx + 1;
-}
-
-static void coord_bump(struct node *n)
-{
-    n->version++;
-    pthread_cond_broadcast(&n->cond);
-}
-
-/* 1 when node n has been silent for the node timeout or was LOST by a confirmed
- * suspicion (it counts as gone for jobs). */
-static int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
-{
-    return !n->ready && (n->lost_fast || now - n->last_seen >= c->opts.node_timeout_ms);
-}
-
 /* The reason a gone node gives its jobs. */
 static void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
 {
@@ -275,8 +79,6 @@ static void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t 
         snprintf(buf, size, "node %s lost (no heartbeat for %lld s)", n->name,
                  (long long)((now - n->last_seen) / 1000));
 }
-
-/* --- JSON views ------------------------------------------------------------------------ */
 
 static json_t *coord_job_json(struct coord *c, const struct job *j)
 {
@@ -318,26 +120,6 @@ static char *coord_job_text(struct coord *c, struct job *j)
     return xstrdup(j->json_cache);
 }
 
-static void coord_job_dirty(struct job *j)
-{
-    free(j->json_cache);
-    j->json_cache = NULL;
-}
-
-static int coord_slots_used(struct coord *c, int node)
-{
-    int used = 0;
-    for (size_t i = 0; i < c->nlive; i++) {
-        struct job *j = c->live[i];
-        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
-            continue;
-        for (int k = 0; k < j->st.npl; k++)
-            if (j->st.pl[k].node == node && (j->st.state == JOB_RUNNING || j->st.pl[k].draining))
-                used += j->spec.nproc;
-    }
-    return used;
-}
-
 static json_t *coord_node_json(struct coord *c, int idx, int64_t now)
 {
     struct node *n = c->nodes[idx];
@@ -357,8 +139,6 @@ static json_t *coord_node_json(struct coord *c, int idx, int64_t now)
         abort();
     return o;
 }
-
-/* --- persistence of a job -------------------------------------------------------------- */
 
 static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
 {
@@ -515,14 +295,6 @@ static void coord_fail(struct job *j, int prio, const char *reason)
         return;
     snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
     j->fail_prio = prio;
-}
-
-static int coord_draining(const struct job *j)
-{
-    for (int i = 0; i < j->st.npl; i++)
-        if (j->st.pl[i].draining)
-            return 1;
-    return 0;
 }
 
 /* RESTARTING / CANCELLING: clears drains that are over and finishes the job when it is
@@ -740,50 +512,6 @@ static void coord_schedule(struct coord *c, int64_t now)
     coord_cand_release(&k);
 }
 
-/* --- jobs API -------------------------------------------------------------------------- */
-
-static void coord_jobs_push(struct coord *c, struct job *j)
-{
-    if (c->njobs == c->capjobs) {
-        c->capjobs = c->capjobs ? 2 * c->capjobs : 64;
-        c->jobs = xrealloc(c->jobs, c->capjobs * sizeof(*c->jobs));
-    }
-    c->jobs[c->njobs++] = j;
-    if (jobstate_is_terminal(j->st.state))
-        return;
-    if (c->nlive == c->caplive) {
-        c->caplive = c->caplive ? 2 * c->caplive : 64;
-        c->live = xrealloc(c->live, c->caplive * sizeof(*c->live));
-    }
-    c->live[c->nlive++] = j;
-}
-
-/* Drops terminal jobs from c->live, keeping the order. Called where no loop over the list
- * is running. */
-static void coord_live_compact(struct coord *c)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < c->nlive; i++)
-        if (!jobstate_is_terminal(c->live[i]->st.state))
-            c->live[k++] = c->live[i];
-    c->nlive = k;
-}
-
-static void coord_job_free(struct job *j)
-{
-    if (!j)
-        return;
-    validate_spec_release(&j->spec);
-    free(j->spec_text);
-    free(j->st.pl);
-    json_decref(j->last_metrics);
-    free(j->marks);
-    free(j->rank_exit);
-    free(j->prog);
-    free(j->json_cache);
-    free(j);
-}
-
 int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
                  struct ddp_err *err)
 {
@@ -980,13 +708,6 @@ int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, 
     return 0;
 }
 
-static void coord_tick_locked(struct coord *c, int64_t now);
-static int coord_group_rank(const struct job *j, int ni);
-static int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
-static void coord_check_hang(struct coord *c, struct job *j, int64_t now);
-
-/* --- nodes API ------------------------------------------------------------------------- */
-
 static int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
                           struct ddp_err *err)
 {
@@ -1016,47 +737,6 @@ static int coord_put_node(struct coord *c, const struct node *n, int ready, int6
         return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);
     }
     return 0;
-}
-
-static struct node *coord_node_new(struct coord *c, const char *name)
-{
-    struct node *n = xcalloc(1, sizeof(*n));
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&n->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    snprintf(n->name, sizeof(n->name), "%s", name);
-    n->version = c->version_base;
-    return n;
-}
-
-static void coord_node_free(struct node *n)
-{
-    if (!n)
-        return;
-    pthread_cond_destroy(&n->cond);
-    free(n->address);
-    free(n->incarnation);
-    free(n);
-}
-
-static void coord_nodes_push(struct coord *c, struct node *n)
-{
-    if (c->nnodes == c->capnodes) {
-        c->capnodes = c->capnodes ? 2 * c->capnodes : 64;
-        c->nodes = xrealloc(c->nodes, c->capnodes * sizeof(*c->nodes));
-    }
-    c->nodes[c->nnodes++] = n;
-    if (2 * c->nnodes >= c->nhash_cap) {
-        free(c->nhash);
-        c->nhash_cap = c->nhash_cap ? 2 * c->nhash_cap : 128;
-        c->nhash = xcalloc(c->nhash_cap, sizeof(*c->nhash));
-        for (size_t i = 0; i < c->nnodes; i++)
-            coord_nhash_put(c, (int)i);
-    } else {
-        coord_nhash_put(c, (int)c->nnodes - 1);
-    }
 }
 
 /* The node restarted (new incarnation): its workers are gone. */
@@ -1152,8 +832,6 @@ out:
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
-
-/* --- heartbeat ------------------------------------------------------------------------- */
 
 static struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
 {
@@ -1387,15 +1065,6 @@ static int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
     if (c->done_batch < mine)
         return err_set(err, DDP_EINTERNAL, "cannot store logs and metrics");
     return 0;
-}
-
-/* The group rank of node ni in j's placement, or -1. */
-static int coord_group_rank(const struct job *j, int ni)
-{
-    for (int p = 0; p < j->st.npl; p++)
-        if (j->st.pl[p].node == ni)
-            return j->st.pl[p].group_rank;
-    return -1;
 }
 
 /* Ends a RUNNING job's generation for a recorded failure, or finishes it when every rank
@@ -1750,8 +1419,6 @@ int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *e
     return 0;
 }
 
-/* --- tick ------------------------------------------------------------------------------ */
-
 /* The hang watchdog of a RUNNING job. When one rank stops, every rank stalls (the others
  * wait for it in the collective), so the first report over hang_timeout_s does not name
  * the culprit. The decision waits until every node of the generation has beaten since
@@ -1909,8 +1576,6 @@ void coord_shutdown(struct coord *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* --- loading --------------------------------------------------------------------------- */
-
 struct coord_load {
     struct coord *c;
     int64_t now;
@@ -2022,6 +1687,18 @@ static int coord_load_mark(void *ctx, int64_t job, int64_t gen, int64_t rank, in
     return 0;
 }
 
+/* Loads nodes, jobs and marks from the open store into the empty coordinator c. */
+static int coord_load(struct coord *c, int64_t now, struct ddp_err *err)
+{
+    struct coord_load L = {c, now, err};
+    int rc = store_load_nodes(c->store, coord_load_node, &L, err);
+    if (!rc)
+        rc = store_load_jobs(c->store, coord_load_job, &L, err);
+    if (!rc)
+        rc = store_load_marks(c->store, coord_load_mark, &L, err);
+    return rc;
+}
+
 int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
                struct coord **out, struct ddp_err *err)
 {
@@ -2056,12 +1733,7 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
     rc = store_open(db_path, &c->store, err);
     if (rc)
         goto out;
-    struct coord_load L = {c, now, err};
-    rc = store_load_nodes(c->store, coord_load_node, &L, err);
-    if (!rc)
-        rc = store_load_jobs(c->store, coord_load_job, &L, err);
-    if (!rc)
-        rc = store_load_marks(c->store, coord_load_mark, &L, err);
+    rc = coord_load(c, now, err);
     if (rc)
         goto out;
     log_info("state loaded db=%s jobs=%zu nodes=%zu", db_path, c->njobs, c->nnodes);

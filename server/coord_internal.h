@@ -1,0 +1,168 @@
+/*
+ * coord_internal.h - the coordinator's private model (struct coord, job, node) and the
+ * functions its files share. Only server/coord*.c include this; everything else uses coord.h.
+ *
+ * Ownership: the coordinator owns every job and node (freed by coord_close()); a job owns its
+ * spec, placement (job->st.pl), marks, rank tables and JSON cache. Every function declared
+ * here expects c->mu held unless its comment says otherwise, and none of them frees what its
+ * caller passed in except where it says "takes ownership".
+ */
+#ifndef DDP_SERVER_COORD_INTERNAL_H
+#define DDP_SERVER_COORD_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "server/coord.h"
+#include "server/store.h"
+#include "server/validate.h"
+
+enum end_kind {
+    END_NONE = 0,
+    END_FAILURE = 1, /* counts against max_restarts */
+    END_SCALE = 2,   /* scale-up: does not count */
+    END_FINAL = 3,   /* a limit (max_runtime_s): FAILED without restart */
+    END_CANCEL = 4,
+};
+
+#define RANK_RUNNING INT_MIN
+
+/* How sure a failure is to be the root cause of a generation's end (docs/ddpd.md): a node
+ * gone > a rank killed by a signal or exiting non-zero > a hang > a rank that only saw
+ * its peers go (exit 4 rendezvous, 6 peer lost, 9 the runtime's own watchdog). */
+enum cause_prio { CAUSE_NONE = 0, CAUSE_PEER = 1, CAUSE_HANG = 2, CAUSE_EXIT = 3, CAUSE_NODE = 4 };
+
+/* Latest progress report of a rank of the current generation. */
+struct rank_prog {
+    int64_t age_ms;
+    int stopped;
+    int has;
+};
+#define REASON_MAX 1024
+
+struct node {
+    char name[64];
+    char *address;
+    int slots;
+    int port_lo, port_hi;
+    char *incarnation;
+    int ready;              /* READY (1) or LOST (0) */
+    int64_t last_seen;      /* monotonic ms of the last beat (or of ddpd's start) */
+    int64_t last_beat_wall; /* 0: never */
+    int64_t registered_at;
+    uint64_t version;
+    pthread_cond_t cond;
+    int suspect;            /* accused by a peer-lost exit, not confirmed either way yet */
+    int64_t suspect_since;  /* monotonic ms of the first accusation */
+    int lost_fast;          /* LOST by a confirmed suspicion: gone for its jobs at once */
+    char suspect_by[96];    /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
+};
+
+struct job_node {
+    int node; /* index into c->nodes */
+    int group_rank;
+    int draining;
+};
+
+/* The part of a job written by a transition (copied whole, so a failed commit restores). */
+struct job_st {
+    enum job_state state;
+    int generation, restarts, world_size;
+    char master_addr[256];
+    int master_port;
+    struct job_node *pl; /* placement of the current (or last) generation; owned */
+    int npl;
+    char reason[REASON_MAX];
+    char end_reason[REASON_MAX];
+    int end_kind;
+    int64_t started_at, finished_at;
+    int64_t event_seq;
+};
+
+struct mark {
+    int64_t gen;
+    int rank; /* -1: metrics */
+    int64_t last_seq;
+};
+
+struct job {
+    int64_t id;
+    struct job_spec spec;
+    char *spec_text;
+    char token[33];
+    int64_t created_at;
+    struct job_st st;
+    json_t *last_metrics;
+    int64_t log_seq, metric_seq;
+    struct mark *marks;
+    size_t nmarks, capmarks;
+    int *rank_exit;         /* world_size entries: RANK_RUNNING or the exit status */
+    char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
+    int fail_prio;                /* its enum cause_prio */
+    int cause_prio;               /* of end_reason while RESTARTING after a failure */
+    int64_t ended_at;             /* monotonic ms the generation ended */
+    struct rank_prog *prog;       /* world_size entries */
+    int64_t hang_first;           /* when a rank was first reported over hang_timeout_s */
+    int hang_node;                /* the node whose beat reported it */
+    int64_t drain_deadline; /* monotonic ms */
+    char *json_cache;
+};
+
+/* One row of a heartbeat's data transaction (built under c->mu, written without it). */
+enum { ROW_LOG, ROW_METRIC, ROW_MARK, ROW_LOG_TRIM, ROW_METRIC_TRIM, ROW_JOB_DATA };
+struct data_row {
+    int kind;
+    int64_t job, seq, gen, rank, time;
+    char *text; /* owned: line, metric JSON, or last_metrics JSON (NULL: unchanged) */
+    int64_t metric_seq;
+};
+struct data_batch {
+    struct data_row *rows;
+    size_t n, cap;
+};
+
+struct coord {
+    pthread_mutex_t mu;
+    pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
+    pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
+    struct data_batch pending; /* rows of the open batch */
+    uint64_t open_batch;      /* id of the batch that takes new rows */
+    uint64_t done_batch;      /* every batch with an id <= this has committed */
+    int flushing;             /* a leader is committing a batch now */
+    int data_broken;
+    struct store *store;
+    struct coord_opts opts;
+    int64_t wall_offset; /* wall ms = now + wall_offset */
+    uint64_t version_base;
+    int shutting_down;
+    struct job **jobs;
+    size_t njobs, capjobs;
+    struct job **live; /* jobs not (known to be) terminal, in id order; see coord_live_compact */
+    size_t nlive, caplive;
+    struct node **nodes;
+    size_t nnodes, capnodes;
+    int *nhash;        /* open addressing: node index + 1, 0 = empty */
+    size_t nhash_cap;  /* a power of two, > 2 * nnodes */
+};
+
+/* coord_model.c */
+int64_t coord_wall(struct coord *c, int64_t now);
+struct job *coord_job(struct coord *c, int64_t id);
+int coord_node_index(struct coord *c, const char *name);
+void coord_bump(struct node *n);
+int coord_node_gone(struct coord *c, const struct node *n, int64_t now);
+void coord_job_dirty(struct job *j);
+int coord_slots_used(struct coord *c, int node);
+int coord_draining(const struct job *j);
+void coord_jobs_push(struct coord *c, struct job *j);
+void coord_live_compact(struct coord *c);
+void coord_job_free(struct job *j);
+struct node *coord_node_new(struct coord *c, const char *name);
+void coord_node_free(struct node *n);
+void coord_nodes_push(struct coord *c, struct node *n);
+int coord_group_rank(const struct job *j, int ni);
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * coord_model.c - lookups and indexes of the coordinator's model: jobs by id (c->jobs[id - 1],
+ * invariant 5 of coord.c), the live list, nodes by name (open addressing in c->nhash), and
+ * the small questions asked of a node or a placement.
+ *
+ * Invariants: c->nhash has a power-of-two size above 2 * nnodes, so a probe always ends at
+ * an empty slot; nodes are never removed, so an index into c->nodes stays valid for the life
+ * of the coordinator. Everything here runs with c->mu held.
+ */
+#include "server/coord.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/exitcodes.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/sched.h"
+#include "server/store.h"
+#include "server/validate.h"
+#include "server/coord_internal.h"
+
+int64_t coord_wall(struct coord *c, int64_t now)
+{
+    return now + c->wall_offset;
+}
+
+struct job *coord_job(struct coord *c, int64_t id)
+{
+    if (id < 1 || (uint64_t)id > c->njobs)
+        return NULL;
+    return c->jobs[id - 1];
+}
+
+static size_t coord_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+int coord_node_index(struct coord *c, const char *name)
+{
+    if (!c->nhash_cap)
+        return -1;
+    size_t mask = c->nhash_cap - 1;
+    for (size_t h = coord_name_hash(name) & mask;; h = (h + 1) & mask) {
+        int v = c->nhash[h];
+        if (v == 0)
+            return -1;
+        if (strcmp(c->nodes[v - 1]->name, name) == 0)
+            return v - 1;
+    }
+}
+
+static void coord_nhash_put(struct coord *c, int idx)
+{
+    size_t mask = c->nhash_cap - 1;
+    size_t h = coord_name_hash(c->nodes[idx]->name) & mask;
+    while (c->nhash[h])
+        h = (h + 1) & mask;
+    c->nhash[h] = idx + 1;
+}
+
+void coord_bump(struct node *n)
+{
+    n->version++;
+    pthread_cond_broadcast(&n->cond);
+}
+
+/* 1 when node n has been silent for the node timeout or was LOST by a confirmed
+ * suspicion (it counts as gone for jobs). */
+int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
+{
+    return !n->ready && (n->lost_fast || now - n->last_seen >= c->opts.node_timeout_ms);
+}
+
+void coord_job_dirty(struct job *j)
+{
+    free(j->json_cache);
+    j->json_cache = NULL;
+}
+
+int coord_slots_used(struct coord *c, int node)
+{
+    int used = 0;
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
+            continue;
+        for (int k = 0; k < j->st.npl; k++)
+            if (j->st.pl[k].node == node && (j->st.state == JOB_RUNNING || j->st.pl[k].draining))
+                used += j->spec.nproc;
+    }
+    return used;
+}
+
+int coord_draining(const struct job *j)
+{
+    for (int i = 0; i < j->st.npl; i++)
+        if (j->st.pl[i].draining)
+            return 1;
+    return 0;
+}
+
+void coord_jobs_push(struct coord *c, struct job *j)
+{
+    if (c->njobs == c->capjobs) {
+        c->capjobs = c->capjobs ? 2 * c->capjobs : 64;
+        c->jobs = xrealloc(c->jobs, c->capjobs * sizeof(*c->jobs));
+    }
+    c->jobs[c->njobs++] = j;
+    if (jobstate_is_terminal(j->st.state))
+        return;
+    if (c->nlive == c->caplive) {
+        c->caplive = c->caplive ? 2 * c->caplive : 64;
+        c->live = xrealloc(c->live, c->caplive * sizeof(*c->live));
+    }
+    c->live[c->nlive++] = j;
+}
+
+/* Drops terminal jobs from c->live, keeping the order. Called where no loop over the list
+ * is running. */
+void coord_live_compact(struct coord *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->nlive; i++)
+        if (!jobstate_is_terminal(c->live[i]->st.state))
+            c->live[k++] = c->live[i];
+    c->nlive = k;
+}
+
+void coord_job_free(struct job *j)
+{
+    if (!j)
+        return;
+    validate_spec_release(&j->spec);
+    free(j->spec_text);
+    free(j->st.pl);
+    json_decref(j->last_metrics);
+    free(j->marks);
+    free(j->rank_exit);
+    free(j->prog);
+    free(j->json_cache);
+    free(j);
+}
+
+struct node *coord_node_new(struct coord *c, const char *name)
+{
+    struct node *n = xcalloc(1, sizeof(*n));
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    snprintf(n->name, sizeof(n->name), "%s", name);
+    n->version = c->version_base;
+    return n;
+}
+
+void coord_node_free(struct node *n)
+{
+    if (!n)
+        return;
+    pthread_cond_destroy(&n->cond);
+    free(n->address);
+    free(n->incarnation);
+    free(n);
+}
+
+void coord_nodes_push(struct coord *c, struct node *n)
+{
+    if (c->nnodes == c->capnodes) {
+        c->capnodes = c->capnodes ? 2 * c->capnodes : 64;
+        c->nodes = xrealloc(c->nodes, c->capnodes * sizeof(*c->nodes));
+    }
+    c->nodes[c->nnodes++] = n;
+    if (2 * c->nnodes >= c->nhash_cap) {
+        free(c->nhash);
+        c->nhash_cap = c->nhash_cap ? 2 * c->nhash_cap : 128;
+        c->nhash = xcalloc(c->nhash_cap, sizeof(*c->nhash));
+        for (size_t i = 0; i < c->nnodes; i++)
+            coord_nhash_put(c, (int)i);
+    } else {
+        coord_nhash_put(c, (int)c->nnodes - 1);
+    }
+}
+
+/* The group rank of node ni in j's placement, or -1. */
+int coord_group_rank(const struct job *j, int ni)
+{
+    for (int p = 0; p < j->st.npl; p++)
+        if (j->st.pl[p].node == ni)
+            return j->st.pl[p].group_rank;
+    return -1;
+}
