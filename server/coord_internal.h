@@ -165,4 +165,10 @@ void coord_node_free(struct node *n);
 void coord_nodes_push(struct coord *c, struct node *n);
 int coord_group_rank(const struct job *j, int ni);
 
+/* coord_views.c */
+json_t *coord_job_json(struct coord *c, const struct job *j);
+char *coord_job_text(struct coord *c, struct job *j);
+json_t *coord_node_json(struct coord *c, int idx, int64_t now);
+json_t *coord_assignments(struct coord *c, int ni);
+
 #endif
