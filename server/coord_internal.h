@@ -148,6 +148,10 @@ struct coord {
     size_t nhash_cap;  /* a power of two, > 2 * nnodes */
 };
 
+/* coord.c */
+void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
+                  int64_t now);
+
 /* coord_model.c */
 int64_t coord_wall(struct coord *c, int64_t now);
 struct job *coord_job(struct coord *c, int64_t id);
@@ -170,5 +174,13 @@ json_t *coord_job_json(struct coord *c, const struct job *j);
 char *coord_job_text(struct coord *c, struct job *j);
 json_t *coord_node_json(struct coord *c, int idx, int64_t now);
 json_t *coord_assignments(struct coord *c, int ni);
+
+/* coord_txn.c */
+int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
+                  struct ddp_err *err);
+int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
+                 struct ddp_err *err);
+int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
+                   struct ddp_err *err);
 
 #endif

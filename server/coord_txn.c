@@ -1,0 +1,158 @@
+/*
+ * coord_txn.c - the coordinator's writes to the store: the jobs and nodes rows, and
+ * coord_commit(), the one path by which a job changes state.
+ *
+ * Invariant (1 of coord.c): a change is committed to the store first and applied to memory
+ * only after the commit returned; a failed commit leaves memory as it was. c->mu is held by
+ * the caller; c->store_mu is taken here, around each transaction.
+ */
+#include "server/coord.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/exitcodes.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/sched.h"
+#include "server/store.h"
+#include "server/validate.h"
+#include "server/coord_internal.h"
+
+static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < npl; i++)
+        json_array_append_new(a, json_pack("{s:s, s:i}", "name", c->nodes[pl[i].node]->name,
+                                           "group_rank", pl[i].group_rank));
+    char *s = jsonx_dumps(a);
+    json_decref(a);
+    return s;
+}
+
+/* Writes the jobs row of j as it would be with status st (in the open transaction). */
+int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
+                  struct ddp_err *err)
+{
+    char *pl = coord_pl_text(c, st->pl, st->npl);
+    char *metrics = j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
+    struct store_job row = {
+        .id = j->id,
+        .name = j->spec.name,
+        .spec = j->spec_text,
+        .state = jobstate_name(st->state),
+        .generation = st->generation,
+        .restarts = st->restarts,
+        .world_size = st->world_size,
+        .master_addr = st->master_addr,
+        .master_port = st->master_port,
+        .nodes = pl,
+        .last_metrics = metrics,
+        .reason = st->reason,
+        .created_at = j->created_at,
+        .started_at = st->started_at,
+        .finished_at = st->finished_at,
+        .job_token = j->token,
+        .log_seq = j->log_seq,
+        .metric_seq = j->metric_seq,
+        .event_seq = st->event_seq,
+        .end_kind = st->end_kind,
+        .end_reason = st->end_reason,
+    };
+    int rc = store_job_put(c->store, &row, err);
+    free(pl);
+    free(metrics);
+    return rc;
+}
+
+/* Moves job j to status *next (a changed copy of j->st; next->pl may be a new array, which
+ * this function then owns): checks the state machine, commits the row and the event, and
+ * only then applies *next. On failure j is unchanged. A *next in the same state is not a
+ * transition but a note (an event completing the reason, see coord_refine()). */
+int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
+                 struct ddp_err *err)
+{
+    int rc;
+    struct ddp_err e;
+    int note = next->state == j->st.state; /* an event that is not a transition */
+    if (!note && !jobstate_allowed(j->st.state, next->state)) {
+        log_error("BUG: refused transition job=j-%lld from=%s to=%s", (long long)j->id,
+                  jobstate_name(j->st.state), jobstate_name(next->state));
+        rc = err_set(err, DDP_EINTERNAL, "refused transition %s -> %s",
+                     jobstate_name(j->st.state), jobstate_name(next->state));
+        goto fail;
+    }
+    next->event_seq = j->st.event_seq + 1;
+    pthread_mutex_lock(&c->store_mu);
+    rc = store_begin(c->store, &e);
+    if (!rc)
+        rc = coord_put_job(c, j, next, &e);
+    if (!rc)
+        rc = store_event_add(c->store, j->id, next->event_seq, coord_wall(c, now),
+                             next->generation, jobstate_name(next->state), next->reason, &e);
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc)
+        store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    if (rc) {
+        log_error("cannot record transition job=j-%lld to=%s: %s", (long long)j->id,
+                  jobstate_name(next->state), e.msg);
+        err_set(err, DDP_EINTERNAL, "cannot record the change: %s", e.msg);
+        goto fail;
+    }
+    if (note)
+        log_info("job j-%lld %s generation=%d note=\"%s\"", (long long)j->id,
+                 jobstate_name(next->state), next->generation, next->reason);
+    else
+        log_info("job j-%lld %s -> %s generation=%d reason=\"%s\"", (long long)j->id,
+                 jobstate_name(j->st.state), jobstate_name(next->state), next->generation,
+                 next->reason);
+    if (j->st.pl != next->pl)
+        free(j->st.pl);
+    j->st = *next;
+    coord_job_dirty(j);
+    return 0;
+fail:
+    if (next->pl != j->st.pl)
+        free(next->pl);
+    return rc;
+}
+
+int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
+                   struct ddp_err *err)
+{
+    struct store_node row = {
+        .name = n->name,
+        .address = n->address,
+        .slots = n->slots,
+        .port_lo = n->port_lo,
+        .port_hi = n->port_hi,
+        .incarnation = n->incarnation,
+        .state = ready ? "READY" : "LOST",
+        .registered_at = n->registered_at,
+        .last_heartbeat = beat_wall,
+    };
+    struct ddp_err e;
+    pthread_mutex_lock(&c->store_mu);
+    int rc = store_begin(c->store, &e);
+    if (!rc)
+        rc = store_node_put(c->store, &row, &e);
+    if (!rc)
+        rc = store_commit(c->store, &e);
+    if (rc)
+        store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    if (rc) {
+        log_error("cannot record node %s: %s", n->name, e.msg);
+        return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);
+    }
+    return 0;
+}
