@@ -148,10 +148,6 @@ struct coord {
     size_t nhash_cap;  /* a power of two, > 2 * nnodes */
 };
 
-/* coord.c */
-void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
-                  int64_t now);
-
 /* coord_model.c */
 int64_t coord_wall(struct coord *c, int64_t now);
 struct job *coord_job(struct coord *c, int64_t id);
@@ -182,5 +178,15 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
                  struct ddp_err *err);
 int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
                    struct ddp_err *err);
+
+/* coord_sched.c */
+int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason,
+                         int64_t now, struct ddp_err *err);
+void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
+                  int64_t now);
+void coord_fail(struct job *j, int prio, const char *reason);
+void coord_progress(struct coord *c, struct job *j, int64_t now);
+void coord_schedule(struct coord *c, int64_t now);
+int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
 
 #endif

@@ -1,0 +1,325 @@
+/*
+ * coord_sched.c - generations and scheduling glue: starting a generation where the scheduler
+ * (sched.c, a pure function) places it, ending one, draining the old workers, finishing a
+ * job, and scale-up.
+ *
+ * Invariants: a job in RESTARTING or CANCELLING keeps its last placement, and its draining
+ * entries keep their slots until they are cleared (invariant 3 of coord.c); the scheduler's
+ * view (struct cand) is rebuilt from the model at each coord_schedule(). Everything here
+ * runs with c->mu held.
+ */
+#include "server/coord.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/exitcodes.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/sched.h"
+#include "server/store.h"
+#include "server/validate.h"
+#include "server/coord_internal.h"
+
+/* Ends the current generation of a RUNNING (or, for a cancel, RESTARTING) job: its
+ * assignments leave the desired sets and the job waits for the workers to go. */
+int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason,
+                         int64_t now, struct ddp_err *err)
+{
+    struct job_st next = j->st;
+    next.state = kind == END_CANCEL ? JOB_CANCELLING : JOB_RESTARTING;
+    snprintf(next.reason, sizeof(next.reason), "%s", reason);
+    if (kind != END_CANCEL) {
+        next.end_kind = kind;
+        snprintf(next.end_reason, sizeof(next.end_reason), "%s", reason);
+    }
+    int was_running = j->st.state == JOB_RUNNING;
+    int rc = coord_commit(c, j, &next, now, err);
+    if (rc)
+        return rc;
+    if (kind != END_CANCEL) {
+        j->cause_prio = kind == END_FAILURE ? j->fail_prio : CAUSE_NODE + 1;
+        j->ended_at = now;
+    }
+    for (int i = 0; i < j->st.npl; i++) {
+        struct node *n = c->nodes[j->st.pl[i].node];
+        if (was_running)
+            j->st.pl[i].draining = !coord_node_gone(c, n, now);
+        coord_bump(n);
+    }
+    if (was_running)
+        j->drain_deadline = now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
+    return 0;
+}
+
+/* A failure of the generation that just ended, learnt while it drains: if it is a likelier
+ * root cause than the one recorded, it becomes the job's end_reason (the FAILED reason) and
+ * an event says so, before the next generation starts. */
+void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
+                  int64_t now)
+{
+    if (j->st.state != JOB_RESTARTING || j->st.end_kind != END_FAILURE || prio <= j->cause_prio)
+        return;
+    struct job_st next = j->st;
+    snprintf(next.reason, sizeof(next.reason), "root cause: %.560s; %.400s followed", cause,
+             j->st.end_reason);
+    snprintf(next.end_reason, sizeof(next.end_reason), "%s", cause);
+    if (coord_commit(c, j, &next, now, NULL) == 0)
+        j->cause_prio = prio;
+}
+
+/* Records a failure of the current generation of a RUNNING job; the likeliest root cause
+ * wins (then the earliest). */
+void coord_fail(struct job *j, int prio, const char *reason)
+{
+    if (j->fail_reason[0] && prio <= j->fail_prio)
+        return;
+    snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
+    j->fail_prio = prio;
+}
+
+/* RESTARTING / CANCELLING: clears drains that are over and finishes the job when it is
+ * due. A RESTARTING job that may restart is left for coord_schedule(). */
+void coord_progress(struct coord *c, struct job *j, int64_t now)
+{
+    if (j->st.state != JOB_RESTARTING && j->st.state != JOB_CANCELLING)
+        return;
+    for (int i = 0; i < j->st.npl; i++)
+        if (j->st.pl[i].draining &&
+            (coord_node_gone(c, c->nodes[j->st.pl[i].node], now) || now >= j->drain_deadline))
+            j->st.pl[i].draining = 0;
+    if (coord_draining(j))
+        return;
+    struct job_st next = j->st;
+    if (j->st.state == JOB_CANCELLING) {
+        next.state = JOB_CANCELLED;
+        snprintf(next.reason, sizeof(next.reason), "cancelled");
+    } else if (j->st.end_kind == END_FINAL ||
+               (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)) {
+        next.state = JOB_FAILED;
+        snprintf(next.reason, sizeof(next.reason), "%s", j->st.end_reason);
+    } else {
+        return;
+    }
+    next.finished_at = coord_wall(c, now);
+    coord_commit(c, j, &next, now, NULL);
+}
+
+/* A job that is ready for a (new) generation: PENDING, or RESTARTING with nothing left to
+ * drain and a restart allowed. */
+static int coord_wants_start(const struct job *j)
+{
+    if (j->st.state == JOB_PENDING)
+        return 1;
+    if (j->st.state != JOB_RESTARTING || coord_draining(j))
+        return 0;
+    if (j->st.end_kind == END_FINAL)
+        return 0;
+    if (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)
+        return 0;
+    return 1;
+}
+
+struct cand {
+    struct sched_node *sn; /* one per node; NULL name = not READY */
+    int **ports;           /* used master ports per node */
+    size_t *nports, *capports;
+    size_t n;
+};
+
+static void coord_cand_add_port(struct cand *k, int node, int port)
+{
+    if (k->nports[node] == k->capports[node]) {
+        k->capports[node] = k->capports[node] ? 2 * k->capports[node] : 8;
+        k->ports[node] = xrealloc(k->ports[node], k->capports[node] * sizeof(int));
+    }
+    k->ports[node][k->nports[node]++] = port;
+    k->sn[node].used_ports = k->ports[node];
+    k->sn[node].nused = k->nports[node];
+}
+
+/* The scheduler's view: READY nodes with their free slots and used ports. Nodes that are
+ * not READY get free_slots -1 so they are never chosen. */
+static void coord_cand_build(struct coord *c, struct cand *k)
+{
+    k->n = c->nnodes;
+    k->sn = xcalloc(k->n + 1, sizeof(*k->sn));
+    k->ports = xcalloc(k->n + 1, sizeof(*k->ports));
+    k->nports = xcalloc(k->n + 1, sizeof(*k->nports));
+    k->capports = xcalloc(k->n + 1, sizeof(*k->capports));
+    for (size_t i = 0; i < k->n; i++) {
+        struct node *n = c->nodes[i];
+        k->sn[i].name = n->name;
+        k->sn[i].free_slots = n->ready ? n->slots : -1;
+        k->sn[i].port_lo = n->port_lo;
+        k->sn[i].port_hi = n->port_hi;
+    }
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            const struct job_node *jn = &j->st.pl[p];
+            if (j->st.state == JOB_RUNNING || jn->draining) {
+                if (k->sn[jn->node].free_slots >= 0)
+                    k->sn[jn->node].free_slots -= j->spec.nproc;
+                if (j->st.master_port)
+                    coord_cand_add_port(k, jn->node, j->st.master_port);
+            }
+        }
+    }
+}
+
+static void coord_cand_release(struct cand *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->ports[i]);
+    free(k->ports);
+    free(k->nports);
+    free(k->capports);
+    free(k->sn);
+}
+
+/* Tries to start the next generation of j on the candidates; updates them on success. */
+static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t now)
+{
+    struct sched_job sj = {j->spec.nmin, j->spec.nmax, j->spec.nproc};
+    size_t cap = k->n < (size_t)j->spec.nmax ? k->n : (size_t)j->spec.nmax;
+    struct sched_placement pl = {.idx = xcalloc(cap + 1, sizeof(size_t))};
+    int avoid_node = -1;
+    if (j->st.npl > 0 && j->st.master_port) {
+        avoid_node = j->st.pl[0].node;
+        k->sn[avoid_node].avoid_port = j->st.master_port;
+    }
+    int rc = sched_place(&sj, k->sn, k->n, &pl);
+    if (avoid_node >= 0)
+        k->sn[avoid_node].avoid_port = 0;
+    if (rc) {
+        free(pl.idx);
+        return rc;
+    }
+    struct job_st next = j->st;
+    int first = j->st.state == JOB_PENDING;
+    next.pl = xcalloc(pl.n, sizeof(*next.pl));
+    next.npl = (int)pl.n;
+    for (size_t i = 0; i < pl.n; i++) {
+        next.pl[i].node = (int)pl.idx[i];
+        next.pl[i].group_rank = (int)i;
+    }
+    next.state = JOB_RUNNING;
+    next.generation = j->st.generation + 1;
+    if (!first && j->st.end_kind == END_FAILURE)
+        next.restarts = j->st.restarts + 1;
+    next.world_size = (int)pl.n * j->spec.nproc;
+    snprintf(next.master_addr, sizeof(next.master_addr), "%s", c->nodes[pl.idx[0]]->address);
+    next.master_port = pl.master_port;
+    if (first)
+        snprintf(next.reason, sizeof(next.reason), "started on %zu node%s (world size %d)",
+                 pl.n, pl.n == 1 ? "" : "s", next.world_size);
+    else
+        snprintf(next.reason, sizeof(next.reason),
+                 "generation %d started on %zu node%s (world size %d, restarts %d/%d)",
+                 next.generation, pl.n, pl.n == 1 ? "" : "s", next.world_size, next.restarts,
+                 j->spec.max_restarts);
+    next.end_kind = END_NONE;
+    next.end_reason[0] = '\0';
+    if (!next.started_at)
+        next.started_at = coord_wall(c, now);
+    free(pl.idx);
+    rc = coord_commit(c, j, &next, now, NULL);
+    if (rc)
+        return rc;
+    free(j->rank_exit);
+    j->fail_reason[0] = '\0';
+    j->fail_prio = CAUSE_NONE;
+    j->hang_first = 0;
+    free(j->prog);
+    j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
+    j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
+    for (int r = 0; r < j->st.world_size; r++)
+        j->rank_exit[r] = RANK_RUNNING;
+    for (int i = 0; i < j->st.npl; i++) {
+        int ni = j->st.pl[i].node;
+        k->sn[ni].free_slots -= j->spec.nproc;
+        coord_cand_add_port(k, ni, j->st.master_port);
+        coord_bump(c->nodes[ni]);
+    }
+    return 0;
+}
+
+/* FIFO over the jobs that want a generation (submit order); a job that does not fit does
+ * not block later ones. Then scale-up of RUNNING jobs below MAX onto READY nodes that no
+ * waiting job (PENDING, or RESTARTING below MIN) can use. */
+void coord_schedule(struct coord *c, int64_t now)
+{
+    struct cand k;
+    coord_cand_build(c, &k);
+    int pending_min_nproc = INT_MAX;
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (!coord_wants_start(j))
+            continue;
+        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
+         * from being taken by a scale-up */
+        if (coord_start(c, j, &k, now) != 0 && j->spec.nproc < pending_min_nproc)
+            pending_min_nproc = j->spec.nproc;
+    }
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (j->st.state != JOB_RUNNING || j->st.npl >= j->spec.nmax)
+            continue;
+        int any_exited = 0;
+        for (int r = 0; r < j->st.world_size && j->rank_exit; r++)
+            if (j->rank_exit[r] != RANK_RUNNING)
+                any_exited = 1;
+        if (any_exited)
+            continue; /* finishing: do not disturb */
+        for (size_t ni = 0; ni < k.n; ni++) {
+            if (k.sn[ni].free_slots < j->spec.nproc || k.sn[ni].free_slots >= pending_min_nproc)
+                continue;
+            int in = 0;
+            for (int p = 0; p < j->st.npl; p++)
+                if (j->st.pl[p].node == (int)ni)
+                    in = 1;
+            if (in)
+                continue;
+            char reason[128];
+            snprintf(reason, sizeof(reason), "scale up: %s joined", c->nodes[ni]->name);
+            if (coord_end_generation(c, j, END_SCALE, reason, now, NULL) == 0)
+                k.sn[ni].free_slots = -1; /* claimed for this job's next generation */
+            break;
+        }
+    }
+    coord_cand_release(&k);
+}
+
+/* Ends a RUNNING job's generation for a recorded failure, or finishes it when every rank
+ * exited 0. Returns 1 when the job changed. */
+int coord_check_ranks(struct coord *c, struct job *j, int64_t now)
+{
+    if (j->st.state != JOB_RUNNING)
+        return 0;
+    if (j->fail_reason[0])
+        return coord_end_generation(c, j, END_FAILURE, j->fail_reason, now, NULL) == 0;
+    if (!j->rank_exit || j->st.world_size == 0)
+        return 0;
+    for (int r = 0; r < j->st.world_size; r++)
+        if (j->rank_exit[r] != 0)
+            return 0;
+    struct job_st next = j->st;
+    next.state = JOB_SUCCEEDED;
+    snprintf(next.reason, sizeof(next.reason), "all %d ranks exited 0", j->st.world_size);
+    next.finished_at = coord_wall(c, now);
+    if (coord_commit(c, j, &next, now, NULL) != 0)
+        return 0;
+    for (int p = 0; p < j->st.npl; p++)
+        coord_bump(c->nodes[j->st.pl[p].node]);
+    return 1;
+}
