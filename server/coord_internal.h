@@ -189,4 +189,11 @@ void coord_progress(struct coord *c, struct job *j, int64_t now);
 void coord_schedule(struct coord *c, int64_t now);
 int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
 
+/* coord_beat.c */
+struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create);
+void coord_batch_release(struct data_batch *d);
+int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
+                    struct ddp_err *err);
+int coord_beat_drains(struct coord *c, int ni, const struct beat *b);
+
 #endif

@@ -1,0 +1,289 @@
+/*
+ * coord_beat.c - a heartbeat's logs and metrics: deduplication by the agent's seq (one mark
+ * per job, generation and rank), job-wide seqs, caps, and the group commit that writes many
+ * beats' rows in one transaction without holding c->mu (invariant 1 of coord.c); and the
+ * drains a beat ends.
+ *
+ * Invariants: a mark is advanced in memory when its rows join the open batch; a beat is
+ * answered only once the batch holding its rows has committed, and after a failed commit
+ * every later data beat fails (memory is then ahead of the disk).
+ */
+#include "server/coord.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/exitcodes.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/sched.h"
+#include "server/store.h"
+#include "server/validate.h"
+#include "server/coord_internal.h"
+
+struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
+{
+    for (size_t i = 0; i < j->nmarks; i++)
+        if (j->marks[i].gen == gen && j->marks[i].rank == rank)
+            return &j->marks[i];
+    if (!create)
+        return NULL;
+    if (j->nmarks == j->capmarks) {
+        j->capmarks = j->capmarks ? 2 * j->capmarks : 8;
+        j->marks = xrealloc(j->marks, j->capmarks * sizeof(*j->marks));
+    }
+    struct mark *m = &j->marks[j->nmarks++];
+    m->gen = gen;
+    m->rank = rank;
+    m->last_seq = 0;
+    return m;
+}
+
+/* Cuts s to at most LOG_LINE_MAX bytes on a UTF-8 character boundary. */
+static char *coord_cut_line(const char *s)
+{
+    size_t n = strlen(s);
+    if (n <= LOG_LINE_MAX)
+        return xstrdup(s);
+    n = LOG_LINE_MAX;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return xstrndup(s, n);
+}
+
+static struct data_row *coord_row(struct data_batch *d, int kind, int64_t job)
+{
+    if (d->n == d->cap) {
+        d->cap = d->cap ? 2 * d->cap : 32;
+        d->rows = xrealloc(d->rows, d->cap * sizeof(*d->rows));
+    }
+    struct data_row *r = &d->rows[d->n++];
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->job = job;
+    return r;
+}
+
+void coord_batch_release(struct data_batch *d)
+{
+    for (size_t i = 0; i < d->n; i++)
+        free(d->rows[i].text);
+    free(d->rows);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Phase 1 of a beat's logs and metrics, under c->mu: deduplicates by seq, gives the new lines
+ * their job-wide seq, advances the marks and counters in memory and lists the rows to write.
+ * Returns the number of beat entries that referred to a known job (new or duplicate). */
+static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int64_t now,
+                                      struct data_batch *d)
+{
+    int64_t wall = coord_wall(c, now);
+    size_t known = 0;
+    struct job **touched = xcalloc(b->nlogs + b->nmetrics + 1, sizeof(*touched));
+    int *touched_metrics = xcalloc(b->nlogs + b->nmetrics + 1, sizeof(int));
+    size_t nt = 0;
+    for (size_t i = 0; i < b->nlogs + b->nmetrics; i++) {
+        int is_log = i < b->nlogs;
+        int64_t jid = is_log ? b->logs[i].job : b->metrics[i - b->nlogs].job;
+        int64_t gen = is_log ? b->logs[i].generation : b->metrics[i - b->nlogs].generation;
+        struct job *j = coord_job(c, jid);
+        if (!j || gen > j->st.generation)
+            continue;
+        known++;
+        size_t t = 0;
+        while (t < nt && touched[t] != j)
+            t++;
+        if (is_log) {
+            const struct beat_log *l = &b->logs[i];
+            size_t n = json_array_size(l->lines);
+            struct mark *m = coord_mark(j, l->generation, l->rank, 0);
+            int64_t last = m ? m->last_seq : 0;
+            if (l->seq + (int64_t)n - 1 <= last)
+                continue;
+            for (size_t k = 0; k < n; k++) {
+                if (l->seq + (int64_t)k <= last)
+                    continue;
+                struct data_row *r = coord_row(d, ROW_LOG, j->id);
+                r->seq = ++j->log_seq;
+                r->gen = l->generation;
+                r->rank = l->rank;
+                r->text = coord_cut_line(json_string_value(json_array_get(l->lines, k)));
+            }
+            m = coord_mark(j, l->generation, l->rank, 1);
+            m->last_seq = l->seq + (int64_t)n - 1;
+            struct data_row *r = coord_row(d, ROW_MARK, j->id);
+            r->gen = l->generation;
+            r->rank = l->rank;
+            r->seq = m->last_seq;
+        } else {
+            const struct beat_metric *mt = &b->metrics[i - b->nlogs];
+            struct mark *m = coord_mark(j, mt->generation, -1, 0);
+            if (m && mt->seq <= m->last_seq)
+                continue;
+            struct data_row *r = coord_row(d, ROW_METRIC, j->id);
+            r->seq = ++j->metric_seq;
+            r->time = wall;
+            r->gen = mt->generation;
+            r->text = jsonx_dumps(mt->metric);
+            m = coord_mark(j, mt->generation, -1, 1);
+            m->last_seq = mt->seq;
+            r = coord_row(d, ROW_MARK, j->id);
+            r->gen = mt->generation;
+            r->rank = -1;
+            r->seq = m->last_seq;
+            json_decref(j->last_metrics);
+            j->last_metrics = json_deep_copy(mt->metric);
+            coord_job_dirty(j);
+        }
+        if (t == nt)
+            touched[nt++] = j;
+        if (!is_log)
+            touched_metrics[t] = 1;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        struct job *j = touched[t];
+        if (j->log_seq > c->opts.log_cap)
+            coord_row(d, ROW_LOG_TRIM, j->id)->seq = j->log_seq - c->opts.log_cap;
+        if (touched_metrics[t] && j->metric_seq > c->opts.metric_cap)
+            coord_row(d, ROW_METRIC_TRIM, j->id)->seq = j->metric_seq - c->opts.metric_cap;
+        struct data_row *r = coord_row(d, ROW_JOB_DATA, j->id);
+        r->seq = j->log_seq;
+        r->metric_seq = j->metric_seq;
+        r->text = touched_metrics[t] && j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
+    }
+    free(touched);
+    free(touched_metrics);
+    return known;
+}
+
+/* Phase 2, without c->mu (under c->store_mu): one transaction for the rows. */
+static int coord_batch_write(struct coord *c, const struct data_batch *d, struct ddp_err *e)
+{
+    int rc = store_begin(c->store, e);
+    for (size_t i = 0; !rc && i < d->n; i++) {
+        const struct data_row *r = &d->rows[i];
+        switch (r->kind) {
+        case ROW_LOG:
+            rc = store_log_add(c->store, r->job, r->seq, r->gen, r->rank, r->text, e);
+            break;
+        case ROW_METRIC:
+            rc = store_metric_add(c->store, r->job, r->seq, r->time, r->gen, r->text, e);
+            break;
+        case ROW_MARK:
+            rc = store_mark_put(c->store, r->job, r->gen, r->rank, r->seq, e);
+            break;
+        case ROW_LOG_TRIM:
+            rc = store_log_trim(c->store, r->job, r->seq, e);
+            break;
+        case ROW_METRIC_TRIM:
+            rc = store_metric_trim(c->store, r->job, r->seq, e);
+            break;
+        default:
+            rc = store_job_data(c->store, r->job, r->seq, r->metric_seq, r->text, e);
+            break;
+        }
+    }
+    if (!rc)
+        rc = store_commit(c->store, e);
+    if (rc)
+        store_rollback(c->store);
+    return rc;
+}
+
+/* Moves the rows of src to the end of dst (src is left empty). */
+static void coord_batch_move(struct data_batch *dst, struct data_batch *src)
+{
+    for (size_t i = 0; i < src->n; i++) {
+        struct data_row *r = coord_row(dst, src->rows[i].kind, src->rows[i].job);
+        *r = src->rows[i];
+    }
+    free(src->rows);
+    memset(src, 0, sizeof(*src));
+}
+
+/* Stores the beat's new log lines and metrics with group commit. Called and returns with
+ * c->mu held. The rows join the open batch (c->pending); one waiting beat at a time becomes
+ * the leader, takes the whole batch and commits it without c->mu (under c->store_mu), so the
+ * fsync neither stalls the readers nor is paid once per beat. A beat returns when the batch
+ * holding its rows - or, for a beat of duplicates only, every batch that may hold them - has
+ * committed, so a 200 always means "on disk". A failed commit makes this and every later
+ * data beat fail (the marks in memory are then ahead of the disk) until ddpd restarts. */
+int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
+                    struct ddp_err *err)
+{
+    struct data_batch d = {0};
+    struct ddp_err e;
+    uint64_t mine = 0;
+    if (c->data_broken)
+        return err_set(err, DDP_EINTERNAL, "an earlier write of heartbeat data failed; "
+                                           "restart ddpd");
+    size_t known = coord_beat_data_prepare(c, b, now, &d);
+    if (d.n > 0) {
+        coord_batch_move(&c->pending, &d);
+        mine = c->open_batch;
+    } else if (known) {
+        mine = c->pending.n ? c->open_batch : c->open_batch - 1;
+    }
+    while (c->done_batch < mine && !c->data_broken) {
+        if (c->flushing || c->pending.n == 0) {
+            pthread_cond_wait(&c->data_cond, &c->mu);
+            continue;
+        }
+        struct data_batch take = c->pending;
+        memset(&c->pending, 0, sizeof(c->pending));
+        uint64_t id = c->open_batch++;
+        c->flushing = 1;
+        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->store_mu);
+        int rc = coord_batch_write(c, &take, &e);
+        pthread_mutex_unlock(&c->store_mu);
+        pthread_mutex_lock(&c->mu);
+        if (rc) {
+            log_error("cannot store heartbeat data (later data beats fail until ddpd "
+                      "restarts): %s", e.msg);
+            c->data_broken = 1;
+        } else {
+            c->done_batch = id;
+        }
+        c->flushing = 0;
+        pthread_cond_broadcast(&c->data_cond);
+        coord_batch_release(&take);
+    }
+    if (c->done_batch < mine)
+        return err_set(err, DDP_EINTERNAL, "cannot store logs and metrics");
+    return 0;
+}
+
+/* Clears the drains of node ni for jobs whose old workers the beat no longer reports
+ * running. Returns 1 when a drain ended. */
+int coord_beat_drains(struct coord *c, int ni, const struct beat *b)
+{
+    int changed = 0;
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (j->st.state != JOB_RESTARTING && j->st.state != JOB_CANCELLING)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            if (j->st.pl[p].node != ni || !j->st.pl[p].draining)
+                continue;
+            int running = 0;
+            for (size_t k = 0; k < b->nworkers; k++)
+                if (b->workers[k].job == j->id && b->workers[k].generation == j->st.generation &&
+                    !b->workers[k].exited)
+                    running = 1;
+            if (!running) {
+                j->st.pl[p].draining = 0;
+                changed = 1;
+            }
+        }
+    }
+    return changed;
+}
