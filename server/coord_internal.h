@@ -196,4 +196,10 @@ int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
                     struct ddp_err *err);
 int coord_beat_drains(struct coord *c, int ni, const struct beat *b);
 
+/* coord_fault.c */
+void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size);
+void coord_node_restarted(struct coord *c, int ni, int64_t now);
+int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t now);
+void coord_check_hang(struct coord *c, struct job *j, int64_t now);
+
 #endif
