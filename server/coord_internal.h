@@ -202,4 +202,7 @@ void coord_node_restarted(struct coord *c, int ni, int64_t now);
 int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t now);
 void coord_check_hang(struct coord *c, struct job *j, int64_t now);
 
+/* coord_load.c */
+int coord_load(struct coord *c, int64_t now, struct ddp_err *err);
+
 #endif
