@@ -72,17 +72,8 @@ int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
     j->st.state = JOB_PENDING;
     j->st.event_seq = 1;
     snprintf(j->st.reason, sizeof(j->st.reason), "submitted");
-    pthread_mutex_lock(&c->store_mu);
-    rc = store_begin(c->store, &e);
-    if (!rc)
-        rc = coord_put_job(c, j, &j->st, &e);
-    if (!rc)
-        rc = store_event_add(c->store, j->id, 1, j->created_at, 0, "PENDING", "submitted", &e);
-    if (!rc)
-        rc = store_commit(c->store, &e);
-    if (rc)
-        store_rollback(c->store);
-    pthread_mutex_unlock(&c->store_mu);
+    struct job_write w = {j, &j->st, j->created_at};
+    rc = coord_txn_run(c, coord_job_write, &w, &e);
     if (rc) {
         pthread_mutex_unlock(&c->mu);
         log_error("cannot store job: %s", e.msg);

@@ -164,10 +164,12 @@ static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int
     return known;
 }
 
-/* Phase 2, without c->mu (under c->store_mu): one transaction for the rows. */
-static int coord_batch_write(struct coord *c, const struct data_batch *d, struct ddp_err *e)
+/* Phase 2, without c->mu (run by coord_txn_run(), under c->store_mu): the rows of batch ctx,
+ * in the open transaction. */
+static int coord_batch_write(struct coord *c, void *ctx, struct ddp_err *e)
 {
-    int rc = store_begin(c->store, e);
+    const struct data_batch *d = ctx;
+    int rc = 0;
     for (size_t i = 0; !rc && i < d->n; i++) {
         const struct data_row *r = &d->rows[i];
         switch (r->kind) {
@@ -191,10 +193,6 @@ static int coord_batch_write(struct coord *c, const struct data_batch *d, struct
             break;
         }
     }
-    if (!rc)
-        rc = store_commit(c->store, e);
-    if (rc)
-        store_rollback(c->store);
     return rc;
 }
 
@@ -242,9 +240,7 @@ int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
         uint64_t id = c->open_batch++;
         c->flushing = 1;
         pthread_mutex_unlock(&c->mu);
-        pthread_mutex_lock(&c->store_mu);
-        int rc = coord_batch_write(c, &take, &e);
-        pthread_mutex_unlock(&c->store_mu);
+        int rc = coord_txn_run(c, coord_batch_write, &take, &e);
         pthread_mutex_lock(&c->mu);
         if (rc) {
             log_error("cannot store heartbeat data (later data beats fail until ddpd "

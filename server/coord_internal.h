@@ -172,8 +172,22 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now);
 json_t *coord_assignments(struct coord *c, int ni);
 
 /* coord_txn.c */
-int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
-                  struct ddp_err *err);
+/* Work done inside one store transaction: 0, or a negative code with e filled. */
+typedef int (*coord_txn_fn)(struct coord *c, void *ctx, struct ddp_err *e);
+/* The transaction runner (GNU Taler's TEH_DB_run_transaction): takes c->store_mu, begins,
+ * runs fn(c, ctx, e), commits, and rolls back when begin, fn or commit fails. Returns 0, or
+ * the first error with e filled (the store then holds nothing of fn's writes). Needs no
+ * c->mu (the heartbeat group commit runs it without). */
+int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e);
+/* A job's row as it will be with status *st, and the event of the change (time wall). */
+struct job_write {
+    const struct job *j;
+    const struct job_st *st;
+    int64_t wall;
+};
+/* A coord_txn_fn for a struct job_write. */
+int coord_job_write(struct coord *c, void *ctx, struct ddp_err *e);
+/* Moves job j to status *next; see coord_txn.c. */
 int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
                  struct ddp_err *err);
 int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,

@@ -4,7 +4,8 @@
  *
  * Invariant (1 of coord.c): a change is committed to the store first and applied to memory
  * only after the commit returned; a failed commit leaves memory as it was. c->mu is held by
- * the caller; c->store_mu is taken here, around each transaction.
+ * the caller; c->store_mu is taken by coord_txn_run(), the one place that begins, commits
+ * and rolls back a transaction.
  */
 #include "server/coord.h"
 
@@ -37,9 +38,23 @@ static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
     return s;
 }
 
+int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e)
+{
+    pthread_mutex_lock(&c->store_mu);
+    int rc = store_begin(c->store, e);
+    if (!rc)
+        rc = fn(c, ctx, e);
+    if (!rc)
+        rc = store_commit(c->store, e);
+    if (rc)
+        store_rollback(c->store);
+    pthread_mutex_unlock(&c->store_mu);
+    return rc;
+}
+
 /* Writes the jobs row of j as it would be with status st (in the open transaction). */
-int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
-                  struct ddp_err *err)
+static int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
+                         struct ddp_err *err)
 {
     char *pl = coord_pl_text(c, st->pl, st->npl);
     char *metrics = j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
@@ -72,6 +87,16 @@ int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
     return rc;
 }
 
+int coord_job_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    const struct job_write *w = ctx;
+    int rc = coord_put_job(c, w->j, w->st, e);
+    if (!rc)
+        rc = store_event_add(c->store, w->j->id, w->st->event_seq, w->wall, w->st->generation,
+                             jobstate_name(w->st->state), w->st->reason, e);
+    return rc;
+}
+
 /* Moves job j to status *next (a changed copy of j->st; next->pl may be a new array, which
  * this function then owns): checks the state machine, commits the row and the event, and
  * only then applies *next. On failure j is unchanged. A *next in the same state is not a
@@ -90,18 +115,8 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
         goto fail;
     }
     next->event_seq = j->st.event_seq + 1;
-    pthread_mutex_lock(&c->store_mu);
-    rc = store_begin(c->store, &e);
-    if (!rc)
-        rc = coord_put_job(c, j, next, &e);
-    if (!rc)
-        rc = store_event_add(c->store, j->id, next->event_seq, coord_wall(c, now),
-                             next->generation, jobstate_name(next->state), next->reason, &e);
-    if (!rc)
-        rc = store_commit(c->store, &e);
-    if (rc)
-        store_rollback(c->store);
-    pthread_mutex_unlock(&c->store_mu);
+    struct job_write w = {j, next, coord_wall(c, now)};
+    rc = coord_txn_run(c, coord_job_write, &w, &e);
     if (rc) {
         log_error("cannot record transition job=j-%lld to=%s: %s", (long long)j->id,
                   jobstate_name(next->state), e.msg);
@@ -126,6 +141,11 @@ fail:
     return rc;
 }
 
+static int coord_node_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    return store_node_put(c->store, ctx, e);
+}
+
 int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
                    struct ddp_err *err)
 {
@@ -141,15 +161,7 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
         .last_heartbeat = beat_wall,
     };
     struct ddp_err e;
-    pthread_mutex_lock(&c->store_mu);
-    int rc = store_begin(c->store, &e);
-    if (!rc)
-        rc = store_node_put(c->store, &row, &e);
-    if (!rc)
-        rc = store_commit(c->store, &e);
-    if (rc)
-        store_rollback(c->store);
-    pthread_mutex_unlock(&c->store_mu);
+    int rc = coord_txn_run(c, coord_node_write, &row, &e);
     if (rc) {
         log_error("cannot record node %s: %s", n->name, e.msg);
         return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);
