@@ -20,9 +20,10 @@
  *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused. c->live holds
  *      every job that is not terminal (and, until the next compaction, some that just became
  *      terminal), in id order: loops that run on every beat and tick walk only that list.
- *   6. A node is gone for its jobs (coord_node_gone) when it is LOST and either silent for
- *      node_timeout_ms or LOST by a confirmed suspicion (lost_fast). Only a READY node is
- *      ever suspected, and only a beat that arrived after the suspicion clears it.
+ *   6. A node is gone for its jobs (coord_node_gone) when it is LOST and silent for
+ *      node_timeout_ms, or LOST_CONFIRMED (a confirmed suspicion; see nodestate.c). Only a
+ *      READY node is ever suspected, and only a beat that arrived after the suspicion
+ *      clears it.
  *
  * The model and its rules are split by concept, all private to the coordinator
  * (coord_internal.h): coord_model.c (lookups and indexes), coord_views.c (JSON views),
@@ -263,7 +264,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
             coord_node_free(n);
             goto out;
         }
-        n->ready = 1;
+        coord_node_set(n, NODE_READY);
         n->last_seen = now;
         n->last_beat_wall = wall;
         coord_nodes_push(c, n);
@@ -272,7 +273,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
     } else {
         struct node *n = c->nodes[ni];
         int same = strcmp(n->incarnation, r.incarnation) == 0;
-        int changed = !same || !n->ready || strcmp(n->address, r.address) != 0 ||
+        int changed = !same || !nodestate_is_up(n->state) || strcmp(n->address, r.address) != 0 ||
                       n->slots != r.slots || n->port_lo != r.port_lo || n->port_hi != r.port_hi;
         if (changed) {
             struct node tmp = *n;
@@ -292,9 +293,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
             n->port_lo = r.port_lo;
             n->port_hi = r.port_hi;
         }
-        n->ready = 1;
-        n->lost_fast = 0;
-        n->suspect = 0;
+        coord_node_set(n, NODE_READY);
         n->last_seen = now;
         n->last_beat_wall = wall;
         if (!same) {
@@ -335,17 +334,16 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     }
     int64_t wall = coord_wall(c, now);
     int changed = 0;
-    if (!n->ready) {
+    if (!nodestate_is_up(n->state)) {
         rc = coord_put_node(c, n, 1, wall, err);
         if (rc)
             goto out;
-        n->ready = 1;
-        n->lost_fast = 0;
+        coord_node_set(n, NODE_READY);
         changed = 1;
         log_info("node %s READY again", n->name);
     }
-    if (n->suspect && now >= n->suspect_since) {
-        n->suspect = 0;
+    if (n->state == NODE_SUSPECT && now >= n->suspect_since) {
+        coord_node_set(n, NODE_READY);
         log_info("node %s beat %lld ms after it was suspected (%s): READY, nothing changes",
                  n->name,
                  (long long)(now - n->suspect_since), n->suspect_by);
@@ -421,26 +419,7 @@ int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *e
 static void coord_tick_locked(struct coord *c, int64_t now)
 {
     int64_t wall = coord_wall(c, now);
-    for (size_t i = 0; i < c->nnodes; i++) {
-        struct node *n = c->nodes[i];
-        int confirmed = n->ready && n->suspect && c->opts.suspect_timeout_ms > 0 &&
-                        now - n->suspect_since >= c->opts.suspect_timeout_ms;
-        if (confirmed || (n->ready && now - n->last_seen > c->opts.node_timeout_ms)) {
-            if (coord_put_node(c, n, 0, n->last_beat_wall, NULL) != 0)
-                continue;
-            n->ready = 0;
-            n->suspect = 0;
-            n->lost_fast = confirmed;
-            if (confirmed)
-                log_warn("node %s LOST (suspected when %s; no heartbeat within %lld ms "
-                         "of that, none for %lld ms)", n->name, n->suspect_by,
-                         (long long)c->opts.suspect_timeout_ms,
-                         (long long)(now - n->last_seen));
-            else
-                log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,
-                         (long long)(now - n->last_seen));
-        }
-    }
+    coord_nodes_expire(c, now);
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING)
@@ -502,7 +481,7 @@ void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes
         jobs[c->jobs[i]->st.state]++;
     *nodes_ready = *nodes_lost = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
-        if (c->nodes[i]->ready)
+        if (nodestate_is_up(c->nodes[i]->state))
             (*nodes_ready)++;
         else
             (*nodes_lost)++;

@@ -49,7 +49,7 @@
 /* The reason a gone node gives its jobs. */
 void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
 {
-    if (n->lost_fast)
+    if (n->state == NODE_LOST_CONFIRMED)
         snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s)",
                  n->name, (double)(now - n->last_seen) / 1000.0, n->suspect_by);
     else
@@ -123,7 +123,7 @@ static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int s
     for (int p = 0; p < j->st.npl; p++) {
         int pn = j->st.pl[p].node, gr = j->st.pl[p].group_rank;
         struct node *n = c->nodes[pn];
-        if (pn == ni || (peer >= 0 && peer / nproc != gr) || !n->ready || n->suspect)
+        if (pn == ni || (peer >= 0 && peer / nproc != gr) || n->state != NODE_READY)
             continue;
         int reported = peer >= 0 && j->rank_exit[peer] != RANK_RUNNING;
         for (int r = gr * nproc; r < (gr + 1) * nproc && r < j->st.world_size; r++)
@@ -131,7 +131,8 @@ static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int s
                 reported = 1;
         if (reported)
             continue;
-        n->suspect = 1;
+        if (coord_node_set(n, NODE_SUSPECT) != 0)
+            continue;
         n->suspect_since = now;
         if (status == DDP_EXIT_PEER_LOST)
             snprintf(n->suspect_by, sizeof(n->suspect_by), "rank %d on %.60s lost it", rank,
@@ -270,7 +271,7 @@ void coord_check_hang(struct coord *c, struct job *j, int64_t now)
     int all_beat = 1;
     for (int p = 0; p < j->st.npl; p++) {
         struct node *n = c->nodes[j->st.pl[p].node];
-        if (n->ready && j->st.pl[p].node != j->hang_node && n->last_seen <= j->hang_first)
+        if (nodestate_is_up(n->state) && j->st.pl[p].node != j->hang_node && n->last_seen <= j->hang_first)
             all_beat = 0;
     }
     if (!any_stopped && !all_beat && now - j->hang_first < 1500)
@@ -296,4 +297,26 @@ void coord_check_hang(struct coord *c, struct job *j, int64_t now)
              (long long)(j->prog[best].age_ms / 1000),
              j->prog[best].stopped ? ", process stopped" : "");
     coord_fail(j, CAUSE_HANG, why);
+}
+
+void coord_nodes_expire(struct coord *c, int64_t now)
+{
+    for (size_t i = 0; i < c->nnodes; i++) {
+        struct node *n = c->nodes[i];
+        int confirmed = n->state == NODE_SUSPECT && c->opts.suspect_timeout_ms > 0 &&
+                        now - n->suspect_since >= c->opts.suspect_timeout_ms;
+        if (confirmed || (nodestate_is_up(n->state) && now - n->last_seen > c->opts.node_timeout_ms)) {
+            if (coord_put_node(c, n, 0, n->last_beat_wall, NULL) != 0)
+                continue;
+            coord_node_set(n, confirmed ? NODE_LOST_CONFIRMED : NODE_LOST);
+            if (confirmed)
+                log_warn("node %s LOST (suspected when %s; no heartbeat within %lld ms "
+                         "of that, none for %lld ms)", n->name, n->suspect_by,
+                         (long long)c->opts.suspect_timeout_ms,
+                         (long long)(now - n->last_seen));
+            else
+                log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,
+                         (long long)(now - n->last_seen));
+        }
+    }
 }

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "server/coord.h"
+#include "server/nodestate.h"
 #include "server/store.h"
 #include "server/validate.h"
 
@@ -49,15 +50,13 @@ struct node {
     int slots;
     int port_lo, port_hi;
     char *incarnation;
-    int ready;              /* READY (1) or LOST (0) */
+    enum node_state state;  /* see nodestate.c; changed only by coord_node_set() */
     int64_t last_seen;      /* monotonic ms of the last beat (or of ddpd's start) */
     int64_t last_beat_wall; /* 0: never */
     int64_t registered_at;
     uint64_t version;
     pthread_cond_t cond;
-    int suspect;            /* accused by a peer-lost exit, not confirmed either way yet */
-    int64_t suspect_since;  /* monotonic ms of the first accusation */
-    int lost_fast;          /* LOST by a confirmed suspicion: gone for its jobs at once */
+    int64_t suspect_since;  /* SUSPECT: monotonic ms of the first accusation */
     char suspect_by[96];    /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
 };
 
@@ -153,6 +152,9 @@ int64_t coord_wall(struct coord *c, int64_t now);
 struct job *coord_job(struct coord *c, int64_t id);
 int coord_node_index(struct coord *c, const char *name);
 void coord_bump(struct node *n);
+/* Moves n to state to; a move nodestate.c's table refuses is a bug: logged, n unchanged,
+ * -1. A move to the state n is in does nothing and returns 0. */
+int coord_node_set(struct node *n, enum node_state to);
 int coord_node_gone(struct coord *c, const struct node *n, int64_t now);
 void coord_job_dirty(struct job *j);
 int coord_slots_used(struct coord *c, int node);
@@ -215,6 +217,9 @@ void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size);
 void coord_node_restarted(struct coord *c, int ni, int64_t now);
 int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t now);
 void coord_check_hang(struct coord *c, struct job *j, int64_t now);
+/* LOST for nodes silent past node_timeout_ms, LOST_CONFIRMED for suspects whose confirm
+ * window closed without a beat. */
+void coord_nodes_expire(struct coord *c, int64_t now);
 
 /* coord_load.c */
 int coord_load(struct coord *c, int64_t now, struct ddp_err *err);

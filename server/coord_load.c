@@ -44,7 +44,7 @@ static int coord_load_node(void *ctx, const struct store_node *r)
     n->port_hi = (int)r->port_hi;
     n->registered_at = r->registered_at;
     n->last_beat_wall = r->last_heartbeat;
-    n->ready = 0; /* alive again only when it beats again */
+    /* LOST (coord_node_new()): alive again only when it beats again */
     n->last_seen = L->now;
     coord_nodes_push(c, n);
     return 0;

@@ -78,11 +78,25 @@ void coord_bump(struct node *n)
     pthread_cond_broadcast(&n->cond);
 }
 
+int coord_node_set(struct node *n, enum node_state to)
+{
+    if (n->state == to)
+        return 0;
+    if (!nodestate_allowed(n->state, to)) {
+        log_error("BUG: refused node transition node=%s from=%s to=%s", n->name,
+                  nodestate_name(n->state), nodestate_name(to));
+        return -1;
+    }
+    n->state = to;
+    return 0;
+}
+
 /* 1 when node n has been silent for the node timeout or was LOST by a confirmed
  * suspicion (it counts as gone for jobs). */
 int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
 {
-    return !n->ready && (n->lost_fast || now - n->last_seen >= c->opts.node_timeout_ms);
+    return n->state == NODE_LOST_CONFIRMED ||
+           (n->state == NODE_LOST && now - n->last_seen >= c->opts.node_timeout_ms);
 }
 
 void coord_job_dirty(struct job *j)
@@ -165,6 +179,7 @@ struct node *coord_node_new(struct coord *c, const char *name)
     pthread_condattr_destroy(&ca);
     snprintf(n->name, sizeof(n->name), "%s", name);
     n->version = c->version_base;
+    n->state = NODE_LOST; /* until it registers or beats */
     return n;
 }
 

@@ -157,7 +157,7 @@ static void coord_cand_build(struct coord *c, struct cand *k)
     for (size_t i = 0; i < k->n; i++) {
         struct node *n = c->nodes[i];
         k->sn[i].name = n->name;
-        k->sn[i].free_slots = n->ready ? n->slots : -1;
+        k->sn[i].free_slots = nodestate_is_up(n->state) ? n->slots : -1;
         k->sn[i].port_lo = n->port_lo;
         k->sn[i].port_hi = n->port_hi;
     }

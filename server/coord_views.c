@@ -88,7 +88,7 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now)
                                     : json_null();
     json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o}", "name", n->name,
                           "address", n->address, "slots", n->slots, "slots_used",
-                          coord_slots_used(c, idx), "state", n->ready ? "READY" : "LOST",
+                          coord_slots_used(c, idx), "state", nodestate_api_name(n->state),
                           "port_range", range, "last_heartbeat",
                           coord_time_json(n->last_beat_wall), "last_heartbeat_age_ms", age,
                           "registered_at", coord_time_json(n->registered_at));

@@ -1,7 +1,7 @@
 /*
  * sched.h - gang placement of one job on ready nodes: a pure function, no state, no clock.
  *
- * The caller (coord.c) lists the candidate nodes (READY, with their free slots and the
+ * The caller (coord_sched.c) lists the candidate nodes (READY, with their free slots and the
  * master ports of other live jobs there) and runs jobs through sched_place() in FIFO order,
  * subtracting each placement's slots before the next job.
  */

@@ -2,9 +2,10 @@
  * store.h - ddpd's SQLite file: migrations, durable writes, loading at start, and the
  * reads that are not on the hot path (events, metrics, logs).
  *
- * The store is not thread safe: coord.c calls it under its store mutex. Writes happen inside
- * store_begin()/store_commit() (one transaction per change of state); a failed statement
- * leaves the transaction for the caller to store_rollback(). Durability: WAL journal with
+ * The store is not thread safe: the coordinator calls it under its store mutex. Writes happen
+ * inside store_begin()/store_commit() (one transaction per change of state; the coordinator's
+ * coord_txn_run() brackets them); a failed statement leaves the transaction for the caller
+ * to store_rollback(). Durability: WAL journal with
  * synchronous=FULL, so a committed change survives kill -9 and power loss.
  */
 #ifndef DDP_SERVER_STORE_H

@@ -1,6 +1,8 @@
 # ddpd's unit tests and fuzz target (issue 2).
 ddp_unit_test(NAME test_jobstate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_jobstate.c
   LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_nodestate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_nodestate.c
+  LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_sched SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sched.c
   LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_validate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_validate.c
