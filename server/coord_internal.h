@@ -157,6 +157,11 @@ void coord_bump(struct node *n);
 int coord_node_set(struct node *n, enum node_state to);
 int coord_node_gone(struct coord *c, const struct node *n, int64_t now);
 void coord_job_dirty(struct job *j);
+/* The one rule of slots: entry p of j's placement holds j->spec.nproc slots (and its master
+ * port) on its node while the job is RUNNING, or while the entry drains (invariant 3 of
+ * coord.c). 1 when it does. */
+int coord_entry_holds(const struct job *j, const struct job_node *p);
+/* Slots held on node (coord_entry_holds() summed over the live jobs). */
 int coord_slots_used(struct coord *c, int node);
 int coord_draining(const struct job *j);
 void coord_jobs_push(struct coord *c, struct job *j);

@@ -105,15 +105,20 @@ void coord_job_dirty(struct job *j)
     j->json_cache = NULL;
 }
 
+int coord_entry_holds(const struct job *j, const struct job_node *p)
+{
+    if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
+        return 0;
+    return j->st.state == JOB_RUNNING || p->draining;
+}
+
 int coord_slots_used(struct coord *c, int node)
 {
     int used = 0;
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
-        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
-            continue;
         for (int k = 0; k < j->st.npl; k++)
-            if (j->st.pl[k].node == node && (j->st.state == JOB_RUNNING || j->st.pl[k].draining))
+            if (j->st.pl[k].node == node && coord_entry_holds(j, &j->st.pl[k]))
                 used += j->spec.nproc;
     }
     return used;

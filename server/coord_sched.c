@@ -163,16 +163,14 @@ static void coord_cand_build(struct coord *c, struct cand *k)
     }
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
-        if (jobstate_is_terminal(j->st.state) || j->st.state == JOB_PENDING)
-            continue;
         for (int p = 0; p < j->st.npl; p++) {
             const struct job_node *jn = &j->st.pl[p];
-            if (j->st.state == JOB_RUNNING || jn->draining) {
-                if (k->sn[jn->node].free_slots >= 0)
-                    k->sn[jn->node].free_slots -= j->spec.nproc;
-                if (j->st.master_port)
-                    coord_cand_add_port(k, jn->node, j->st.master_port);
-            }
+            if (!coord_entry_holds(j, jn))
+                continue;
+            if (k->sn[jn->node].free_slots >= 0)
+                k->sn[jn->node].free_slots -= j->spec.nproc;
+            if (j->st.master_port)
+                coord_cand_add_port(k, jn->node, j->st.master_port);
         }
     }
 }
