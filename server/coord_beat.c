@@ -35,10 +35,7 @@ struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
             return &j->marks[i];
     if (!create)
         return NULL;
-    if (j->nmarks == j->capmarks) {
-        j->capmarks = j->capmarks ? 2 * j->capmarks : 8;
-        j->marks = xrealloc(j->marks, j->capmarks * sizeof(*j->marks));
-    }
+    XGROW(j->marks, j->nmarks + 1, j->capmarks, 8);
     struct mark *m = &j->marks[j->nmarks++];
     m->gen = gen;
     m->rank = rank;
@@ -60,10 +57,7 @@ static char *coord_cut_line(const char *s)
 
 static struct data_row *coord_row(struct data_batch *d, int kind, int64_t job)
 {
-    if (d->n == d->cap) {
-        d->cap = d->cap ? 2 * d->cap : 32;
-        d->rows = xrealloc(d->rows, d->cap * sizeof(*d->rows));
-    }
+    XGROW(d->rows, d->n + 1, d->cap, 32);
     struct data_row *r = &d->rows[d->n++];
     memset(r, 0, sizeof(*r));
     r->kind = kind;

@@ -134,17 +134,11 @@ int coord_draining(const struct job *j)
 
 void coord_jobs_push(struct coord *c, struct job *j)
 {
-    if (c->njobs == c->capjobs) {
-        c->capjobs = c->capjobs ? 2 * c->capjobs : 64;
-        c->jobs = xrealloc(c->jobs, c->capjobs * sizeof(*c->jobs));
-    }
+    XGROW(c->jobs, c->njobs + 1, c->capjobs, 64);
     c->jobs[c->njobs++] = j;
     if (jobstate_is_terminal(j->st.state))
         return;
-    if (c->nlive == c->caplive) {
-        c->caplive = c->caplive ? 2 * c->caplive : 64;
-        c->live = xrealloc(c->live, c->caplive * sizeof(*c->live));
-    }
+    XGROW(c->live, c->nlive + 1, c->caplive, 64);
     c->live[c->nlive++] = j;
 }
 
@@ -200,10 +194,7 @@ void coord_node_free(struct node *n)
 
 void coord_nodes_push(struct coord *c, struct node *n)
 {
-    if (c->nnodes == c->capnodes) {
-        c->capnodes = c->capnodes ? 2 * c->capnodes : 64;
-        c->nodes = xrealloc(c->nodes, c->capnodes * sizeof(*c->nodes));
-    }
+    XGROW(c->nodes, c->nnodes + 1, c->capnodes, 64);
     c->nodes[c->nnodes++] = n;
     if (2 * c->nnodes >= c->nhash_cap) {
         free(c->nhash);

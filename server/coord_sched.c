@@ -136,10 +136,7 @@ struct cand {
 
 static void coord_cand_add_port(struct cand *k, int node, int port)
 {
-    if (k->nports[node] == k->capports[node]) {
-        k->capports[node] = k->capports[node] ? 2 * k->capports[node] : 8;
-        k->ports[node] = xrealloc(k->ports[node], k->capports[node] * sizeof(int));
-    }
+    XGROW(k->ports[node], k->nports[node] + 1, k->capports[node], 8);
     k->ports[node][k->nports[node]++] = port;
     k->sn[node].used_ports = k->ports[node];
     k->sn[node].nused = k->nports[node];
