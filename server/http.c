@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/buf.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/randutil.h"
@@ -86,8 +87,8 @@ struct ddpd_server {
 /* Per-request state (MHD's con_cls). */
 struct http_conn {
     int64_t start_ns;
-    char *body;
-    size_t len, cap;
+    struct buf body; /* at most HTTP_BODY_MAX bytes; released once too_big */
+    size_t total;    /* bytes of body received, kept or not */
     int too_big;
 };
 
@@ -289,7 +290,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 {
     struct http_conn *hc = *con_cls;
     if (hc) {
-        free(hc->body);
+        buf_release(&hc->body);
         free(hc);
         *con_cls = NULL;
     }
@@ -305,28 +306,17 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     if (!hc) {
         hc = xcalloc(1, sizeof(*hc));
         hc->start_ns = time_mono_ns();
+        buf_init_max(&hc->body, HTTP_BODY_MAX);
         *con_cls = hc;
         return MHD_YES;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
-        if (!hc->too_big && hc->len + n <= HTTP_BODY_MAX) {
-            if (hc->len + n + 1 > hc->cap) {
-                hc->cap = (hc->len + n + 1) * 2;
-                if (hc->cap > HTTP_BODY_MAX + 1)
-                    hc->cap = HTTP_BODY_MAX + 1;
-                hc->body = xrealloc(hc->body, hc->cap);
-            }
-            memcpy(hc->body + hc->len, upload_data, n);
-            hc->len += n;
-            hc->body[hc->len] = '\0';
-        } else {
+        hc->total += n;
+        if (!hc->too_big && buf_add(&hc->body, upload_data, n) != 0) {
             hc->too_big = 1; /* read on and drop, answer 413 at the end */
-            free(hc->body);
-            hc->body = NULL;
-            hc->cap = 0;
+            buf_release(&hc->body);
         }
-        hc->len += hc->too_big ? n : 0;
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -335,9 +325,9 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         .conn = conn,
         .method = method,
         .path = url,
-        .body = hc->too_big ? "" : (hc->body ? hc->body : ""),
-        .body_len = hc->too_big ? 0 : hc->len,
-        .body_total = hc->len,
+        .body = hc->too_big || !hc->body.data ? "" : hc->body.data,
+        .body_len = hc->too_big ? 0 : hc->body.len,
+        .body_total = hc->total,
         .now = time_mono_ms(),
     };
     int route = -1;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/xalloc.h"
+#include "common/buf.h"
 #include "server/coord.h"
 #include "server/jobstate.h"
 
@@ -67,32 +67,27 @@ void metrics_beat(void)
     atomic_fetch_add_explicit(&metrics_beats, 1, memory_order_relaxed);
 }
 
-struct mbuf {
-    char *p;
-    size_t len, cap;
-};
-
-static void mbuf_printf(struct mbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void mbuf_printf(struct mbuf *b, const char *fmt, ...)
+/* Appends printf output to the page. common/buf.h has no va_list variant of buf_printf(), so
+ * this formats into the buffer's reserved room itself. The page has no max: buf_reserve()
+ * cannot fail (it aborts on out-of-memory). */
+static void mbuf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mbuf_printf(struct buf *b, const char *fmt, ...)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        b->cap = b->cap * 2 + (n > 0 ? (size_t)n : 0);
-        b->p = xrealloc(b->p, b->cap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n <= 0 || buf_reserve(b, (size_t)n) != 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }
 
 char *metrics_render(struct coord *c)
 {
-    struct mbuf b = {xmalloc(8192), 0, 8192};
+    struct buf b = BUF_INIT;
     int64_t jobs[JOB_STATE_COUNT], ready = 0, lost = 0;
     coord_counts(c, jobs, &ready, &lost);
     mbuf_printf(&b, "# HELP ddp_jobs Jobs known to ddpd by state.\n# TYPE ddp_jobs gauge\n");
@@ -137,5 +132,5 @@ char *metrics_render(struct coord *c)
     mbuf_printf(&b, "# HELP ddp_heartbeats_total Heartbeats received from agents.\n"
                     "# TYPE ddp_heartbeats_total counter\nddp_heartbeats_total %llu\n",
                 (unsigned long long)atomic_load_explicit(&metrics_beats, memory_order_relaxed));
-    return b.p;
+    return buf_detach(&b, NULL);
 }
