@@ -59,7 +59,8 @@ CREATE TABLE logs (
 CREATE INDEX logs_by_rank ON logs (job_id, rank, seq);
 
 -- Deduplication marks: the last agent seq stored per (job, generation, rank); rank -1 is
--- the metrics stream of the generation.
+-- the metrics stream of the generation. Only the job's current and previous generation keep
+-- marks: the transaction that starts a generation deletes the older ones.
 CREATE TABLE marks (
     job_id     INTEGER NOT NULL,
     generation INTEGER NOT NULL,

@@ -73,7 +73,7 @@ int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
     j->st.state = JOB_PENDING;
     j->st.event_seq = 1;
     snprintf(j->st.reason, sizeof(j->st.reason), "submitted");
-    struct job_write w = {j, &j->st, j->created_at};
+    struct job_write w = {j, &j->st, j->created_at, 0};
     rc = coord_txn_run(c, coord_job_write, &w, &e);
     if (rc) {
         pthread_mutex_unlock(&c->mu);

@@ -6,7 +6,13 @@
  *
  * Invariants: a mark is advanced in memory when its rows join the open batch; a beat is
  * answered only once the batch holding its rows has committed, and after a failed commit
- * every later data beat fails (memory is then ahead of the disk).
+ * every later data beat fails (memory is then ahead of the disk). Marks are kept for the
+ * job's current and previous generation only (coord_marks_floor(): the previous one's
+ * workers may still ship their last lines while the next generation runs); the transition
+ * that starts a generation drops the older ones in memory and in the store, and data of a
+ * generation below the floor, which could no longer be deduplicated, is acknowledged and
+ * not stored. So marks, the marks table and the search in every beat stay bounded by two
+ * generations' ranks, however often a job restarts.
  */
 #include "server/coord.h"
 
@@ -27,6 +33,21 @@
 #include "server/store.h"
 #include "server/validate.h"
 #include "server/coord_internal.h"
+
+int64_t coord_marks_floor(const struct job *j)
+{
+    return (int64_t)j->st.generation - 1;
+}
+
+void coord_marks_drop(struct job *j)
+{
+    int64_t floor = coord_marks_floor(j);
+    size_t k = 0;
+    for (size_t i = 0; i < j->nmarks; i++)
+        if (j->marks[i].gen >= floor)
+            j->marks[k++] = j->marks[i];
+    j->nmarks = k;
+}
 
 struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
 {
@@ -92,6 +113,8 @@ static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int
         if (!j || gen > j->st.generation)
             continue;
         known++;
+        if (gen < coord_marks_floor(j))
+            continue; /* its marks are gone: it could not be deduplicated */
         size_t t = 0;
         while (t < nt && touched[t] != j)
             t++;

@@ -186,11 +186,13 @@ typedef int (*coord_txn_fn)(struct coord *c, void *ctx, struct ddp_err *e);
  * the first error with e filled (the store then holds nothing of fn's writes). Needs no
  * c->mu (the heartbeat group commit runs it without). */
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e);
-/* A job's row as it will be with status *st, and the event of the change (time wall). */
+/* A job's row as it will be with status *st, the event of the change (time wall), and the
+ * marks of generations below marks_below dropped (0: none). */
 struct job_write {
     const struct job *j;
     const struct job_st *st;
     int64_t wall;
+    int64_t marks_below;
 };
 /* A coord_txn_fn for a struct job_write. */
 int coord_job_write(struct coord *c, void *ctx, struct ddp_err *e);
@@ -212,6 +214,11 @@ int coord_check_ranks(struct coord *c, struct job *j, int64_t now);
 
 /* coord_beat.c */
 struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create);
+/* The lowest generation of j whose data is deduplicated (and kept): the previous one. */
+int64_t coord_marks_floor(const struct job *j);
+/* Drops j's marks below coord_marks_floor() from memory (the store's go with the transition
+ * that starts a generation, see coord_commit()). */
+void coord_marks_drop(struct job *j);
 void coord_batch_release(struct data_batch *d);
 int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
                     struct ddp_err *err);

@@ -132,7 +132,7 @@ static int coord_load_mark(void *ctx, int64_t job, int64_t gen, int64_t rank, in
 {
     struct coord_load *L = ctx;
     struct job *j = coord_job(L->c, job);
-    if (j)
+    if (j && gen >= coord_marks_floor(j)) /* older ones may be left from before a crash */
         coord_mark(j, gen, (int)rank, 1)->last_seq = last;
     return 0;
 }

@@ -94,6 +94,8 @@ int coord_job_write(struct coord *c, void *ctx, struct ddp_err *e)
     if (!rc)
         rc = store_event_add(c->store, w->j->id, w->st->event_seq, w->wall, w->st->generation,
                              jobstate_name(w->st->state), w->st->reason, e);
+    if (!rc && w->marks_below > 0)
+        rc = store_marks_drop(c->store, w->j->id, w->marks_below, e);
     return rc;
 }
 
@@ -115,7 +117,9 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
         goto fail;
     }
     next->event_seq = j->st.event_seq + 1;
-    struct job_write w = {j, next, coord_wall(c, now)};
+    /* a new generation: the marks of the one before the previous go (coord_beat.c) */
+    int new_gen = next->generation > j->st.generation;
+    struct job_write w = {j, next, coord_wall(c, now), new_gen ? next->generation - 1 : 0};
     rc = coord_txn_run(c, coord_job_write, &w, &e);
     if (rc) {
         log_error("cannot record transition job=j-%lld to=%s: %s", (long long)j->id,
@@ -133,6 +137,8 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
     if (j->st.pl != next->pl)
         free(j->st.pl);
     j->st = *next;
+    if (new_gen)
+        coord_marks_drop(j);
     coord_job_dirty(j);
     return 0;
 fail:

@@ -31,6 +31,7 @@ enum {
     ST_LOG_ADD,
     ST_LOG_TRIM,
     ST_MARK_PUT,
+    ST_MARK_DROP,
     ST_NODE_PUT,
     ST_JOB_DATA,
     ST_EVENTS,
@@ -62,6 +63,7 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_LOG_TRIM] = "DELETE FROM logs WHERE job_id = ?1 AND seq <= ?2",
     [ST_MARK_PUT] = "INSERT OR REPLACE INTO marks (job_id, generation, rank, last_seq) "
                     "VALUES (?1,?2,?3,?4)",
+    [ST_MARK_DROP] = "DELETE FROM marks WHERE job_id = ?1 AND generation < ?2",
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
                     "incarnation, state, registered_at, last_heartbeat) "
                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
@@ -355,6 +357,14 @@ int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int
     sqlite3_bind_int64(s, 3, rank);
     sqlite3_bind_int64(s, 4, last_seq);
     return store_step_done(st, ST_MARK_PUT, err);
+}
+
+int store_marks_drop(struct store *st, int64_t job, int64_t below_gen, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_MARK_DROP];
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, below_gen);
+    return store_step_done(st, ST_MARK_DROP, err);
 }
 
 int store_job_data(struct store *st, int64_t job, int64_t log_seq, int64_t metric_seq,

@@ -78,6 +78,8 @@ int store_job_data(struct store *st, int64_t job, int64_t log_seq, int64_t metri
                    const char *last_metrics, struct ddp_err *err);
 int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int64_t last_seq,
                    struct ddp_err *err);
+/* Deletes the marks of job for generations below below_gen. */
+int store_marks_drop(struct store *st, int64_t job, int64_t below_gen, struct ddp_err *err);
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
 
 /* Loading at start: calls fn once per row (rows borrowed for the call); a non-zero return

@@ -15,12 +15,14 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <sqlite3.h>
 
 #include "common/fsutil.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
+#include "server/coord_internal.h" /* the marks held in memory, for the marks test */
 
 struct fx {
     char dir[64];
@@ -968,6 +970,86 @@ static void test_coord_no_suspicion_after_restart(void **state)
     expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
 }
 
+/* Marks rows of job id in the store, and the lowest generation among them (-1: none). */
+static int store_marks(struct fx *f, int64_t id, int64_t *min_gen)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*), coalesce(min(generation), -1) "
+                                            "FROM marks WHERE job_id = ?1",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, id);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    *min_gen = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* The seq of the newest stored log line of job id (0: none). */
+static int64_t last_log_seq(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    int64_t next = json_integer_value(json_object_get(o, "next"));
+    json_decref(o);
+    return next;
+}
+
+/* The deduplication marks of generations that ended are dropped, in memory and in the store
+ * (they used to pile up, one per generation and rank, with every restart): after eight
+ * restarts only the current and the previous generation keep marks, the previous one still
+ * deduplicates a late re-send, and a restart of ddpd loads no more than that. */
+static void test_coord_marks_of_ended_generations_dropped(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"max_restarts\":20}");
+    char extra[1024];
+    for (int g = 1; g <= 8; g++) {
+        char *dead = worker("j-1", g, 0, "exited", 1);
+        snprintf(extra, sizeof(extra),
+                 "\"logs\":[{\"job_id\":\"j-1\",\"generation\":%d,\"rank\":0,\"seq\":1,"
+                 "\"lines\":[\"line of %d\"]}],\"metrics\":[{\"job_id\":\"j-1\","
+                 "\"generation\":%d,\"seq\":1,\"metric\":{\"epoch\":%d}}],\"workers\":[%s]",
+                 g, g, g, g, dead);
+        free(dead);
+        beat0(f, "node-a", extra);
+        assert_int_equal(job_int(f, id, "generation"), g + 1);
+    }
+    expect_state(f, id, "RUNNING", "generation 9");
+    int64_t min_gen = 0;
+    int n = store_marks(f, id, &min_gen);
+    if (n > 4 || min_gen < 8)
+        fail_msg("marks table: %d rows from generation %lld on, expected at most 4 from "
+                 "generation 8 on", n, (long long)min_gen);
+    pthread_mutex_lock(&f->c->mu);
+    size_t in_memory = coord_job(f->c, id)->nmarks;
+    pthread_mutex_unlock(&f->c->mu);
+    if (in_memory > 4)
+        fail_msg("%zu marks in memory, expected at most 4", in_memory);
+    /* a late re-send of the previous generation's line stores nothing twice */
+    int64_t seq = last_log_seq(f, id);
+    snprintf(extra, sizeof(extra),
+             "\"logs\":[{\"job_id\":\"j-1\",\"generation\":8,\"rank\":0,\"seq\":1,"
+             "\"lines\":[\"line of 8\"]}]");
+    beat0(f, "node-a", extra);
+    assert_int_equal(last_log_seq(f, id), seq);
+    coord_close(f->c);
+    f->c = NULL;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    pthread_mutex_lock(&f->c->mu);
+    in_memory = coord_job(f->c, id)->nmarks;
+    pthread_mutex_unlock(&f->c->mu);
+    if (in_memory > 4)
+        fail_msg("%zu marks loaded, expected at most 4", in_memory);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -995,6 +1077,7 @@ int main(void)
         T(test_coord_suspect_on_plain_failure),
         T(test_coord_no_suspicion_when_reported),
         T(test_coord_no_suspicion_after_restart),
+        T(test_coord_marks_of_ended_generations_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

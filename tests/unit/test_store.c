@@ -130,6 +130,10 @@ static void test_store_durable_across_reopen(void **state)
     assert_int_equal(store_event_add(st, 1, 1, 1000, 0, "PENDING", "submitted", &e), 0);
     assert_int_equal(store_log_add(st, 1, 1, 2, 0, "hello", &e), 0);
     assert_int_equal(store_mark_put(st, 1, 2, -1, 9, &e), 0);
+    /* marks of generations below 2 go, generation 2's stay */
+    assert_int_equal(store_mark_put(st, 1, 1, 0, 4, &e), 0);
+    assert_int_equal(store_mark_put(st, 1, 1, -1, 3, &e), 0);
+    assert_int_equal(store_marks_drop(st, 1, 2, &e), 0);
     struct store_node n = {"a", "127.0.0.1", 2, 29500, 29999, "inc", "READY", 1000, 0};
     assert_int_equal(store_node_put(st, &n, &e), 0);
     assert_int_equal(store_commit(st, &e), 0);
