@@ -12,7 +12,7 @@ CREATE TABLE jobs (
     world_size    INTEGER NOT NULL DEFAULT 0,
     master_addr   TEXT NOT NULL DEFAULT '',
     master_port   INTEGER NOT NULL DEFAULT 0,
-    nodes         TEXT NOT NULL DEFAULT '[]', -- [{"name","group_rank","port"}] of the generation
+    nodes         TEXT NOT NULL DEFAULT '[]', -- [{"name","group_rank"}] of the generation
     last_metrics  TEXT,                     -- JSON object or NULL
     reason        TEXT NOT NULL DEFAULT '',
     created_at    INTEGER NOT NULL,

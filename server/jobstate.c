@@ -15,18 +15,31 @@
  *        ▼ every worker gone (or the bound passed)
  *     CANCELLED
  *
- * Transition table (from -> to: who performs it, in server/coord.c):
+ * Transition table (from -> to: the function that performs it, in server/coord_*.c, and the
+ * entry points of coord.h that run it):
  *
- *   PENDING    -> RUNNING     coord_tick(): the scheduler placed the first generation
+ *   PENDING    -> RUNNING     coord_start() in coord_schedule(): the scheduler placed the first
+ *                             generation. coord_schedule() runs at the end of coord_submit(),
+ *                             coord_cancel(), a coord_beat() that changed anything,
+ *                             coord_register() and coord_tick(), so a job starts as soon as
+ *                             it fits, not at the next tick.
  *   PENDING    -> CANCELLING  coord_cancel()
- *   RUNNING    -> RESTARTING  a rank exited non-zero, a node was lost or restarted, hang,
- *                             max_runtime_s, or a scale-up (coord_beat(), coord_tick())
- *   RUNNING    -> SUCCEEDED   coord_beat(): every rank of the generation exited 0
+ *   RUNNING    -> RESTARTING  coord_end_generation(): a rank exited non-zero, a node was lost
+ *                             or restarted, hang, max_runtime_s (coord_beat(),
+ *                             coord_register(), coord_tick()), or a scale-up (coord_schedule())
+ *   RUNNING    -> SUCCEEDED   coord_check_ranks(): every rank of the generation exited 0
+ *                             (coord_beat(), coord_tick())
  *   RUNNING    -> CANCELLING  coord_cancel()
- *   RESTARTING -> RUNNING     coord_tick(): the old generation is gone, a new one placed
- *   RESTARTING -> FAILED      coord_tick(): the old generation is gone, no restart left
+ *   RESTARTING -> RUNNING     coord_start() in coord_schedule(), as PENDING -> RUNNING: the old
+ *                             generation is gone, a new one placed
+ *   RESTARTING -> FAILED      coord_progress(): the old generation is gone, no restart left
+ *                             (coord_beat(), coord_tick())
  *   RESTARTING -> CANCELLING  coord_cancel()
- *   CANCELLING -> CANCELLED   coord_tick() / coord_cancel(): every worker is gone
+ *   CANCELLING -> CANCELLED   coord_progress(): every worker is gone (coord_cancel(),
+ *                             coord_beat(), coord_tick())
+ *
+ * coord_register() ends with the rules of the tick, so whatever coord_tick() performs, a
+ * registration may perform too.
  *
  * Every other pair, and every move out of SUCCEEDED, FAILED and CANCELLED, is refused.
  * Invariant: a job in a terminal state never changes again.

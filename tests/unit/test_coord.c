@@ -970,6 +970,25 @@ static void test_coord_no_suspicion_after_restart(void **state)
     expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
 }
 
+/* PENDING -> RUNNING is not the tick's alone (jobstate.c's table): a job starts at its
+ * submit when it fits, and a beat that frees the slots starts the next one. */
+static void test_coord_start_without_tick(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t first = submit(f, "{\"command\":[\"w\"]}");
+    int64_t second = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, first, "RUNNING", "started on 1 node");
+    expect_state(f, second, "PENDING", "submitted");
+    char *done = worker("j-1", 1, 0, "exited", 0);
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", done);
+    free(done);
+    beat0(f, "node-a", extra);
+    expect_state(f, first, "SUCCEEDED", NULL);
+    expect_state(f, second, "RUNNING", "started on 1 node");
+}
+
 /* Marks rows of job id in the store, and the lowest generation among them (-1: none). */
 static int store_marks(struct fx *f, int64_t id, int64_t *min_gen)
 {
@@ -1078,6 +1097,7 @@ int main(void)
         T(test_coord_no_suspicion_when_reported),
         T(test_coord_no_suspicion_after_restart),
         T(test_coord_marks_of_ended_generations_dropped),
+        T(test_coord_start_without_tick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
