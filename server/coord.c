@@ -34,22 +34,17 @@
  */
 #include "server/coord.h"
 
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "common/exitcodes.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
 #include "server/coord_internal.h"
 
 static void coord_tick_locked(struct coord *c, int64_t now);

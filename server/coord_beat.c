@@ -14,25 +14,15 @@
  * not stored. So marks, the marks table and the search in every beat stay bounded by two
  * generations' ranks, however often a job restarts.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
-#include <limits.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "common/exitcodes.h"
 #include "common/jsonx.h"
 #include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 int64_t coord_marks_floor(const struct job *j)
 {

@@ -26,25 +26,16 @@
  * stops its workers. All of it runs on the `now` passed in: the clock-driven tests stay
  * deterministic.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/exitcodes.h"
-#include "common/jsonx.h"
 #include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
-#include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 /* The reason a gone node gives its jobs. */
 void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)

@@ -6,25 +6,11 @@
  * loaded nodes; an entry of a RESTARTING or CANCELLING job drains again (its workers may
  * still run) with the drain bound counted from now.
  */
-#include "server/coord.h"
-
-#include <limits.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "common/exitcodes.h"
-#include "common/jsonx.h"
-#include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
-#include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
 #include "server/coord_internal.h"
+
+#include <stdio.h>
+
+#include "common/xalloc.h"
 
 struct coord_load {
     struct coord *c;

@@ -7,25 +7,15 @@
  * an empty slot; nodes are never removed, so an index into c->nodes stays valid for the life
  * of the coordinator. Everything here runs with c->mu held.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "common/exitcodes.h"
-#include "common/jsonx.h"
 #include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 int64_t coord_wall(struct coord *c, int64_t now)
 {

@@ -8,25 +8,14 @@
  * view (struct cand) is rebuilt from the model at each coord_schedule(). Everything here
  * runs with c->mu held.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "common/exitcodes.h"
-#include "common/jsonx.h"
-#include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 /* Ends the current generation of a RUNNING (or, for a cancel, RESTARTING) job: its
  * assignments leave the desired sets and the job waits for the workers to go. */

@@ -7,25 +7,13 @@
  * the caller; c->store_mu is taken by coord_txn_run(), the one place that begins, commits
  * and rolls back a transaction.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
-#include <limits.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "common/exitcodes.h"
 #include "common/jsonx.h"
 #include "common/log.h"
-#include "common/randutil.h"
-#include "common/timeutil.h"
-#include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
 {

@@ -3,25 +3,14 @@
  * job changes), a node, and a node's assignments (its desired set, computed on every beat).
  * Views only read the model; everything here runs with c->mu held.
  */
-#include "server/coord.h"
+#include "server/coord_internal.h"
 
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "common/exitcodes.h"
 #include "common/jsonx.h"
-#include "common/log.h"
-#include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "server/sched.h"
-#include "server/store.h"
-#include "server/validate.h"
-#include "server/coord_internal.h"
 
 static void coord_time_str(int64_t wall, char *buf, size_t size)
 {
