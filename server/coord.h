@@ -30,8 +30,8 @@ struct coord_opts {
     int64_t metric_cap;       /* metric lines kept per job (default 10000) */
     int64_t drain_extra_ms;   /* added to grace_period_s to bound RESTARTING (default 10000) */
     /* Confirm window of a SUSPECT node (one a rank's exit 6 accuses, see nodestate.c and
-     * coord_fault.c): LOST unless it beats within this many ms. 0: the default, 1000; < 0: no suspicion (nodes are LOST
-     * only at node_timeout_ms). Never more than node_timeout_ms. */
+     * coord_fault.c): LOST unless it beats within this many ms. 0: the default, 1000; < 0: no
+     * suspicion (nodes are LOST only at node_timeout_ms). Never more than node_timeout_ms. */
     int64_t suspect_timeout_ms;
 };
 

@@ -262,7 +262,8 @@ void coord_check_hang(struct coord *c, struct job *j, int64_t now)
     int all_beat = 1;
     for (int p = 0; p < j->st.npl; p++) {
         struct node *n = c->nodes[j->st.pl[p].node];
-        if (nodestate_is_up(n->state) && j->st.pl[p].node != j->hang_node && n->last_seen <= j->hang_first)
+        if (nodestate_is_up(n->state) && j->st.pl[p].node != j->hang_node &&
+            n->last_seen <= j->hang_first)
             all_beat = 0;
     }
     if (!any_stopped && !all_beat && now - j->hang_first < 1500)
@@ -296,7 +297,8 @@ void coord_nodes_expire(struct coord *c, int64_t now)
         struct node *n = c->nodes[i];
         int confirmed = n->state == NODE_SUSPECT && c->opts.suspect_timeout_ms > 0 &&
                         now - n->suspect_since >= c->opts.suspect_timeout_ms;
-        if (confirmed || (nodestate_is_up(n->state) && now - n->last_seen > c->opts.node_timeout_ms)) {
+        int silent = now - n->last_seen > c->opts.node_timeout_ms;
+        if (confirmed || (nodestate_is_up(n->state) && silent)) {
             if (coord_put_node(c, n, 0, n->last_beat_wall, NULL) != 0)
                 continue;
             coord_node_set(n, confirmed ? NODE_LOST_CONFIRMED : NODE_LOST);
