@@ -375,14 +375,10 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         coord_schedule(c, now);
     }
     if (!changed && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += b.wait_ms / 1000;
-        ts.tv_nsec += (long)(b.wait_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        /* time_mono_ms() reads CLOCK_MONOTONIC, the clock of n->cond (coord_node_new()) */
+        int64_t deadline = time_deadline_ms(b.wait_ms);
+        struct timespec ts = {.tv_sec = deadline / 1000,
+                              .tv_nsec = (long)(deadline % 1000) * 1000000L};
         while (!c->shutting_down && (uint64_t)b.version == n->version)
             if (pthread_cond_timedwait(&n->cond, &c->mu, &ts) != 0)
                 break;
