@@ -3,28 +3,14 @@
  * they name, a node accused by its peers (suspect then confirm), node loss, a node that
  * restarted, and the hang watchdog. Everything here runs with c->mu held.
  *
- * Suspect then confirm. The survivors of a dead node know first: their collectives fail
- * within a few hundred ms and they exit 6 (peer lost), naming the peer ("peer rank N" in
- * their last lines). Waiting node_timeout_ms for the node's silence to prove it would leave
- * the job idle for seconds, so an exit 6 reported by one node accuses the node of the rank
- * it names (every other node of the generation when it names none), and so does any other
- * failure while the generation runs (a program that is not ddp-worker, e.g. a torch script,
- * exits 1 when its peer vanishes) - it accuses every other node: unless that node's
- * agent has itself reported the rank's exit (or any failure of that generation) - then its
- * own report explains the failure and it is alive - the node becomes SUSPECT (internal; the
- * API still shows READY). Its held heartbeat, if any, is answered at once with a new desired
- * set version, which makes a live agent beat again at once (agents beat immediately after a
- * new version). A beat that arrives after the suspicion clears it and nothing else changes;
- * with no such beat within suspect_timeout_ms the node is LOST right away, exactly as at the
- * node timeout (same events, root cause and re-forming), its reason saying why. A false
- * accusation therefore costs a live node one extra beat, never its jobs, as long as its
- * agent can beat within the window. The window counts from the first accusation (more
- * accusers do not extend it). Nodes that have not beaten since ddpd started (LOST after a
- * restart) are not suspected: they have no held beat to answer and may still be in their
- * retry backoff, so the node timeout counted from ddpd's start applies. A cut link is
- * silent too, so a suspicion is right there; the cut-off agent's own --orphan-timeout still
- * stops its workers. All of it runs on the `now` passed in: the clock-driven tests stay
- * deterministic.
+ * Suspect then confirm (the rule, its exceptions and its cost are told once, in
+ * docs/elastic.md, "Suspect then confirm"): an exit 6 naming "peer rank N", or the first
+ * failure of another kind in a running generation, accuses nodes (coord_accuse); an accused
+ * READY node that has not explained the failure itself becomes NODE_SUSPECT and its held beat
+ * is answered at once; its next beat makes it READY again (coord_beat), and with
+ * none within suspect_timeout_ms the tick makes it NODE_LOST_CONFIRMED, ended for its jobs
+ * as at the node timeout. All of it runs on the `now` passed in, so the clock-driven tests
+ * stay deterministic.
  */
 #include "server/coord_internal.h"
 
