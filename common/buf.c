@@ -65,22 +65,29 @@ int buf_addstr(struct buf *b, const char *s)
     return buf_add(b, s, strlen(s));
 }
 
-int buf_printf(struct buf *b, const char *fmt, ...)
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
     if (n < 0)
         return DDP_EINVAL;
     int ret = buf_reserve(b, (size_t)n);
     if (ret < 0)
         return ret;
-    va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
     b->len += (size_t)n;
     return 0;
+}
+
+int buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ret = buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return ret;
 }
 
 char *buf_detach(struct buf *b, size_t *len)

@@ -13,6 +13,7 @@
 #ifndef DDP_COMMON_BUF_H
 #define DDP_COMMON_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 struct buf {
@@ -37,6 +38,8 @@ int buf_add(struct buf *b, const void *p, size_t n);
 int buf_addstr(struct buf *b, const char *s);
 /* Appends printf output. 0, or DDP_ETOOBIG past max (b unchanged). */
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with a va_list (which it does not va_end). */
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Hands the content to the caller (never NULL: an empty buffer gives ""), *len (may be NULL)
  * receives its length; b is empty again. The caller frees it. */
 char *buf_detach(struct buf *b, size_t *len);
