@@ -2,6 +2,9 @@
 # ctest as skipped, with the reason printed, where none is. Where the build has no CUDA
 # (no toolkit, or DDP_CUDA=OFF) the same two tests are still registered and report
 # themselves skipped with that reason, so a CPU-only run says out loud what it did not test.
+if(NOT TARGET ddptrainer)
+  return()
+endif()
 if(DDP_HAVE_CUDA)
   ddp_unit_test(NAME test_gpu_model SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_gpu_model.c
                 LIBS ddptrainer TIMEOUT 120 LABELS gpu)

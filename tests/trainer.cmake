@@ -1,5 +1,9 @@
 # ddp-worker (trainer/): model, data, train loop (unit), and the multi-process tests of
 # ddp-worker (integration). Fuzz targets for the IDX and checkpoint loaders when DDP_FUZZ is on.
+# Registered only where trainer/ is built (tests/layering.sh builds libddp without it).
+if(NOT TARGET ddptrainer)
+  return()
+endif()
 ddp_unit_test(NAME test_model SOURCES unit/test_model.c LIBS ddptrainer TIMEOUT 60)
 ddp_unit_test(NAME test_data SOURCES unit/test_data.c LIBS ddptrainer TIMEOUT 120)
 ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddptrainer TIMEOUT 60)
