@@ -193,6 +193,9 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     w->out_fd = w->met_fd = w->log_fd = -1;
     w->started_wall_ms = time_wall_ms();
     w->prefix = xasprintf("[rank %d] ", w->rank);
+    /* Pieces of a long line leave room for the prefix: ddpd keeps LOGSHIP_LINE_MAX bytes. */
+    logship_split_init(&w->out_split, logship_piece_max(w->prefix));
+    logship_split_init(&w->met_split, LOGSHIP_LINE_MAX);
     logship_queue_init(&w->logs, AGENT_LOG_QUEUE_MAX);
     logship_queue_init(&w->metrics, AGENT_METRIC_QUEUE_MAX);
     if (a->nworkers == a->capworkers) {

@@ -12,20 +12,53 @@
 
 #include "common/xalloc.h"
 
+void logship_split_init(struct logship_splitter *s, size_t max)
+{
+    memset(s, 0, sizeof(*s));
+    s->max = max > 0 && max < sizeof(s->buf) ? max : sizeof(s->buf);
+}
+
+size_t logship_piece_max(const char *prefix)
+{
+    size_t plen = prefix ? strlen(prefix) : 0;
+    /* A prefix that leaves no room at all is a caller's bug; keep pieces of one byte. */
+    return plen + 1 < LOGSHIP_LINE_MAX ? LOGSHIP_LINE_MAX - plen : 1;
+}
+
+/* Where to cut a full piece of len bytes: before a UTF-8 character its last bytes leave
+ * unfinished, so that neither piece turns it into '?'; len when the piece ends whole (or is
+ * not UTF-8 there, which logship_clean() replaces anyway). */
+static size_t logship_cut_at(const unsigned char *p, size_t len)
+{
+    for (size_t k = 1; k <= 3 && k <= len; k++) {
+        unsigned char c = p[len - k];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: look further back for its lead */
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > k && k < len ? len - k : len;
+    }
+    return len;
+}
+
 void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
                    void *ctx)
 {
+    size_t max = s->max > 0 && s->max < sizeof(s->buf) ? s->max : sizeof(s->buf);
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n') {
             emit(ctx, s->buf, s->len);
             s->len = 0;
             continue;
         }
-        s->buf[s->len++] = data[i];
-        if (s->len == sizeof(s->buf)) {
-            emit(ctx, s->buf, s->len);
-            s->len = 0;
+        /* A full piece goes out only when the line goes on past it: a line of exactly max
+         * bytes is one line at its '\n', not a piece and an empty line. */
+        if (s->len == max) {
+            size_t cut = logship_cut_at((const unsigned char *)s->buf, s->len);
+            emit(ctx, s->buf, cut);
+            memmove(s->buf, s->buf + cut, s->len - cut);
+            s->len -= cut;
         }
+        s->buf[s->len++] = data[i];
     }
 }
 

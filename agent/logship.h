@@ -10,19 +10,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Longest line shipped, in bytes (ddpd cuts longer ones too); a longer line is split. */
+/* Longest line shipped, in bytes, prefix included: ddpd keeps this much of a line
+ * (LOG_LINE_MAX in server/validate.h) and cuts the rest, so a longer line goes in pieces. */
 #define LOGSHIP_LINE_MAX 4096
 
-/* Splits a byte stream into lines; holds the unfinished tail. Zero-initialise to use. */
+/* Splits a byte stream into lines of at most max bytes; holds the unfinished tail.
+ * Zero-initialised it cuts at LOGSHIP_LINE_MAX; logship_split_init() sets another limit. */
 struct logship_splitter {
     char buf[LOGSHIP_LINE_MAX];
     size_t len;
+    size_t max; /* longest piece; 0 or above LOGSHIP_LINE_MAX: LOGSHIP_LINE_MAX */
 };
 
 /* Called once per line, without its '\n' (line is not NUL-terminated). */
 typedef void (*logship_emit_fn)(void *ctx, const char *line, size_t len);
 
-/* Feeds n bytes; emits every completed line, and a full buffer as a line of its own. */
+/* An empty splitter whose pieces have at most max bytes (1 .. LOGSHIP_LINE_MAX). */
+void logship_split_init(struct logship_splitter *s, size_t max);
+/* The piece limit for lines shipped with prefix (may be NULL): LOGSHIP_LINE_MAX less the
+ * prefix, so that prefix and piece together still fit what ddpd keeps. */
+size_t logship_piece_max(const char *prefix);
+/* Feeds n bytes; emits every completed line. A line longer than the limit goes out in pieces
+ * of at most max bytes (the last one at its '\n'), cut before an unfinished UTF-8 character;
+ * a line of exactly max bytes is one line. */
 void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
                    void *ctx);
 /* Emits the unfinished tail (at end of stream), if any. */

@@ -203,6 +203,45 @@ def test_agent_ships_many_lines_in_order_once():
             raise
 
 
+def test_agent_long_lines_arrive_whole():
+    """A 10,000-byte line reaches ddpd in pieces that, with their "[rank 0] " prefix, fit
+    the 4096 bytes ddpd keeps of a line: put together they are the line, no byte lost. A line
+    of exactly one piece is one line, and one of exactly 4096 raw bytes two pieces (neither
+    empty)."""
+    prefix, keep = "[rank 0] ", 4096
+    piece = keep - len(prefix)
+    script = ("import sys\n"
+              "sys.stdout.write(''.join(chr(97 + i %% 26) for i in range(10000)) + '\\n')\n"
+              "sys.stdout.write('y' * %d + '\\n')\n"
+              "sys.stdout.write('z' * 4096 + '\\n')\n"
+              "print('end', flush=True)\n" % piece)
+    long_line = "".join(chr(97 + i % 26) for i in range(10000))
+    with cluster(node_timeout=5) as c:
+        try:
+            c.start_agent("node-a", slots=1)
+            c.wait_nodes_ready(["node-a"])
+            job = c.submit({"command": [PY, "-c", script], "nnodes": "1",
+                            "nproc_per_node": 1, "max_restarts": 0})
+            jid = job["id"]
+            done = c.wait_state(jid, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+            texts = wait_for("the end line at ddpd",
+                             lambda: (lambda t: t if t and t[-1] == prefix + "end" else None)(
+                                 logs_of(c, jid, 0)), timeout=20)
+            assert all(t.startswith(prefix) and len(t.encode()) <= keep for t in texts), \
+                [len(t) for t in texts]
+            raw = [t[len(prefix):] for t in texts]
+            assert len(raw) == 7, [len(t) for t in raw]
+            assert "".join(raw[:3]) == long_line, [len(t) for t in raw]
+            assert raw[3] == "y" * piece, [len(t) for t in raw]
+            assert raw[4:6] == ["z" * piece, "z" * (4096 - piece)], [len(t) for t in raw]
+            assert raw[6] == "end", [len(t) for t in raw]
+            stop_agents(c)
+        except BaseException:
+            dump_logs(c, ["node-a"])
+            raise
+
+
 # Touches DDP_HEARTBEAT_FILE every 0.1 s for 5 s, then says so and stops touching (and
 # sleeps, at most 60 s): a hung rank.
 HANG_SCRIPT = r"""

@@ -72,6 +72,89 @@ static void test_logship_split_long_line_is_cut(void **state)
     lines_free(&l);
 }
 
+/* A line of exactly the limit, then its '\n', is one line: no empty line after it. */
+static void test_logship_split_exact_limit_is_one_line(void **state)
+{
+    (void)state;
+    struct logship_splitter s = {0};
+    struct lines l = {0};
+    char *big = malloc(LOGSHIP_LINE_MAX + 1);
+    memset(big, 'x', LOGSHIP_LINE_MAX);
+    big[LOGSHIP_LINE_MAX] = '\n';
+    logship_split(&s, big, LOGSHIP_LINE_MAX + 1, collect, &l);
+    logship_split_flush(&s, collect, &l);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.len[0], LOGSHIP_LINE_MAX);
+    /* The same with the '\n' in a later read, and with a piece limit below the buffer. */
+    lines_free(&l);
+    memset(&l, 0, sizeof(l));
+    logship_split_init(&s, 100);
+    logship_split(&s, big, 100, collect, &l);
+    assert_int_equal(l.n, 0);
+    logship_split(&s, "\n", 1, collect, &l);
+    logship_split_flush(&s, collect, &l);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.len[0], 100);
+    free(big);
+    lines_free(&l);
+}
+
+/*
+ * A 10,000-byte line cut for rank 1234's "[rank 1234] " prefix: every piece with its prefix
+ * fits in LOGSHIP_LINE_MAX (what ddpd keeps), and the pieces put together are the line, so no
+ * byte is lost on the way.
+ */
+static void test_logship_split_leaves_room_for_prefix(void **state)
+{
+    (void)state;
+    const char *prefix = "[rank 1234] ";
+    struct logship_splitter s;
+    logship_split_init(&s, logship_piece_max(prefix));
+    struct lines l = {0};
+    size_t n = 10000;
+    char *big = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + i % 26);
+    big[n] = '\n';
+    logship_split(&s, big, n + 1, collect, &l);
+    logship_split_flush(&s, collect, &l);
+    assert_int_equal(l.n, 3);
+    size_t off = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        char *c = logship_clean(prefix, l.v[i], l.len[i]);
+        assert_true(strlen(c) <= LOGSHIP_LINE_MAX);
+        assert_int_equal(strlen(c), strlen(prefix) + l.len[i]);
+        free(c);
+        assert_true(off + l.len[i] <= n);
+        assert_memory_equal(l.v[i], big + off, l.len[i]);
+        off += l.len[i];
+    }
+    assert_int_equal(off, n);
+    free(big);
+    lines_free(&l);
+}
+
+/* A cut never falls inside a UTF-8 character: each piece stays valid, nothing becomes '?'. */
+static void test_logship_split_cuts_on_utf8_boundary(void **state)
+{
+    (void)state;
+    struct logship_splitter s;
+    logship_split_init(&s, 10);
+    struct lines l = {0};
+    /* "ab" then four 3-byte characters: a cut at 10 bytes would split the third. */
+    static const char in[] = "ab\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\n";
+    logship_split(&s, in, sizeof(in) - 1, collect, &l);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.len[0], 10 - 2);
+    assert_int_equal(l.len[1], 6);
+    for (size_t i = 0; i < l.n; i++) {
+        char *c = logship_clean(NULL, l.v[i], l.len[i]);
+        assert_memory_equal(c, l.v[i], l.len[i]);
+        free(c);
+    }
+    lines_free(&l);
+}
+
 static void test_logship_clean_makes_valid_utf8(void **state)
 {
     (void)state;
@@ -183,6 +266,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logship_split_lines_and_tail),
         cmocka_unit_test(test_logship_split_long_line_is_cut),
+        cmocka_unit_test(test_logship_split_exact_limit_is_one_line),
+        cmocka_unit_test(test_logship_split_leaves_room_for_prefix),
+        cmocka_unit_test(test_logship_split_cuts_on_utf8_boundary),
         cmocka_unit_test(test_logship_clean_makes_valid_utf8),
         cmocka_unit_test(test_logship_queue_seq_ack_and_resend),
         cmocka_unit_test(test_logship_queue_cap_drops_oldest),
