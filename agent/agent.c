@@ -23,6 +23,7 @@
  *        +---------------------------+-- unreachable: backoff (workers keep running)
  */
 #include "agent/agent.h"
+#include "agent/agent_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,74 +54,9 @@
 
 extern char **environ;
 
-#define AGENT_LOG_QUEUE_MAX 10000   /* lines kept per worker while ddpd does not answer */
-#define AGENT_METRIC_QUEUE_MAX 1000 /* metrics lines kept per worker */
-#define AGENT_BEAT_LINES_MAX 1000   /* log lines per beat (docs/api.md) */
-#define AGENT_BEAT_METRICS_MAX 200  /* metrics lines per beat */
-#define AGENT_BEAT_BYTES_MAX (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
-#define AGENT_BACKOFF_MAX_MS 2000
-#define AGENT_FORGOTTEN_KEEP_MS 30000 /* unshipped lines of a forgotten worker, at most */
-#define AGENT_READ_CHUNK 65536
-
-struct worker {
-    uint64_t id;
-    char *job_id;
-    int64_t generation;
-    int rank;
-    int local_rank;
-    int grace_s;
-    int gpu;                 /* index in a->gpu_used, or -1 */
-    struct spawn_proc proc;  /* proc.exited = reaped (or never started) */
-    uint64_t exit_change;    /* a->changes value at the exit */
-    int forgotten;
-    int64_t forgotten_ms;
-    int64_t started_wall_ms;
-    int64_t last_metric_wall_ms;
-    char *hb_file;
-    char *prefix;            /* "[rank R] " */
-    struct logship_queue logs;
-    struct logship_queue metrics; /* JSON texts; only rank 0's are queued */
-    /* I/O thread: */
-    int out_fd;
-    int met_fd;
-    int log_fd;
-    struct logship_splitter out_split;
-    struct logship_splitter met_split;
-};
-
-struct agent {
-    const struct agent_config *cfg;
-    char incarnation[33];
-    pthread_mutex_t mu;
-    pthread_cond_t cond; /* changes, polling, done, shutting_down */
-    struct worker **workers;
-    size_t nworkers;
-    size_t capworkers;
-    uint64_t next_worker_id;
-    struct assign *desired;
-    size_t ndesired;
-    int64_t version;     /* of the applied desired set; 0 = none */
-    int applied;         /* a desired set was applied since registering */
-    int registered;
-    int interval_ms;
-    uint64_t changes;
-    uint64_t changes_sent;
-    uint64_t changes_urgent; /* the report thread beat for changes up to this */
-    int polling;             /* the heartbeat thread waits in a long poll */
-    int refused_bodies;      /* beats refused with 400/413 in a row */
-    int shutting_down;
-    int done;
-    int64_t last_answer_ms;  /* monotonic time of ddpd's last answer (any status) */
-    int orphaned;            /* the orphan timeout fired; cleared by the next answer */
-    int *gpu_used;
-    int wake[2];             /* wakes the I/O thread */
-    int sfd;                 /* signalfd: SIGCHLD, SIGTERM, SIGINT */
-    char *beat_path;
-};
-
 /* ---- small helpers -------------------------------------------------------------------- */
 
-static void agent_wake_io(struct agent *a)
+void agent_wake_io(struct agent *a)
 {
     char c = 1;
     ssize_t r = write(a->wake[1], &c, 1);
@@ -148,7 +84,7 @@ static struct worker *agent_worker_by_id(struct agent *a, uint64_t id)
     return NULL;
 }
 
-static size_t agent_running_count(const struct agent *a)
+size_t agent_running_count(const struct agent *a)
 {
     size_t n = 0;
     for (size_t i = 0; i < a->nworkers; i++)
@@ -162,7 +98,7 @@ static int agent_grace(const struct agent *a, const struct assign *as)
 }
 
 /* More lines are queued than one beat carries: the next beat goes at once. Holds a->mu. */
-static int agent_backlog(const struct agent *a)
+int agent_backlog(const struct agent *a)
 {
     size_t lines = 0, metrics = 0;
     for (size_t i = 0; i < a->nworkers; i++) {
@@ -172,7 +108,7 @@ static int agent_backlog(const struct agent *a)
     return lines > AGENT_BEAT_LINES_MAX || metrics > AGENT_BEAT_METRICS_MAX;
 }
 
-static void agent_note_change(struct agent *a)
+void agent_note_change(struct agent *a)
 {
     a->changes++;
     pthread_cond_broadcast(&a->cond);
@@ -206,7 +142,7 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     return w;
 }
 
-static void agent_worker_free(struct worker *w)
+void agent_worker_free(struct worker *w)
 {
     if (!w)
         return;
@@ -219,7 +155,7 @@ static void agent_worker_free(struct worker *w)
 }
 
 /* Queues one output line of w (raw bytes) for ddpd. Caller holds a->mu. */
-static void agent_emit_log(void *ctx, const char *line, size_t len)
+void agent_emit_log(void *ctx, const char *line, size_t len)
 {
     struct worker *w = ctx;
     logship_queue_push(&w->logs, logship_clean(w->prefix, line, len));
@@ -228,7 +164,7 @@ static void agent_emit_log(void *ctx, const char *line, size_t len)
 }
 
 /* Queues one metrics line of w when it is rank 0's and a JSON object. Caller holds a->mu. */
-static void agent_emit_metric(void *ctx, const char *line, size_t len)
+void agent_emit_metric(void *ctx, const char *line, size_t len)
 {
     struct worker *w = ctx;
     w->last_metric_wall_ms = time_wall_ms();
@@ -366,7 +302,7 @@ out:
 }
 
 /* Reconciles the desired set against the workers and applies the actions. Holds a->mu. */
-static void agent_reconcile(struct agent *a)
+void agent_reconcile(struct agent *a)
 {
     struct recon_want *want = xcalloc(a->ndesired + 1, sizeof(*want));
     size_t nw = a->nworkers;
@@ -421,130 +357,8 @@ static void agent_reconcile(struct agent *a)
 
 /* ---- I/O thread ----------------------------------------------------------------------- */
 
-/* Reads what fd has now (non-blocking) into w's splitter; returns 0 at EOF or error, 1 if
- * more may come. With a->mu held only for the queueing. */
-static int agent_read_fd(struct agent *a, struct worker *w, int is_metrics, int locked)
-{
-    char buf[AGENT_READ_CHUNK];
-    int fd = is_metrics ? w->met_fd : w->out_fd;
-    for (int round = 0; round < 16; round++) {
-        ssize_t n = read(fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 1;
-        if (n <= 0)
-            return 0;
-        if (!is_metrics && w->log_fd >= 0) {
-            const char *p = buf;
-            size_t left = (size_t)n;
-            while (left > 0) {
-                ssize_t k = write(w->log_fd, p, left);
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k <= 0) {
-                    log_warn("cannot write worker log job=%s rank=%d: %s", w->job_id, w->rank,
-                             strerror(errno));
-                    close(w->log_fd);
-                    w->log_fd = -1;
-                    break;
-                }
-                p += k;
-                left -= (size_t)k;
-            }
-        }
-        if (!locked)
-            pthread_mutex_lock(&a->mu);
-        if (is_metrics)
-            logship_split(&w->met_split, buf, (size_t)n, agent_emit_metric, w);
-        else
-            logship_split(&w->out_split, buf, (size_t)n, agent_emit_log, w);
-        if (agent_backlog(a))
-            pthread_cond_broadcast(&a->cond); /* the heartbeat thread ships at once */
-        if (!locked)
-            pthread_mutex_unlock(&a->mu);
-    }
-    return 1;
-}
-
-/* Closes w's pipes and log file after flushing unfinished lines. Holds a->mu. */
-static void agent_close_fds(struct worker *w)
-{
-    if (w->out_fd >= 0) {
-        logship_split_flush(&w->out_split, agent_emit_log, w);
-        close(w->out_fd);
-        w->out_fd = -1;
-    }
-    if (w->met_fd >= 0) {
-        logship_split_flush(&w->met_split, agent_emit_metric, w);
-        close(w->met_fd);
-        w->met_fd = -1;
-    }
-    if (w->log_fd >= 0) {
-        close(w->log_fd);
-        w->log_fd = -1;
-    }
-}
-
-/* Reaps every exited child: workers get their exit recorded (after their pipes are
- * drained, so their last lines come before their exit); other children (orphans adopted
- * as subreaper) are just reaped. Holds a->mu. */
-static void agent_reap(struct agent *a)
-{
-    for (int guard = 0; guard < 4096; guard++) {
-        siginfo_t si;
-        memset(&si, 0, sizeof(si));
-        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
-            return;
-        struct worker *w = NULL;
-        for (size_t i = 0; i < a->nworkers && !w; i++)
-            if (!a->workers[i]->proc.exited && a->workers[i]->proc.pid == si.si_pid)
-                w = a->workers[i];
-        if (!w) {
-            int st;
-            waitpid(si.si_pid, &st, WNOHANG);
-            continue;
-        }
-        if (w->out_fd >= 0)
-            agent_read_fd(a, w, 0, 1);
-        if (w->met_fd >= 0)
-            agent_read_fd(a, w, 1, 1);
-        spawn_proc_reap(&w->proc);
-        if (w->out_fd >= 0)
-            agent_read_fd(a, w, 0, 1);
-        if (w->met_fd >= 0)
-            agent_read_fd(a, w, 1, 1);
-        agent_close_fds(w);
-        if (w->gpu >= 0)
-            a->gpu_used[w->gpu]--;
-        w->gpu = -1;
-        agent_note_change(a);
-        w->exit_change = a->changes;
-        log_info("worker exited job=%s generation=%" PRId64 " rank=%d pid=%d code=%d signal=%d",
-                 w->job_id, w->generation, w->rank, (int)w->proc.pid, w->proc.exit_code,
-                 w->proc.sig);
-    }
-}
-
-/* Frees forgotten workers that have nothing left to ship. Holds a->mu. */
-static void agent_collect(struct agent *a, int64_t now)
-{
-    size_t j = 0;
-    for (size_t i = 0; i < a->nworkers; i++) {
-        struct worker *w = a->workers[i];
-        int shipped = w->logs.count == 0 && w->metrics.count == 0;
-        if (w->forgotten && w->proc.exited && w->out_fd < 0 && w->met_fd < 0 &&
-            (shipped || now - w->forgotten_ms > AGENT_FORGOTTEN_KEEP_MS)) {
-            agent_worker_free(w);
-            continue;
-        }
-        a->workers[j++] = w;
-    }
-    a->nworkers = j;
-}
-
 /* SIGTERM/SIGINT: the first stops every worker gracefully, the second kills them. */
-static void agent_on_stop_signal(struct agent *a, int signo)
+void agent_on_stop_signal(struct agent *a, int signo)
 {
     if (!a->shutting_down) {
         log_info("got %s: stopping %zu workers, then exiting", strsignal(signo),
@@ -568,7 +382,7 @@ static void agent_on_stop_signal(struct agent *a, int signo)
  * not started again; their exits are reported when ddpd answers again, and ddpd, if it still
  * wanted them, restarts the job from its checkpoint. Holds a->mu.
  */
-static void agent_check_orphaned(struct agent *a, int64_t now)
+void agent_check_orphaned(struct agent *a, int64_t now)
 {
     int64_t limit = (int64_t)a->cfg->orphan_timeout_s * 1000;
     if (limit <= 0 || a->orphaned || a->shutting_down || now - a->last_answer_ms < limit)
@@ -584,107 +398,6 @@ static void agent_check_orphaned(struct agent *a, int64_t now)
         if (!w->proc.exited && !w->proc.stopping)
             spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
     }
-}
-
-static void *agent_io_main(void *arg)
-{
-    struct agent *a = arg;
-    size_t cap = 0;
-    struct pollfd *pfd = NULL;
-    struct worker **pw = NULL;
-    int *pmet = NULL;
-
-    for (;;) {
-        pthread_mutex_lock(&a->mu);
-        int64_t now = time_mono_ms();
-        agent_reap(a);
-        int64_t timeout = 250;
-        for (size_t i = 0; i < a->nworkers; i++) {
-            int64_t left = spawn_proc_tick(&a->workers[i]->proc, now);
-            if (left > 0 && left < timeout)
-                timeout = left;
-        }
-        agent_collect(a, now);
-        agent_check_orphaned(a, now);
-        if (a->shutting_down && agent_running_count(a) == 0) {
-            a->done = 1;
-            pthread_cond_broadcast(&a->cond);
-            pthread_mutex_unlock(&a->mu);
-            break;
-        }
-        if (cap < 2 + 2 * a->nworkers) {
-            cap = 2 + 2 * a->nworkers + 16;
-            pfd = xrealloc(pfd, cap * sizeof(*pfd));
-            pw = xrealloc(pw, cap * sizeof(*pw));
-            pmet = xrealloc(pmet, cap * sizeof(*pmet));
-        }
-        size_t n = 0;
-        pfd[n++] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = a->sfd, .events = POLLIN};
-        for (size_t i = 0; i < a->nworkers; i++) {
-            struct worker *w = a->workers[i];
-            if (w->out_fd >= 0) {
-                pw[n] = w;
-                pmet[n] = 0;
-                pfd[n++] = (struct pollfd){.fd = w->out_fd, .events = POLLIN};
-            }
-            if (w->met_fd >= 0) {
-                pw[n] = w;
-                pmet[n] = 1;
-                pfd[n++] = (struct pollfd){.fd = w->met_fd, .events = POLLIN};
-            }
-        }
-        pthread_mutex_unlock(&a->mu);
-
-        int r = poll(pfd, n, (int)timeout);
-        if (r < 0 && errno != EINTR) {
-            log_error("poll: %s", strerror(errno));
-            time_sleep_ms(100);
-            continue;
-        }
-        if (r <= 0)
-            continue;
-        if (pfd[0].revents) {
-            char buf[256];
-            while (read(a->wake[0], buf, sizeof(buf)) > 0) {
-            }
-        }
-        if (pfd[1].revents) {
-            struct signalfd_siginfo si;
-            while (read(a->sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-                    pthread_mutex_lock(&a->mu);
-                    agent_on_stop_signal(a, (int)si.ssi_signo);
-                    pthread_mutex_unlock(&a->mu);
-                }
-                /* SIGCHLD: agent_reap() runs at the top of every round. */
-            }
-        }
-        for (size_t i = 2; i < n; i++) {
-            if (!pfd[i].revents)
-                continue;
-            struct worker *w = pw[i];
-            if (agent_read_fd(a, w, pmet[i], 0) == 0) {
-                /* EOF before the exit: the worker closed its output; keep waiting for the
-                 * exit without this fd. */
-                pthread_mutex_lock(&a->mu);
-                if (pmet[i]) {
-                    logship_split_flush(&w->met_split, agent_emit_metric, w);
-                    close(w->met_fd);
-                    w->met_fd = -1;
-                } else {
-                    logship_split_flush(&w->out_split, agent_emit_log, w);
-                    close(w->out_fd);
-                    w->out_fd = -1;
-                }
-                pthread_mutex_unlock(&a->mu);
-            }
-        }
-    }
-    free(pfd);
-    free(pw);
-    free(pmet);
-    return NULL;
 }
 
 /* ---- heartbeat ------------------------------------------------------------------------ */
@@ -974,7 +687,7 @@ static enum beat_result agent_register(struct agent *a, struct httpc *h, struct 
 
 /* The report thread: beats at once for a start or exit while the heartbeat thread is in a
  * long poll (which ddpd may hold for up to wait_ms). */
-static void *agent_report_main(void *arg)
+void *agent_report_main(void *arg)
 {
     struct agent *a = arg;
     struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
@@ -1018,7 +731,7 @@ static void agent_pause(struct agent *a, int64_t ms, int on_change)
     pthread_mutex_unlock(&a->mu);
 }
 
-static void agent_heartbeat_loop(struct agent *a)
+void agent_heartbeat_loop(struct agent *a)
 {
     struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
     int64_t backoff = 100, outage_since = 0, refused_logged = 0;
