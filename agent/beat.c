@@ -1,0 +1,472 @@
+/*
+ * beat.c - the agent's side of the heartbeat protocol: register, build a beat from the
+ * worker state (workers, progress, queued lines and metrics), send it, acknowledge what an
+ * answer 200 took, and apply the desired set it carries (which reconciles the workers).
+ *
+ * Threads: the heartbeat thread (agent_heartbeat_loop, the calling thread of agent_run) with
+ * its own httpc, and the report thread (agent_report_main), which beats at once for a worker
+ * start or exit while the heartbeat thread sits in a long poll.
+ *
+ * Locking: a beat takes a->mu to build its body and again to apply the answer; it never holds
+ * it across the HTTP call. Workers are named by id across that call and looked up again
+ * (agent_internal.h: only the I/O thread frees them).
+ *
+ * Invariants:
+ *   1. a->changes counts worker starts and exits; a beat answered 200 that was built when the
+ *      counter was c proves ddpd saw every change <= c (a->changes_sent). A worker's exit is
+ *      forgotten only after it was so reported; while changes are unreported, beats carry
+ *      wait_ms 0 (ddpd must not hold them).
+ *   2. Desired sets are applied in version order: an answer older than the applied one (two
+ *      beats in flight) is ignored; a new registration resets the version.
+ *
+ * Heartbeat states:
+ *
+ *   UNREGISTERED --register 200--> BEATING --404/409--> UNREGISTERED
+ *        ^  |                        |  ^
+ *        |  +--unreachable: backoff  |  +-- 200: apply, reconcile, next beat
+ *        +---------------------------+-- unreachable: backoff (workers keep running)
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "agent/agent_internal.h"
+#include "common/httpc.h"
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+/* The worker with this id, or NULL once it was freed. Holds a->mu. */
+static struct worker *agent_worker_by_id(struct agent *a, uint64_t id)
+{
+    for (size_t i = 0; i < a->nworkers; i++)
+        if (a->workers[i]->id == id)
+            return a->workers[i];
+    return NULL;
+}
+
+/* Waits on a->cond for at most ms (the condition clock is monotonic). Holds a->mu. */
+static void agent_cond_wait_ms(struct agent *a, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&a->cond, &a->mu, &ts);
+}
+
+struct agent_ack {
+    uint64_t worker_id;
+    uint64_t log_upto;    /* 0 = none */
+    uint64_t metric_upto; /* 0 = none */
+};
+
+/* 1 when pid is stopped by a signal (SIGSTOP, a debugger): state T or t in /proc/PID/stat.
+ * ddpd's hang watchdog then names this rank as the one that hung. */
+static int pid_is_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* The state follows the command name, which is in parentheses and may hold spaces. */
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* Builds a beat body from the state. Holds a->mu. acks gets one entry per worker that
+ * had lines in the body. */
+static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **acks,
+                               size_t *nacks)
+{
+    json_t *body = json_object();
+    json_t *workers = json_array(), *logs = json_array(), *metrics = json_array(),
+           *progress = json_array();
+    size_t line_budget = AGENT_BEAT_LINES_MAX, metric_budget = AGENT_BEAT_METRICS_MAX;
+    size_t byte_budget = AGENT_BEAT_BYTES_MAX;
+    int64_t now_wall = time_wall_ms();
+    *acks = xcalloc(a->nworkers + 1, sizeof(**acks));
+    *nacks = 0;
+
+    json_object_set_new(body, "incarnation", json_string(a->incarnation));
+    json_object_set_new(body, "version", json_integer(a->version));
+    json_object_set_new(body, "wait_ms", json_integer(wait_ms));
+    for (size_t i = 0; i < a->nworkers; i++) {
+        struct worker *w = a->workers[i];
+        struct agent_ack *ack = &(*acks)[*nacks];
+        if (!w->forgotten) {
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "rank", json_integer(w->rank));
+            json_object_set_new(o, "local_rank", json_integer(w->local_rank));
+            json_object_set_new(o, "pid", json_integer(w->proc.pid));
+            json_object_set_new(o, "state", json_string(w->proc.exited ? "exited" : "running"));
+            if (w->proc.exited) {
+                json_object_set_new(o, "exit_code", json_integer(w->proc.exit_code));
+                json_object_set_new(o, "signal", json_integer(w->proc.sig));
+            }
+            json_array_append_new(workers, o);
+            if (!w->proc.exited) {
+                int64_t last = w->started_wall_ms;
+                struct stat st;
+                if (stat(w->hb_file, &st) == 0) {
+                    int64_t m = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+                    if (m > last)
+                        last = m;
+                }
+                if (w->last_metric_wall_ms > last)
+                    last = w->last_metric_wall_ms;
+                json_t *p = json_object();
+                json_object_set_new(p, "job_id", json_string(w->job_id));
+                json_object_set_new(p, "generation", json_integer(w->generation));
+                json_object_set_new(p, "rank", json_integer(w->rank));
+                json_object_set_new(p, "age_ms", json_integer(now_wall > last ? now_wall - last
+                                                                                : 0));
+                if (pid_is_stopped(w->proc.pid))
+                    json_object_set_new(p, "stopped", json_true());
+                json_array_append_new(progress, p);
+            }
+        }
+        uint64_t first = 0;
+        json_t *lines = logship_queue_take(&w->logs, line_budget, &byte_budget, &first);
+        if (lines) {
+            size_t k = json_array_size(lines);
+            line_budget -= k;
+            ack->log_upto = first + k - 1;
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "rank", json_integer(w->rank));
+            json_object_set_new(o, "seq", json_integer((json_int_t)first));
+            json_object_set_new(o, "lines", lines);
+            json_array_append_new(logs, o);
+        }
+        for (size_t k = 0; k < w->metrics.count && metric_budget > 0; k++) {
+            size_t sz = strlen(logship_queue_at(&w->metrics, k)) + 64;
+            if (sz > byte_budget)
+                break;
+            byte_budget -= sz;
+            json_t *m = json_loads(logship_queue_at(&w->metrics, k), 0, NULL);
+            if (!m)
+                m = json_object();
+            json_t *o = json_object();
+            json_object_set_new(o, "job_id", json_string(w->job_id));
+            json_object_set_new(o, "generation", json_integer(w->generation));
+            json_object_set_new(o, "seq", json_integer((json_int_t)(w->metrics.first_seq + k)));
+            json_object_set_new(o, "metric", m);
+            json_array_append_new(metrics, o);
+            ack->metric_upto = w->metrics.first_seq + k;
+            metric_budget--;
+        }
+        if (ack->log_upto || ack->metric_upto) {
+            ack->worker_id = w->id;
+            (*nacks)++;
+        }
+    }
+    json_object_set_new(body, "workers", workers);
+    json_object_set_new(body, "logs", logs);
+    json_object_set_new(body, "metrics", metrics);
+    json_object_set_new(body, "progress", progress);
+    return body;
+}
+
+/* Applies a 200 answer's desired set when it is not older than the applied one. Holds
+ * a->mu. */
+static int agent_apply_answer(struct agent *a, const json_t *ans)
+{
+    struct ddp_err err;
+    err_clear(&err);
+    int64_t version = 0;
+    json_t *arr = NULL;
+    if (!json_is_object(ans) || jsonx_get_int(ans, "version", 1, 0, INT64_MAX, &version,
+                                              &err) < 0 ||
+        jsonx_get_array(ans, "assignments", 1, &arr, &err) < 0) {
+        log_warn("ignoring a heartbeat answer: %s", err.msg[0] ? err.msg : "not an object");
+        return 0;
+    }
+    if (version < a->version) {
+        log_debug("ignoring an older desired set version=%" PRId64 " applied=%" PRId64,
+                  version, a->version);
+        return 0;
+    }
+    int changed = version != a->version || !a->applied;
+    if (version != a->version || a->ndesired != json_array_size(arr)) {
+        size_t n = json_array_size(arr), k = 0;
+        struct assign *d = xcalloc(n + 1, sizeof(*d));
+        for (size_t i = 0; i < n; i++) {
+            if (assign_parse(json_array_get(arr, i), &d[k], &err) < 0)
+                log_error("ignoring an assignment of version %" PRId64 ": %s", version,
+                          err.msg);
+            else
+                k++;
+        }
+        for (size_t i = 0; i < a->ndesired; i++)
+            assign_release(&a->desired[i]);
+        free(a->desired);
+        a->desired = d;
+        a->ndesired = k;
+        if (version != a->version)
+            log_debug("desired set version=%" PRId64 " assignments=%zu", version, k);
+        a->version = version;
+    }
+    a->applied = 1;
+    agent_reconcile(a);
+    return changed;
+}
+
+enum beat_result { BEAT_OK, BEAT_UNREACHABLE, BEAT_REREGISTER, BEAT_REFUSED };
+
+/*
+ * One heartbeat on h. wait_allowed: may ask for a long poll when ddpd has seen every
+ * change. Returns what happened; on BEAT_UNREACHABLE and BEAT_REFUSED err says why. On
+ * BEAT_OK, *quick (may be NULL) is 1 when the next beat should go at once: this one reported
+ * worker starts or exits, its answer brought a new desired set, or lines are backed up.
+ */
+static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_allowed,
+                                   int *quick, struct ddp_err *err)
+{
+    struct agent_ack *acks = NULL;
+    size_t nacks = 0;
+    long status = 0;
+    json_t *ans = NULL;
+    enum beat_result res = BEAT_OK;
+
+    pthread_mutex_lock(&a->mu);
+    uint64_t snap = a->changes;
+    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent &&
+                          !a->shutting_down && !agent_backlog(a)
+                      ? a->interval_ms
+                      : 0;
+    json_t *body = agent_beat_body(a, wait_ms, &acks, &nacks);
+    if (wait_ms > 0)
+        a->polling = 1;
+    pthread_mutex_unlock(&a->mu);
+
+    int rc = httpc_request(h, "POST", a->beat_path, body, wait_ms + 10000L, &status, &ans, NULL,
+                           err);
+    pthread_mutex_lock(&a->mu);
+    if (wait_ms > 0)
+        a->polling = 0;
+    if (rc < 0) {
+        res = BEAT_UNREACHABLE;
+    } else if (status == 200) {
+        for (size_t i = 0; i < nacks; i++) {
+            struct worker *w = agent_worker_by_id(a, acks[i].worker_id);
+            if (!w)
+                continue;
+            if (acks[i].log_upto)
+                logship_queue_ack(&w->logs, acks[i].log_upto);
+            if (acks[i].metric_upto)
+                logship_queue_ack(&w->metrics, acks[i].metric_upto);
+        }
+        int reported = snap > a->changes_sent;
+        if (reported)
+            a->changes_sent = snap;
+        int changed = agent_apply_answer(a, ans);
+        if (quick)
+            *quick = reported || changed || agent_backlog(a);
+    } else if (status == 404 || status == 409) {
+        res = BEAT_REREGISTER;
+        err_set(err, status == 404 ? DDP_ENOTFOUND : DDP_EABORTED, "ddpd answered %ld", status);
+    } else {
+        json_t *e = json_object_get(ans, "error");
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        err_set(err, DDP_EINTERNAL, "heartbeat refused with HTTP %ld: %s", status,
+                msg ? msg : "no message");
+        res = BEAT_REFUSED;
+        /* ddpd refuses the body itself: re-sending the same lines would block the worker
+         * state forever, so after a second refusal in a row they are given up. */
+        if ((status == 400 || status == 413) && ++a->refused_bodies >= 2) {
+            size_t dropped = 0;
+            for (size_t i = 0; i < a->nworkers; i++) {
+                struct worker *w = a->workers[i];
+                dropped += w->logs.count + w->metrics.count;
+                logship_queue_ack(&w->logs, w->logs.next_seq);
+                logship_queue_ack(&w->metrics, w->metrics.next_seq);
+            }
+            log_error("dropping %zu queued log and metrics lines that ddpd refuses", dropped);
+            a->refused_bodies = 0;
+        }
+    }
+    if (res != BEAT_REFUSED)
+        a->refused_bodies = 0;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->mu);
+    json_decref(ans);
+    json_decref(body);
+    free(acks);
+    return res;
+}
+
+static enum beat_result agent_register(struct agent *a, struct httpc *h, struct ddp_err *err)
+{
+    const struct agent_config *cfg = a->cfg;
+    json_t *body = json_object();
+    json_object_set_new(body, "name", json_string(cfg->name));
+    json_object_set_new(body, "address", json_string(cfg->address));
+    json_object_set_new(body, "slots", json_integer(cfg->slots));
+    json_object_set_new(body, "port_range", json_string(cfg->port_range));
+    json_object_set_new(body, "incarnation", json_string(a->incarnation));
+    json_t *ans = NULL;
+    enum beat_result res = BEAT_OK;
+    int rc = httpc_call(h, "POST", "/v1/nodes:register", body, 10000, &ans, err);
+    if (rc == DDP_EUNAVAIL || rc == DDP_ETIMEOUT) {
+        res = BEAT_UNREACHABLE;
+    } else if (rc < 0) {
+        res = BEAT_REFUSED;
+    } else {
+        int64_t interval = 1000;
+        if (jsonx_get_int(ans, "heartbeat_interval_ms", 0, 100, 60000, &interval, NULL) < 0)
+            interval = 1000;
+        pthread_mutex_lock(&a->mu);
+        a->registered = 1;
+        a->version = 0;
+        a->applied = 0;
+        a->interval_ms = (int)interval;
+        pthread_mutex_unlock(&a->mu);
+        log_info("registered with ddpd server=%s name=%s address=%s slots=%d incarnation=%s",
+                 cfg->server, cfg->name, cfg->address, cfg->slots, a->incarnation);
+    }
+    json_decref(ans);
+    json_decref(body);
+    return res;
+}
+
+/* The report thread: beats at once for a start or exit while the heartbeat thread is in a
+ * long poll (which ddpd may hold for up to wait_ms). */
+void *agent_report_main(void *arg)
+{
+    struct agent *a = arg;
+    struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->done && !(a->polling && a->changes > a->changes_sent &&
+                             a->changes > a->changes_urgent))
+            pthread_cond_wait(&a->cond, &a->mu);
+        if (a->done)
+            break;
+        a->changes_urgent = a->changes;
+        pthread_mutex_unlock(&a->mu);
+        struct ddp_err err;
+        err_clear(&err);
+        enum beat_result r = agent_beat(a, h, 0, NULL, &err);
+        if (r != BEAT_OK)
+            log_debug("report beat failed: %s", err.msg);
+        pthread_mutex_lock(&a->mu);
+        if (r != BEAT_UNREACHABLE) {
+            a->last_answer_ms = time_mono_ms();
+            a->orphaned = 0;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    httpc_free(h);
+    return NULL;
+}
+
+/* Sleeps up to ms, waking early when done or (if on_change) at an unreported change. */
+static void agent_pause(struct agent *a, int64_t ms, int on_change)
+{
+    int64_t until = time_mono_ms() + ms;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int64_t left = until - time_mono_ms();
+        if (left <= 0 || a->done ||
+            (on_change && (a->changes > a->changes_sent || agent_backlog(a))))
+            break;
+        agent_cond_wait_ms(a, left);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+void agent_heartbeat_loop(struct agent *a)
+{
+    struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
+    int64_t backoff = 100, outage_since = 0, refused_logged = 0;
+    for (;;) {
+        pthread_mutex_lock(&a->mu);
+        int done = a->done, registered = a->registered;
+        pthread_mutex_unlock(&a->mu);
+        if (done)
+            break;
+        struct ddp_err err;
+        err_clear(&err);
+        int64_t t0 = time_mono_ms();
+        int quick = 0;
+        enum beat_result r = registered ? agent_beat(a, h, 1, &quick, &err)
+                                        : agent_register(a, h, &err);
+        if (r != BEAT_UNREACHABLE) {
+            pthread_mutex_lock(&a->mu);
+            a->last_answer_ms = time_mono_ms();
+            a->orphaned = 0;
+            pthread_mutex_unlock(&a->mu);
+        }
+        if (r == BEAT_UNREACHABLE || r == BEAT_REFUSED) {
+            if (r == BEAT_UNREACHABLE && !outage_since) {
+                pthread_mutex_lock(&a->mu);
+                size_t running = agent_running_count(a);
+                pthread_mutex_unlock(&a->mu);
+                log_warn("%s; keeping %zu workers running, retrying", err.msg, running);
+                outage_since = t0;
+            } else if (r == BEAT_REFUSED && !refused_logged) {
+                log_error("ddpd refused the agent: %s; retrying", err.msg);
+                refused_logged = 1;
+            }
+            agent_pause(a, backoff, 0);
+            backoff = backoff * 2 > AGENT_BACKOFF_MAX_MS ? AGENT_BACKOFF_MAX_MS : backoff * 2;
+            continue;
+        }
+        if (outage_since) {
+            log_info("ddpd reachable again after %.1fs", (time_mono_ms() - outage_since) / 1e3);
+            outage_since = 0;
+        }
+        refused_logged = 0;
+        backoff = 100;
+        if (r == BEAT_REREGISTER) {
+            if (err.code == DDP_EABORTED)
+                log_warn("ddpd has another incarnation of node %s registered (another agent "
+                         "with this --name?): registering again", a->cfg->name);
+            else
+                log_warn("ddpd does not know node %s: registering again", a->cfg->name);
+            pthread_mutex_lock(&a->mu);
+            a->registered = 0;
+            a->version = 0;
+            a->applied = 0;
+            pthread_mutex_unlock(&a->mu);
+            continue;
+        }
+        if (!registered || quick)
+            continue; /* right after registering, reporting or a new desired set: a long
+                       * poll follows at once */
+        /* A long poll that came back without news: ddpd held it for the interval (beat
+         * again now) or does not hold (wait out the rest of the interval). */
+        pthread_mutex_lock(&a->mu);
+        int64_t interval = a->interval_ms;
+        pthread_mutex_unlock(&a->mu);
+        agent_pause(a, t0 + interval - time_mono_ms(), 1);
+    }
+    /* Report the final exits (best effort: ddpd may be gone). */
+    pthread_mutex_lock(&a->mu);
+    int registered = a->registered;
+    pthread_mutex_unlock(&a->mu);
+    if (registered) {
+        struct ddp_err err;
+        err_clear(&err);
+        if (agent_beat(a, h, 0, NULL, &err) != BEAT_OK)
+            log_debug("final beat failed: %s", err.msg);
+    }
+    httpc_free(h);
+}
