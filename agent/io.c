@@ -159,7 +159,7 @@ static void agent_collect(struct agent *a, int64_t now)
 void *agent_io_main(void *arg)
 {
     struct agent *a = arg;
-    size_t cap = 0;
+    size_t cap_pfd = 0, cap_pw = 0, cap_pmet = 0;
     struct pollfd *pfd = NULL;
     struct worker **pw = NULL;
     int *pmet = NULL;
@@ -182,12 +182,10 @@ void *agent_io_main(void *arg)
             pthread_mutex_unlock(&a->mu);
             break;
         }
-        if (cap < 2 + 2 * a->nworkers) {
-            cap = 2 + 2 * a->nworkers + 16;
-            pfd = xrealloc(pfd, cap * sizeof(*pfd));
-            pw = xrealloc(pw, cap * sizeof(*pw));
-            pmet = xrealloc(pmet, cap * sizeof(*pmet));
-        }
+        size_t need = 2 + 2 * a->nworkers; /* wake pipe, signalfd, two pipes a worker */
+        XGROW(pfd, need, cap_pfd, 16);
+        XGROW(pw, need, cap_pw, 16);
+        XGROW(pmet, need, cap_pmet, 16);
         size_t n = 0;
         pfd[n++] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
         pfd[n++] = (struct pollfd){.fd = a->sfd, .events = POLLIN};

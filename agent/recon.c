@@ -15,10 +15,7 @@
 
 static void recon_push(struct recon_plan *p, enum recon_op op, size_t index, int local_rank)
 {
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 16;
-        p->actions = xrealloc(p->actions, p->cap * sizeof(*p->actions));
-    }
+    XGROW(p->actions, p->n + 1, p->cap, 16);
     p->actions[p->n].op = op;
     p->actions[p->n].index = index;
     p->actions[p->n].local_rank = local_rank;

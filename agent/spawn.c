@@ -48,10 +48,7 @@ static void spawn_envb_put(struct spawn_envb *b, char *kv)
             return;
         }
     }
-    if (b->n + 1 >= b->cap) {
-        b->cap = b->cap ? 2 * b->cap : 64;
-        b->v = xrealloc(b->v, b->cap * sizeof(char *));
-    }
+    XGROW(b->v, b->n + 2, b->cap, 64); /* the entry and the NULL after it */
     b->v[b->n++] = kv;
     b->v[b->n] = NULL;
 }

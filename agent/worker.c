@@ -63,10 +63,7 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     logship_split_init(&w->met_split, LOGSHIP_LINE_MAX);
     logship_queue_init(&w->logs, AGENT_LOG_QUEUE_MAX);
     logship_queue_init(&w->metrics, AGENT_METRIC_QUEUE_MAX);
-    if (a->nworkers == a->capworkers) {
-        a->capworkers = a->capworkers ? 2 * a->capworkers : 16;
-        a->workers = xrealloc(a->workers, a->capworkers * sizeof(*a->workers));
-    }
+    XGROW(a->workers, a->nworkers + 1, a->capworkers, 16);
     a->workers[a->nworkers++] = w;
     return w;
 }

@@ -15,17 +15,14 @@
 struct table {
     int ncols;
     int nrows; /* rows, header included */
-    int cap;
+    size_t cap;
     int next_col; /* next cell of the current row */
     char ***rows;
 };
 
 static void table_add_row(struct table *t)
 {
-    if (t->nrows == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 16;
-        t->rows = xrealloc(t->rows, (size_t)t->cap * sizeof(*t->rows));
-    }
+    XGROW(t->rows, (size_t)t->nrows + 1, t->cap, 16);
     char **r = xcalloc((size_t)t->ncols, sizeof(*r));
     for (int i = 0; i < t->ncols; i++)
         r[i] = xstrdup("");
