@@ -28,16 +28,17 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "agent/agent_internal.h"
+#include "common/backoff.h"
 #include "common/httpc.h"
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/procstat.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -74,17 +75,8 @@ struct agent_ack {
  * ddpd's hang watchdog then names this rank as the one that hung. */
 static int pid_is_stopped(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* The state follows the command name, which is in parentheses and may hold spaces. */
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+    char st = proc_state(pid);
+    return st == 'T' || st == 't';
 }
 
 /* Builds a beat body from the state. Holds a->mu. acks gets one entry per worker that
@@ -380,10 +372,10 @@ void *agent_report_main(void *arg)
 /* Sleeps up to ms, waking early when done or (if on_change) at an unreported change. */
 static void agent_pause(struct agent *a, int64_t ms, int on_change)
 {
-    int64_t until = time_mono_ms() + ms;
+    int64_t until = time_deadline_ms(ms > 0 ? ms : 0); /* ms <= 0: no wait at all */
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        int64_t left = until - time_mono_ms();
+        int64_t left = time_left_ms(until);
         if (left <= 0 || a->done ||
             (on_change && (a->changes > a->changes_sent || agent_backlog(a))))
             break;
@@ -395,7 +387,9 @@ static void agent_pause(struct agent *a, int64_t ms, int on_change)
 void agent_heartbeat_loop(struct agent *a)
 {
     struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
-    int64_t backoff = 100, outage_since = 0, refused_logged = 0;
+    struct backoff bo;
+    int64_t outage_since = 0, refused_logged = 0;
+    backoff_init(&bo, AGENT_BACKOFF_MIN_MS, AGENT_BACKOFF_MAX_MS);
     for (;;) {
         pthread_mutex_lock(&a->mu);
         int done = a->done, registered = a->registered;
@@ -425,8 +419,7 @@ void agent_heartbeat_loop(struct agent *a)
                 log_error("ddpd refused the agent: %s; retrying", err.msg);
                 refused_logged = 1;
             }
-            agent_pause(a, backoff, 0);
-            backoff = backoff * 2 > AGENT_BACKOFF_MAX_MS ? AGENT_BACKOFF_MAX_MS : backoff * 2;
+            agent_pause(a, backoff_next(&bo), 0);
             continue;
         }
         if (outage_since) {
@@ -434,7 +427,7 @@ void agent_heartbeat_loop(struct agent *a)
             outage_since = 0;
         }
         refused_logged = 0;
-        backoff = 100;
+        backoff_reset(&bo);
         if (r == BEAT_REREGISTER) {
             if (err.code == DDP_EABORTED)
                 log_warn("ddpd has another incarnation of node %s registered (another agent "

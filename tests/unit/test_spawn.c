@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "agent/spawn.h"
+#include "common/procstat.h"
 #include "common/timeutil.h"
 
 #define DEADLINE_MS 20000
@@ -128,8 +129,8 @@ static void test_spawn_resolve_uses_path_of_env(void **state)
 static size_t read_all(int fd, char *buf, size_t cap)
 {
     size_t len = 0;
-    int64_t end = time_mono_ms() + DEADLINE_MS;
-    while (len + 1 < cap && time_mono_ms() < end) {
+    int64_t end = time_deadline_ms(DEADLINE_MS);
+    while (len + 1 < cap && time_left_ms(end) > 0) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 100) <= 0)
             continue;
@@ -147,8 +148,8 @@ static void read_line(int fd, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
-    int64_t end = time_mono_ms() + DEADLINE_MS;
-    while (!strchr(buf, '\n') && time_mono_ms() < end && len + 1 < cap) {
+    int64_t end = time_deadline_ms(DEADLINE_MS);
+    while (!strchr(buf, '\n') && time_left_ms(end) > 0 && len + 1 < cap) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, 100) <= 0)
             continue;
@@ -161,8 +162,8 @@ static void read_line(int fd, char *buf, size_t cap)
 
 static void wait_reaped(struct spawn_proc *p)
 {
-    int64_t end = time_mono_ms() + DEADLINE_MS;
-    while (!spawn_proc_reap(p) && time_mono_ms() < end)
+    int64_t end = time_deadline_ms(DEADLINE_MS);
+    while (!spawn_proc_reap(p) && time_left_ms(end) > 0)
         time_sleep_ms(10);
     assert_true(p->exited);
 }
@@ -172,22 +173,14 @@ static int gone(pid_t pid)
     waitpid(pid, NULL, WNOHANG); /* reaps it when we adopted it (subreaper) */
     if (kill(pid, 0) != 0)
         return errno == ESRCH;
-    char path[64], st[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 1;
-    size_t n = fread(st, 1, sizeof(st) - 1, f);
-    fclose(f);
-    st[n] = '\0';
-    char *rp = strrchr(st, ')');
-    return rp && rp[1] == ' ' && rp[2] == 'Z';
+    char st = proc_state(pid);
+    return st == 0 || st == 'Z'; /* no such process, or a zombie not ours to reap */
 }
 
 static void wait_gone(pid_t pid)
 {
-    int64_t end = time_mono_ms() + DEADLINE_MS;
-    while (!gone(pid) && time_mono_ms() < end)
+    int64_t end = time_deadline_ms(DEADLINE_MS);
+    while (!gone(pid) && time_left_ms(end) > 0)
         time_sleep_ms(10);
     assert_true(gone(pid));
 }
