@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "common/args.h"
+#include "common/buf.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -31,6 +32,8 @@
 #define CLI_LOGS_TAIL_MAX 10000
 /* Width of the progress bar's [====>   ] part. */
 #define CLI_BAR_WIDTH 30
+/* Longest line `watch` prints (an epoch line, the bar line without its escapes). */
+#define CLI_WATCH_LINE_MAX 511
 
 /* ---- logs ----------------------------------------------------------------------------- */
 
@@ -216,27 +219,30 @@ static void watch_clear_bar(struct watch *w)
     }
 }
 
-/* Appends printf output to buf at *o, never past size. */
-static void watch_append(char *buf, size_t size, size_t *o, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void watch_append(char *buf, size_t size, size_t *o, const char *fmt, ...)
-{
-    if (*o + 1 >= size)
-        return;
+/* Appends printf output to a watch line (struct buf). A line has a max: an append that
+ * would pass it is left out and the line keeps what it has (the terminal width cuts it
+ * shorter anyway). common/buf.h has no va_list variant of buf_printf, hence this one. */
+static void watch_add(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void watch_add(struct buf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf + *o, size - *o, fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0)
-        *o = (size_t)n >= size - *o ? size - 1 : *o + (size_t)n;
+    if (n < 0 || buf_reserve(b, (size_t)n) < 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }
 
 static void watch_draw_bar(struct watch *w)
 {
     if (!w->tty)
         return;
-    char line[512], tail[256];
-    size_t o = 0, t = 0;
+    struct buf line, tail;
+    buf_init_max(&line, CLI_WATCH_LINE_MAX);
+    buf_init_max(&tail, CLI_WATCH_LINE_MAX / 2);
     int64_t now = time_mono_ms();
     int64_t el = (now - w->start_ms) / 1000;
     if (strcmp(w->state, "RUNNING") == 0) {
@@ -254,25 +260,22 @@ static void watch_draw_bar(struct watch *w)
         if (frac > 0.99)
             frac = 0.99;
         if (frac >= 0)
-            watch_append(tail, sizeof(tail), &t, "] %s%3d%%", estimate ? "~" : "",
-                         (int)(frac * 100));
+            watch_add(&tail, "] %s%3d%%", estimate ? "~" : "", (int)(frac * 100));
         else
-            watch_append(tail, sizeof(tail), &t, "]");
+            watch_add(&tail, "]");
         if (w->have_loss)
-            watch_append(tail, sizeof(tail), &t, "  loss %.4f", w->loss);
+            watch_add(&tail, "  loss %.4f", w->loss);
         if (w->have_sps)
-            watch_append(tail, sizeof(tail), &t, "  %.0f samples/s", w->sps);
+            watch_add(&tail, "  %.0f samples/s", w->sps);
         if (w->gen > 1)
-            watch_append(tail, sizeof(tail), &t, "  gen %lld", (long long)w->gen);
-        watch_append(tail, sizeof(tail), &t, "  %lld:%02lld", (long long)(el / 60),
-                     (long long)(el % 60));
+            watch_add(&tail, "  gen %lld", (long long)w->gen);
+        watch_add(&tail, "  %lld:%02lld", (long long)(el / 60), (long long)(el % 60));
         if (w->epochs > 0)
-            watch_append(line, sizeof(line), &o, "epoch %lld/%lld [", (long long)cur,
-                         (long long)w->epochs);
+            watch_add(&line, "epoch %lld/%lld [", (long long)cur, (long long)w->epochs);
         else
-            watch_append(line, sizeof(line), &o, "epoch %lld [", (long long)cur);
+            watch_add(&line, "epoch %lld [", (long long)cur);
         /* The bar takes what the terminal width leaves, within bounds. */
-        int width = w->cols - 1 - (int)o - (int)t;
+        int width = w->cols - 1 - (int)line.len - (int)tail.len;
         if (width > CLI_BAR_WIDTH)
             width = CLI_BAR_WIDTH;
         if (width < 10)
@@ -280,8 +283,7 @@ static void watch_draw_bar(struct watch *w)
         if (frac >= 0) {
             int fill = (int)(frac * width);
             for (int i = 0; i < width; i++)
-                watch_append(line, sizeof(line), &o, "%c",
-                             i < fill ? '=' : (i == fill ? '>' : ' '));
+                watch_add(&line, "%c", i < fill ? '=' : (i == fill ? '>' : ' '));
         } else {
             /* No measure yet: a bouncing marker shows that the job is alive. */
             int span = width - 3;
@@ -289,24 +291,25 @@ static void watch_draw_bar(struct watch *w)
             if (pos >= span)
                 pos = 2 * span - pos;
             for (int i = 0; i < width; i++)
-                watch_append(line, sizeof(line), &o, "%s",
-                             i == pos ? "<" : (i == pos + 1 ? "=" : (i == pos + 2 ? ">" : " ")));
+                watch_add(&line, "%s",
+                          i == pos ? "<" : (i == pos + 1 ? "=" : (i == pos + 2 ? ">" : " ")));
         }
-        watch_append(line, sizeof(line), &o, "%s", tail);
+        watch_add(&line, "%s", tail.data ? tail.data : "");
     } else {
-        watch_append(line, sizeof(line), &o, "%s", w->state[0] ? w->state : "...");
+        watch_add(&line, "%s", w->state[0] ? w->state : "...");
         if (w->gen > 0)
-            watch_append(line, sizeof(line), &o, " (gen %lld)", (long long)w->gen);
-        watch_append(line, sizeof(line), &o, "  %lld:%02lld", (long long)(el / 60),
-                     (long long)(el % 60));
+            watch_add(&line, " (gen %lld)", (long long)w->gen);
+        watch_add(&line, "  %lld:%02lld", (long long)(el / 60), (long long)(el % 60));
     }
     /* Never wrap: a wrapped line cannot be redrawn in place with \r. */
-    if (w->cols > 1 && o >= (size_t)w->cols)
-        line[w->cols - 1] = '\0';
+    if (w->cols > 1 && line.len >= (size_t)w->cols)
+        line.data[w->cols - 1] = '\0';
     fputs("\r\033[K", stdout);
-    fputs(line, stdout);
+    fputs(line.data ? line.data : "", stdout);
     fflush(stdout);
     w->bar_shown = 1;
+    buf_release(&tail);
+    buf_release(&line);
 }
 
 static void watch_on_event(struct watch *w, const json_t *e)
@@ -349,26 +352,25 @@ static void watch_on_metric(struct watch *w, const json_t *rec)
     w->epoch_t0 = now;
     w->step = w->steps = 0;
 
-    char line[512];
-    size_t o = 0;
+    struct buf line;
+    buf_init_max(&line, CLI_WATCH_LINE_MAX);
     if (w->epochs > 0)
-        watch_append(line, sizeof(line), &o, "epoch %lld/%lld", (long long)w->epoch,
-                     (long long)w->epochs);
+        watch_add(&line, "epoch %lld/%lld", (long long)w->epoch, (long long)w->epochs);
     else
-        watch_append(line, sizeof(line), &o, "epoch %lld", (long long)w->epoch);
+        watch_add(&line, "epoch %lld", (long long)w->epoch);
     double v;
     if (cli_num(m, "loss", &v))
-        watch_append(line, sizeof(line), &o, " loss %.4f", v);
+        watch_add(&line, " loss %.4f", v);
     if (w->have_acc)
-        watch_append(line, sizeof(line), &o, " test_acc %.4f", w->acc);
+        watch_add(&line, " test_acc %.4f", w->acc);
     if (cli_num(m, "samples_per_s", &v))
-        watch_append(line, sizeof(line), &o, " samples/s %.0f", v);
+        watch_add(&line, " samples/s %.0f", v);
     if (cli_num(m, "time_s", &v))
-        watch_append(line, sizeof(line), &o, " time %.1fs", v);
-    watch_append(line, sizeof(line), &o, " gen %lld",
-                 (long long)cli_int(rec, "generation", w->gen));
+        watch_add(&line, " time %.1fs", v);
+    watch_add(&line, " gen %lld", (long long)cli_int(rec, "generation", w->gen));
     watch_clear_bar(w);
-    printf("%s\n", line);
+    printf("%s\n", line.data ? line.data : "");
+    buf_release(&line);
 }
 
 /* Reads the items of kind ("events"/"metrics") after *after into a new reference *items
@@ -479,12 +481,12 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         if (final)
             break;
         /* Redraw the bar a few times per poll so the estimate moves smoothly. */
-        int64_t until = time_mono_ms() + CLI_POLL_MS;
+        int64_t until = time_deadline_ms(CLI_POLL_MS);
         do {
             watch_draw_bar(&w);
-            int64_t left = until - time_mono_ms();
-            time_sleep_ms(left < 125 ? (left > 0 ? left : 0) : 125);
-        } while (time_mono_ms() < until);
+            int64_t left = time_left_ms(until);
+            time_sleep_ms(left < 125 ? left : 125);
+        } while (time_left_ms(until) > 0);
     }
     watch_clear_bar(&w);
     const char *state = cli_str(job, "state", "?");

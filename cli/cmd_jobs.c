@@ -505,7 +505,7 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
-    int64_t deadline = timeout_s > 0 ? time_mono_ms() + timeout_s * 1000 : INT64_MAX;
+    int64_t deadline = time_deadline_ms(timeout_s > 0 ? timeout_s * 1000 : -1);
     /* The first call is not patient: a wrong server or job id fails at once. */
     if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
         rc = cli_fail(cli, &err);
@@ -515,7 +515,7 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         const char *state = cli_str(job, "state", "?");
         if (cli_state_final(state))
             break;
-        int64_t left = deadline - time_mono_ms();
+        int64_t left = time_left_ms(deadline);
         if (left <= 0) {
             rc = cli_failf("timed out after %ld s waiting for job %s (state %s)", timeout_s, id,
                            state);
