@@ -15,7 +15,7 @@
 void logship_split_init(struct logship_splitter *s, size_t max)
 {
     memset(s, 0, sizeof(*s));
-    s->max = max > 0 && max < sizeof(s->buf) ? max : sizeof(s->buf);
+    s->max = max > 0 && max < LOGSHIP_LINE_MAX ? max : LOGSHIP_LINE_MAX;
 }
 
 size_t logship_piece_max(const char *prefix)
@@ -43,7 +43,7 @@ static size_t logship_cut_at(const unsigned char *p, size_t len)
 void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
                    void *ctx)
 {
-    size_t max = s->max > 0 && s->max < sizeof(s->buf) ? s->max : sizeof(s->buf);
+    size_t max = s->max > 0 && s->max < LOGSHIP_LINE_MAX ? s->max : LOGSHIP_LINE_MAX;
     for (size_t i = 0; i < n; i++) {
         if (data[i] == '\n') {
             emit(ctx, s->buf, s->len);
@@ -51,9 +51,17 @@ void logship_split(struct logship_splitter *s, const char *data, size_t n, logsh
             continue;
         }
         /* A full piece goes out only when the line goes on past it: a line of exactly max
-         * bytes is one line at its '\n', not a piece and an empty line. */
-        if (s->len == max) {
-            size_t cut = logship_cut_at((const unsigned char *)s->buf, s->len);
+         * bytes is one line at its '\n', not a piece and an empty line; so is one ended by
+         * "\r\n" (the buffer has room for that one '\r', which logship_clean() drops). */
+        if (s->len == max && data[i] == '\r') {
+            s->buf[s->len++] = data[i];
+            continue;
+        }
+        if (s->len >= max) {
+            size_t cut = logship_cut_at((const unsigned char *)s->buf, max);
+            /* A '\r' at the end of a piece would be taken for its line end and dropped. */
+            if (cut > 1 && s->buf[cut - 1] == '\r')
+                cut--;
             emit(ctx, s->buf, cut);
             memmove(s->buf, s->buf + cut, s->len - cut);
             s->len -= cut;

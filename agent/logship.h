@@ -17,7 +17,7 @@
 /* Splits a byte stream into lines of at most max bytes; holds the unfinished tail.
  * Zero-initialised it cuts at LOGSHIP_LINE_MAX; logship_split_init() sets another limit. */
 struct logship_splitter {
-    char buf[LOGSHIP_LINE_MAX];
+    char buf[LOGSHIP_LINE_MAX + 1]; /* a piece, and room for the '\r' of a "\r\n" after it */
     size_t len;
     size_t max; /* longest piece; 0 or above LOGSHIP_LINE_MAX: LOGSHIP_LINE_MAX */
 };
@@ -31,8 +31,9 @@ void logship_split_init(struct logship_splitter *s, size_t max);
  * prefix, so that prefix and piece together still fit what ddpd keeps. */
 size_t logship_piece_max(const char *prefix);
 /* Feeds n bytes; emits every completed line. A line longer than the limit goes out in pieces
- * of at most max bytes (the last one at its '\n'), cut before an unfinished UTF-8 character;
- * a line of exactly max bytes is one line. */
+ * of at most max bytes (the last one at its '\n'), cut before an unfinished UTF-8 character
+ * and never right after a '\r' (logship_clean() would drop it); a line of exactly max bytes
+ * is one line, also when "\r\n" ends it (emitted with its '\r', max + 1 bytes). */
 void logship_split(struct logship_splitter *s, const char *data, size_t n, logship_emit_fn emit,
                    void *ctx);
 /* Emits the unfinished tail (at end of stream), if any. */

@@ -155,6 +155,42 @@ static void test_logship_split_cuts_on_utf8_boundary(void **state)
     lines_free(&l);
 }
 
+/*
+ * Carriage returns: a line of exactly the limit ended by "\r\n" is one line (not a piece and
+ * an empty line), and a '\r' inside a long line (a progress bar) is not lost at a cut, where
+ * logship_clean() would take it for a line end.
+ */
+static void test_logship_split_keeps_carriage_returns(void **state)
+{
+    (void)state;
+    struct logship_splitter s;
+    logship_split_init(&s, 8);
+    struct lines l = {0};
+    logship_split(&s, "12345678\r\n", 10, collect, &l);
+    assert_int_equal(l.n, 1);
+    char *c = logship_clean(NULL, l.v[0], l.len[0]);
+    assert_string_equal(c, "12345678");
+    free(c);
+    lines_free(&l);
+    memset(&l, 0, sizeof(l));
+    static const char bar[] = "1234567\r890\r1234567\r89\n";
+    logship_split(&s, bar, sizeof(bar) - 1, collect, &l);
+    logship_split_flush(&s, collect, &l);
+    char joined[64];
+    size_t off = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        c = logship_clean(NULL, l.v[i], l.len[i]);
+        size_t k = strlen(c);
+        assert_true(k <= 8 && off + k < sizeof(joined));
+        memcpy(joined + off, c, k);
+        off += k;
+        free(c);
+    }
+    joined[off] = '\0';
+    assert_string_equal(joined, "1234567\r890\r1234567\r89");
+    lines_free(&l);
+}
+
 static void test_logship_clean_makes_valid_utf8(void **state)
 {
     (void)state;
@@ -269,6 +305,7 @@ int main(void)
         cmocka_unit_test(test_logship_split_exact_limit_is_one_line),
         cmocka_unit_test(test_logship_split_leaves_room_for_prefix),
         cmocka_unit_test(test_logship_split_cuts_on_utf8_boundary),
+        cmocka_unit_test(test_logship_split_keeps_carriage_returns),
         cmocka_unit_test(test_logship_clean_makes_valid_utf8),
         cmocka_unit_test(test_logship_queue_seq_ack_and_resend),
         cmocka_unit_test(test_logship_queue_cap_drops_oldest),
