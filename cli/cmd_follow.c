@@ -221,19 +221,16 @@ static void watch_clear_bar(struct watch *w)
 
 /* Appends printf output to a watch line (struct buf). A line has a max: an append that
  * would pass it is left out and the line keeps what it has (the terminal width cuts it
- * shorter anyway). common/buf.h has no va_list variant of buf_printf, hence this one. */
+ * shorter anyway), so buf_vprintf's DDP_ETOOBIG is deliberately not an error here. */
 static void watch_add(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void watch_add(struct buf *b, const char *fmt, ...) {
+static void watch_add(struct buf *b, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    if (buf_vprintf(b, fmt, ap) == DDP_ETOOBIG) {
+        /* left out, as said above */
+    }
     va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) < 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 static void watch_draw_bar(struct watch *w)
