@@ -1156,8 +1156,8 @@ static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_
     hm.id = id;
     memcpy(hm.nonce, rnonce, NONCE_HEX + 1);
     if ((ret = net_send_all(cpu->send_fd, &hm, sizeof(hm), deadline, &e)) < 0) {
-        err_set(err, ret, "ring: hello to peer rank %d (%s): %s", cpu->right, cpu->right_name,
-                e.msg);
+        err_set(err, ret, "ring: hello to peer rank %d (%s): %s", rg(cpu, cpu->right),
+                cpu->right_name, e.msg);
         goto out;
     }
 
@@ -1184,8 +1184,8 @@ static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_
     }
     uint8_t ack = 1;
     if ((ret = net_send_all(fd, &ack, 1, deadline, &e)) < 0) {
-        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", cpu->left, cpu->left_name,
-                e.msg);
+        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", rg(cpu, cpu->left),
+                cpu->left_name, e.msg);
         goto out;
     }
     cpu->recv_fd = fd;

@@ -69,6 +69,8 @@ struct job {
     body_fn body;
     int stops;   /* 1: the last rank stops itself; it is killed once the others are done */
     int registered; /* sweep_body's buffer from comm_alloc_buffer, used at an offset */
+    int fake_rank;  /* with fake: this rank runs fake() instead of a comm */
+    int (*fake)(struct job *j, int rank);
     struct board *b;
 };
 
@@ -88,6 +90,10 @@ static int child(struct job *j, int rank)
     struct comm *c = NULL;
     struct ddp_err err;
     err_clear(&err);
+    if (j->fake && rank == j->fake_rank) {
+        j->b->rc[rank] = j->fake(j, rank);
+        return 0;
+    }
     if (j->host_ids)
         setenv("DDP_COMM_HOST_ID", j->host_ids[rank], 1);
     int rc = rdzv_open("127.0.0.1", j->port, rank, j->world, "secret", 20000, &r, &err);
@@ -617,6 +623,118 @@ static void test_comm_shm_registered_no_room(void **state)
         fail_msg("umount /dev/shm: %s", strerror(errno));
 }
 
+/* ---- ring set-up errors name the peer's rank, not its ring position ---- */
+
+/* The ring's hello as it travels (comm_cpu.c's wire: magic "DDPH", the sender's ring index,
+ * the comm id, the receiver's nonce). */
+struct test_hello {
+    uint32_t magic;
+    uint32_t rank;
+    uint64_t id;
+    char nonce[33];
+    char pad[7];
+};
+
+/*
+ * Rank 2 of a hierarchical layout (ranks 0 and 1 on this host, rank 2 "elsewhere", so ring
+ * index 1 is rank 2) played by hand: it claims a host of its own, connects to rank 0's ring
+ * port as rank 0's left neighbour with a valid hello and resets the connection at once, and
+ * only then publishes its own ring address. Rank 0 finds the reset connection when it
+ * accepts and cannot send its ack on it.
+ */
+static int fake_leader_resets(struct job *j, int rank)
+{
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    void *v = NULL;
+    size_t len = 0;
+    int fd = -1, lfd = -1;
+    int rc = rdzv_open("127.0.0.1", j->port, rank, j->world, "secret", 20000, &r, &err);
+    if (rc == 0)
+        rc = rdzv_set(r, "comm/0/host/2", "fake-host-b", 11, &err);
+    if (rc == 0)
+        rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, &err);
+    char val[160] = "";
+    if (rc == 0 && len < sizeof(val))
+        memcpy(val, v, len);
+    free(v);
+    char *colon = strrchr(val, ':'), *sp = strchr(val, ' ');
+    if (rc == 0 && (!colon || !sp || strlen(sp + 1) != 32))
+        rc = err_set(&err, DDP_EINTERNAL, "fake: malformed ring address '%s'", val);
+    if (rc == 0) {
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10))};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        struct test_hello h;
+        memset(&h, 0, sizeof(h));
+        h.magic = 0x44445048u;
+        h.rank = 1; /* rank 0's left: ring index 1 */
+        h.id = 0;
+        memcpy(h.nonce, sp + 1, 32);
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+            send(fd, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h) ||
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
+            rc = err_set(&err, DDP_EINTERNAL, "fake: cannot connect: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd); /* a reset: the hello stays readable, the ack cannot be sent */
+    }
+    struct sockaddr_in la = {.sin_family = AF_INET};
+    la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(la);
+    if (rc == 0) {
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) != 0 ||
+            listen(lfd, 4) != 0 || getsockname(lfd, (struct sockaddr *)&la, &al) != 0)
+            rc = err_set(&err, DDP_EINTERNAL, "fake: cannot listen: %s", strerror(errno));
+    }
+    if (rc == 0) {
+        char mine[96];
+        int n = snprintf(mine, sizeof(mine), "127.0.0.1:%d %032d", (int)ntohs(la.sin_port), 0);
+        rc = rdzv_set(r, "comm/0/1", mine, (size_t)n, &err);
+    }
+    /* Stay until rank 0 gave up and closed the store (it serves it). */
+    for (int i = 0; rc == 0 && i < 200; i++) {
+        v = NULL;
+        int g = rdzv_get(r, "test/never-set", 100, &v, &len, &err);
+        free(v);
+        if (g != DDP_ETIMEOUT)
+            break;
+    }
+    if (lfd >= 0)
+        close(lfd);
+    rdzv_close(r);
+    return rc;
+}
+
+static int report_done_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    (void)j;
+    (void)rank;
+    (void)c;
+    (void)err;
+    return 0;
+}
+
+/* In a hierarchical layout a leader's ring neighbour is ring index 1 but rank 2: the set-up
+ * error that ddpd reads ("peer rank N") must name rank 2. */
+static void test_comm_shm_ring_setup_error_names_rank(void **state)
+{
+    (void)state;
+    struct job j = {.world = 3, .timeout_ms = 3000, .body = report_done_body,
+                    .fake_rank = 2, .fake = fake_leader_resets, .b = board_new()};
+    run_job(&j, 30000);
+    if (j.b->rc[2] != 0)
+        fail_msg("the fake rank 2 failed: %d", j.b->rc[2]);
+    if (j.b->rc[0] == 0)
+        fail_msg("rank 0 formed a ring with a peer that reset it");
+    if (!strstr(j.b->msg[0], "peer rank 2 ") || strstr(j.b->msg[0], "peer rank 1 "))
+        fail_msg("rank 0: '%s' does not name peer rank 2", j.b->msg[0]);
+    munmap(j.b, sizeof(struct board));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -630,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_comm_shm_hierarchical_stopped_peer),
         cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
         cmocka_unit_test(test_comm_shm_force_tcp_env),
+        cmocka_unit_test(test_comm_shm_ring_setup_error_names_rank),
         /* last: it runs in a mount namespace of its own */
         cmocka_unit_test(test_comm_shm_registered_no_room),
     };
