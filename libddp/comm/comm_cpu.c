@@ -173,7 +173,7 @@ struct hello_msg {
 struct plan {
     char *buf;
     size_t esize;
-    enum comm_dtype dt;
+    const struct vecadd_type *type; /* all-reduce: the element type */
     int nsteps;
     int has_send, has_recv;
     /* all-reduce */
@@ -452,12 +452,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                 } else if (reduce) {
                     sfill += (size_t)n;
                     if (sfill == cend) {
-                        if (p->dt == COMM_F32)
-                            vecadd_f32((float *)(p->buf + off + rready), cpu->stage,
-                                       cend / sizeof(float));
-                        else
-                            vecadd_f64((double *)(p->buf + off + rready), cpu->stage,
-                                       cend / sizeof(double));
+                        p->type->add(p->buf + off + rready, cpu->stage, cend / p->esize);
                         rready += cend;
                         sfill = 0;
                     }
@@ -617,8 +612,8 @@ static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
                         uint64_t seq, int kind, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    size_t es = dt == COMM_F32 ? sizeof(float) : sizeof(double);
-    size_t len = count * es;
+    const struct vecadd_type *t = vecadd_type(dt);
+    size_t len = count * t->size;
     int r = cpu->rrank, P = cpu->rd_pow, W = cpu->rworld, ret = 0;
     struct rd_hdr h = {.magic = COLL_MAGIC, .kind = (uint32_t)kind, .seq = seq, .bytes = len};
     cpu->wait_peer = -1;
@@ -630,19 +625,13 @@ static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
     if (r + P < W) {
         if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
             return ret;
-        if (dt == COMM_F32)
-            vecadd_f32(buf, cpu->rd_tmp, count);
-        else
-            vecadd_f64(buf, cpu->rd_tmp, count);
+        t->add(buf, cpu->rd_tmp, count);
     }
     for (int bit = 1; bit < P; bit <<= 1) {
         int q = r ^ bit;
         if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
             return ret;
-        if (dt == COMM_F32)
-            vecadd_f32(buf, cpu->rd_tmp, count);
-        else
-            vecadd_f64(buf, cpu->rd_tmp, count);
+        t->add(buf, cpu->rd_tmp, count);
     }
     if (r + P < W)
         return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);
@@ -654,17 +643,18 @@ static int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dty
                           uint64_t seq, int kind, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
+    const struct vecadd_type *t = vecadd_type(dt);
     struct plan p;
-    if (cpu->rd_fd && count * (dt == COMM_F32 ? sizeof(float) : sizeof(double)) <= cpu->tcp_small)
+    if (cpu->rd_fd && count * t->size <= cpu->tcp_small)
         return rd_allreduce(c, buf, count, dt, seq, kind, err);
     memset(&p, 0, sizeof(p));
     p.rank = cpu->rrank;
     p.world = cpu->rworld;
     p.buf = buf;
     p.count = count;
-    p.dt = dt;
+    p.type = t;
     p.what = what;
-    p.esize = dt == COMM_F32 ? sizeof(float) : sizeof(double);
+    p.esize = t->size;
     p.nsteps = 2 * (cpu->rworld - 1);
     p.has_send = p.has_recv = 1;
     struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)kind, .aux = (uint16_t)dt,
@@ -712,7 +702,7 @@ static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
         if (cpu->has_ring &&
             (ret = ring_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
             return ret;
-        return shm_broadcast(cpu->shm, buf, count * (dt == COMM_F32 ? 4 : 8), 0, seq, kind,
+        return shm_broadcast(cpu->shm, buf, count * vecadd_type(dt)->size, 0, seq, kind,
                              err);
     }
     return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);

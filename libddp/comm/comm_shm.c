@@ -358,39 +358,6 @@ static int check_desc(struct shm_group *g, int k, int half, const struct shm_des
                    mine->bytes);
 }
 
-/* dst = a + b (dst may not alias). */
-static void add2(void *restrict dst, const void *restrict a, const void *restrict b,
-                 size_t bytes, enum comm_dtype dt)
-{
-    if (dt == COMM_F32) {
-        float *restrict d = dst;
-        const float *restrict x = a, *restrict y = b;
-        size_t n = bytes / sizeof(float), i = 0;
-        for (; i + 16 <= n; i += 16)
-            for (size_t k = 0; k < 16; k++)
-                d[i + k] = x[i + k] + y[i + k];
-        for (; i < n; i++)
-            d[i] = x[i] + y[i];
-    } else {
-        double *restrict d = dst;
-        const double *restrict x = a, *restrict y = b;
-        size_t n = bytes / sizeof(double), i = 0;
-        for (; i + 8 <= n; i += 8)
-            for (size_t k = 0; k < 8; k++)
-                d[i + k] = x[i + k] + y[i + k];
-        for (; i < n; i++)
-            d[i] = x[i] + y[i];
-    }
-}
-
-static void add(void *dst, const void *src, size_t bytes, enum comm_dtype dt)
-{
-    if (dt == COMM_F32)
-        vecadd_f32(dst, src, bytes / sizeof(float));
-    else
-        vecadd_f64(dst, src, bytes / sizeof(double));
-}
-
 /* Member k's slice [*off, *off + *len) of an n-byte piece: 64-byte aligned boundaries. */
 static void slice(size_t n, int L, int k, size_t *off, size_t *len)
 {
@@ -451,8 +418,8 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                   int to_leader_only, uint64_t seq, int kind, struct ddp_err *err)
 {
     const char *what = kind == 3 ? "barrier" : "all-reduce";
-    size_t es = dt == COMM_F32 ? sizeof(float) : sizeof(double);
-    size_t bytes = count * es;
+    const struct vecadd_type *t = vecadd_type(dt);
+    size_t bytes = count * t->size;
     if (g->L == 1 || bytes == 0)
         return 0;
     g->fault = -1;
@@ -498,7 +465,7 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
             if (gets) {
                 memcpy(p + off, slot(g, 0, h), n);
                 for (int k = 1; k < g->L; k++)
-                    add(p + off, slot(g, k, h), n, dt);
+                    t->add(p + off, slot(g, k, h), n / t->size);
             }
         } else {
             char *mine = rg ? p + off + so : slot(g, g->lr, h) + so;
@@ -507,11 +474,12 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                 if (k == g->lr)
                     continue;
                 if (rg)
-                    add(mine, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
+                    t->add(mine, piece_of(g, rg, roff, k, h, off) + so, sl / t->size);
                 else if (first)
-                    add2(mine, p + off + so, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
+                    t->add2(mine, p + off + so, piece_of(g, rg, roff, k, h, off) + so,
+                            sl / t->size);
                 else
-                    add(mine, piece_of(g, rg, roff, k, h, off) + so, sl, dt);
+                    t->add(mine, piece_of(g, rg, roff, k, h, off) + so, sl / t->size);
                 first = 0;
             }
             post(g, C_REDUCED, r);
