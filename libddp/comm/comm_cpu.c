@@ -63,24 +63,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
-#include "libddp/comm/comm_internal.h"
+#include "libddp/comm/comm_cpu_internal.h"
 #include "libddp/comm/comm_shm.h"
-#include "libddp/net.h"
+#include "libddp/comm/fault.h"
+#include "libddp/comm/peer.h"
 #include "libddp/comm/vecadd.h"
-
-#define HELLO_MAGIC 0x44445048u /* "DDPH" */
-#define COLL_MAGIC 0x44445043u  /* "DDPC" */
-#define ABORT_MAGIC 0x44445041u /* "DDPA": a recursive-doubling header carrying a notice */
-#define NONCE_HEX 32
-#define PEER_NAME_MAX (NET_ADDR_MAX + 16)
-/* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
-#define COMM_TCP_SMALL_BYTES (64 * 1024)
-
-enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
 
 struct comm_work {
     enum work_kind kind;
@@ -96,592 +88,21 @@ struct comm_work {
     struct comm_work *all_prev, *all_next; /* every live work */
 };
 
-/* How collectives travel (chosen in init from the rank layout, the same on every rank). */
-enum comm_mode {
-    MODE_TCP = 0,  /* the ring over all ranks (force_tcp, or every rank on its own host) */
-    MODE_SHM = 1,  /* every rank on one host: shared memory only */
-    MODE_HIER = 2, /* shm reduce to the host leader, ring of leaders, shm broadcast */
-};
 
-struct cpu {
-    enum comm_mode mode;
-    /* The TCP ring: over all ranks (MODE_TCP) or over one leader per host (MODE_HIER, where
-     * ring index = host index). left/right and notices are ring indices. */
-    int has_ring;
-    int rrank, rworld;
-    int *ring_global; /* ring index -> global rank */
-    /* Shared memory (MODE_SHM, MODE_HIER). */
-    struct shm_group *shm;
-    int *host_of;  /* global rank -> host index */
-    int *local_of; /* global rank -> index among its host's ranks */
-    int send_fd, recv_fd;
-    int left, right;
-    /* Recursive doubling for small all-reduces: one socket per partner (ring indices), -1
-     * where none; rd_pow = the largest power of two <= rworld. */
-    int *rd_fd;
-    int rd_pow;
-    size_t tcp_small; /* all-reduces of at most this many bytes take recursive doubling */
-    void *rd_tmp;     /* tcp_small bytes */
-    char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
-    size_t chunk;
-    void *stage;
-    uint64_t seq; /* collectives run so far (comm thread only) */
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    struct comm_work *head, *tail;
-    struct comm_work *all;
-    uint8_t notice; /* after a failure: the notice for the neighbours (comm thread only) */
-    int wait_peer;  /* the neighbour the running collective last waited on, or -1 */
-    int busy;       /* the thread is running a work */
-    int stop;
-    int failed;
-    struct ddp_err fail;
-};
-
-/* The wire header in front of every collective, in host byte order (every rank of a job
- * runs the same build on the same architecture). */
-struct coll_hdr {
-    uint32_t magic;
-    uint16_t kind;
-    uint16_t aux; /* dtype for all-reduce and barrier, root for broadcast */
-    uint64_t seq;
-    uint64_t bytes;
-};
-
-/* The header in front of every recursive-doubling message (magic ABORT_MAGIC: kind is a
- * failure notice instead). */
-struct rd_hdr {
-    uint32_t magic;
-    uint32_t kind;
-    uint64_t seq;
-    uint64_t bytes;
-};
-
-struct hello_msg {
-    uint32_t magic;
-    uint32_t rank;
-    uint64_t id;
-    char nonce[NONCE_HEX + 1];
-    char pad[7];
-};
-
-/* ---- the ring engine ---- */
-
-/* One collective as the engine sees it. */
-struct plan {
-    char *buf;
-    size_t esize;
-    const struct vecadd_type *type; /* all-reduce: the element type */
-    int nsteps;
-    int has_send, has_recv;
-    /* all-reduce */
-    int rank, world;
-    size_t count;
-    /* broadcast */
-    int is_bcast;
-    size_t bytes;
-    const char *what;
-};
-
-static void seg_range(const struct plan *p, int i, size_t *off, size_t *len)
-{
-    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
-    size_t ui = (size_t)i;
-    *off = (ui * base + (ui < rem ? ui : rem)) * p->esize;
-    *len = (base + (ui < rem ? 1 : 0)) * p->esize;
-}
-
-static int mod(int a, int w)
-{
-    int m = a % w;
-    return m < 0 ? m + w : m;
-}
-
-static void step_send(const struct plan *p, int t, size_t *off, size_t *len)
-{
-    if (p->is_bcast) {
-        *off = 0;
-        *len = p->has_send ? p->bytes : 0;
-        return;
-    }
-    int seg = t < p->world - 1 ? mod(p->rank - t, p->world)
-                               : mod(p->rank + 1 - (t - (p->world - 1)), p->world);
-    seg_range(p, seg, off, len);
-}
-
-static void step_recv(const struct plan *p, int t, size_t *off, size_t *len, int *reduce)
-{
-    if (p->is_bcast) {
-        *off = 0;
-        *len = p->has_recv ? p->bytes : 0;
-        *reduce = 0;
-        return;
-    }
-    int rs = t < p->world - 1;
-    int seg = rs ? mod(p->rank - t - 1, p->world) : mod(p->rank - (t - (p->world - 1)), p->world);
-    seg_range(p, seg, off, len);
-    *reduce = rs;
-}
-
-/* The receive step whose data send step t forwards (-1: none). */
-static int step_dep(const struct plan *p, int t)
-{
-    if (p->is_bcast)
-        return p->has_recv ? 0 : -1;
-    return t - 1;
-}
-
-/* A notice names the rank at fault by its global rank (not its ring index: in a
- * hierarchical ring the fault may be a non-leader behind a leader). */
-#define NOTICE_UNKNOWN 0x7f
-#define NOTICE_SILENT 0x80
-
-static uint8_t notice_of(int rank, int silent)
-{
-    uint8_t b = rank >= 0 && rank < NOTICE_UNKNOWN ? (uint8_t)rank : NOTICE_UNKNOWN;
-    return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
-}
-
-/* The global rank of ring index i (the unknown marker passes through). */
-static int rg(const struct cpu *cpu, int i)
+int cpu_global_rank(const struct cpu *cpu, int i)
 {
     return i >= 0 && i < cpu->rworld && cpu->ring_global ? cpu->ring_global[i] : i;
 }
 
-static int fail_peer(struct comm *c, int peer, const char *name, const char *what, int e,
-                     struct ddp_err *err)
+/* An all-reduce over the TCP ring of the comm (all ranks, or the leaders): recursive
+ * doubling when it is small, else the ring. */
+static int tcp_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
+                         uint64_t seq, int kind, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    cpu->notice = notice_of(rg(cpu, peer), 0);
-    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s", rg(cpu, peer), name,
-                   what, net_errno_text(e));
-}
-
-/* The error for a notice b that neighbour `via` sent; the notice is passed on unchanged. */
-static int notice_error(struct comm *c, uint8_t b, int via, const char *via_name,
-                        const char *what, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    cpu->notice = b;
-    int rank = b & NOTICE_UNKNOWN;
-    if (rank == NOTICE_UNKNOWN)
-        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
-                       rg(cpu, via), via_name, what);
-    if (rank == c->rank && cpu->wait_peer >= 0) {
-        /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
-         * stalled ring that one is the better suspect; pass it on. */
-        int peer = cpu->wait_peer;
-        cpu->notice = notice_of(rg(cpu, peer), 1);
-        return err_set(err, DDP_ETIMEOUT,
-                       "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
-                       "out on this rank while this rank waited for it)",
-                       rg(cpu, peer), peer == cpu->left ? cpu->left_name : cpu->right_name,
-                       c->opts.timeout_ms, what, rg(cpu, via));
-    }
-    if (rank == c->rank)
-        return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
-                       "rank %d (%s) gave up on this rank during %s (it was %s)", rg(cpu, via),
-                       via_name, what, b & NOTICE_SILENT ? "silent" : "unreachable");
-    if (b & NOTICE_SILENT)
-        return err_set(err, DDP_ETIMEOUT,
-                       "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
-                       rank, c->opts.timeout_ms, what, rg(cpu, via));
-    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)",
-                   rank, what, rg(cpu, via));
-}
-
-/*
- * The left neighbour's stream ended or broke (e = errno, 0 for EOF). Its urgent notice is
- * usually gone by now (reading past the urgent mark drops it; the poll loop catches it while
- * blocked), but a notice from the right may already be waiting: either names the rank really
- * at fault better than "the left closed".
- */
-static int recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    uint8_t b = 0;
-    if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
-        return notice_error(c, b, cpu->left, cpu->left_name, what, err);
-    if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
-        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
-    /* No notice. A reset on the send socket means the right neighbour died (a live rank that
-     * gives up sends a notice and a FIN), and the left one only passed that on. */
-    struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
-    if (poll(&sp, 1, 0) > 0 && (sp.revents & (POLLERR | POLLHUP))) {
-        int soerr = 0;
-        socklen_t sl = sizeof(soerr);
-        if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr == 0)
-            soerr = ECONNRESET;
-        return fail_peer(c, cpu->right, cpu->right_name, what, soerr, err);
-    }
-    return fail_peer(c, cpu->left, cpu->left_name, what, e, err);
-}
-
-/* Sending to the right neighbour failed or its reverse direction woke up: a notice, or gone. */
-static int send_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    uint8_t b = 0;
-    ssize_t n = recv(cpu->send_fd, &b, 1, MSG_DONTWAIT);
-    if (n == 1)
-        return notice_error(c, b, cpu->right, cpu->right_name, what, err);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && e == 0)
-        e = errno;
-    return fail_peer(c, cpu->right, cpu->right_name, what, e, err);
-}
-
-/* Runs one collective over the ring; returns 0 or the error. */
-static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr *mine,
-                    struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    const size_t hsz = sizeof(struct coll_hdr);
-    struct coll_hdr theirs;
-    size_t shdr = 0, rhdr = 0;
-    int ss = 0, rs = 0;
-    size_t sdone = 0, rready = 0, sfill = 0;
-    int64_t last = time_mono_ms();
-    int watch_left = 1; /* poll recv_fd for an urgent notice even when not reading */
-    cpu->wait_peer = -1;
-    for (;;) {
-        int progress = 0, want_out = 0, want_in = 0;
-        /* Send side: the header, then every step's segment as far as its data is ready. */
-        while (p->has_send) {
-            const char *src;
-            size_t avail;
-            if (shdr < hsz) {
-                src = (const char *)mine + shdr;
-                avail = hsz - shdr;
-            } else {
-                if (ss >= p->nsteps)
-                    break;
-                size_t off, len;
-                step_send(p, ss, &off, &len);
-                if (sdone >= len) {
-                    ss++;
-                    sdone = 0;
-                    continue;
-                }
-                size_t allowed = len;
-                int d = step_dep(p, ss);
-                if (d >= 0 && (rhdr < hsz || rs < d))
-                    allowed = 0;
-                else if (d >= 0 && rs == d)
-                    allowed = rready;
-                if (allowed <= sdone)
-                    break; /* waits for the left neighbour's data */
-                src = p->buf + off + sdone;
-                avail = allowed - sdone;
-            }
-            ssize_t n = send(cpu->send_fd, src, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0) {
-                if (shdr < hsz)
-                    shdr += (size_t)n;
-                else
-                    sdone += (size_t)n;
-                progress = 1;
-                continue;
-            }
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                want_out = 1;
-                break;
-            }
-            return send_failed(c, p->what, n < 0 ? errno : 0, err);
-        }
-        /* Receive side: the header, then every step's segment (summed chunk by chunk). */
-        while (p->has_recv) {
-            char *dst;
-            size_t room;
-            size_t off = 0, len = 0, cend = 0;
-            int reduce = 0;
-            if (rhdr < hsz) {
-                dst = (char *)&theirs + rhdr;
-                room = hsz - rhdr;
-            } else {
-                if (rs >= p->nsteps)
-                    break;
-                step_recv(p, rs, &off, &len, &reduce);
-                if (rready >= len) {
-                    rs++;
-                    rready = 0;
-                    sfill = 0;
-                    continue;
-                }
-                if (reduce) {
-                    cend = len - rready < cpu->chunk ? len - rready : cpu->chunk;
-                    dst = (char *)cpu->stage + sfill;
-                    room = cend - sfill;
-                } else {
-                    dst = p->buf + off + rready;
-                    room = len - rready;
-                }
-            }
-            ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
-            if (n > 0 && (size_t)n < room) {
-                /* A short read: the buffer ran dry, or the read stopped at an urgent mark
-                 * (the left neighbour's failure notice), which the next read would skip. */
-                struct pollfd up = {.fd = cpu->recv_fd, .events = POLLPRI};
-                uint8_t b = 0;
-                if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) &&
-                    recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
-                    return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
-            }
-            if (n > 0) {
-                progress = 1;
-                if (rhdr < hsz) {
-                    rhdr += (size_t)n;
-                    int bad = rhdr == hsz &&
-                              (theirs.magic != mine->magic || theirs.kind != mine->kind ||
-                               theirs.aux != mine->aux || theirs.seq != mine->seq ||
-                               theirs.bytes != mine->bytes);
-                    if (bad) {
-                        cpu->notice = NOTICE_UNKNOWN;
-                        return err_set(err, DDP_EINTERNAL,
-                                       "collective mismatch with rank %d (%s): it issued kind %u "
-                                       "aux %u seq %" PRIu64 " of %" PRIu64
-                                       " bytes, this rank kind %u aux %u seq %" PRIu64
-                                       " of %" PRIu64 " bytes",
-                                       rg(cpu, cpu->left), cpu->left_name, theirs.kind, theirs.aux,
-                                       theirs.seq, theirs.bytes, mine->kind, mine->aux,
-                                       mine->seq, mine->bytes);
-                    }
-                } else if (reduce) {
-                    sfill += (size_t)n;
-                    if (sfill == cend) {
-                        p->type->add(p->buf + off + rready, cpu->stage, cend / p->esize);
-                        rready += cend;
-                        sfill = 0;
-                    }
-                } else {
-                    rready += (size_t)n;
-                }
-                continue;
-            }
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                want_in = 1;
-                break;
-            }
-            return recv_failed(c, p->what, n < 0 ? errno : 0, err);
-        }
-        int send_done = !p->has_send || (shdr == hsz && ss >= p->nsteps);
-        int recv_done = !p->has_recv || (rhdr == hsz && rs >= p->nsteps);
-        if (send_done && recv_done)
-            return 0;
-        int64_t now = time_mono_ms();
-        if (progress) {
-            if (now != last)
-                shm_heartbeat(cpu->shm); /* this host's members wait on the leader */
-            last = now;
-            continue;
-        }
-        cpu->wait_peer = !recv_done ? cpu->left : cpu->right;
-        int64_t left_ms = last + c->opts.timeout_ms - now;
-        if (left_ms <= 0) {
-            int peer = !recv_done ? cpu->left : cpu->right;
-            const char *name = !recv_done ? cpu->left_name : cpu->right_name;
-            cpu->notice = notice_of(rg(cpu, peer), 1);
-            return err_set(err, DDP_ETIMEOUT,
-                           "peer rank %d (%s) silent for %" PRId64 " ms during %s",
-                           rg(cpu, peer), name, c->opts.timeout_ms, p->what);
-        }
-        /* While this rank still has bytes for the right neighbour, any readable event on the
-         * send socket (it never carries data towards us) means that neighbour went away. */
-        struct pollfd pfd[2];
-        pfd[0].fd = send_done ? -1 : cpu->send_fd;
-        pfd[0].events = (short)(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
-        pfd[0].revents = 0;
-        pfd[1].fd = want_in || watch_left ? cpu->recv_fd : -1;
-        pfd[1].events = (short)(POLLPRI | (want_in ? POLLIN : 0));
-        pfd[1].revents = 0;
-        int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
-        if (pn < 0 && errno != EINTR) {
-            cpu->notice = NOTICE_UNKNOWN;
-            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
-        }
-        if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
-            int soerr = 0;
-            socklen_t sl = sizeof(soerr);
-            if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
-                soerr = errno;
-            return send_failed(c, p->what, soerr, err);
-        }
-        if (pn > 0 && (pfd[1].revents & POLLPRI)) {
-            uint8_t b = 0;
-            if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
-                return notice_error(c, b, cpu->left, cpu->left_name, p->what, err);
-        }
-        /* A left neighbour that finished and left is no news while we only send. */
-        if (pn > 0 && !want_in && (pfd[1].revents & (POLLHUP | POLLERR)))
-            watch_left = 0;
-    }
-}
-
-/* ---- recursive doubling (small all-reduces over TCP) ---- */
-
-
-/* Sends sbuf to ring index `to` and receives rlen bytes from `from` (either may be -1) at
- * once, each preceded by a header that must match ours. Inactivity bounded by the timeout. */
-static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbuf, size_t len,
-                   const struct rd_hdr *mine, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    const size_t hsz = sizeof(struct rd_hdr);
-    struct rd_hdr theirs;
-    size_t sdone = to >= 0 ? 0 : hsz + len, rdone = from >= 0 ? 0 : hsz + len;
-    int sfd = to >= 0 ? cpu->rd_fd[to] : -1, rfd = from >= 0 ? cpu->rd_fd[from] : -1;
-    int64_t last = time_mono_ms();
-    while (sdone < hsz + len || rdone < hsz + len) {
-        int progress = 0;
-        if (sdone < hsz + len) {
-            const char *src = sdone < hsz ? (const char *)mine + sdone
-                                          : (const char *)sbuf + (sdone - hsz);
-            size_t n = sdone < hsz ? hsz - sdone : hsz + len - sdone;
-            ssize_t k = send(sfd, src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (k > 0) {
-                sdone += (size_t)k;
-                progress = 1;
-            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                return fail_peer(c, to, "recursive doubling", "all-reduce", errno, err);
-            }
-        }
-        if (rdone < hsz + len) {
-            char *dst = rdone < hsz ? (char *)&theirs + rdone : (char *)rbuf + (rdone - hsz);
-            size_t n = rdone < hsz ? hsz - rdone : hsz + len - rdone;
-            ssize_t k = recv(rfd, dst, n, MSG_DONTWAIT);
-            if (k > 0) {
-                rdone += (size_t)k;
-                progress = 1;
-                if (rdone == hsz && theirs.magic == ABORT_MAGIC)
-                    return notice_error(c, (uint8_t)theirs.kind, from, "recursive doubling",
-                                        "all-reduce", err);
-                if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
-                    cpu->notice = NOTICE_UNKNOWN;
-                    return err_set(err, DDP_EINTERNAL,
-                                   "collective mismatch with rank %d: it issued kind %u seq "
-                                   "%" PRIu64 " of %" PRIu64 " bytes, this rank kind %u seq "
-                                   "%" PRIu64 " of %" PRIu64 " bytes",
-                                   rg(cpu, from), theirs.kind, theirs.seq, theirs.bytes,
-                                   mine->kind, mine->seq, mine->bytes);
-                }
-            } else if (k == 0) {
-                return fail_peer(c, from, "recursive doubling", "all-reduce", 0, err);
-            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                return fail_peer(c, from, "recursive doubling", "all-reduce", errno, err);
-            }
-        }
-        int64_t now = time_mono_ms();
-        if (progress) {
-            last = now;
-            continue;
-        }
-        int64_t left_ms = last + c->opts.timeout_ms - now;
-        int waited = rdone < hsz + len ? from : to;
-        cpu->wait_peer = waited;
-        if (left_ms <= 0) {
-            cpu->notice = notice_of(rg(cpu, waited), 1);
-            return err_set(err, DDP_ETIMEOUT, "peer rank %d silent for %" PRId64
-                           " ms during all-reduce (recursive doubling)",
-                           rg(cpu, waited), c->opts.timeout_ms);
-        }
-        struct pollfd pfd[2] = {
-            {.fd = sdone < hsz + len ? sfd : -1, .events = POLLOUT},
-            {.fd = rdone < hsz + len ? rfd : -1, .events = POLLIN},
-        };
-        if (poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms) < 0 &&
-            errno != EINTR) {
-            cpu->notice = NOTICE_UNKNOWN;
-            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
-        }
-    }
-    return 0;
-}
-
-/*
- * Recursive doubling over P = rd_pow ranks: ranks P.. first fold into rank - P and get the
- * result back at the end; in step k rank r swaps its whole buffer with r ^ 2^k and adds
- * (IEEE addition commutes, so both partners, and in the end all ranks, hold identical bits).
- * log2(P) (+2) latencies instead of the ring's 2(W-1).
- */
-static int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                        uint64_t seq, int kind, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    const struct vecadd_type *t = vecadd_type(dt);
-    size_t len = count * t->size;
-    int r = cpu->rrank, P = cpu->rd_pow, W = cpu->rworld, ret = 0;
-    struct rd_hdr h = {.magic = COLL_MAGIC, .kind = (uint32_t)kind, .seq = seq, .bytes = len};
-    cpu->wait_peer = -1;
-    if (r >= P) {
-        if ((ret = rd_xchg(c, r - P, buf, -1, NULL, len, &h, err)) < 0)
-            return ret;
-        return rd_xchg(c, -1, NULL, r - P, buf, len, &h, err);
-    }
-    if (r + P < W) {
-        if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
-            return ret;
-        t->add(buf, cpu->rd_tmp, count);
-    }
-    for (int bit = 1; bit < P; bit <<= 1) {
-        int q = r ^ bit;
-        if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
-            return ret;
-        t->add(buf, cpu->rd_tmp, count);
-    }
-    if (r + P < W)
-        return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);
-    return 0;
-}
-
-/* The ring part of an all-reduce (over all ranks or the leaders). */
-static int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                          uint64_t seq, int kind, const char *what, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    const struct vecadd_type *t = vecadd_type(dt);
-    struct plan p;
-    if (cpu->rd_fd && count * t->size <= cpu->tcp_small)
+    if (cpu->rd_fd && count * vecadd_type(dt)->size <= cpu->tcp_small)
         return rd_allreduce(c, buf, count, dt, seq, kind, err);
-    memset(&p, 0, sizeof(p));
-    p.rank = cpu->rrank;
-    p.world = cpu->rworld;
-    p.buf = buf;
-    p.count = count;
-    p.type = t;
-    p.what = what;
-    p.esize = t->size;
-    p.nsteps = 2 * (cpu->rworld - 1);
-    p.has_send = p.has_recv = 1;
-    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = (uint16_t)kind, .aux = (uint16_t)dt,
-                         .seq = seq, .bytes = count * p.esize};
-    return ring_run(c, &p, &h, err);
-}
-
-/* The ring part of a broadcast from ring index root. */
-static int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
-                          struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    struct plan p;
-    memset(&p, 0, sizeof(p));
-    p.rank = cpu->rrank;
-    p.world = cpu->rworld;
-    p.buf = buf;
-    p.esize = 1;
-    p.is_bcast = 1;
-    p.bytes = bytes;
-    p.nsteps = 1;
-    p.has_recv = cpu->rrank != root;
-    p.has_send = cpu->right != root;
-    p.what = "broadcast";
-    struct coll_hdr h = {.magic = COLL_MAGIC, .kind = WORK_BROADCAST, .aux = (uint16_t)root,
-                         .seq = seq, .bytes = bytes};
-    return ring_run(c, &p, &h, err);
+    return ring_allreduce(c, buf, count, dt, seq, kind, what, err);
 }
 
 /* A sum all-reduce over the comm's transport (see enum comm_mode). */
@@ -693,14 +114,14 @@ static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
     int ret = 0;
     switch (cpu->mode) {
     case MODE_TCP:
-        return ring_allreduce(c, buf, count, dt, seq, kind, what, err);
+        return tcp_allreduce(c, buf, count, dt, seq, kind, what, err);
     case MODE_SHM:
         return shm_allreduce(cpu->shm, buf, count, dt, 0, seq, kind, err);
     case MODE_HIER:
         if ((ret = shm_allreduce(cpu->shm, buf, count, dt, 1, seq, kind, err)) < 0)
             return ret;
         if (cpu->has_ring &&
-            (ret = ring_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
+            (ret = tcp_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
             return ret;
         return shm_broadcast(cpu->shm, buf, count * vecadd_type(dt)->size, 0, seq, kind,
                              err);
@@ -773,44 +194,6 @@ static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
     (void)cpu;
 }
 
-/* After a failed collective: tell the neighbours at once (best effort: a full buffer loses
- * the notice, and then they see the end of the stream) and close the ring, so they fail in
- * turn. */
-static void abort_ring(struct comm *c, const struct ddp_err *e)
-{
-    struct cpu *cpu = c->impl;
-    /* A failure the shared memory saw names its rank at fault in the ring's notice; one the
-     * ring saw names the ring's in the segment. */
-    int silent = 0;
-    int fault = shm_fault(cpu->shm, &silent);
-    if (fault >= 0)
-        cpu->notice = notice_of(fault, silent);
-    else if ((cpu->notice & NOTICE_UNKNOWN) != NOTICE_UNKNOWN)
-        fault = cpu->notice & NOTICE_UNKNOWN;
-    shm_abort(cpu->shm, e, fault);
-    if (!cpu->has_ring) {
-        log_debug("comm: rank %d: %s", c->rank, e->msg);
-        return;
-    }
-    uint8_t b = cpu->notice;
-    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
-        log_debug("comm: rank %d: notice to the right not sent", c->rank);
-    if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
-        log_debug("comm: rank %d: notice to the left not sent", c->rank);
-    shutdown(cpu->send_fd, SHUT_RDWR);
-    shutdown(cpu->recv_fd, SHUT_RDWR);
-    /* Recursive-doubling partners get the notice as a header (read where they expect one). */
-    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = b};
-    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++) {
-        if (cpu->rd_fd[i] < 0)
-            continue;
-        if (send(cpu->rd_fd[i], &nh, sizeof(nh), MSG_NOSIGNAL | MSG_DONTWAIT) !=
-            (ssize_t)sizeof(nh))
-            log_debug("comm: rank %d: notice to partner %d not sent", c->rank, rg(cpu, i));
-        shutdown(cpu->rd_fd[i], SHUT_RDWR);
-    }
-    log_debug("comm: rank %d: %s", c->rank, e->msg);
-}
 
 /* The comm thread's time slice: see "Scheduling" above. Failure only costs latency. */
 static void comm_thread_short_slice(void)
@@ -866,7 +249,7 @@ static void *comm_thread(void *arg)
         err_clear(&e);
         int ret = run_work(c, w, &e);
         if (ret < 0)
-            abort_ring(c, &e);
+            fault_abort_ring(c, &e);
 
         pthread_mutex_lock(&cpu->mu);
         cpu->busy = 0;
@@ -963,7 +346,7 @@ static void end_inline(struct comm *c, int ret, const struct ddp_err *e)
 {
     struct cpu *cpu = c->impl;
     if (ret < 0)
-        abort_ring(c, e);
+        fault_abort_ring(c, e);
     pthread_mutex_lock(&cpu->mu);
     cpu->busy = 0;
     if (ret < 0) {
@@ -1032,297 +415,6 @@ static int cpu_barrier(struct comm *c, struct ddp_err *err)
     return run_blocking(c, w, err);
 }
 
-/* ---- set-up ---- */
-
-/* Parses "host:port nonce" published by a peer. */
-static int parse_addr(const char *v, size_t len, char *host, size_t hostsize, int *port,
-                      char *nonce)
-{
-    char tmp[NET_ADDR_MAX + NONCE_HEX + 8];
-    if (len >= sizeof(tmp))
-        return DDP_EINVAL;
-    memcpy(tmp, v, len);
-    tmp[len] = '\0';
-    char *sp = strchr(tmp, ' ');
-    if (!sp || strlen(sp + 1) != NONCE_HEX)
-        return DDP_EINVAL;
-    *sp = '\0';
-    memcpy(nonce, sp + 1, NONCE_HEX + 1);
-    return net_split_hostport(tmp, host, hostsize, port);
-}
-
-static int fetch_peer(struct comm *c, struct rdzv *r, uint64_t id, const char *sub, int peer,
-                      int64_t deadline, char *host, size_t hostsize, int *port, char *nonce,
-                      struct ddp_err *err)
-{
-    char key[64];
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%s%d", id, sub, peer);
-    void *v = NULL;
-    size_t len = 0;
-    int64_t left = deadline - time_mono_ms();
-    int ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err);
-    if (ret == DDP_ETIMEOUT)
-        ret = err_set(err, DDP_ETIMEOUT,
-                      "peer rank %d did not publish its ring address within %" PRId64 " ms",
-                      rg(c->impl, peer), c->opts.timeout_ms);
-    if (ret < 0)
-        return ret;
-    ret = parse_addr(v, len, host, hostsize, port, nonce);
-    if (ret < 0)
-        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address",
-                      rg(c->impl, peer));
-    free(v);
-    return ret;
-}
-
-static void format_name(char *out, size_t size, const char *host, int port)
-{
-    snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
-}
-
-static int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    int ret = 0, lfd = -1, fd = -1;
-    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
-    char nonce[NONCE_HEX + 1];
-    char host[NET_ADDR_MAX], rhost[NET_ADDR_MAX], lhost[NET_ADDR_MAX];
-    char rnonce[NONCE_HEX + 1], lnonce[NONCE_HEX + 1];
-    int port = 0, rport = 0, lport = 0;
-    struct ddp_err e;
-
-    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
-        err_set(err, ret, "cannot read random bytes for the ring nonce");
-        goto out;
-    }
-    if ((ret = net_listen(NULL, 0, 16, &lfd, &port, &e)) < 0) {
-        err_set(err, ret, "ring: cannot listen: %s", e.msg);
-        goto out;
-    }
-    if (c->local_addr[0]) {
-        if (strlen(c->local_addr) >= sizeof(host)) {
-            ret = err_set(err, DDP_EINVAL, "local address '%s' is too long", c->local_addr);
-            goto out;
-        }
-        memcpy(host, c->local_addr, strlen(c->local_addr) + 1);
-    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
-        ret = err_set(err, DDP_EIO, "ring: cannot read the rendezvous connection's address");
-        goto out;
-    }
-    char key[64], val[NET_ADDR_MAX + NONCE_HEX + 8], me[PEER_NAME_MAX];
-    format_name(me, sizeof(me), host, port);
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->rrank);
-    int vl = snprintf(val, sizeof(val), "%s %s", me, nonce);
-    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
-        goto out;
-    if ((ret = fetch_peer(c, r, id, "", cpu->right, deadline, rhost, sizeof(rhost), &rport, rnonce,
-                          err)) < 0 ||
-        (ret = fetch_peer(c, r, id, "", cpu->left, deadline, lhost, sizeof(lhost), &lport, lnonce,
-                          err)) < 0)
-        goto out;
-    format_name(cpu->right_name, sizeof(cpu->right_name), rhost, rport);
-    format_name(cpu->left_name, sizeof(cpu->left_name), lhost, lport);
-
-    /* Connect to the right neighbour (it listens before it publishes) and say hello. */
-    int64_t backoff = 10;
-    for (;;) {
-        ret = net_connect(rhost, rport, deadline, &cpu->send_fd, &e);
-        if (ret == 0)
-            break;
-        if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
-            err_set(err, ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret,
-                    "ring: cannot connect to peer rank %d (%s): %s", rg(cpu, cpu->right),
-                    cpu->right_name, e.msg);
-            ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
-            goto out;
-        }
-        time_sleep_ms(backoff);
-        backoff = backoff * 2 > 200 ? 200 : backoff * 2;
-    }
-    struct hello_msg hm;
-    memset(&hm, 0, sizeof(hm));
-    hm.magic = HELLO_MAGIC;
-    hm.rank = (uint32_t)cpu->rrank;
-    hm.id = id;
-    memcpy(hm.nonce, rnonce, NONCE_HEX + 1);
-    if ((ret = net_send_all(cpu->send_fd, &hm, sizeof(hm), deadline, &e)) < 0) {
-        err_set(err, ret, "ring: hello to peer rank %d (%s): %s", rg(cpu, cpu->right),
-                cpu->right_name, e.msg);
-        goto out;
-    }
-
-    /* Accept from the left neighbour; drop anyone else. */
-    for (;;) {
-        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
-            err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s",
-                    rg(cpu, cpu->left), cpu->left_name, e.msg);
-            goto out;
-        }
-        struct hello_msg got;
-        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
-        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
-            got.nonce[NONCE_HEX] = '\0';
-            int ok = got.magic == HELLO_MAGIC && got.rank == (uint32_t)cpu->left &&
-                     got.id == id;
-            ok &= secret_equal(got.nonce, nonce);
-            if (ok)
-                break;
-            log_warn("comm: rank %d dropped a ring connection with a wrong hello", c->rank);
-        }
-        close(fd);
-        fd = -1;
-    }
-    uint8_t ack = 1;
-    if ((ret = net_send_all(fd, &ack, 1, deadline, &e)) < 0) {
-        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", rg(cpu, cpu->left),
-                cpu->left_name, e.msg);
-        goto out;
-    }
-    cpu->recv_fd = fd;
-    fd = -1;
-    if ((ret = net_recv_all(cpu->send_fd, &ack, 1, deadline, &e)) < 0 || ack != 1) {
-        if (ret == 0)
-            ret = DDP_EPEER;
-        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s",
-                rg(cpu, cpu->right), cpu->right_name, ret == DDP_EPEER ? e.msg : "bad ack");
-        goto out;
-    }
-out:
-    if (fd >= 0)
-        close(fd);
-    if (lfd >= 0)
-        close(lfd);
-    return ret;
-}
-
-/* Whether ring indices a and b exchange data in recursive doubling over p of w. */
-static int rd_partners(int a, int b, int p, int w)
-{
-    if (a == b || a >= w || b >= w)
-        return 0;
-    if (a >= p || b >= p)
-        return a == b + p || b == a + p;
-    int x = a ^ b;
-    return (x & (x - 1)) == 0;
-}
-
-/*
- * Connects the recursive-doubling partners: every ring rank listens and publishes
- * "host:port nonce" under "comm/<id>/rd/<ring rank>"; the higher rank of each pair connects
- * to the lower one and says hello (magic, rank, id, the lower one's nonce), the lower one
- * accepts and checks it.
- */
-static int rd_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    int ret = 0, lfd = -1, fd = -1, port = 0, W = cpu->rworld, me = cpu->rrank;
-    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
-    char nonce[NONCE_HEX + 1], host[NET_ADDR_MAX], key[64];
-    char val[NET_ADDR_MAX + NONCE_HEX + 8], name[PEER_NAME_MAX];
-    struct ddp_err e;
-    int P = 1;
-    while (P * 2 <= W)
-        P *= 2;
-    cpu->rd_pow = P;
-    cpu->rd_fd = xmalloc((size_t)W * sizeof(int));
-    for (int i = 0; i < W; i++)
-        cpu->rd_fd[i] = -1;
-    if ((ret = rand_hex(nonce, NONCE_HEX / 2)) < 0) {
-        err_set(err, ret, "cannot read random bytes for the nonce");
-        goto out;
-    }
-    if ((ret = net_listen(NULL, 0, 64, &lfd, &port, &e)) < 0) {
-        err_set(err, ret, "recursive doubling: cannot listen: %s", e.msg);
-        goto out;
-    }
-    if (c->local_addr[0]) {
-        memcpy(host, c->local_addr, strlen(c->local_addr) + 1 < sizeof(host)
-                                        ? strlen(c->local_addr) + 1 : sizeof(host));
-        host[sizeof(host) - 1] = '\0';
-    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
-        ret = err_set(err, DDP_EIO, "cannot read the rendezvous connection's address");
-        goto out;
-    }
-    format_name(name, sizeof(name), host, port);
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/rd/%d", id, me);
-    int vl = snprintf(val, sizeof(val), "%s %s", name, nonce);
-    if ((ret = rdzv_set(r, key, val, (size_t)vl, err)) < 0)
-        goto out;
-    int expect = 0;
-    for (int q = 0; q < W; q++) {
-        if (!rd_partners(me, q, P, W))
-            continue;
-        if (q > me) {
-            expect++;
-            continue;
-        }
-        char phost[NET_ADDR_MAX], pnonce[NONCE_HEX + 1];
-        int pport = 0;
-        if ((ret = fetch_peer(c, r, id, "rd/", q, deadline, phost, sizeof(phost), &pport,
-                              pnonce, err)) < 0)
-            goto out;
-        int64_t backoff = 10;
-        for (;;) {
-            ret = net_connect(phost, pport, deadline, &cpu->rd_fd[q], &e);
-            if (ret == 0)
-                break;
-            if (ret != DDP_EUNAVAIL || time_mono_ms() >= deadline) {
-                ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
-                err_set(err, ret, "cannot connect to peer rank %d: %s", rg(cpu, q), e.msg);
-                goto out;
-            }
-            time_sleep_ms(backoff);
-            backoff = backoff * 2 > 200 ? 200 : backoff * 2;
-        }
-        struct hello_msg hm;
-        memset(&hm, 0, sizeof(hm));
-        hm.magic = HELLO_MAGIC;
-        hm.rank = (uint32_t)me;
-        hm.id = id;
-        memcpy(hm.nonce, pnonce, NONCE_HEX + 1);
-        if ((ret = net_send_all(cpu->rd_fd[q], &hm, sizeof(hm), deadline, &e)) < 0) {
-            err_set(err, ret, "hello to peer rank %d: %s", rg(cpu, q), e.msg);
-            goto out;
-        }
-    }
-    while (expect > 0) {
-        if ((ret = net_accept(lfd, deadline, &fd, &e)) < 0) {
-            err_set(err, ret, "recursive doubling: %d partner(s) did not connect: %s", expect,
-                    e.msg);
-            goto out;
-        }
-        struct hello_msg got;
-        int64_t hd = time_mono_ms() + 5000 < deadline ? time_mono_ms() + 5000 : deadline;
-        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
-            got.nonce[NONCE_HEX] = '\0';
-            int q = (int)got.rank;
-            int ok = got.magic == HELLO_MAGIC && got.id == id && q > me && q < W &&
-                     rd_partners(me, q, P, W) && cpu->rd_fd[q] < 0;
-            ok = ok && secret_equal(got.nonce, nonce);
-            if (ok) {
-                net_set_nodelay(fd);
-                cpu->rd_fd[q] = fd;
-                fd = -1;
-                expect--;
-                continue;
-            }
-            log_warn("comm: rank %d dropped a connection with a wrong hello", c->rank);
-        }
-        close(fd);
-        fd = -1;
-    }
-    cpu->tcp_small = c->opts.small_bytes ? c->opts.small_bytes : COMM_TCP_SMALL_BYTES;
-    if (cpu->tcp_small > (size_t)16 << 20)
-        cpu->tcp_small = (size_t)16 << 20;
-    cpu->rd_tmp = xmalloc(cpu->tcp_small ? cpu->tcp_small : 1);
-out:
-    if (fd >= 0)
-        close(fd);
-    if (lfd >= 0)
-        close(lfd);
-    return ret;
-}
-
 static void cpu_destroy(struct comm *c)
 {
     struct cpu *cpu = c->impl;
@@ -1375,95 +467,6 @@ static void cpu_destroy(struct comm *c)
     c->impl = NULL;
 }
 
-/* The inode of /proc/self/ns/<name> (0 when unreadable). */
-static unsigned long long ns_inode(const char *name)
-{
-    char path[64];
-    struct stat st;
-    snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
-    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
-}
-
-/*
- * This rank's host identity: the boot id, the inodes of its network, pid and mount
- * namespaces and the host name (ranks in different network namespaces of one machine - how
- * the fault tests simulate hosts - count as different hosts; so do ranks that cannot see
- * each other's pids, which the shared memory's liveness check reads, or may see different
- * /dev/shm mounts), plus DDP_COMM_HOST_ID when set (a test or a site can split one machine
- * into several "hosts" with it).
- */
-static void host_identity(char *out, size_t size)
-{
-    char boot[64] = "", name[128] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-    if (f) {
-        if (!fgets(boot, sizeof(boot), f))
-            boot[0] = '\0';
-        fclose(f);
-        boot[strcspn(boot, "\n")] = '\0';
-    }
-    if (gethostname(name, sizeof(name)) < 0)
-        name[0] = '\0';
-    name[sizeof(name) - 1] = '\0';
-    const char *extra = getenv("DDP_COMM_HOST_ID");
-    snprintf(out, size, "%s/%llu/%llu/%llu/%s/%s", boot, ns_inode("net"), ns_inode("pid"),
-             ns_inode("mnt"), name, extra ? extra : "");
-}
-
-/*
- * Publishes this rank's host identity under "comm/<id>/host/<rank>", reads every rank's,
- * and fills host_of/local_of. Hosts are numbered in the order of their lowest rank; a host's
- * leader is its lowest rank. *nhosts = how many hosts.
- */
-static int map_hosts(struct comm *c, struct rdzv *r, uint64_t id, int *nhosts,
-                     struct ddp_err *err)
-{
-    struct cpu *cpu = c->impl;
-    int W = c->world_size, ret = 0, n = 0;
-    char mine[512], key[96];
-    char **ids = xcalloc((size_t)W, sizeof(char *));
-    int *count = xcalloc((size_t)W, sizeof(int));
-    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
-    host_identity(mine, sizeof(mine));
-    snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, c->rank);
-    if ((ret = rdzv_set(r, key, mine, strlen(mine), err)) < 0)
-        goto out;
-    cpu->host_of = xcalloc((size_t)W, sizeof(int));
-    cpu->local_of = xcalloc((size_t)W, sizeof(int));
-    for (int q = 0; q < W; q++) {
-        void *v = NULL;
-        size_t len = 0;
-        snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, q);
-        int64_t left = deadline - time_mono_ms();
-        if ((ret = rdzv_get(r, key, left > 0 ? left : 0, &v, &len, err)) < 0) {
-            if (ret == DDP_ETIMEOUT)
-                ret = err_set(err, DDP_ETIMEOUT,
-                              "peer rank %d did not publish its host within %" PRId64 " ms", q,
-                              c->opts.timeout_ms);
-            goto out;
-        }
-        ids[q] = xmalloc(len + 1);
-        memcpy(ids[q], v, len);
-        ids[q][len] = '\0';
-        free(v);
-        int h = -1;
-        for (int p = 0; p < q && h < 0; p++)
-            if (strcmp(ids[p], ids[q]) == 0)
-                h = cpu->host_of[p];
-        if (h < 0)
-            h = n++;
-        cpu->host_of[q] = h;
-        cpu->local_of[q] = count[h]++;
-    }
-    *nhosts = n;
-out:
-    for (int q = 0; q < W; q++)
-        free(ids[q]);
-    free(ids);
-    free(count);
-    return ret;
-}
-
 /* Chooses the transport from the layout and sets up the shared memory and the ring. */
 static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
 {
@@ -1475,7 +478,7 @@ static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
     cpu->rworld = W;
     cpu->mode = MODE_TCP;
     if (!c->opts.force_tcp) {
-        if ((ret = map_hosts(c, r, id, &nhosts, err)) < 0)
+        if ((ret = topo_map_hosts(c, r, id, &cpu->host_of, &cpu->local_of, &nhosts, err)) < 0)
             goto out;
         cpu->mode = nhosts == W ? MODE_TCP : nhosts == 1 ? MODE_SHM : MODE_HIER;
     }
@@ -1530,7 +533,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     int ret = 0;
     struct cpu *cpu = xcalloc(1, sizeof(*cpu));
     cpu->send_fd = cpu->recv_fd = -1;
-    cpu->notice = NOTICE_UNKNOWN;
+    cpu->notice = fault_notice(-1, 0);
     cpu->wait_peer = -1;
     pthread_mutex_init(&cpu->mu, NULL);
     pthread_cond_init(&cpu->cv_work, NULL);
@@ -1627,3 +630,960 @@ const struct comm_ops comm_cpu_ops = {
     .alloc_buffer = cpu_alloc_buffer,
     .free_buffer = cpu_free_buffer,
 };
+
+/* ---- host topology ---- */
+
+/* The inode of /proc/self/ns/<name> (0 when unreadable). */
+static unsigned long long ns_inode(const char *name)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/self/ns/%s", name);
+    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/*
+ * This rank's host identity: the boot id, the inodes of its network, pid and mount
+ * namespaces and the host name (ranks in different network namespaces of one machine - how
+ * the fault tests simulate hosts - count as different hosts; so do ranks that cannot see
+ * each other's pids, which the shared memory's liveness check reads, or may see different
+ * /dev/shm mounts), plus DDP_COMM_HOST_ID when set (a test or a site can split one machine
+ * into several "hosts" with it).
+ */
+static void host_identity(char *out, size_t size)
+{
+    char boot[64] = "", name[128] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f))
+            boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    if (gethostname(name, sizeof(name)) < 0)
+        name[0] = '\0';
+    name[sizeof(name) - 1] = '\0';
+    const char *extra = getenv("DDP_COMM_HOST_ID");
+    snprintf(out, size, "%s/%llu/%llu/%llu/%s/%s", boot, ns_inode("net"), ns_inode("pid"),
+             ns_inode("mnt"), name, extra ? extra : "");
+}
+
+int topo_map_hosts(struct comm *c, struct rdzv *r, uint64_t id, int **host_of, int **local_of,
+                   int *nhosts, struct ddp_err *err)
+{
+    int W = c->world_size, ret = 0, n = 0;
+    char mine[512], key[96];
+    char **ids = xcalloc((size_t)W, sizeof(char *));
+    int *count = xcalloc((size_t)W, sizeof(int));
+    int *hosts = xcalloc((size_t)W, sizeof(int)), *locals = xcalloc((size_t)W, sizeof(int));
+    int64_t deadline = time_deadline_ms(c->opts.timeout_ms);
+    host_identity(mine, sizeof(mine));
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, c->rank);
+    if ((ret = rdzv_set(r, key, mine, strlen(mine), err)) < 0)
+        goto out;
+    for (int q = 0; q < W; q++) {
+        void *v = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof(key), "comm/%" PRIu64 "/host/%d", id, q);
+        if ((ret = rdzv_get(r, key, time_left_ms(deadline), &v, &len, err)) < 0) {
+            if (ret == DDP_ETIMEOUT)
+                ret = err_set(err, DDP_ETIMEOUT,
+                              "peer rank %d did not publish its host within %" PRId64 " ms", q,
+                              c->opts.timeout_ms);
+            goto out;
+        }
+        ids[q] = xmalloc(len + 1);
+        memcpy(ids[q], v, len);
+        ids[q][len] = '\0';
+        free(v);
+        int h = -1;
+        for (int p = 0; p < q && h < 0; p++)
+            if (strcmp(ids[p], ids[q]) == 0)
+                h = hosts[p];
+        if (h < 0)
+            h = n++;
+        hosts[q] = h;
+        locals[q] = count[h]++;
+    }
+    *host_of = hosts;
+    *local_of = locals;
+    *nhosts = n;
+    hosts = locals = NULL;
+out:
+    free(hosts);
+    free(locals);
+    for (int q = 0; q < W; q++)
+        free(ids[q]);
+    free(ids);
+    free(count);
+    return ret;
+}
+
+/* ---- failure notices ---- */
+
+/* The notice byte: the rank at fault in bits 0-6 (NOTICE_UNKNOWN when not known), bit 7
+ * set when it was silent rather than lost. */
+#define NOTICE_UNKNOWN 0x7f
+#define NOTICE_SILENT 0x80
+
+uint8_t fault_notice(int rank, int silent)
+{
+    uint8_t b = rank >= 0 && rank < NOTICE_UNKNOWN ? (uint8_t)rank : NOTICE_UNKNOWN;
+    return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
+}
+
+int fault_notice_rank(uint8_t n)
+{
+    return (n & NOTICE_UNKNOWN) == NOTICE_UNKNOWN ? -1 : n & NOTICE_UNKNOWN;
+}
+
+int fault_notice_silent(uint8_t n)
+{
+    return (n & NOTICE_SILENT) != 0;
+}
+
+int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what, int e,
+                    struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 0);
+    return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s",
+                   cpu_global_rank(cpu, peer), name, what, net_errno_text(e));
+}
+
+int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, const char *what,
+                      struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    cpu->notice = b;
+    int rank = b & NOTICE_UNKNOWN;
+    if (rank == NOTICE_UNKNOWN)
+        return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
+                       cpu_global_rank(cpu, via), via_name, what);
+    if (rank == c->rank && cpu->wait_peer >= 0) {
+        /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
+         * stalled ring that one is the better suspect; pass it on. */
+        int peer = cpu->wait_peer;
+        cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 1);
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
+                       "out on this rank while this rank waited for it)",
+                       cpu_global_rank(cpu, peer),
+                       peer == cpu->left ? cpu->left_name : cpu->right_name, c->opts.timeout_ms,
+                       what, cpu_global_rank(cpu, via));
+    }
+    if (rank == c->rank)
+        return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
+                       "rank %d (%s) gave up on this rank during %s (it was %s)",
+                       cpu_global_rank(cpu, via), via_name, what,
+                       b & NOTICE_SILENT ? "silent" : "unreachable");
+    if (b & NOTICE_SILENT)
+        return err_set(err, DDP_ETIMEOUT,
+                       "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
+                       rank, c->opts.timeout_ms, what, cpu_global_rank(cpu, via));
+    return err_set(err, DDP_EPEER, "peer rank %d lost during %s (reported by rank %d)", rank, what,
+                   cpu_global_rank(cpu, via));
+}
+
+/* The left neighbour's stream ended or broke (see fault.h). Its urgent notice is usually
+ * gone by now (reading past the urgent mark drops it; the poll loop catches it while
+ * blocked), but a notice from the right may already be waiting: either names the rank
+ * really at fault better than "the left closed". */
+int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+        return fault_from_notice(c, b, cpu->left, cpu->left_name, what, err);
+    if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
+        return fault_from_notice(c, b, cpu->right, cpu->right_name, what, err);
+    /* No notice. A reset on the send socket means the right neighbour died (a live rank that
+     * gives up sends a notice and a FIN), and the left one only passed that on. */
+    struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
+    if (poll(&sp, 1, 0) > 0 && (sp.revents & (POLLERR | POLLHUP))) {
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr == 0)
+            soerr = ECONNRESET;
+        return fault_peer_lost(c, cpu->right, cpu->right_name, what, soerr, err);
+    }
+    return fault_peer_lost(c, cpu->left, cpu->left_name, what, e, err);
+}
+
+int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    uint8_t b = 0;
+    ssize_t n = recv(cpu->send_fd, &b, 1, MSG_DONTWAIT);
+    if (n == 1)
+        return fault_from_notice(c, b, cpu->right, cpu->right_name, what, err);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && e == 0)
+        e = errno;
+    return fault_peer_lost(c, cpu->right, cpu->right_name, what, e, err);
+}
+
+void fault_abort_ring(struct comm *c, const struct ddp_err *e)
+{
+    struct cpu *cpu = c->impl;
+    /* A failure the shared memory saw names its rank at fault in the ring's notice; one the
+     * ring saw names the ring's in the segment. */
+    int silent = 0;
+    int fault = shm_fault(cpu->shm, &silent);
+    if (fault >= 0)
+        cpu->notice = fault_notice(fault, silent);
+    else
+        fault = fault_notice_rank(cpu->notice);
+    shm_abort(cpu->shm, e, fault);
+    if (!cpu->has_ring) {
+        log_debug("comm: rank %d: %s", c->rank, e->msg);
+        return;
+    }
+    uint8_t b = cpu->notice;
+    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the right not sent", c->rank);
+    if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+        log_debug("comm: rank %d: notice to the left not sent", c->rank);
+    shutdown(cpu->send_fd, SHUT_RDWR);
+    shutdown(cpu->recv_fd, SHUT_RDWR);
+    /* Recursive-doubling partners get the notice as a header (read where they expect one). */
+    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = b};
+    for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++) {
+        if (cpu->rd_fd[i] < 0)
+            continue;
+        if (send(cpu->rd_fd[i], &nh, sizeof(nh), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+            (ssize_t)sizeof(nh))
+            log_debug("comm: rank %d: notice to partner %d not sent", c->rank,
+                      cpu_global_rank(cpu, i));
+        shutdown(cpu->rd_fd[i], SHUT_RDWR);
+    }
+    log_debug("comm: rank %d: %s", c->rank, e->msg);
+}
+
+int fault_urgent_notice(struct comm *c, const char *what, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct pollfd up = {.fd = cpu->recv_fd, .events = POLLPRI};
+    uint8_t b = 0;
+    if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) &&
+        recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
+        return fault_from_notice(c, b, cpu->left, cpu->left_name, what, err);
+    return 0;
+}
+
+/* ---- connect and accept of peers ---- */
+
+#define HELLO_MAGIC 0x44445048u /* "DDPH" */
+#define HELLO_WAIT_MS 5000
+/* "host:port nonce" */
+#define PEER_VALUE_MAX (NET_ADDR_MAX + PEER_NONCE_HEX + 8)
+
+struct hello_msg {
+    uint32_t magic;
+    uint32_t rank; /* the sender's index (ring index) */
+    uint64_t id;
+    char nonce[PEER_NONCE_HEX + 1];
+    char pad[7];
+};
+
+static void format_name(char *out, size_t size, const char *host, int port)
+{
+    snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+void peer_listener_close(struct peer_listener *pl)
+{
+    if (pl->fd >= 0)
+        close(pl->fd);
+    pl->fd = -1;
+}
+
+int peer_listen(struct comm *c, struct rdzv *r, const char *key, int backlog, const char *what,
+                struct peer_listener *pl, struct ddp_err *err)
+{
+    char host[NET_ADDR_MAX], name[PEER_NAME_MAX], val[PEER_VALUE_MAX];
+    int ret = 0, port = 0;
+    struct ddp_err e;
+    pl->fd = -1;
+    if ((ret = rand_hex(pl->nonce, PEER_NONCE_HEX / 2)) < 0) {
+        err_set(err, ret, "cannot read random bytes for the %s nonce", what);
+        goto out;
+    }
+    if ((ret = net_listen(NULL, 0, backlog, &pl->fd, &port, &e)) < 0) {
+        err_set(err, ret, "%s: cannot listen: %s", what, e.msg);
+        goto out;
+    }
+    if (c->local_addr[0]) {
+        size_t len = strlen(c->local_addr);
+        if (len >= sizeof(host)) {
+            ret =
+                err_set(err, DDP_EINVAL, "local address '%s' is too long (%zu bytes, at most %zu)",
+                        c->local_addr, len, sizeof(host) - 1);
+            goto out;
+        }
+        memcpy(host, c->local_addr, len + 1);
+    } else if (rdzv_local_host(r, host, sizeof(host)) < 0) {
+        ret = err_set(err, DDP_EIO, "%s: cannot read the rendezvous connection's address", what);
+        goto out;
+    }
+    format_name(name, sizeof(name), host, port);
+    int vl = snprintf(val, sizeof(val), "%s %s", name, pl->nonce);
+    ret = rdzv_set(r, key, val, (size_t)vl, err);
+out:
+    if (ret < 0)
+        peer_listener_close(pl);
+    return ret;
+}
+
+/* Parses "host:port nonce". */
+static int parse_addr(const char *v, size_t len, struct peer_addr *out)
+{
+    char tmp[PEER_VALUE_MAX];
+    if (len >= sizeof(tmp))
+        return DDP_EINVAL;
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    char *sp = strchr(tmp, ' ');
+    if (!sp || strlen(sp + 1) != PEER_NONCE_HEX)
+        return DDP_EINVAL;
+    *sp = '\0';
+    memcpy(out->nonce, sp + 1, PEER_NONCE_HEX + 1);
+    int ret = net_split_hostport(tmp, out->host, sizeof(out->host), &out->port);
+    if (ret == 0)
+        format_name(out->name, sizeof(out->name), out->host, out->port);
+    return ret;
+}
+
+int peer_fetch(struct comm *c, struct rdzv *r, const char *key, int rank, int64_t deadline_ms,
+               struct peer_addr *out, struct ddp_err *err)
+{
+    void *v = NULL;
+    size_t len = 0;
+    int ret = rdzv_get(r, key, time_left_ms(deadline_ms), &v, &len, err);
+    if (ret == DDP_ETIMEOUT)
+        ret = err_set(err, DDP_ETIMEOUT,
+                      "peer rank %d did not publish its ring address within %" PRId64 " ms", rank,
+                      c->opts.timeout_ms);
+    if (ret < 0)
+        return ret;
+    if (parse_addr(v, len, out) < 0)
+        ret = err_set(err, DDP_EINVAL, "peer rank %d published a malformed ring address", rank);
+    free(v);
+    return ret;
+}
+
+int peer_connect(const struct peer_addr *pa, int rank, uint32_t self, uint64_t id,
+                 int64_t deadline_ms, const char *what, int *fd_out, struct ddp_err *err)
+{
+    struct backoff b;
+    struct ddp_err e;
+    int fd = -1, ret = 0;
+    /* The peer listens before it publishes, but may not be accepting yet. */
+    backoff_init(&b, 10, 200);
+    for (;;) {
+        ret = net_connect(pa->host, pa->port, deadline_ms, &fd, &e);
+        if (ret == 0)
+            break;
+        if (ret != DDP_EUNAVAIL || time_left_ms(deadline_ms) == 0) {
+            ret = ret == DDP_EUNAVAIL ? DDP_ETIMEOUT : ret;
+            return err_set(err, ret, "%s: cannot connect to peer rank %d (%s): %s", what, rank,
+                           pa->name, e.msg);
+        }
+        backoff_sleep(&b, deadline_ms);
+    }
+    struct hello_msg hm;
+    memset(&hm, 0, sizeof(hm));
+    hm.magic = HELLO_MAGIC;
+    hm.rank = self;
+    hm.id = id;
+    memcpy(hm.nonce, pa->nonce, PEER_NONCE_HEX + 1);
+    if ((ret = net_send_all(fd, &hm, sizeof(hm), deadline_ms, &e)) < 0) {
+        close(fd);
+        return err_set(err, ret, "%s: hello to peer rank %d (%s): %s", what, rank, pa->name, e.msg);
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+int peer_accept(struct comm *c, struct peer_listener *pl, uint64_t id, int64_t deadline_ms,
+                int (*want)(void *ctx, uint32_t index), void *ctx, const char *what,
+                uint32_t *index_out, int *fd_out, struct ddp_err *err)
+{
+    for (;;) {
+        int fd = -1;
+        int ret = net_accept(pl->fd, deadline_ms, &fd, err);
+        if (ret < 0)
+            return ret;
+        struct hello_msg got;
+        struct ddp_err e;
+        int64_t hd = time_deadline_min(time_deadline_ms(HELLO_WAIT_MS), deadline_ms);
+        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
+            got.nonce[PEER_NONCE_HEX] = '\0';
+            int ok = got.magic == HELLO_MAGIC && got.id == id && want(ctx, got.rank);
+            ok = ok && secret_equal(got.nonce, pl->nonce);
+            if (ok) {
+                *index_out = got.rank;
+                *fd_out = fd;
+                return 0;
+            }
+            log_warn("comm: rank %d dropped a %s connection with a wrong hello", c->rank, what);
+        }
+        close(fd);
+    }
+}
+
+/* ---- recursive doubling ---- */
+
+/* Sends sbuf to ring index `to` and receives rlen bytes from `from` (either may be -1) at
+ * once, each preceded by a header that must match ours. Inactivity bounded by the timeout. */
+static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbuf, size_t len,
+                   const struct rd_hdr *mine, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct rd_hdr);
+    struct rd_hdr theirs;
+    size_t sdone = to >= 0 ? 0 : hsz + len, rdone = from >= 0 ? 0 : hsz + len;
+    int sfd = to >= 0 ? cpu->rd_fd[to] : -1, rfd = from >= 0 ? cpu->rd_fd[from] : -1;
+    int64_t last = time_mono_ms();
+    while (sdone < hsz + len || rdone < hsz + len) {
+        int progress = 0;
+        if (sdone < hsz + len) {
+            const char *src =
+                sdone < hsz ? (const char *)mine + sdone : (const char *)sbuf + (sdone - hsz);
+            size_t n = sdone < hsz ? hsz - sdone : hsz + len - sdone;
+            ssize_t k = send(sfd, src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                sdone += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fault_peer_lost(c, to, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        if (rdone < hsz + len) {
+            char *dst = rdone < hsz ? (char *)&theirs + rdone : (char *)rbuf + (rdone - hsz);
+            size_t n = rdone < hsz ? hsz - rdone : hsz + len - rdone;
+            ssize_t k = recv(rfd, dst, n, MSG_DONTWAIT);
+            if (k > 0) {
+                rdone += (size_t)k;
+                progress = 1;
+                if (rdone == hsz && theirs.magic == ABORT_MAGIC)
+                    return fault_from_notice(c, (uint8_t)theirs.kind, from, "recursive doubling",
+                                             "all-reduce", err);
+                if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
+                    cpu->notice = fault_notice(-1, 0);
+                    return err_set(err, DDP_EINTERNAL,
+                                   "collective mismatch with rank %d: it issued kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes, this rank kind %u seq "
+                                   "%" PRIu64 " of %" PRIu64 " bytes",
+                                   cpu_global_rank(cpu, from), theirs.kind, theirs.seq,
+                                   theirs.bytes, mine->kind, mine->seq, mine->bytes);
+                }
+            } else if (k == 0) {
+                return fault_peer_lost(c, from, "recursive doubling", "all-reduce", 0, err);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fault_peer_lost(c, from, "recursive doubling", "all-reduce", errno, err);
+            }
+        }
+        int64_t now = time_mono_ms();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        int waited = rdone < hsz + len ? from : to;
+        cpu->wait_peer = waited;
+        if (left_ms <= 0) {
+            cpu->notice = fault_notice(cpu_global_rank(cpu, waited), 1);
+            return err_set(err, DDP_ETIMEOUT,
+                           "peer rank %d silent for %" PRId64
+                           " ms during all-reduce (recursive doubling)",
+                           cpu_global_rank(cpu, waited), c->opts.timeout_ms);
+        }
+        struct pollfd pfd[2] = {
+            {.fd = sdone < hsz + len ? sfd : -1, .events = POLLOUT},
+            {.fd = rdone < hsz + len ? rfd : -1, .events = POLLIN},
+        };
+        if (poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms) < 0 && errno != EINTR) {
+            cpu->notice = fault_notice(-1, 0);
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
+    }
+    return 0;
+}
+
+/*
+ * Recursive doubling over P = rd_pow ranks: ranks P.. first fold into rank - P and get the
+ * result back at the end; in step k rank r swaps its whole buffer with r ^ 2^k and adds
+ * (IEEE addition commutes, so both partners, and in the end all ranks, hold identical bits).
+ * log2(P) (+2) latencies instead of the ring's 2(W-1).
+ */
+int rd_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
+                 int kind, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const struct vecadd_type *t = vecadd_type(dt);
+    size_t len = count * t->size;
+    int r = cpu->rrank, P = cpu->rd_pow, W = cpu->rworld, ret = 0;
+    struct rd_hdr h = {.magic = COLL_MAGIC, .kind = (uint32_t)kind, .seq = seq, .bytes = len};
+    cpu->wait_peer = -1;
+    if (r >= P) {
+        if ((ret = rd_xchg(c, r - P, buf, -1, NULL, len, &h, err)) < 0)
+            return ret;
+        return rd_xchg(c, -1, NULL, r - P, buf, len, &h, err);
+    }
+    if (r + P < W) {
+        if ((ret = rd_xchg(c, -1, NULL, r + P, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        t->add(buf, cpu->rd_tmp, count);
+    }
+    for (int bit = 1; bit < P; bit <<= 1) {
+        int q = r ^ bit;
+        if ((ret = rd_xchg(c, q, buf, q, cpu->rd_tmp, len, &h, err)) < 0)
+            return ret;
+        t->add(buf, cpu->rd_tmp, count);
+    }
+    if (r + P < W)
+        return rd_xchg(c, r + P, buf, -1, NULL, len, &h, err);
+    return 0;
+}
+
+/* Whether ring indices a and b exchange data in recursive doubling over p of w. */
+static int rd_partners(int a, int b, int p, int w)
+{
+    if (a == b || a >= w || b >= w)
+        return 0;
+    if (a >= p || b >= p)
+        return a == b + p || b == a + p;
+    int x = a ^ b;
+    return (x & (x - 1)) == 0;
+}
+
+struct rd_want {
+    int me, P, W;
+    const int *fd;
+};
+
+/* Accepts a higher partner that has not connected yet. */
+static int wants_partner(void *ctx, uint32_t index)
+{
+    const struct rd_want *w = ctx;
+    int q = (int)index;
+    return index < (uint32_t)w->W && q > w->me && rd_partners(w->me, q, w->P, w->W) && w->fd[q] < 0;
+}
+
+int rd_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    int ret = 0, fd = -1, W = cpu->rworld, me = cpu->rrank;
+    int64_t deadline = time_deadline_ms(c->opts.timeout_ms);
+    struct peer_listener pl;
+    struct ddp_err e;
+    char key[64];
+    int P = 1;
+    while (P * 2 <= W)
+        P *= 2;
+    cpu->rd_pow = P;
+    cpu->rd_fd = xmalloc((size_t)W * sizeof(int));
+    for (int i = 0; i < W; i++)
+        cpu->rd_fd[i] = -1;
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/rd/%d", id, me);
+    if ((ret = peer_listen(c, r, key, 64, "recursive doubling", &pl, err)) < 0)
+        return ret;
+    /* Connect to the lower partners, then accept the higher ones. */
+    int expect = 0;
+    for (int q = 0; q < W; q++) {
+        if (!rd_partners(me, q, P, W))
+            continue;
+        if (q > me) {
+            expect++;
+            continue;
+        }
+        struct peer_addr pa;
+        snprintf(key, sizeof(key), "comm/%" PRIu64 "/rd/%d", id, q);
+        if ((ret = peer_fetch(c, r, key, cpu_global_rank(cpu, q), deadline, &pa, err)) < 0 ||
+            (ret = peer_connect(&pa, cpu_global_rank(cpu, q), (uint32_t)me, id, deadline,
+                                "recursive doubling", &cpu->rd_fd[q], err)) < 0)
+            goto out;
+    }
+    struct rd_want want = {.me = me, .P = P, .W = W, .fd = cpu->rd_fd};
+    for (; expect > 0; expect--) {
+        uint32_t q = 0;
+        if ((ret = peer_accept(c, &pl, id, deadline, wants_partner, &want, "recursive doubling", &q,
+                               &fd, &e)) < 0) {
+            err_set(err, ret, "recursive doubling: %d partner(s) did not connect: %s", expect,
+                    e.msg);
+            goto out;
+        }
+        net_set_nodelay(fd);
+        cpu->rd_fd[q] = fd;
+    }
+    cpu->tcp_small = c->opts.small_bytes ? c->opts.small_bytes : COMM_TCP_SMALL_BYTES;
+    if (cpu->tcp_small > (size_t)16 << 20)
+        cpu->tcp_small = (size_t)16 << 20;
+    cpu->rd_tmp = xmalloc(cpu->tcp_small ? cpu->tcp_small : 1);
+out:
+    peer_listener_close(&pl);
+    return ret;
+}
+
+/* ---- the TCP ring ---- */
+
+/* One collective as the engine sees it. */
+struct plan {
+    char *buf;
+    size_t esize;
+    const struct vecadd_type *type; /* all-reduce: the element type */
+    int nsteps;
+    int has_send, has_recv;
+    /* all-reduce */
+    int rank, world;
+    size_t count;
+    /* broadcast */
+    int is_bcast;
+    size_t bytes;
+    const char *what;
+};
+
+static void seg_range(const struct plan *p, int i, size_t *off, size_t *len)
+{
+    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
+    size_t ui = (size_t)i;
+    *off = (ui * base + (ui < rem ? ui : rem)) * p->esize;
+    *len = (base + (ui < rem ? 1 : 0)) * p->esize;
+}
+
+static int mod(int a, int w)
+{
+    int m = a % w;
+    return m < 0 ? m + w : m;
+}
+
+static void step_send(const struct plan *p, int t, size_t *off, size_t *len)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_send ? p->bytes : 0;
+        return;
+    }
+    int seg = t < p->world - 1 ? mod(p->rank - t, p->world)
+                               : mod(p->rank + 1 - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+}
+
+static void step_recv(const struct plan *p, int t, size_t *off, size_t *len, int *reduce)
+{
+    if (p->is_bcast) {
+        *off = 0;
+        *len = p->has_recv ? p->bytes : 0;
+        *reduce = 0;
+        return;
+    }
+    int rs = t < p->world - 1;
+    int seg = rs ? mod(p->rank - t - 1, p->world) : mod(p->rank - (t - (p->world - 1)), p->world);
+    seg_range(p, seg, off, len);
+    *reduce = rs;
+}
+
+/* The receive step whose data send step t forwards (-1: none). */
+static int step_dep(const struct plan *p, int t)
+{
+    if (p->is_bcast)
+        return p->has_recv ? 0 : -1;
+    return t - 1;
+}
+
+/* Runs one collective over the ring; returns 0 or the error. */
+static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr *mine,
+                    struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const size_t hsz = sizeof(struct coll_hdr);
+    struct coll_hdr theirs;
+    size_t shdr = 0, rhdr = 0;
+    int ss = 0, rs = 0;
+    size_t sdone = 0, rready = 0, sfill = 0;
+    int64_t last = time_mono_ms();
+    int watch_left = 1; /* poll recv_fd for an urgent notice even when not reading */
+    cpu->wait_peer = -1;
+    for (;;) {
+        int progress = 0, want_out = 0, want_in = 0;
+        /* Send side: the header, then every step's segment as far as its data is ready. */
+        while (p->has_send) {
+            const char *src;
+            size_t avail;
+            if (shdr < hsz) {
+                src = (const char *)mine + shdr;
+                avail = hsz - shdr;
+            } else {
+                if (ss >= p->nsteps)
+                    break;
+                size_t off, len;
+                step_send(p, ss, &off, &len);
+                if (sdone >= len) {
+                    ss++;
+                    sdone = 0;
+                    continue;
+                }
+                size_t allowed = len;
+                int d = step_dep(p, ss);
+                if (d >= 0 && (rhdr < hsz || rs < d))
+                    allowed = 0;
+                else if (d >= 0 && rs == d)
+                    allowed = rready;
+                if (allowed <= sdone)
+                    break; /* waits for the left neighbour's data */
+                src = p->buf + off + sdone;
+                avail = allowed - sdone;
+            }
+            ssize_t n = send(cpu->send_fd, src, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0) {
+                if (shdr < hsz)
+                    shdr += (size_t)n;
+                else
+                    sdone += (size_t)n;
+                progress = 1;
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_out = 1;
+                break;
+            }
+            return fault_send_failed(c, p->what, n < 0 ? errno : 0, err);
+        }
+        /* Receive side: the header, then every step's segment (summed chunk by chunk). */
+        while (p->has_recv) {
+            char *dst;
+            size_t room;
+            size_t off = 0, len = 0, cend = 0;
+            int reduce = 0;
+            if (rhdr < hsz) {
+                dst = (char *)&theirs + rhdr;
+                room = hsz - rhdr;
+            } else {
+                if (rs >= p->nsteps)
+                    break;
+                step_recv(p, rs, &off, &len, &reduce);
+                if (rready >= len) {
+                    rs++;
+                    rready = 0;
+                    sfill = 0;
+                    continue;
+                }
+                if (reduce) {
+                    cend = len - rready < cpu->chunk ? len - rready : cpu->chunk;
+                    dst = (char *)cpu->stage + sfill;
+                    room = cend - sfill;
+                } else {
+                    dst = p->buf + off + rready;
+                    room = len - rready;
+                }
+            }
+            ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
+            if (n > 0 && (size_t)n < room) {
+                /* A short read: the buffer ran dry, or the read stopped at an urgent mark
+                 * (the left neighbour's failure notice), which the next read would skip. */
+                int nret = fault_urgent_notice(c, p->what, err);
+                if (nret < 0)
+                    return nret;
+            }
+            if (n > 0) {
+                progress = 1;
+                if (rhdr < hsz) {
+                    rhdr += (size_t)n;
+                    int bad =
+                        rhdr == hsz && (theirs.magic != mine->magic || theirs.kind != mine->kind ||
+                                        theirs.aux != mine->aux || theirs.seq != mine->seq ||
+                                        theirs.bytes != mine->bytes);
+                    if (bad) {
+                        cpu->notice = fault_notice(-1, 0);
+                        return err_set(err, DDP_EINTERNAL,
+                                       "collective mismatch with rank %d (%s): it issued kind %u "
+                                       "aux %u seq %" PRIu64 " of %" PRIu64
+                                       " bytes, this rank kind %u aux %u seq %" PRIu64
+                                       " of %" PRIu64 " bytes",
+                                       cpu_global_rank(cpu, cpu->left), cpu->left_name, theirs.kind,
+                                       theirs.aux, theirs.seq, theirs.bytes, mine->kind, mine->aux,
+                                       mine->seq, mine->bytes);
+                    }
+                } else if (reduce) {
+                    sfill += (size_t)n;
+                    if (sfill == cend) {
+                        p->type->add(p->buf + off + rready, cpu->stage, cend / p->esize);
+                        rready += cend;
+                        sfill = 0;
+                    }
+                } else {
+                    rready += (size_t)n;
+                }
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                want_in = 1;
+                break;
+            }
+            return fault_recv_failed(c, p->what, n < 0 ? errno : 0, err);
+        }
+        int send_done = !p->has_send || (shdr == hsz && ss >= p->nsteps);
+        int recv_done = !p->has_recv || (rhdr == hsz && rs >= p->nsteps);
+        if (send_done && recv_done)
+            return 0;
+        int64_t now = time_mono_ms();
+        if (progress) {
+            if (now != last)
+                shm_heartbeat(cpu->shm); /* this host's members wait on the leader */
+            last = now;
+            continue;
+        }
+        cpu->wait_peer = !recv_done ? cpu->left : cpu->right;
+        int64_t left_ms = last + c->opts.timeout_ms - now;
+        if (left_ms <= 0) {
+            int peer = !recv_done ? cpu->left : cpu->right;
+            const char *name = !recv_done ? cpu->left_name : cpu->right_name;
+            cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 1);
+            return err_set(err, DDP_ETIMEOUT,
+                           "peer rank %d (%s) silent for %" PRId64 " ms during %s",
+                           cpu_global_rank(cpu, peer), name, c->opts.timeout_ms, p->what);
+        }
+        /* While this rank still has bytes for the right neighbour, any readable event on the
+         * send socket (it never carries data towards us) means that neighbour went away. */
+        struct pollfd pfd[2];
+        pfd[0].fd = send_done ? -1 : cpu->send_fd;
+        pfd[0].events = (short)(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
+        pfd[0].revents = 0;
+        pfd[1].fd = want_in || watch_left ? cpu->recv_fd : -1;
+        pfd[1].events = (short)(POLLPRI | (want_in ? POLLIN : 0));
+        pfd[1].revents = 0;
+        int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
+        if (pn < 0 && errno != EINTR) {
+            cpu->notice = fault_notice(-1, 0);
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        }
+        if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            if (getsockopt(cpu->send_fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+                soerr = errno;
+            return fault_send_failed(c, p->what, soerr, err);
+        }
+        if (pn > 0 && (pfd[1].revents & POLLPRI)) {
+            int nret = fault_urgent_notice(c, p->what, err);
+            if (nret < 0)
+                return nret;
+        }
+        /* A left neighbour that finished and left is no news while we only send. */
+        if (pn > 0 && !want_in && (pfd[1].revents & (POLLHUP | POLLERR)))
+            watch_left = 0;
+    }
+}
+
+int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
+                   int kind, const char *what, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    const struct vecadd_type *t = vecadd_type(dt);
+    struct plan p;
+    memset(&p, 0, sizeof(p));
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.count = count;
+    p.type = t;
+    p.what = what;
+    p.esize = t->size;
+    p.nsteps = 2 * (cpu->rworld - 1);
+    p.has_send = p.has_recv = 1;
+    struct coll_hdr h = {.magic = COLL_MAGIC,
+                         .kind = (uint16_t)kind,
+                         .aux = (uint16_t)dt,
+                         .seq = seq,
+                         .bytes = count * p.esize};
+    return ring_run(c, &p, &h, err);
+}
+
+int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
+                   struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    memset(&p, 0, sizeof(p));
+    p.rank = cpu->rrank;
+    p.world = cpu->rworld;
+    p.buf = buf;
+    p.esize = 1;
+    p.is_bcast = 1;
+    p.bytes = bytes;
+    p.nsteps = 1;
+    p.has_recv = cpu->rrank != root;
+    p.has_send = cpu->right != root;
+    p.what = "broadcast";
+    struct coll_hdr h = {.magic = COLL_MAGIC,
+                         .kind = WORK_BROADCAST,
+                         .aux = (uint16_t)root,
+                         .seq = seq,
+                         .bytes = bytes};
+    return ring_run(c, &p, &h, err);
+}
+
+/* Accepts only the left neighbour. */
+static int is_left(void *ctx, uint32_t index)
+{
+    const struct cpu *cpu = ctx;
+    return index == (uint32_t)cpu->left;
+}
+
+int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct peer_listener pl;
+    struct peer_addr ra, la;
+    struct ddp_err e;
+    char key[64];
+    int ret = 0, fd = -1;
+    int right = cpu_global_rank(cpu, cpu->right), left = cpu_global_rank(cpu, cpu->left);
+    int64_t deadline = time_deadline_ms(c->opts.timeout_ms);
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->rrank);
+    if ((ret = peer_listen(c, r, key, 16, "ring", &pl, err)) < 0)
+        return ret;
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->right);
+    if ((ret = peer_fetch(c, r, key, right, deadline, &ra, err)) < 0)
+        goto out;
+    snprintf(key, sizeof(key), "comm/%" PRIu64 "/%d", id, cpu->left);
+    if ((ret = peer_fetch(c, r, key, left, deadline, &la, err)) < 0)
+        goto out;
+    snprintf(cpu->right_name, sizeof(cpu->right_name), "%s", ra.name);
+    snprintf(cpu->left_name, sizeof(cpu->left_name), "%s", la.name);
+
+    /* Connect to the right neighbour and say hello; accept from the left one. */
+    if ((ret = peer_connect(&ra, right, (uint32_t)cpu->rrank, id, deadline, "ring", &cpu->send_fd,
+                            err)) < 0)
+        goto out;
+    uint32_t index = 0;
+    if ((ret = peer_accept(c, &pl, id, deadline, is_left, cpu, "ring", &index, &fd, &e)) < 0) {
+        err_set(err, ret, "ring: peer rank %d (%s) did not connect: %s", left, cpu->left_name,
+                e.msg);
+        goto out;
+    }
+    uint8_t ack = 1;
+    if ((ret = net_send_all(fd, &ack, 1, deadline, &e)) < 0) {
+        err_set(err, ret, "ring: ack to peer rank %d (%s): %s", left, cpu->left_name, e.msg);
+        goto out;
+    }
+    cpu->recv_fd = fd;
+    fd = -1;
+    ret = net_recv_all(cpu->send_fd, &ack, 1, deadline, &e);
+    if (ret == 0 && ack != 1)
+        ret = err_set(&e, DDP_EPEER, "bad ack");
+    if (ret < 0) {
+        err_set(err, ret, "ring: peer rank %d (%s) did not accept this rank: %s", right,
+                cpu->right_name, e.msg);
+        goto out;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    peer_listener_close(&pl);
+    return ret;
+}

@@ -280,6 +280,23 @@ static void test_comm_cpu_local_addr(void **state)
     for (int i = 0; i < 3; i++)
         if (job.rc[i] == 0)
             fail_msg("rank %d formed a ring with an unreachable address", i);
+
+    /* One longer than any address: refused with a clear error, never cut short. */
+    char longaddr[128];
+    memset(longaddr, 'a', sizeof(longaddr) - 1);
+    longaddr[sizeof(longaddr) - 1] = '\0';
+    memset(&job, 0, sizeof(job));
+    job.local_addr = longaddr;
+    job.world = 2;
+    job.timeout_ms = 2000;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    /* Rank 1 may instead find rank 0's store gone. */
+    if (job.rc[0] != DDP_EINVAL || !strstr(job.msg[0], "too long"))
+        fail_msg("rank 0 with a %zu-byte local address: %d '%s'", strlen(longaddr), job.rc[0],
+                 job.msg[0]);
+    if (job.rc[1] == 0)
+        fail_msg("rank 1 formed a ring with a local address too long");
 }
 
 static void test_comm_cpu_broadcast_from_each_root(void **state)

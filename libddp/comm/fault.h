@@ -1,0 +1,43 @@
+/*
+ * fault.h - failure notices between the CPU backend's TCP peers (fault.c), and the errors
+ * that name the rank at fault. Private to libddp/comm/.
+ *
+ * Every function here takes the comm whose collective failed, is called only by the thread
+ * running it, and returns the (negative) error it wrote into err, after setting
+ * cpu->notice to what fault_abort_ring() will tell the neighbours.
+ */
+#ifndef DDP_LIBDDP_COMM_FAULT_H
+#define DDP_LIBDDP_COMM_FAULT_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+#include "libddp/comm/comm_internal.h"
+
+/* The notice naming global rank `rank` (< 0: unknown), silent = it timed out rather than
+ * died. */
+uint8_t fault_notice(int rank, int silent);
+/* The rank a notice names (-1: unknown), and whether it says silent. */
+int fault_notice_rank(uint8_t n);
+int fault_notice_silent(uint8_t n);
+
+/* Ring index `peer` (named `name`) was lost during `what` (e = errno, 0 for EOF). */
+int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what, int e,
+                    struct ddp_err *err);
+/* The error for notice b that ring index `via` (named via_name) sent; it is passed on. */
+int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, const char *what,
+                      struct ddp_err *err);
+/* The left neighbour's stream ended or broke (e = errno, 0 for EOF). */
+int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err);
+/* Sending to the right neighbour failed, or its reverse direction woke up: a notice, or
+ * gone (e = errno or 0). */
+int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *err);
+/* An urgent notice from the left neighbour waiting on recv_fd: its error; 0 when none. */
+int fault_urgent_notice(struct comm *c, const char *what, struct ddp_err *err);
+
+/* After a failed collective (e): records it in the shared memory, tells the neighbours and
+ * partners at once (best effort: a full buffer loses the notice, and then they see the end
+ * of the stream) and shuts the sockets down, so they fail in turn. */
+void fault_abort_ring(struct comm *c, const struct ddp_err *e);
+
+#endif
