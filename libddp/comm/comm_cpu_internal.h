@@ -74,7 +74,7 @@ struct cpu {
     pthread_cond_t cv_work, cv_done;
     struct comm_work *head, *tail;
     struct comm_work *all;
-    uint8_t notice; /* after a failure: the notice for the neighbours (fault.c) */
+    uint32_t notice; /* after a failure: the notice for the neighbours (fault.c) */
     int wait_peer;  /* the neighbour the running collective last waited on, or -1 */
     int busy;       /* the thread is running a work */
     int stop;

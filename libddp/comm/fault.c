@@ -11,6 +11,19 @@
  * recursive-doubling partner as a header with magic ABORT_MAGIC, then shuts the sockets
  * down, so the neighbours fail at once, name the rank at fault, and pass the notice on.
  *
+ * A notice is 32 bits: the global rank at fault in bits 0-30 (all ones: not known), bit 31
+ * set when it was silent rather than lost, so every rank a comm can have fits. On the wire
+ * (in host byte order: every rank of a job runs the same build):
+ *  - to the left neighbour: the 4 bytes in-band on recv_fd's reverse direction, which
+ *    carries nothing else after the set-up;
+ *  - to the right neighbour: TCP urgent data is one byte, so one urgent byte on send_fd
+ *    (the short form: the rank when below 0x7f, else 0x7f, | 0x80 when silent), then the 4
+ *    bytes in-band right behind the urgent mark. The receiver drops what precedes the mark
+ *    (the failed collective's data) and reads them; when they do not come within
+ *    NOTICE_WAIT_MS (the sender's buffer was full) it keeps the short form;
+ *  - to a recursive-doubling partner: the 4 bytes as the kind of a header with magic
+ *    ABORT_MAGIC.
+ *
  * Invariants:
  *  1. Only the thread running the failed collective calls these (comm_cpu.c invariant 1);
  *     cpu->notice is written here and by the ring and recursive doubling, read here.
@@ -22,32 +35,112 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "libddp/comm/comm_cpu_internal.h"
 #include "libddp/comm/comm_shm.h"
 #include "libddp/comm/fault.h"
 
-/* The notice byte: the rank at fault in bits 0-6 (NOTICE_UNKNOWN when not known), bit 7
- * set when it was silent rather than lost. */
-#define NOTICE_UNKNOWN 0x7f
-#define NOTICE_SILENT 0x80
+#define NOTICE_UNKNOWN 0x7fffffffu
+#define NOTICE_SILENT 0x80000000u
+/* The urgent byte's short form. */
+#define NOTICE_BYTE_UNKNOWN 0x7f
+#define NOTICE_BYTE_SILENT 0x80
+/* How long a receiver waits for the 4 bytes behind the urgent mark. */
+#define NOTICE_WAIT_MS 1000
 
-uint8_t fault_notice(int rank, int silent)
+uint32_t fault_notice(int rank, int silent)
 {
-    uint8_t b = rank >= 0 && rank < NOTICE_UNKNOWN ? (uint8_t)rank : NOTICE_UNKNOWN;
-    return (uint8_t)(b | (silent ? NOTICE_SILENT : 0));
+    uint32_t r = rank >= 0 ? (uint32_t)rank & NOTICE_UNKNOWN : NOTICE_UNKNOWN;
+    return r | (silent ? NOTICE_SILENT : 0);
 }
 
-int fault_notice_rank(uint8_t n)
+int fault_notice_rank(uint32_t n)
 {
-    return (n & NOTICE_UNKNOWN) == NOTICE_UNKNOWN ? -1 : n & NOTICE_UNKNOWN;
+    return (n & NOTICE_UNKNOWN) == NOTICE_UNKNOWN ? -1 : (int)(n & NOTICE_UNKNOWN);
 }
 
-int fault_notice_silent(uint8_t n)
+int fault_notice_silent(uint32_t n)
 {
     return (n & NOTICE_SILENT) != 0;
+}
+
+static uint8_t short_form(uint32_t n)
+{
+    int r = fault_notice_rank(n);
+    uint8_t b = r >= 0 && r < NOTICE_BYTE_UNKNOWN ? (uint8_t)r : NOTICE_BYTE_UNKNOWN;
+    return (uint8_t)(b | (fault_notice_silent(n) ? NOTICE_BYTE_SILENT : 0));
+}
+
+static uint32_t from_short_form(uint8_t b)
+{
+    int r = b & NOTICE_BYTE_UNKNOWN;
+    return fault_notice(r == NOTICE_BYTE_UNKNOWN ? -1 : r, (b & NOTICE_BYTE_SILENT) != 0);
+}
+
+/* After urgent byte b was read from fd: the notice behind the urgent mark (what precedes the
+ * mark is dropped), or b's short form when it does not come within NOTICE_WAIT_MS. */
+static uint32_t behind_mark(int fd, uint8_t b)
+{
+    int64_t deadline = time_deadline_ms(NOTICE_WAIT_MS);
+    char junk[4096];
+    for (;;) {
+        int at = 0;
+        if (ioctl(fd, SIOCATMARK, &at) < 0)
+            return from_short_form(b);
+        if (at)
+            break;
+        if (time_left_ms(deadline) == 0)
+            return from_short_form(b);
+        /* A read that starts before the mark stops at it. */
+        ssize_t k = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+        if (k > 0 || (k < 0 && errno == EINTR))
+            continue;
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return from_short_form(b);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)time_left_ms(deadline)) <= 0)
+            return from_short_form(b);
+    }
+    uint32_t n = 0;
+    struct ddp_err e;
+    if (net_recv_all(fd, &n, sizeof(n), deadline, &e) < 0)
+        return from_short_form(b);
+    return n;
+}
+
+/* An urgent notice waiting on fd: 1 with *n set, else 0. */
+static int read_urgent(int fd, uint32_t *n)
+{
+    uint8_t b = 0;
+    if (recv(fd, &b, 1, MSG_OOB | MSG_DONTWAIT) != 1)
+        return 0;
+    *n = behind_mark(fd, b);
+    return 1;
+}
+
+/* A notice sent in-band on fd's reverse direction: 1 with *n set; 0 when none is there
+ * (nothing yet, or the end of the stream); -1 on a socket error, *e = its errno. */
+static int read_inband(int fd, uint32_t *n, int *e)
+{
+    unsigned char buf[4];
+    ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (k < 0) {
+        *e = errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+        return *e ? -1 : 0;
+    }
+    if (k == 0)
+        return 0;
+    struct ddp_err de;
+    if (k < (ssize_t)sizeof(buf) &&
+        net_recv_all(fd, buf + k, sizeof(buf) - (size_t)k, time_deadline_ms(NOTICE_WAIT_MS),
+                     &de) < 0)
+        return 0;
+    memcpy(n, buf, sizeof(*n));
+    return 1;
 }
 
 int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what, int e,
@@ -59,13 +152,13 @@ int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what
                    cpu_global_rank(cpu, peer), name, what, net_errno_text(e));
 }
 
-int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, const char *what,
+int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name, const char *what,
                       struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     cpu->notice = b;
-    int rank = b & NOTICE_UNKNOWN;
-    if (rank == NOTICE_UNKNOWN)
+    int rank = fault_notice_rank(b);
+    if (rank < 0)
         return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
                        cpu_global_rank(cpu, via), via_name, what);
     if (rank == c->rank && cpu->wait_peer >= 0) {
@@ -81,11 +174,11 @@ int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, 
                        what, cpu_global_rank(cpu, via));
     }
     if (rank == c->rank)
-        return err_set(err, b & NOTICE_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
+        return err_set(err, fault_notice_silent(b) ? DDP_ETIMEOUT : DDP_EPEER,
                        "rank %d (%s) gave up on this rank during %s (it was %s)",
                        cpu_global_rank(cpu, via), via_name, what,
-                       b & NOTICE_SILENT ? "silent" : "unreachable");
-    if (b & NOTICE_SILENT)
+                       fault_notice_silent(b) ? "silent" : "unreachable");
+    if (fault_notice_silent(b))
         return err_set(err, DDP_ETIMEOUT,
                        "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
                        rank, c->opts.timeout_ms, what, cpu_global_rank(cpu, via));
@@ -100,11 +193,12 @@ int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, 
 int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    uint8_t b = 0;
-    if (recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
-        return fault_from_notice(c, b, cpu->left, cpu->left_name, what, err);
-    if (recv(cpu->send_fd, &b, 1, MSG_DONTWAIT) == 1)
-        return fault_from_notice(c, b, cpu->right, cpu->right_name, what, err);
+    uint32_t n = 0;
+    int ignored = 0;
+    if (read_urgent(cpu->recv_fd, &n))
+        return fault_from_notice(c, n, cpu->left, cpu->left_name, what, err);
+    if (read_inband(cpu->send_fd, &n, &ignored) == 1)
+        return fault_from_notice(c, n, cpu->right, cpu->right_name, what, err);
     /* No notice. A reset on the send socket means the right neighbour died (a live rank that
      * gives up sends a notice and a FIN), and the left one only passed that on. */
     struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
@@ -121,12 +215,12 @@ int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *e
 int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    uint8_t b = 0;
-    ssize_t n = recv(cpu->send_fd, &b, 1, MSG_DONTWAIT);
-    if (n == 1)
-        return fault_from_notice(c, b, cpu->right, cpu->right_name, what, err);
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && e == 0)
-        e = errno;
+    uint32_t n = 0;
+    int re = 0, got = read_inband(cpu->send_fd, &n, &re);
+    if (got == 1)
+        return fault_from_notice(c, n, cpu->right, cpu->right_name, what, err);
+    if (got < 0 && e == 0)
+        e = re;
     return fault_peer_lost(c, cpu->right, cpu->right_name, what, e, err);
 }
 
@@ -146,15 +240,17 @@ void fault_abort_ring(struct comm *c, const struct ddp_err *e)
         log_debug("comm: rank %d: %s", c->rank, e->msg);
         return;
     }
-    uint8_t b = cpu->notice;
-    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+    uint32_t n = cpu->notice;
+    uint8_t b = short_form(n);
+    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1 ||
+        send(cpu->send_fd, &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(n))
         log_debug("comm: rank %d: notice to the right not sent", c->rank);
-    if (send(cpu->recv_fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+    if (send(cpu->recv_fd, &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(n))
         log_debug("comm: rank %d: notice to the left not sent", c->rank);
     shutdown(cpu->send_fd, SHUT_RDWR);
     shutdown(cpu->recv_fd, SHUT_RDWR);
     /* Recursive-doubling partners get the notice as a header (read where they expect one). */
-    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = b};
+    struct rd_hdr nh = {.magic = ABORT_MAGIC, .kind = n};
     for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++) {
         if (cpu->rd_fd[i] < 0)
             continue;
@@ -171,9 +267,8 @@ int fault_urgent_notice(struct comm *c, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     struct pollfd up = {.fd = cpu->recv_fd, .events = POLLPRI};
-    uint8_t b = 0;
-    if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) &&
-        recv(cpu->recv_fd, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1)
-        return fault_from_notice(c, b, cpu->left, cpu->left_name, what, err);
+    uint32_t n = 0;
+    if (poll(&up, 1, 0) > 0 && (up.revents & POLLPRI) && read_urgent(cpu->recv_fd, &n))
+        return fault_from_notice(c, n, cpu->left, cpu->left_name, what, err);
     return 0;
 }

@@ -15,17 +15,17 @@
 #include "libddp/comm/comm_internal.h"
 
 /* The notice naming global rank `rank` (< 0: unknown), silent = it timed out rather than
- * died. */
-uint8_t fault_notice(int rank, int silent);
+ * died. Its format and how it travels: fault.c. */
+uint32_t fault_notice(int rank, int silent);
 /* The rank a notice names (-1: unknown), and whether it says silent. */
-int fault_notice_rank(uint8_t n);
-int fault_notice_silent(uint8_t n);
+int fault_notice_rank(uint32_t n);
+int fault_notice_silent(uint32_t n);
 
 /* Ring index `peer` (named `name`) was lost during `what` (e = errno, 0 for EOF). */
 int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what, int e,
                     struct ddp_err *err);
 /* The error for notice b that ring index `via` (named via_name) sent; it is passed on. */
-int fault_from_notice(struct comm *c, uint8_t b, int via, const char *via_name, const char *what,
+int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name, const char *what,
                       struct ddp_err *err);
 /* The left neighbour's stream ended or broke (e = errno, 0 for EOF). */
 int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *err);

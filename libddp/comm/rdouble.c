@@ -66,7 +66,7 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
                 rdone += (size_t)k;
                 progress = 1;
                 if (rdone == hsz && theirs.magic == ABORT_MAGIC)
-                    return fault_from_notice(c, (uint8_t)theirs.kind, from, "recursive doubling",
+                    return fault_from_notice(c, theirs.kind, from, "recursive doubling",
                                              "all-reduce", err);
                 if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
                     cpu->notice = fault_notice(-1, 0);

@@ -33,6 +33,8 @@
 #include "common/timeutil.h"
 #include "ddp/comm.h"
 #include "ddp/rdzv.h"
+#include "libddp/comm/comm_cpu_internal.h"
+#include "libddp/comm/fault.h"
 #include "tests/unit/testutil.h"
 
 /* ---- ranks as threads ---- */
@@ -550,6 +552,96 @@ static void test_comm_cpu_stranger_dropped(void **state)
     expect_all_ok(&job);
 }
 
+/* ---- failure notices carry the full rank ---- */
+
+/* A connected loopback TCP pair: *a connects, *b is the accepted end. */
+static void tcp_pair(int *a, int *b)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    assert_true(l >= 0);
+    assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+    *a = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*a >= 0);
+    assert_int_equal(connect(*a, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    *b = accept(l, NULL, NULL);
+    assert_true(*b >= 0);
+    close(l);
+}
+
+/* A ring member as fault.c sees it: ring index = global rank, no shared memory. */
+static void fake_member(struct comm *c, struct cpu *cpu, int rank, int world, int send_fd,
+                        int recv_fd)
+{
+    memset(c, 0, sizeof(*c));
+    memset(cpu, 0, sizeof(*cpu));
+    c->rank = rank;
+    c->world_size = world;
+    c->opts.timeout_ms = 1000;
+    c->impl = cpu;
+    cpu->has_ring = 1;
+    cpu->rrank = rank;
+    cpu->rworld = world;
+    cpu->left = (rank + world - 1) % world;
+    cpu->right = (rank + 1) % world;
+    cpu->send_fd = send_fd;
+    cpu->recv_fd = recv_fd;
+    cpu->wait_peer = -1;
+    snprintf(cpu->left_name, sizeof(cpu->left_name), "left");
+    snprintf(cpu->right_name, sizeof(cpu->right_name), "right");
+}
+
+/* Rank 150 of 300 gives up on rank 200 (lost) in the middle of a collective: its right
+ * neighbour (urgent data, behind bytes of the collective) and its left neighbour (in-band)
+ * both name rank 200, not "unknown" and not the neighbour that told them. */
+static void test_comm_cpu_notice_names_high_rank(void **state)
+{
+    (void)state;
+    int to_right, right_in, left_out, from_left;
+    tcp_pair(&to_right, &right_in); /* rank 150 -> rank 151 */
+    tcp_pair(&left_out, &from_left); /* rank 149 -> rank 150 */
+    struct comm c, cr, cl;
+    struct cpu cpu, cpur, cpul;
+    fake_member(&c, &cpu, 150, 300, to_right, from_left);
+    fake_member(&cr, &cpur, 151, 300, -1, right_in);
+    fake_member(&cl, &cpul, 149, 300, left_out, -1);
+    char data[1000];
+    memset(data, 7, sizeof(data));
+    assert_int_equal(send(to_right, data, sizeof(data), 0), (ssize_t)sizeof(data));
+    struct ddp_err e, er, el;
+    err_set(&e, DDP_EPEER, "peer rank 200 lost during all-reduce: connection reset");
+    cpu.notice = fault_notice(200, 0);
+    fault_abort_ring(&c, &e);
+
+    /* The right neighbour: an urgent notice, found the way the ring finds it. */
+    struct pollfd p = {.fd = right_in, .events = POLLPRI};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    int rc = fault_urgent_notice(&cr, "all-reduce", &er);
+    assert_int_equal(rc, DDP_EPEER);
+    if (!strstr(er.msg, "peer rank 200 lost"))
+        fail_msg("right neighbour: '%s' does not name rank 200", er.msg);
+    /* The left neighbour: its send socket's reverse direction. */
+    p = (struct pollfd){.fd = left_out, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    rc = fault_send_failed(&cl, "all-reduce", 0, &el);
+    assert_int_equal(rc, DDP_EPEER);
+    if (!strstr(el.msg, "peer rank 200 lost"))
+        fail_msg("left neighbour: '%s' does not name rank 200", el.msg);
+    /* Silent, and the largest rank a comm can have. */
+    uint32_t n = fault_notice(65534, 1);
+    assert_int_equal(fault_notice_rank(n), 65534);
+    assert_true(fault_notice_silent(n));
+    assert_int_equal(fault_notice_rank(fault_notice(-1, 0)), -1);
+    close(to_right);
+    close(right_in);
+    close(left_out);
+    close(from_left);
+}
+
 /* ---- heavy: many ranks, 10^7 elements ---- */
 
 static void test_comm_cpu_allreduce_w16_w64(void **state)
@@ -787,6 +879,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),
         cmocka_unit_test(test_comm_cpu_stranger_dropped),
+        cmocka_unit_test(test_comm_cpu_notice_names_high_rank),
     };
     const struct CMUnitTest heavy[] = {
         cmocka_unit_test(test_comm_cpu_allreduce_w16_w64),
