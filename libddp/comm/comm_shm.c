@@ -16,29 +16,20 @@
  * flag, and the description of its current collective per buffer), then one slot per member
  * of SHM_NBUF buffers of `piece` bytes each.
  *
- * Rounds: a message is cut into pieces; round number R (a per-group counter that is the
- * same on every member) uses buffer R % SHM_NBUF of every slot. Before writing it a rank
- * waits until every member's `done` reached R - SHM_NBUF (the buffer is free), so a rank
- * can run up to SHM_NBUF rounds ahead of the slowest (measured: 4 beats 2 when ranks share
- * cores). Large pieces: copy in (all but
- * the own 1/L slice, 64-byte aligned), post arrive=R, wait all arrive>=R, sum the own slice
- * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all
- * reduced>=R, copy every slice out, post done=R - each byte is streamed once in the reduce,
- * the piece stays in cache. Small messages (<= small)
- * take one round where every rank sums all slots itself in rank order (one sync point,
- * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
- * counter in some round (broadcast receivers' arrive) never blocks a later wait.
+ * This file is the segment and its synchronisation: naming, creating and attaching,
+ * posting and waiting on the counters, liveness and abort. The collectives over the slots
+ * are in comm_shm_coll.c, the registered buffers in comm_shm_region.c; comm_shm_internal.h
+ * is what the three share.
  *
  * Waiting: a spin of 2 us (none when the members outnumber this process's cores: the
  * spinner would hold the core the awaited rank needs), yields up to 10 us, then FUTEX_WAIT on
- * the counter with a 10 ms timeout; between sleeps it checks the abort word, the awaited rank's gone flag, and every
- * 50 ms every member's pid (/proc/<pid>/stat: gone or zombie = dead). A poster wakes the
+ * the counter with a 10 ms timeout; between sleeps it checks the abort word, the awaited
+ * rank's gone flag, and every 50 ms its pid (proc_state: gone or zombie = dead). A poster wakes the
  * futex only when the rank's waiter count is non-zero (both sides seq_cst, so no lost
  * wake-up). A wait ends after timeout_ms without the awaited rank's counter or heartbeat
  * moving, with DDP_ETIMEOUT naming it.
  */
 #include "libddp/comm/comm_shm.h"
-#include "libddp/comm/vecadd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,97 +48,13 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/procstat.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
+#include "libddp/comm/comm_shm_internal.h"
 
-#define SHM_MAGIC 0x444450534d454d31ull /* "DDPSMEM1" */
-#define SHM_ABORT_MSG_MAX 256
-#define SHM_SPIN_NS 2000   /* spin with pause this long ... */
-#define SHM_YIELD_NS 10000 /* ... then yield until this long, then sleep on the futex */
-#define SHM_SLEEP_NS (10 * 1000 * 1000)
-#define SHM_LIVENESS_MS 50
-/* Pieces in flight per slot: a rank may run this many rounds ahead of the slowest. */
-#define SHM_NBUF 4
-
-struct shm_desc {
-    uint64_t seq;
-    uint32_t kind;
-    uint32_t pad;
-    uint64_t bytes;
-    uint64_t roff; /* registered all-reduce: the offset in every rank's region; else ~0 */
-};
-
-struct shm_ctl {
-    _Atomic uint32_t ctr[3]; /* arrive, reduced, done */
-    _Atomic uint32_t waiters;
-    _Atomic int32_t pid;
-    _Atomic uint32_t gone;
-    _Atomic uint32_t beat; /* bumped while the rank makes progress elsewhere (the ring) */
-    uint32_t pad0;
-    struct shm_desc desc[SHM_NBUF];
-    char pad[64 - (8 * 4 + SHM_NBUF * sizeof(struct shm_desc)) % 64];
-};
-
-enum { C_ARRIVE = 0, C_REDUCED = 1, C_DONE = 2 };
-
-struct shm_hdr {
-    uint64_t magic;
-    uint64_t token;
-    uint32_t nmembers;
-    uint32_t pad;
-    uint64_t piece;
-    _Atomic uint32_t attached;
-    _Atomic uint32_t abort; /* 0, or 1 + the local rank that recorded abort_msg */
-    int32_t abort_code;     /* the DDP_E* of the first failure */
-    int32_t abort_rank;     /* the global rank at fault, -1 unknown */
-    char abort_msg[SHM_ABORT_MSG_MAX];
-    char pad2[64 - (8 + 8 + 8 + 8 + 8 + 8 + SHM_ABORT_MSG_MAX) % 64];
-};
-
-/* A registered buffer segment (shm_region_alloc): a header page, then one part of
- * `stride` bytes per member; member k's part starts at base + SHM_REGION_HDR + k * stride. */
-#define SHM_MAX_REGIONS 8
-#define SHM_REGION_HDR 4096
-#define SHM_REG_PIECE_FACTOR 16 /* registered all-reduces: pieces of 16 slot pieces */
-#define SHM_REGION_MAGIC 0x444450534d524731ull /* "DDPSMRG1" */
-#define SHM_KIND_REGION 0x52454731u            /* the broadcast that announces a region */
-
-struct shm_region_hdr {
-    uint64_t magic;
-    uint64_t token;
-    uint64_t stride;
-    uint32_t nmembers;
-    _Atomic uint32_t attached;
-};
-
-struct shm_region {
-    char *base;
-    size_t map_bytes, stride, bytes;
-};
-
-struct shm_group {
-    char name[64];
-    int leader, lr, L;
-    int *members;
-    int64_t timeout_ms;
-    size_t piece, small;
-    void *base;
-    size_t map_bytes;
-    struct shm_hdr *hdr;
-    struct shm_ctl *ctl;
-    char *slots;
-    uint32_t round;
-    int fault, fault_silent; /* the rank the last error of this rank blamed, -1 none */
-    int unlinked;
-    int64_t last_liveness;
-    int64_t spin_ns; /* wait: spin this long before yielding (0 when oversubscribed) */
-    struct shm_region regions[SHM_MAX_REGIONS];
-    int nregions;
-    uint32_t nalloc; /* regions allocated so far (names the next one) */
-};
-
-static char *slot(struct shm_group *g, int k, int buf)
+char *shm_slot(struct shm_group *g, int k, int buf)
 {
     return g->slots + ((size_t)k * SHM_NBUF + (size_t)buf) * g->piece;
 }
@@ -157,7 +64,7 @@ static long sys_futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct
     return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-static void post(struct shm_group *g, int which, uint32_t round)
+void shm_post(struct shm_group *g, int which, uint32_t round)
 {
     struct shm_ctl *me = &g->ctl[g->lr];
     atomic_store(&me->ctr[which], round);
@@ -170,23 +77,13 @@ static int reached(uint32_t v, uint32_t round)
     return (int32_t)(v - round) >= 0;
 }
 
-/* 1 when pid is gone or a zombie. */
+/* 1 when pid is gone or a zombie; 0 also when its state cannot be read. */
 static int pid_dead(int32_t pid)
 {
     if (pid <= 0)
         return 0;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+    char st = proc_state((pid_t)pid);
+    return st == 0 || st == 'Z' || st == 'X';
 }
 
 static int abort_error(struct shm_group *g, struct ddp_err *err)
@@ -268,7 +165,7 @@ static int check_peers(struct shm_group *g, int waited, const char *what, struct
 }
 
 /* Waits until member k's counter `which` reached round. */
-static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const char *what,
+int shm_wait_one(struct shm_group *g, int k, int which, uint32_t round, const char *what,
                     struct ddp_err *err)
 {
     struct shm_ctl *c = &g->ctl[k];
@@ -291,7 +188,7 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
     }
     /* Inactivity, not total time: the awaited rank's beat moving (a leader busy in the
      * leaders' ring) restarts the clock. */
-    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    int64_t deadline = time_deadline_ms(g->timeout_ms);
     uint32_t beat = atomic_load_explicit(&c->beat, memory_order_relaxed);
     for (;;) {
         atomic_fetch_add(&c->waiters, 1);
@@ -309,7 +206,7 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
         uint32_t nb = atomic_load_explicit(&c->beat, memory_order_relaxed);
         if (nb != beat) {
             beat = nb;
-            deadline = time_mono_ms() + g->timeout_ms;
+            deadline = time_deadline_ms(g->timeout_ms);
         }
         if (time_mono_ms() >= deadline) {
             g->fault = g->members[k];
@@ -321,20 +218,20 @@ static int wait_one(struct shm_group *g, int k, int which, uint32_t round, const
     }
 }
 
-static int wait_all(struct shm_group *g, int which, uint32_t round, const char *what,
+int shm_wait_all(struct shm_group *g, int which, uint32_t round, const char *what,
                     struct ddp_err *err)
 {
     for (int k = 0; k < g->L; k++) {
         if (k == g->lr)
             continue;
-        int ret = wait_one(g, k, which, round, what, err);
+        int ret = shm_wait_one(g, k, which, round, what, err);
         if (ret < 0)
             return ret;
     }
     return 0;
 }
 
-static int check_desc(struct shm_group *g, int k, int half, const struct shm_desc *mine,
+int shm_check_desc(struct shm_group *g, int k, int half, const struct shm_desc *mine,
                       struct ddp_err *err)
 {
     const struct shm_desc *d = &g->ctl[k].desc[half];
@@ -356,184 +253,6 @@ static int check_desc(struct shm_group *g, int k, int half, const struct shm_des
                    " bytes",
                    g->members[k], d->kind, d->seq, d->bytes, mine->kind, mine->seq,
                    mine->bytes);
-}
-
-/* Member k's slice [*off, *off + *len) of an n-byte piece: 64-byte aligned boundaries. */
-static void slice(size_t n, int L, int k, size_t *off, size_t *len)
-{
-    size_t lines = (n + 63) / 64;
-    size_t base = lines / (size_t)L, rem = lines % (size_t)L, uk = (size_t)k;
-    size_t a = (uk * base + (uk < rem ? uk : rem)) * 64;
-    size_t b = a + (base + (uk < rem ? 1 : 0)) * 64;
-    if (a > n)
-        a = n;
-    if (b > n)
-        b = n;
-    *off = a;
-    *len = b - a;
-}
-
-/* Starts round R: waits until this rank's buffer is free, then records the description. */
-static int round_begin(struct shm_group *g, uint32_t *round, int *half,
-                       const struct shm_desc *d, const char *what, struct ddp_err *err)
-{
-    uint32_t r = ++g->round;
-    int h = (int)(r % SHM_NBUF);
-    if (r > SHM_NBUF) {
-        int ret = wait_all(g, C_DONE, r - SHM_NBUF, what, err);
-        if (ret < 0)
-            return ret;
-    }
-    g->ctl[g->lr].desc[h] = *d;
-    *round = r;
-    *half = h;
-    return 0;
-}
-
-/* Member k's data of the piece at off: its slot h, or its part of region rg at roff. */
-static char *piece_of(struct shm_group *g, const struct shm_region *rg, size_t roff, int k,
-                      int h, size_t off)
-{
-    return rg ? rg->base + SHM_REGION_HDR + (size_t)k * rg->stride + roff + off : slot(g, k, h);
-}
-
-/* Where buf..buf+bytes lies inside this rank's part of a region: that region, with *roff
- * the offset in the part; else NULL. */
-static const struct shm_region *region_of(const struct shm_group *g, const void *buf,
-                                          size_t bytes, size_t *roff)
-{
-    const char *b = buf;
-    for (int i = 0; i < g->nregions; i++) {
-        const struct shm_region *rg = &g->regions[i];
-        const char *mine = rg->base + SHM_REGION_HDR + (size_t)g->lr * rg->stride;
-        if (b >= mine && b < mine + rg->bytes && bytes <= rg->bytes - (size_t)(b - mine)) {
-            *roff = (size_t)(b - mine);
-            return rg;
-        }
-    }
-    return NULL;
-}
-
-int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype dt,
-                  int to_leader_only, uint64_t seq, int kind, struct ddp_err *err)
-{
-    const char *what = kind == 3 ? "barrier" : "all-reduce";
-    const struct vecadd_type *t = vecadd_type(dt);
-    size_t bytes = count * t->size;
-    if (g->L == 1 || bytes == 0)
-        return 0;
-    g->fault = -1;
-    int gets = !to_leader_only || g->lr == 0;
-    int oneshot = bytes <= g->small;
-    /* A registered buffer: the others read this rank's data where it lies (no copy in),
-     * the own slice is reduced in place and read from there (no copy out of it). */
-    size_t roff = 0;
-    const struct shm_region *rg = oneshot ? NULL : region_of(g, buf, bytes, &roff);
-    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes,
-                         .roff = rg ? roff : UINT64_MAX};
-    char *p = buf;
-    /* Registered data needs no staging slot, so its pieces are larger: fewer sync points
-     * (measured: 4 MiB pieces 1.3-2.5x faster than 256 KiB ones from 1 to 64 MiB). */
-    size_t piece = rg ? g->piece * SHM_REG_PIECE_FACTOR : g->piece;
-    for (size_t off = 0; off < bytes;) {
-        size_t n = bytes - off < piece ? bytes - off : piece;
-        uint32_t r;
-        int h, ret;
-        if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
-            return ret;
-        size_t so = 0, sl = 0;
-        if (oneshot) {
-            memcpy(slot(g, g->lr, h), p + off, n);
-        } else if (!rg) {
-            /* The others read every slice of this slot but this rank's own, which it
-             * reduces straight from its buffer. */
-            slice(n, g->L, g->lr, &so, &sl);
-            memcpy(slot(g, g->lr, h), p + off, so);
-            memcpy(slot(g, g->lr, h) + so + sl, p + off + so + sl, n - so - sl);
-        } else {
-            slice(n, g->L, g->lr, &so, &sl);
-        }
-        post(g, C_ARRIVE, r);
-        for (int k = 0; k < g->L; k++) {
-            if (k == g->lr)
-                continue;
-            if ((ret = wait_one(g, k, C_ARRIVE, r, what, err)) < 0 ||
-                (ret = check_desc(g, k, h, &d, err)) < 0)
-                return ret;
-        }
-        if (oneshot) {
-            if (gets) {
-                memcpy(p + off, slot(g, 0, h), n);
-                for (int k = 1; k < g->L; k++)
-                    t->add(p + off, slot(g, k, h), n / t->size);
-            }
-        } else {
-            char *mine = rg ? p + off + so : slot(g, g->lr, h) + so;
-            int first = 1;
-            for (int k = 0; k < g->L && sl; k++) {
-                if (k == g->lr)
-                    continue;
-                if (rg)
-                    t->add(mine, piece_of(g, rg, roff, k, h, off) + so, sl / t->size);
-                else if (first)
-                    t->add2(mine, p + off + so, piece_of(g, rg, roff, k, h, off) + so,
-                            sl / t->size);
-                else
-                    t->add(mine, piece_of(g, rg, roff, k, h, off) + so, sl / t->size);
-                first = 0;
-            }
-            post(g, C_REDUCED, r);
-            if (gets) {
-                if (sl && !rg)
-                    memcpy(p + off + so, mine, sl);
-                for (int k = 0; k < g->L; k++) {
-                    if (k == g->lr)
-                        continue;
-                    if ((ret = wait_one(g, k, C_REDUCED, r, what, err)) < 0)
-                        return ret;
-                    slice(n, g->L, k, &so, &sl);
-                    if (sl)
-                        memcpy(p + off + so, piece_of(g, rg, roff, k, h, off) + so, sl);
-                }
-            }
-        }
-        post(g, C_DONE, r);
-        off += n;
-    }
-    /* The others read this rank's part until their last piece is done: only then may the
-     * caller write it again. */
-    if (rg)
-        return wait_all(g, C_DONE, g->round, what, err);
-    return 0;
-}
-
-int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, uint64_t seq,
-                  int kind, struct ddp_err *err)
-{
-    if (g->L == 1 || bytes == 0)
-        return 0;
-    g->fault = -1;
-    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes, .roff = UINT64_MAX};
-    char *p = buf;
-    for (size_t off = 0; off < bytes;) {
-        size_t n = bytes - off < g->piece ? bytes - off : g->piece;
-        uint32_t r;
-        int h, ret;
-        if ((ret = round_begin(g, &r, &h, &d, "broadcast", err)) < 0)
-            return ret;
-        if (g->lr == root_local) {
-            memcpy(slot(g, g->lr, h), p + off, n);
-            post(g, C_ARRIVE, r);
-        } else {
-            if ((ret = wait_one(g, root_local, C_ARRIVE, r, "broadcast", err)) < 0 ||
-                (ret = check_desc(g, root_local, h, &d, err)) < 0)
-                return ret;
-            memcpy(p + off, slot(g, root_local, h), n);
-        }
-        post(g, C_DONE, r);
-        off += n;
-    }
-    return 0;
 }
 
 static uint64_t fnv_str(uint64_t h, const char *s)
@@ -599,7 +318,7 @@ const char *shm_group_name(const struct shm_group *g)
 }
 
 /* Maps bytes of the shared-memory file fd (named name, for the error) read-write, shared. */
-static int map_shared(const char *name, int fd, size_t bytes, void **out, struct ddp_err *err)
+int shm_map_shared(const char *name, int fd, size_t bytes, void **out, struct ddp_err *err)
 {
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
@@ -611,10 +330,10 @@ static int map_shared(const char *name, int fd, size_t bytes, void **out, struct
 
 /* Leader: waits until L ranks counted themselves in *attached (bounded by the timeout, ended
  * early by an abort), so the name can be taken away. */
-static int wait_attached(struct shm_group *g, _Atomic uint32_t *attached, const char *name,
+int shm_wait_attached(struct shm_group *g, _Atomic uint32_t *attached, const char *name,
                          struct ddp_err *err)
 {
-    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    int64_t deadline = time_deadline_ms(g->timeout_ms);
     while ((int)atomic_load(attached) < g->L) {
         uint32_t a = g->hdr ? atomic_load(&g->hdr->abort) : 0;
         if (a != 0 && a != UINT32_MAX)
@@ -632,7 +351,7 @@ static int wait_attached(struct shm_group *g, _Atomic uint32_t *attached, const 
 static int map_segment(struct shm_group *g, int fd, struct ddp_err *err)
 {
     void *m = NULL;
-    int ret = map_shared(g->name, fd, g->map_bytes, &m, err);
+    int ret = shm_map_shared(g->name, fd, g->map_bytes, &m, err);
     if (ret < 0)
         return ret;
     g->base = m;
@@ -668,7 +387,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
                    (size_t)g->L * SHM_NBUF * piece;
     shm_segment_name(rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size, s->comm_id,
                      s->host, s->members, s->nmembers, g->name, sizeof(g->name));
-    int64_t deadline = time_mono_ms() + g->timeout_ms;
+    int64_t deadline = time_deadline_ms(g->timeout_ms);
     char key[96];
     snprintf(key, sizeof(key), "comm/%" PRIu64 "/shm/%d", s->comm_id, s->host);
     if (g->leader) {
@@ -710,14 +429,13 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
         if ((ret = rdzv_set(s->r, key, val, (size_t)vl, err)) < 0)
             goto out;
         /* Wait for every member to attach, then take the name away. */
-        if ((ret = wait_attached(g, &g->hdr->attached, g->name, err)) < 0)
+        if ((ret = shm_wait_attached(g, &g->hdr->attached, g->name, err)) < 0)
             goto out;
         shm_unlink(g->name);
         g->unlinked = 1;
     } else {
         size_t len = 0;
-        int64_t left = deadline - time_mono_ms();
-        if ((ret = rdzv_get(s->r, key, left > 0 ? left : 0, &tok, &len, err)) < 0)
+        if ((ret = rdzv_get(s->r, key, time_left_ms(deadline), &tok, &len, err)) < 0)
             goto out;
         char hex[32];
         uint64_t token = 0;
@@ -769,135 +487,6 @@ out:
     return ret;
 }
 
-/* What the leader tells the members about a new region (through shm_broadcast). */
-struct region_msg {
-    uint64_t token;    /* 0: no region (the members fall back too) */
-    uint64_t stride;
-    uint64_t map_bytes;
-};
-
-int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_err *err)
-{
-    *out = NULL;
-    if (g->L == 1 || bytes == 0)
-        return 0;
-    if (g->nregions == SHM_MAX_REGIONS)
-        return 0;
-    char name[80];
-    snprintf(name, sizeof(name), "%s-r%u", g->name, g->nalloc);
-    uint64_t seq = UINT64_MAX - g->nalloc;
-    g->nalloc++;
-    /* Parts 320 bytes apart modulo 4 KiB: at the same offset in two parts, loads of one and
-     * stores to the other would otherwise alias (same address bits 0-11) on every line. */
-    size_t stride = ((bytes + 4095) & ~(size_t)4095) + 320;
-    struct region_msg msg = {0};
-    char *base = NULL;
-    int fd = -1, ret = 0;
-    if (g->leader) {
-        size_t map_bytes = SHM_REGION_HDR + (size_t)g->L * stride;
-        shm_unlink(name);
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0) {
-            log_info("comm: shared memory %s: create: %s: buffers stay private", name,
-                     strerror(errno));
-        } else if (ftruncate(fd, (off_t)map_bytes) < 0 ||
-                   (errno = posix_fallocate(fd, 0, (off_t)map_bytes)) != 0) {
-            /* posix_fallocate reserves the pages: without it a full /dev/shm (64 MiB in
-             * many containers) would kill the process with SIGBUS on first touch. */
-            log_info("comm: no room for %zu MiB in shared memory (%s): gradient buffers stay "
-                     "private, all-reduces copy through the shared slots",
-                     map_bytes >> 20, strerror(errno));
-            close(fd);
-            fd = -1;
-            shm_unlink(name);
-        } else if ((ret = map_shared(name, fd, map_bytes, (void **)&base, err)) < 0) {
-            close(fd);
-            shm_unlink(name);
-            return ret;
-        } else {
-            struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
-            if ((ret = rand_bytes(&rh->token, sizeof(rh->token))) < 0) {
-                err_set(err, ret, "cannot read random bytes for the shared-memory token");
-                goto fail;
-            }
-            rh->token |= 1; /* never 0, which means "no region" */
-            rh->stride = stride;
-            rh->nmembers = (uint32_t)g->L;
-            atomic_store(&rh->attached, 1);
-            atomic_thread_fence(memory_order_seq_cst);
-            rh->magic = SHM_REGION_MAGIC;
-            msg.token = rh->token;
-            msg.stride = stride;
-            msg.map_bytes = map_bytes;
-        }
-    }
-    if ((ret = shm_broadcast(g, &msg, sizeof(msg), 0, seq, SHM_KIND_REGION, err)) < 0)
-        goto fail;
-    if (msg.token == 0)
-        return 0; /* the leader could not make one: everyone falls back */
-    if (!g->leader) {
-        fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
-        struct stat st;
-        if (fd < 0) {
-            ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", name, strerror(errno));
-            goto fail;
-        }
-        if (fstat(fd, &st) < 0 || (size_t)st.st_size != msg.map_bytes ||
-            msg.stride != stride) {
-            ret = err_set(err, DDP_EINVAL, "shared memory %s: unexpected size", name);
-            goto fail;
-        }
-        if ((ret = map_shared(name, fd, msg.map_bytes, (void **)&base, err)) < 0)
-            goto fail;
-        struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
-        if (rh->magic != SHM_REGION_MAGIC || rh->token != msg.token ||
-            rh->nmembers != (uint32_t)g->L || rh->stride != stride) {
-            ret = err_set(err, DDP_EINVAL,
-                          "shared memory %s: not this job's region (token or layout differ)",
-                          name);
-            goto fail;
-        }
-        atomic_fetch_add(&rh->attached, 1);
-    } else {
-        /* Take the name away once everyone has mapped it. */
-        struct shm_region_hdr *rh = (struct shm_region_hdr *)base;
-        if ((ret = wait_attached(g, &rh->attached, name, err)) < 0)
-            goto fail;
-        shm_unlink(name);
-    }
-    close(fd);
-    struct shm_region *rg = &g->regions[g->nregions++];
-    rg->base = base;
-    rg->map_bytes = msg.map_bytes;
-    rg->stride = stride;
-    rg->bytes = bytes;
-    *out = base + SHM_REGION_HDR + (size_t)g->lr * stride;
-    return 1;
-fail:
-    if (base)
-        munmap(base, msg.map_bytes ? msg.map_bytes : SHM_REGION_HDR + (size_t)g->L * stride);
-    if (fd >= 0)
-        close(fd);
-    if (g->leader)
-        shm_unlink(name);
-    return ret;
-}
-
-int shm_region_free(struct shm_group *g, void *p)
-{
-    if (!g || !p)
-        return 0;
-    for (int i = 0; i < g->nregions; i++) {
-        struct shm_region *rg = &g->regions[i];
-        if ((char *)p != rg->base + SHM_REGION_HDR + (size_t)g->lr * rg->stride)
-            continue;
-        munmap(rg->base, rg->map_bytes);
-        g->regions[i] = g->regions[--g->nregions];
-        return 1;
-    }
-    return 0;
-}
-
 void shm_group_close(struct shm_group *g)
 {
     if (!g)
@@ -916,3 +505,4 @@ void shm_group_close(struct shm_group *g)
     free(g->members);
     free(g);
 }
+
