@@ -65,6 +65,7 @@ struct comm_work {
     struct comm_work *all_prev, *all_next; /* every live work */
 };
 
+/* ---- the collectives over the chosen transport ---- */
 
 int cpu_global_rank(const struct cpu *cpu, int i)
 {

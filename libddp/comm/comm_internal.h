@@ -8,9 +8,10 @@
  *
  * Shared memory between same-host ranks (issue 7) is a transport of the cpu backend, not a
  * backend: comm_cpu.c's init reads every rank's host identity from the store
- * ("comm/<id>/host/<rank>") and uses comm_shm.c for the ranks of a host; the TCP ring keeps
- * its key layout "comm/<id>/<ring rank>" = "host:port nonce", where the ring is over all
- * ranks or, hierarchically, over one leader per host (ring rank = host index).
+ * ("comm/<id>/host/<rank>", topo.c) and uses comm_shm.c for the ranks of a host (the
+ * backend's files are listed in comm_cpu_internal.h); the TCP ring keeps its key layout
+ * "comm/<id>/<ring rank>" = "host:port nonce", where the ring is over all ranks or,
+ * hierarchically, over one leader per host (ring rank = host index).
  */
 #ifndef DDP_LIBDDP_COMM_INTERNAL_H
 #define DDP_LIBDDP_COMM_INTERNAL_H
