@@ -7,14 +7,14 @@
  * same on every member) uses buffer R % SHM_NBUF of every slot. Before writing it a rank
  * waits until every member's `done` reached R - SHM_NBUF (the buffer is free), so a rank
  * can run up to SHM_NBUF rounds ahead of the slowest (measured: 4 beats 2 when ranks share
- * cores). Large pieces: copy in (all but
- * the own 1/L slice, 64-byte aligned), post arrive=R, wait all arrive>=R, sum the own slice
- * of the own buffer and the L-1 other slots into the own slot, post reduced=R, wait all
- * reduced>=R, copy every slice out, post done=R - each byte is streamed once in the reduce,
- * the piece stays in cache. Small messages (<= small)
- * take one round where every rank sums all slots itself in rank order (one sync point,
- * results bit-identical on all ranks). Counters only grow, so a rank that does not post a
- * counter in some round (broadcast receivers' arrive) never blocks a later wait.
+ * cores). Large pieces: copy in (all but the own 1/L slice, 64-byte aligned), post
+ * arrive=R, wait all arrive>=R, sum the own slice of the own buffer and the L-1 other slots
+ * into the own slot, post reduced=R, wait all reduced>=R, copy every slice out, post
+ * done=R - each byte is streamed once in the reduce, the piece stays in cache. Small
+ * messages (<= small) take one round where every rank sums all slots itself in rank order
+ * (one sync point, results bit-identical on all ranks). Counters only grow, so a rank that
+ * does not post a counter in some round (broadcast receivers' arrive) never blocks a later
+ * wait.
  *
  * A registered all-reduce (the buffer lies in this rank's part of a region, at the same
  * offset on every member) needs no staging: the others read this rank's data where it lies
