@@ -15,17 +15,17 @@
 #define DDP_AGENT_AGENT_H
 
 struct agent_config {
-    const char *server;      /* base URL of ddpd */
-    const char *token;       /* agent token, or NULL: read token_file (waiting for it) */
+    const char *server; /* base URL of ddpd */
+    const char *token;  /* agent token, or NULL: read token_file (waiting for it) */
     const char *token_file;
     const char *name;
     const char *address;
     int slots;
-    int gpus;                /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
-    const char *port_range;  /* "A-B" */
-    const char *work_dir;    /* absolute, exists */
-    int grace_s;             /* stop grace when an assignment gives none */
-    int orphan_timeout_s;    /* no answer from ddpd for this long: stop the running workers
+    int gpus;               /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
+    const char *port_range; /* "A-B" */
+    const char *work_dir;   /* absolute, exists */
+    int grace_s;            /* stop grace when an assignment gives none */
+    int orphan_timeout_s;   /* no answer from ddpd for this long: stop the running workers
                                 (their job cannot be confirmed); 0 = never */
 };
 

@@ -30,15 +30,15 @@
 #include "agent/logship.h"
 #include "agent/spawn.h"
 
-#define AGENT_LOG_QUEUE_MAX 10000   /* lines kept per worker while ddpd does not answer */
-#define AGENT_METRIC_QUEUE_MAX 1000 /* metrics lines kept per worker */
-#define AGENT_BEAT_LINES_MAX 1000   /* log lines per beat (docs/api.md) */
-#define AGENT_BEAT_METRICS_MAX 200  /* metrics lines per beat */
-#define AGENT_BEAT_BYTES_MAX (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
-#define AGENT_BACKOFF_MIN_MS 100
-#define AGENT_BACKOFF_MAX_MS 2000
+#define AGENT_LOG_QUEUE_MAX     10000        /* lines kept per worker while ddpd does not answer */
+#define AGENT_METRIC_QUEUE_MAX  1000         /* metrics lines kept per worker */
+#define AGENT_BEAT_LINES_MAX    1000         /* log lines per beat (docs/api.md) */
+#define AGENT_BEAT_METRICS_MAX  200          /* metrics lines per beat */
+#define AGENT_BEAT_BYTES_MAX    (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
+#define AGENT_BACKOFF_MIN_MS    100
+#define AGENT_BACKOFF_MAX_MS    2000
 #define AGENT_FORGOTTEN_KEEP_MS 30000 /* unshipped lines of a forgotten worker, at most */
-#define AGENT_READ_CHUNK 65536
+#define AGENT_READ_CHUNK        65536
 
 struct worker {
     uint64_t id;
@@ -47,15 +47,15 @@ struct worker {
     int rank;
     int local_rank;
     int grace_s;
-    int gpu;                 /* index in a->gpu_used, or -1 */
-    struct spawn_proc proc;  /* proc.exited = reaped (or never started) */
-    uint64_t exit_change;    /* a->changes value at the exit */
+    int gpu;                /* index in a->gpu_used, or -1 */
+    struct spawn_proc proc; /* proc.exited = reaped (or never started) */
+    uint64_t exit_change;   /* a->changes value at the exit */
     int forgotten;
     int64_t forgotten_ms;
     int64_t started_wall_ms;
     int64_t last_metric_wall_ms;
     char *hb_file;
-    char *prefix;            /* "[rank R] " */
+    char *prefix; /* "[rank R] " */
     struct logship_queue logs;
     struct logship_queue metrics; /* JSON texts; only rank 0's are queued */
     /* I/O thread: */
@@ -77,8 +77,8 @@ struct agent {
     uint64_t next_worker_id;
     struct assign *desired;
     size_t ndesired;
-    int64_t version;     /* of the applied desired set; 0 = none */
-    int applied;         /* a desired set was applied since registering */
+    int64_t version; /* of the applied desired set; 0 = none */
+    int applied;     /* a desired set was applied since registering */
     int registered;
     int interval_ms;
     uint64_t changes;
@@ -88,11 +88,11 @@ struct agent {
     int refused_bodies;      /* beats refused with 400/413 in a row */
     int shutting_down;
     int done;
-    int64_t last_answer_ms;  /* monotonic time of ddpd's last answer (any status) */
-    int orphaned;            /* the orphan timeout fired; cleared by the next answer */
+    int64_t last_answer_ms; /* monotonic time of ddpd's last answer (any status) */
+    int orphaned;           /* the orphan timeout fired; cleared by the next answer */
     int *gpu_used;
-    int wake[2];             /* wakes the I/O thread */
-    int sfd;                 /* signalfd: SIGCHLD, SIGTERM, SIGINT */
+    int wake[2]; /* wakes the I/O thread */
+    int sfd;     /* signalfd: SIGCHLD, SIGTERM, SIGINT */
     char *beat_path;
 };
 

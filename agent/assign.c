@@ -13,8 +13,8 @@
 #include "common/jsonx.h"
 #include "common/xalloc.h"
 
-static int assign_int(const json_t *obj, const char *key, int required, int64_t min,
-                      int64_t max, int *out, struct ddp_err *err)
+static int assign_int(const json_t *obj, const char *key, int required, int64_t min, int64_t max,
+                      int *out, struct ddp_err *err)
 {
     int64_t v = *out;
     int rc = jsonx_get_int(obj, key, required, min, max, &v, err);
@@ -82,7 +82,8 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
         a.env_vals = xcalloc(n + 1, sizeof(char *));
         const char *k;
         json_t *v;
-        json_object_foreach(env, k, v) {
+        json_object_foreach(env, k, v)
+        {
             if (!json_is_string(v)) {
                 err_set(err, DDP_EINVAL, "field 'env.%s': expected a string", k);
                 goto out;
@@ -114,13 +115,15 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
         a.run_id = xstrdup(a.job_id);
     }
     if (a.group_rank >= a.group_world_size) {
-        err_set(err, DDP_EINVAL, "field 'group_rank': %d >= group_world_size %d",
-                a.group_rank, a.group_world_size);
+        err_set(err, DDP_EINVAL, "field 'group_rank': %d >= group_world_size %d", a.group_rank,
+                a.group_world_size);
         goto out;
     }
     if ((int64_t)a.group_rank * a.nproc_per_node + a.nproc_per_node > a.world_size) {
-        err_set(err, DDP_EINVAL, "field 'world_size': %d is too small for group_rank %d "
-                "with nproc_per_node %d", a.world_size, a.group_rank, a.nproc_per_node);
+        err_set(err, DDP_EINVAL,
+                "field 'world_size': %d is too small for group_rank %d "
+                "with nproc_per_node %d",
+                a.world_size, a.group_rank, a.nproc_per_node);
         goto out;
     }
     if (!a.master_addr[0]) {

@@ -16,9 +16,9 @@ struct assign {
     char *job_id;
     int64_t generation;
     char *run_id;
-    char **argv;          /* NULL-terminated, argc entries */
+    char **argv; /* NULL-terminated, argc entries */
     size_t argc;
-    char **env_keys;      /* the job's env, nenv pairs in the answer's order */
+    char **env_keys; /* the job's env, nenv pairs in the answer's order */
     char **env_vals;
     size_t nenv;
     char *workdir;        /* "" = the agent's work dir */

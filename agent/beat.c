@@ -81,8 +81,7 @@ static int pid_is_stopped(pid_t pid)
 
 /* Builds a beat body from the state. Holds a->mu. acks gets one entry per worker that
  * had lines in the body. */
-static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **acks,
-                               size_t *nacks)
+static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **acks, size_t *nacks)
 {
     json_t *body = json_object();
     json_t *workers = json_array(), *logs = json_array(), *metrics = json_array(),
@@ -126,8 +125,8 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
                 json_object_set_new(p, "job_id", json_string(w->job_id));
                 json_object_set_new(p, "generation", json_integer(w->generation));
                 json_object_set_new(p, "rank", json_integer(w->rank));
-                json_object_set_new(p, "age_ms", json_integer(now_wall > last ? now_wall - last
-                                                                                : 0));
+                json_object_set_new(p, "age_ms",
+                                    json_integer(now_wall > last ? now_wall - last : 0));
                 if (pid_is_stopped(w->proc.pid))
                     json_object_set_new(p, "stopped", json_true());
                 json_array_append_new(progress, p);
@@ -184,15 +183,15 @@ static int agent_apply_answer(struct agent *a, const json_t *ans)
     err_clear(&err);
     int64_t version = 0;
     json_t *arr = NULL;
-    if (!json_is_object(ans) || jsonx_get_int(ans, "version", 1, 0, INT64_MAX, &version,
-                                              &err) < 0 ||
+    if (!json_is_object(ans) ||
+        jsonx_get_int(ans, "version", 1, 0, INT64_MAX, &version, &err) < 0 ||
         jsonx_get_array(ans, "assignments", 1, &arr, &err) < 0) {
         log_warn("ignoring a heartbeat answer: %s", err.msg[0] ? err.msg : "not an object");
         return 0;
     }
     if (version < a->version) {
-        log_debug("ignoring an older desired set version=%" PRId64 " applied=%" PRId64,
-                  version, a->version);
+        log_debug("ignoring an older desired set version=%" PRId64 " applied=%" PRId64, version,
+                  a->version);
         return 0;
     }
     int changed = version != a->version || !a->applied;
@@ -201,8 +200,7 @@ static int agent_apply_answer(struct agent *a, const json_t *ans)
         struct assign *d = xcalloc(n + 1, sizeof(*d));
         for (size_t i = 0; i < n; i++) {
             if (assign_parse(json_array_get(arr, i), &d[k], &err) < 0)
-                log_error("ignoring an assignment of version %" PRId64 ": %s", version,
-                          err.msg);
+                log_error("ignoring an assignment of version %" PRId64 ": %s", version, err.msg);
             else
                 k++;
         }
@@ -228,8 +226,8 @@ enum beat_result { BEAT_OK, BEAT_UNREACHABLE, BEAT_REREGISTER, BEAT_REFUSED };
  * BEAT_OK, *quick (may be NULL) is 1 when the next beat should go at once: this one reported
  * worker starts or exits, its answer brought a new desired set, or lines are backed up.
  */
-static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_allowed,
-                                   int *quick, struct ddp_err *err)
+static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_allowed, int *quick,
+                                   struct ddp_err *err)
 {
     struct agent_ack *acks = NULL;
     size_t nacks = 0;
@@ -239,8 +237,8 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
 
     pthread_mutex_lock(&a->mu);
     uint64_t snap = a->changes;
-    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent &&
-                          !a->shutting_down && !agent_backlog(a)
+    int wait_ms = wait_allowed && a->applied && snap == a->changes_sent && !a->shutting_down &&
+                          !agent_backlog(a)
                       ? a->interval_ms
                       : 0;
     json_t *body = agent_beat_body(a, wait_ms, &acks, &nacks);
@@ -248,8 +246,8 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
         a->polling = 1;
     pthread_mutex_unlock(&a->mu);
 
-    int rc = httpc_request(h, "POST", a->beat_path, body, wait_ms + 10000L, &status, &ans, NULL,
-                           err);
+    int rc =
+        httpc_request(h, "POST", a->beat_path, body, wait_ms + 10000L, &status, &ans, NULL, err);
     pthread_mutex_lock(&a->mu);
     if (wait_ms > 0)
         a->polling = 0;
@@ -346,8 +344,8 @@ void *agent_report_main(void *arg)
     struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        while (!a->done && !(a->polling && a->changes > a->changes_sent &&
-                             a->changes > a->changes_urgent))
+        while (!a->done &&
+               !(a->polling && a->changes > a->changes_sent && a->changes > a->changes_urgent))
             pthread_cond_wait(&a->cond, &a->mu);
         if (a->done)
             break;
@@ -400,8 +398,8 @@ void agent_heartbeat_loop(struct agent *a)
         err_clear(&err);
         int64_t t0 = time_mono_ms();
         int quick = 0;
-        enum beat_result r = registered ? agent_beat(a, h, 1, &quick, &err)
-                                        : agent_register(a, h, &err);
+        enum beat_result r =
+            registered ? agent_beat(a, h, 1, &quick, &err) : agent_register(a, h, &err);
         if (r != BEAT_UNREACHABLE) {
             pthread_mutex_lock(&a->mu);
             a->last_answer_ms = time_mono_ms();
@@ -431,7 +429,8 @@ void agent_heartbeat_loop(struct agent *a)
         if (r == BEAT_REREGISTER) {
             if (err.code == DDP_EABORTED)
                 log_warn("ddpd has another incarnation of node %s registered (another agent "
-                         "with this --name?): registering again", a->cfg->name);
+                         "with this --name?): registering again",
+                         a->cfg->name);
             else
                 log_warn("ddpd does not know node %s: registering again", a->cfg->name);
             pthread_mutex_lock(&a->mu);

@@ -48,8 +48,8 @@ char *logship_clean(const char *prefix, const char *line, size_t len);
 
 /* A FIFO of owned strings numbered by seq from 1; at most max kept (oldest dropped). */
 struct logship_queue {
-    char **items;      /* ring of cap entries */
-    size_t head;       /* index of the oldest */
+    char **items; /* ring of cap entries */
+    size_t head;  /* index of the oldest */
     size_t count;
     size_t cap;
     size_t max;

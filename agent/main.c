@@ -26,7 +26,7 @@
 #include "common/xalloc.h"
 
 #define AGENT_DEFAULT_SERVER "http://127.0.0.1:8470"
-#define AGENT_TOKEN_MAX 4096
+#define AGENT_TOKEN_MAX      4096
 
 static const char usage_line[] =
     "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
@@ -197,8 +197,8 @@ int main(int argc, char **argv)
     };
     struct agent_config cfg;
     memset(&cfg, 0, sizeof(cfg));
-    const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL,
-               *address = NULL, *work_dir = NULL, *port_range = "29500-29999";
+    const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL, *address = NULL,
+               *work_dir = NULL, *port_range = "29500-29999";
     long slots = -1, grace = 30, orphan = 30;
     int level = LOG_INFO;
     char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
@@ -212,18 +212,30 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 's': server = optarg; break;
-        case 't': token_file = optarg; break;
-        case 'n': name = optarg; break;
-        case 'a': address = optarg; break;
+        case 's':
+            server = optarg;
+            break;
+        case 't':
+            token_file = optarg;
+            break;
+        case 'n':
+            name = optarg;
+            break;
+        case 'a':
+            address = optarg;
+            break;
         case 'S':
             if (args_parse_long("--slots", optarg, 1, 4096, &slots, &err) < 0) {
                 rc = usage_error("%s", err.msg);
                 goto out;
             }
             break;
-        case 'p': port_range = optarg; break;
-        case 'w': work_dir = optarg; break;
+        case 'p':
+            port_range = optarg;
+            break;
+        case 'w':
+            work_dir = optarg;
+            break;
         case 'g':
             if (args_parse_long("--grace", optarg, 0, 3600, &grace, &err) < 0) {
                 rc = usage_error("%s", err.msg);
@@ -239,8 +251,8 @@ int main(int argc, char **argv)
         case 'l':
             level = log_level_parse(optarg);
             if (level < 0) {
-                rc = usage_error("--log-level: '%s' is not one of debug, info, warn, error",
-                                 optarg);
+                rc =
+                    usage_error("--log-level: '%s' is not one of debug, info, warn, error", optarg);
                 goto out;
             }
             log_set_level((enum log_level)level);

@@ -32,8 +32,7 @@ static size_t recon_find_want(const struct recon_want *want, size_t nwant, const
     return nwant;
 }
 
-static int recon_is_desired(const struct recon_want *want, size_t nwant,
-                            const struct recon_have *h)
+static int recon_is_desired(const struct recon_want *want, size_t nwant, const struct recon_have *h)
 {
     size_t i = recon_find_want(want, nwant, h->job_id, h->generation);
     return i < nwant && h->local_rank >= 0 && h->local_rank < want[i].nproc;

@@ -24,15 +24,15 @@
 struct recon_want {
     const char *job_id; /* borrowed */
     int64_t generation;
-    int nproc;          /* local ranks 0..nproc-1 are desired */
+    int nproc; /* local ranks 0..nproc-1 are desired */
 };
 
 struct recon_have {
     const char *job_id; /* borrowed */
     int64_t generation;
     int local_rank;
-    int running;        /* 1 until the worker has been reaped */
-    int stopping;       /* 1 once a stop was sent */
+    int running;  /* 1 until the worker has been reaped */
+    int stopping; /* 1 once a stop was sent */
 };
 
 enum recon_op { RECON_START, RECON_STOP, RECON_FORGET };

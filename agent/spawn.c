@@ -154,17 +154,28 @@ char *spawn_resolve(const char *file, char *const *env)
 static const char *spawn_errno_text(int e)
 {
     switch (e) {
-    case ENOENT: return "no such file or directory";
-    case EACCES: return "permission denied";
-    case ENOEXEC: return "not an executable format";
-    case ENOTDIR: return "a path component is not a directory";
-    case ELOOP: return "too many symbolic links";
-    case E2BIG: return "argument list too long";
-    case ENOMEM: return "out of memory";
-    case ETXTBSY: return "text file busy";
-    case EISDIR: return "is a directory";
-    case ENAMETOOLONG: return "name too long";
-    default: return "exec failed";
+    case ENOENT:
+        return "no such file or directory";
+    case EACCES:
+        return "permission denied";
+    case ENOEXEC:
+        return "not an executable format";
+    case ENOTDIR:
+        return "a path component is not a directory";
+    case ELOOP:
+        return "too many symbolic links";
+    case E2BIG:
+        return "argument list too long";
+    case ENOMEM:
+        return "out of memory";
+    case ETXTBSY:
+        return "text file busy";
+    case EISDIR:
+        return "is a directory";
+    case ENAMETOOLONG:
+        return "name too long";
+    default:
+        return "exec failed";
     }
 }
 
@@ -177,8 +188,8 @@ static void spawn_child_say(int fd, const char *a, const char *b)
 }
 
 /* The child, after fork. Never returns. */
-static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
-                        const char *run_msg, const char *cwd_msg)
+static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, const char *run_msg,
+                        const char *cwd_msg)
 {
     setpgid(0, 0);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
@@ -222,8 +233,9 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
 {
     int rc = 0;
     char *run_msg = xasprintf("ddp-agent: cannot run '%s': ", req->argv[0]);
-    char *cwd_msg = xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s': ",
-                              req->argv[0], req->cwd ? req->cwd : "");
+    char *cwd_msg =
+        xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s': ", req->argv[0],
+                  req->cwd ? req->cwd : "");
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) {
         rc = err_set(err, DDP_EINTERNAL, "cannot open /dev/null: %s", strerror(errno));

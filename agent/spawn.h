@@ -47,12 +47,12 @@ const char *spawn_env_get(char *const *env, const char *key);
 char *spawn_resolve(const char *file, char *const *env);
 
 struct spawn_req {
-    char *const *argv;  /* borrowed; argv[0] is what the worker sees */
-    char *const *envp;  /* borrowed */
-    const char *path;   /* from spawn_resolve(), or NULL: the child reports "not found" */
-    const char *cwd;    /* borrowed, or NULL */
-    int out_fd;         /* becomes the child's stdout and stderr */
-    int metrics_fd;     /* becomes the child's fd SPAWN_METRICS_FD, or -1 */
+    char *const *argv; /* borrowed; argv[0] is what the worker sees */
+    char *const *envp; /* borrowed */
+    const char *path;  /* from spawn_resolve(), or NULL: the child reports "not found" */
+    const char *cwd;   /* borrowed, or NULL */
+    int out_fd;        /* becomes the child's stdout and stderr */
+    int metrics_fd;    /* becomes the child's fd SPAWN_METRICS_FD, or -1 */
 };
 
 /*
@@ -73,10 +73,10 @@ struct spawn_proc {
     pid_t pid;          /* also the process group id */
     int64_t kill_at_ms; /* SIGKILL deadline; 0 = not stopping */
     int stopping;
-    int killed;         /* SIGKILL was sent */
-    int exited;         /* reaped */
-    int exit_code;      /* exit status, or 128+N when killed by signal N */
-    int sig;            /* the signal that killed it, 0 if none */
+    int killed;    /* SIGKILL was sent */
+    int exited;    /* reaped */
+    int exit_code; /* exit status, or 128+N when killed by signal N */
+    int sig;       /* the signal that killed it, 0 if none */
 };
 
 void spawn_proc_init(struct spawn_proc *p, pid_t pid);

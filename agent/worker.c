@@ -160,8 +160,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     struct worker *w = agent_worker_new(a, as, lr);
     struct ddp_err err;
     err_clear(&err);
-    char *gen_dir = xasprintf("%s/jobs/%s/gen-%" PRId64, cfg->work_dir, as->job_id,
-                              as->generation);
+    char *gen_dir = xasprintf("%s/jobs/%s/gen-%" PRId64, cfg->work_dir, as->job_id, as->generation);
     char *log_path = xasprintf("%s/rank-%d.log", gen_dir, w->rank);
     char *ckpt = as->checkpoint_dir && *as->checkpoint_dir
                      ? xstrdup(as->checkpoint_dir)
@@ -189,12 +188,19 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
         goto out;
     }
     w->gpu = agent_pick_gpu(a, lr);
-    struct spawn_env_args ea = {.a = as, .local_rank = lr, .gpu = w->gpu,
-                                .checkpoint_dir = ckpt, .heartbeat_file = w->hb_file};
+    struct spawn_env_args ea = {.a = as,
+                                .local_rank = lr,
+                                .gpu = w->gpu,
+                                .checkpoint_dir = ckpt,
+                                .heartbeat_file = w->hb_file};
     env = spawn_env_build(environ, &ea);
     path = spawn_resolve(as->argv[0], env);
-    struct spawn_req req = {.argv = as->argv, .envp = env, .path = path, .cwd = cwd,
-                            .out_fd = out[1], .metrics_fd = met[1]};
+    struct spawn_req req = {.argv = as->argv,
+                            .envp = env,
+                            .path = path,
+                            .cwd = cwd,
+                            .out_fd = out[1],
+                            .metrics_fd = met[1]};
     pid_t pid;
     if (spawn_start(&req, &pid, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
@@ -205,8 +211,8 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     w->met_fd = met[0];
     out[0] = met[0] = -1;
     agent_note_change(a);
-    log_info("started worker job=%s generation=%" PRId64 " rank=%d local_rank=%d pid=%d",
-             w->job_id, w->generation, w->rank, lr, (int)pid);
+    log_info("started worker job=%s generation=%" PRId64 " rank=%d local_rank=%d pid=%d", w->job_id,
+             w->generation, w->rank, lr, (int)pid);
     agent_wake_io(a);
 out:
     if (w->proc.exited) {

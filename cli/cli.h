@@ -35,7 +35,7 @@ struct cli {
     char *token_from; /* where the token came from (for hints), or NULL */
     char *server_opt; /* --server as given, or NULL */
     char *token_file_opt;
-    int json;         /* -o json */
+    int json; /* -o json */
     struct httpc *http;
 };
 
@@ -51,15 +51,17 @@ struct cli_cmd {
 
 /* Long options every command accepts as well (so `ddpctl list -o json` works too). The
  * values are the option ids cli_common_opt() handles. */
-#define CLI_OPT_SERVER 1001
+#define CLI_OPT_SERVER     1001
 #define CLI_OPT_TOKEN_FILE 1002
-#define CLI_OPT_HELP 'h'
-#define CLI_OPT_OUTPUT 'o'
+#define CLI_OPT_HELP       'h'
+#define CLI_OPT_OUTPUT     'o'
 #define CLI_COMMON_LONGOPTS                                          \
     {"server", required_argument, NULL, CLI_OPT_SERVER},             \
-    {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE},     \
-    {"output", required_argument, NULL, CLI_OPT_OUTPUT},             \
-    {"help", no_argument, NULL, CLI_OPT_HELP}
+        {"token-file", required_argument, NULL, CLI_OPT_TOKEN_FILE}, \
+        {"output", required_argument, NULL, CLI_OPT_OUTPUT},         \
+    {                                                                \
+        "help", no_argument, NULL, CLI_OPT_HELP                      \
+    }
 /* Prefix with ":" (and "+" where words end the options) at each getopt_long call. */
 #define CLI_COMMON_SHORTOPTS "ho:"
 
@@ -69,8 +71,7 @@ struct cli_cmd {
  * with the exit code written to *exit_code (help printed: 0; usage error printed: 2).
  * argv is the command's argv (for naming an unknown option).
  */
-int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv,
-                   int *exit_code);
+int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv, int *exit_code);
 
 /* Parses only the common options (commands without options of their own). Returns 0 to go
  * on, or -1 with the exit code in *rc. */
@@ -112,8 +113,8 @@ int cli_job_call(struct cli *cli, const char *method, const char *job_id, const 
 /* Like cli_job_call, but while ddpd is unreachable (DDP_EUNAVAIL / DDP_ETIMEOUT) it retries
  * every second up to CLI_UNREACHABLE_MAX_MS in all, saying so once on stderr. Used by the
  * commands that follow a job. */
-int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
-                         json_t **answer, struct ddp_err *err);
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix, json_t **answer,
+                         struct ddp_err *err);
 
 /* Percent-encodes s for a URL path segment or query value; caller frees. */
 char *cli_escape(const char *s);

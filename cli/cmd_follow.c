@@ -59,7 +59,8 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
     }
     size_t i, fresh = 0;
     json_t *l;
-    json_array_foreach(lines, i, l) {
+    json_array_foreach(lines, i, l)
+    {
         /* Never print a line twice, even if an answer repeated some: the caller reads on
          * while this returns non-zero, so this also bounds that loop. */
         int64_t seq = cli_int(l, "seq", 0);
@@ -151,10 +152,9 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         if (rank >= 0)
             snprintf(rank_q, sizeof(rank_q), "&rank=%ld", rank);
         /* --tail: the first request reads the last lines; `next` then follows on. */
-        char *suffix = first && tail > 0
-                           ? xasprintf("/logs?tail=%ld%s", tail, rank_q)
-                           : xasprintf("/logs?after=%lld&limit=%d%s", (long long)st.after,
-                                       CLI_LOGS_PAGE, rank_q);
+        char *suffix = first && tail > 0 ? xasprintf("/logs?tail=%ld%s", tail, rank_q)
+                                         : xasprintf("/logs?after=%lld&limit=%d%s",
+                                                     (long long)st.after, CLI_LOGS_PAGE, rank_q);
         json_decref(page);
         page = NULL;
         int r = follow ? cli_job_call_patient(cli, id, suffix, &page, &err)
@@ -387,7 +387,8 @@ static int watch_fetch(struct cli *cli, struct watch *w, const char *kind, int64
     json_t *out = json_array();
     size_t i;
     json_t *it;
-    json_array_foreach(all, i, it) {
+    json_array_foreach(all, i, it)
+    {
         int64_t seq = cli_int(it, "seq", 0);
         if (seq <= *after)
             continue;

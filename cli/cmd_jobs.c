@@ -19,7 +19,7 @@
 #include "common/xalloc.h"
 
 /* Bounds of the list command: pages of this size, at most this many pages. */
-#define CLI_LIST_PAGE 100
+#define CLI_LIST_PAGE      100
 #define CLI_LIST_MAX_PAGES 100
 /* How many of the newest events status shows. */
 #define CLI_STATUS_EVENTS 10
@@ -53,20 +53,19 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_HANG,
         O_PARSABLE
     };
-    static const struct option longopts[] = {
-        {"name", required_argument, NULL, O_NAME},
-        {"nnodes", required_argument, NULL, O_NNODES},
-        {"nproc-per-node", required_argument, NULL, O_NPROC},
-        {"max-restarts", required_argument, NULL, O_RESTARTS},
-        {"env", required_argument, NULL, O_ENV},
-        {"workdir", required_argument, NULL, O_WORKDIR},
-        {"checkpoint-dir", required_argument, NULL, O_CKPT},
-        {"max-runtime", required_argument, NULL, O_RUNTIME},
-        {"grace", required_argument, NULL, O_GRACE},
-        {"hang-timeout", required_argument, NULL, O_HANG},
-        {"parsable", no_argument, NULL, O_PARSABLE},
-        CLI_COMMON_LONGOPTS,
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"name", required_argument, NULL, O_NAME},
+                                             {"nnodes", required_argument, NULL, O_NNODES},
+                                             {"nproc-per-node", required_argument, NULL, O_NPROC},
+                                             {"max-restarts", required_argument, NULL, O_RESTARTS},
+                                             {"env", required_argument, NULL, O_ENV},
+                                             {"workdir", required_argument, NULL, O_WORKDIR},
+                                             {"checkpoint-dir", required_argument, NULL, O_CKPT},
+                                             {"max-runtime", required_argument, NULL, O_RUNTIME},
+                                             {"grace", required_argument, NULL, O_GRACE},
+                                             {"hang-timeout", required_argument, NULL, O_HANG},
+                                             {"parsable", no_argument, NULL, O_PARSABLE},
+                                             CLI_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
     /* The ranges of docs/api.md, checked here so that a typo is a usage error. */
     static const struct {
         int opt;
@@ -211,9 +210,9 @@ static void cli_progress_short(const json_t *job, char *buf, size_t size)
     size_t o = 0;
     buf[0] = '\0';
     if (epoch >= 0) {
-        int w = epochs > 0 ? snprintf(buf, size, "epoch %lld/%lld", (long long)epoch,
-                                      (long long)epochs)
-                           : snprintf(buf, size, "epoch %lld", (long long)epoch);
+        int w = epochs > 0
+                    ? snprintf(buf, size, "epoch %lld/%lld", (long long)epoch, (long long)epochs)
+                    : snprintf(buf, size, "epoch %lld", (long long)epoch);
         if (w > 0 && (size_t)w < size)
             o = (size_t)w;
     }
@@ -268,8 +267,7 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     do {
         char *tok = cli_escape(token);
         char *path = xasprintf("/v1/jobs?page_size=%d%s%s%s%s", CLI_LIST_PAGE,
-                               state[0] ? "&state=" : "", state, tok[0] ? "&page_token=" : "",
-                               tok);
+                               state[0] ? "&state=" : "", state, tok[0] ? "&page_token=" : "", tok);
         free(tok);
         json_decref(page);
         page = NULL;
@@ -292,13 +290,14 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         json_decref(o);
         goto out;
     }
-    static const char *const hdr[] = {"ID",       "NAME", "STATE",    "GEN", "NODES",
-                                      "WORLD",    "RESTARTS", "PROGRESS", "AGE"};
+    static const char *const hdr[] = {"ID",    "NAME",     "STATE",    "GEN", "NODES",
+                                      "WORLD", "RESTARTS", "PROGRESS", "AGE"};
     struct table *t = table_new(9, hdr);
     int64_t now = time_wall_ms();
     size_t i;
     json_t *job;
-    json_array_foreach(all, i, job) {
+    json_array_foreach(all, i, job)
+    {
         char prog[128], age[16];
         cli_progress_short(job, prog, sizeof(prog));
         cli_format_age(cli_str(job, "created_at", NULL), now, age, sizeof(age));
@@ -331,7 +330,8 @@ static void cli_format_command(const json_t *spec, char *buf, size_t size)
     size_t o = 0, i;
     json_t *w;
     buf[0] = '\0';
-    json_array_foreach(json_object_get(spec, "command"), i, w) {
+    json_array_foreach(json_object_get(spec, "command"), i, w)
+    {
         int n = snprintf(buf + o, size - o, "%s%s", i ? " " : "", json_string_value(w));
         if (n < 0 || (size_t)n >= size - o)
             break;
@@ -391,11 +391,13 @@ int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                cli_str(job, "master_addr", "?"), (long long)cli_int(job, "master_port", 0));
         size_t i;
         json_t *n;
-        json_array_foreach(nodes, i, n) {
+        json_array_foreach(nodes, i, n)
+        {
             char ranks[256];
             cli_format_ranks(json_object_get(n, "ranks"), ranks, sizeof(ranks));
-            printf("%s%-12s group rank %lld, ranks %s\n", i ? "             " : "nodes:       ",
-                   cli_str(n, "name", "?"), (long long)cli_int(n, "group_rank", -1), ranks);
+            printf("%s%-12s group rank %lld, ranks %s\n",
+                   i ? "             " : "nodes:       ", cli_str(n, "name", "?"),
+                   (long long)cli_int(n, "group_rank", -1), ranks);
         }
     }
     const json_t *m = json_object_get(job, "last_metrics");
@@ -475,8 +477,7 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
     enum { O_TIMEOUT = 1 };
     static const struct option longopts[] = {
-        {"timeout", required_argument, NULL, O_TIMEOUT}, CLI_COMMON_LONGOPTS,
-        {NULL, 0, NULL, 0}};
+        {"timeout", required_argument, NULL, O_TIMEOUT}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
     json_t *job = NULL;
     const char *id = NULL;
     long timeout_s = 0;

@@ -35,12 +35,13 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         printf("no nodes (start ddp-agent on a machine to add one)\n");
         goto out;
     }
-    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE", "SLOTS", "USED",
-                                      "PORTS", "LAST BEAT"};
+    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE",    "SLOTS",
+                                      "USED", "PORTS",   "LAST BEAT"};
     struct table *t = table_new(7, hdr);
     size_t i;
     json_t *n;
-    json_array_foreach(nodes, i, n) {
+    json_array_foreach(nodes, i, n)
+    {
         table_row(t);
         table_cell(t, "%s", cli_str(n, "name", "?"));
         table_cell(t, "%s", cli_str(n, "address", "?"));

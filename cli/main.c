@@ -51,8 +51,8 @@ static const struct cli_cmd cli_cmds[] = {
      "  --state S  only jobs in state S (PENDING, RUNNING, RESTARTING, CANCELLING,\n"
      "             SUCCEEDED, FAILED, CANCELLED)\n",
      cmd_list},
-    {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events",
-     "", cmd_status},
+    {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events", "",
+     cmd_status},
     {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
     {"logs", "logs JOB [--rank R] [--tail N] [-f]", "print a job's worker output",
      "  --rank R      only rank R's lines\n"
@@ -61,8 +61,7 @@ static const struct cli_cmd cli_cmds[] = {
      "  -f, --follow  keep printing new lines until the job ends\n",
      cmd_logs},
     {"nodes", "nodes", "list the nodes (agents), their slots and state", "", cmd_nodes},
-    {"watch", "watch JOB",
-     "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
+    {"watch", "watch JOB", "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
      "On a terminal: a live progress bar per epoch with loss and throughput, redrawn in\n"
      "place. Piped: one line per new epoch and per state change.\n",
      cmd_watch},
@@ -158,8 +157,7 @@ static void cli_set_str(char **dst, const char *v)
     *dst = xstrdup(v);
 }
 
-int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv,
-                   int *exit_code)
+int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **argv, int *exit_code)
 {
     switch (c) {
     case CLI_OPT_SERVER:
@@ -206,8 +204,8 @@ int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **j
 
 /* Parses only the common options (commands without options of their own). Returns
  * CLI_OK to go on, or the exit code in *rc with a non-zero return. */
-int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc,
-                                 char **argv, int *rc)
+int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv,
+                          int *rc)
 {
     static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
     for (;;) {
@@ -239,7 +237,7 @@ static char *cli_trim_dup(const char *s)
 int cli_connect(struct cli *cli)
 {
     const char *env_server = getenv("DDP_SERVER");
-    const char *server = cli->server_opt ? cli->server_opt
+    const char *server = cli->server_opt               ? cli->server_opt
                          : (env_server && *env_server) ? env_server
                                                        : CLI_DEFAULT_SERVER;
     cli_set_str(&cli->server, server);
@@ -283,8 +281,7 @@ int cli_call(struct cli *cli, const char *method, const char *path, const json_t
         return rc;
     if (!ans || !json_is_object(ans)) {
         json_decref(ans);
-        return err_set(err, DDP_EINTERNAL, "ddpd answered %s %s with no JSON object", method,
-                       path);
+        return err_set(err, DDP_EINTERNAL, "ddpd answered %s %s with no JSON object", method, path);
     }
     if (answer)
         *answer = ans;
@@ -306,8 +303,8 @@ int cli_job_call(struct cli *cli, const char *method, const char *job_id, const 
     return rc;
 }
 
-int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
-                         json_t **answer, struct ddp_err *err)
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix, json_t **answer,
+                         struct ddp_err *err)
 {
     int64_t start = time_mono_ms();
     int warned = 0;
@@ -372,8 +369,7 @@ int main(int argc, char **argv)
         if (strcmp(cli_cmds[i].name, name) == 0)
             cmd = &cli_cmds[i];
     if (!cmd) {
-        fprintf(stderr, "ddpctl: unknown command '%s'\n%s\n(commands:", name,
-                cli_global_usage);
+        fprintf(stderr, "ddpctl: unknown command '%s'\n%s\n(commands:", name, cli_global_usage);
         for (size_t i = 0; i < CLI_NCMDS; i++)
             fprintf(stderr, " %s", cli_cmds[i].name);
         fprintf(stderr, ")\n");

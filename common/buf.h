@@ -22,7 +22,10 @@ struct buf {
     size_t max; /* 0: unbounded */
 };
 
-#define BUF_INIT {NULL, 0, 0, 0}
+#define BUF_INIT      \
+    {                 \
+        NULL, 0, 0, 0 \
+    }
 
 void buf_init(struct buf *b);
 /* As buf_init, with at most max bytes of content. */

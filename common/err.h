@@ -14,21 +14,21 @@
 
 enum ddp_errcode {
     DDP_OK = 0,
-    DDP_EINVAL = -1,        /* INVALID_ARGUMENT, 400 */
-    DDP_EUNAUTH = -2,       /* UNAUTHENTICATED, 401 */
-    DDP_EPERM = -3,         /* PERMISSION_DENIED, 403 */
-    DDP_ENOTFOUND = -4,     /* NOT_FOUND, 404 */
-    DDP_EEXIST = -5,        /* ALREADY_EXISTS, 409 */
-    DDP_EABORTED = -6,      /* ABORTED, 409 */
-    DDP_EPRECOND = -7,      /* FAILED_PRECONDITION, 400 */
-    DDP_ETOOBIG = -8,       /* RESOURCE_EXHAUSTED, 413 */
-    DDP_EINTERNAL = -9,     /* INTERNAL, 500 */
-    DDP_EUNAVAIL = -10,     /* UNAVAILABLE, 503 */
-    DDP_ETIMEOUT = -11,     /* DEADLINE_EXCEEDED, 504 */
-    DDP_EMETHOD = -12,      /* method not allowed: INVALID_ARGUMENT with HTTP 405 */
-    DDP_EIO = -13,          /* INTERNAL, 500: a read, write or fsync failed */
-    DDP_EPEER = -14,        /* UNAVAILABLE, 503: a peer closed or broke the connection */
-    DDP_ECANCELLED = -15,   /* CANCELLED, 499 */
+    DDP_EINVAL = -1,      /* INVALID_ARGUMENT, 400 */
+    DDP_EUNAUTH = -2,     /* UNAUTHENTICATED, 401 */
+    DDP_EPERM = -3,       /* PERMISSION_DENIED, 403 */
+    DDP_ENOTFOUND = -4,   /* NOT_FOUND, 404 */
+    DDP_EEXIST = -5,      /* ALREADY_EXISTS, 409 */
+    DDP_EABORTED = -6,    /* ABORTED, 409 */
+    DDP_EPRECOND = -7,    /* FAILED_PRECONDITION, 400 */
+    DDP_ETOOBIG = -8,     /* RESOURCE_EXHAUSTED, 413 */
+    DDP_EINTERNAL = -9,   /* INTERNAL, 500 */
+    DDP_EUNAVAIL = -10,   /* UNAVAILABLE, 503 */
+    DDP_ETIMEOUT = -11,   /* DEADLINE_EXCEEDED, 504 */
+    DDP_EMETHOD = -12,    /* method not allowed: INVALID_ARGUMENT with HTTP 405 */
+    DDP_EIO = -13,        /* INTERNAL, 500: a read, write or fsync failed */
+    DDP_EPEER = -14,      /* UNAVAILABLE, 503: a peer closed or broke the connection */
+    DDP_ECANCELLED = -15, /* CANCELLED, 499 */
 };
 #define DDP_ERR_COUNT 16
 

@@ -8,15 +8,15 @@
 
 enum ddp_exit {
     DDP_EXIT_OK = 0,
-    DDP_EXIT_FAILURE = 1,      /* anything not listed below */
-    DDP_EXIT_USAGE = 2,        /* bad command-line arguments */
-    DDP_EXIT_DATA = 3,         /* data set missing, unreadable or malformed */
-    DDP_EXIT_RENDEZVOUS = 4,   /* could not reach the rendezvous store in time */
-    DDP_EXIT_PORT_IN_USE = 5,  /* MASTER_PORT already taken on rank 0's host */
-    DDP_EXIT_PEER_LOST = 6,    /* a peer died or went silent during a collective */
-    DDP_EXIT_CHECKPOINT = 7,   /* checkpoint could not be written */
-    DDP_EXIT_DEVICE = 8,       /* CUDA or NCCL error */
-    DDP_EXIT_HANG = 9,         /* the runtime's own watchdog saw no progress */
+    DDP_EXIT_FAILURE = 1,     /* anything not listed below */
+    DDP_EXIT_USAGE = 2,       /* bad command-line arguments */
+    DDP_EXIT_DATA = 3,        /* data set missing, unreadable or malformed */
+    DDP_EXIT_RENDEZVOUS = 4,  /* could not reach the rendezvous store in time */
+    DDP_EXIT_PORT_IN_USE = 5, /* MASTER_PORT already taken on rank 0's host */
+    DDP_EXIT_PEER_LOST = 6,   /* a peer died or went silent during a collective */
+    DDP_EXIT_CHECKPOINT = 7,  /* checkpoint could not be written */
+    DDP_EXIT_DEVICE = 8,      /* CUDA or NCCL error */
+    DDP_EXIT_HANG = 9,        /* the runtime's own watchdog saw no progress */
 };
 
 /* A short name for an exit code ("peer lost"), or NULL when it has none. */

@@ -87,19 +87,25 @@ static size_t httpc_on_data(char *ptr, size_t size, size_t nmemb, void *userdata
 static const char *httpc_reason(CURLcode cc)
 {
     switch (cc) {
-    case CURLE_COULDNT_CONNECT: return "connection refused";
-    case CURLE_COULDNT_RESOLVE_HOST: return "host not found";
-    case CURLE_OPERATION_TIMEDOUT: return "timed out";
-    case CURLE_GOT_NOTHING: return "connection closed without an answer";
-    case CURLE_RECV_ERROR: return "connection reset";
-    case CURLE_SEND_ERROR: return "connection reset";
-    default: return curl_easy_strerror(cc);
+    case CURLE_COULDNT_CONNECT:
+        return "connection refused";
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return "host not found";
+    case CURLE_OPERATION_TIMEDOUT:
+        return "timed out";
+    case CURLE_GOT_NOTHING:
+        return "connection closed without an answer";
+    case CURLE_RECV_ERROR:
+        return "connection reset";
+    case CURLE_SEND_ERROR:
+        return "connection reset";
+    default:
+        return curl_easy_strerror(cc);
     }
 }
 
 int httpc_request(struct httpc *c, const char *method, const char *path, const json_t *body,
-                  long timeout_ms, long *status, json_t **answer, char **text,
-                  struct ddp_err *err)
+                  long timeout_ms, long *status, json_t **answer, char **text, struct ddp_err *err)
 {
     CURL *h = c->curl;
     struct httpc_buf buf = {0};

@@ -37,8 +37,7 @@ const char *httpc_base_url(const struct httpc *c);
  * On transport failure returns DDP_EUNAVAIL (or DDP_ETIMEOUT) and fills err.
  */
 int httpc_request(struct httpc *c, const char *method, const char *path, const json_t *body,
-                  long timeout_ms, long *status, json_t **answer, char **text,
-                  struct ddp_err *err);
+                  long timeout_ms, long *status, json_t **answer, char **text, struct ddp_err *err);
 
 /*
  * Like httpc_request, but any non-2xx answer is turned into an error: returns the DDP_E*

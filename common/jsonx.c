@@ -12,7 +12,8 @@ int jsonx_check_keys(const json_t *obj, const char *const *allowed, const char *
 {
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         (void)v;
         int ok = 0;
         for (const char *const *a = allowed; *a; a++)
@@ -70,8 +71,7 @@ int jsonx_get_int(const json_t *obj, const char *key, int required, int64_t min,
     return 0;
 }
 
-int jsonx_get_bool(const json_t *obj, const char *key, int required, int *out,
-                   struct ddp_err *err)
+int jsonx_get_bool(const json_t *obj, const char *key, int required, int *out, struct ddp_err *err)
 {
     int rc;
     json_t *v = jsonx_lookup(obj, key, required, &rc, err);

@@ -23,8 +23,7 @@ int jsonx_get_string(const json_t *obj, const char *key, int required, const cha
                      struct ddp_err *err);
 int jsonx_get_int(const json_t *obj, const char *key, int required, int64_t min, int64_t max,
                   int64_t *out, struct ddp_err *err);
-int jsonx_get_bool(const json_t *obj, const char *key, int required, int *out,
-                   struct ddp_err *err);
+int jsonx_get_bool(const json_t *obj, const char *key, int required, int *out, struct ddp_err *err);
 int jsonx_get_number(const json_t *obj, const char *key, int required, double *out,
                      struct ddp_err *err);
 /* Borrowed array / object (type checked). */

@@ -25,13 +25,25 @@ int log_level_parse(const char *s);
 
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_debug(...) \
-    do { if (log_get_level() <= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
-#define log_info(...) \
-    do { if (log_get_level() <= LOG_INFO) log_msg(LOG_INFO, __VA_ARGS__); } while (0)
-#define log_warn(...) \
-    do { if (log_get_level() <= LOG_WARN) log_msg(LOG_WARN, __VA_ARGS__); } while (0)
-#define log_error(...) \
-    do { if (log_get_level() <= LOG_ERROR) log_msg(LOG_ERROR, __VA_ARGS__); } while (0)
+#define log_debug(...)                       \
+    do {                                     \
+        if (log_get_level() <= LOG_DEBUG)    \
+            log_msg(LOG_DEBUG, __VA_ARGS__); \
+    } while (0)
+#define log_info(...)                       \
+    do {                                    \
+        if (log_get_level() <= LOG_INFO)    \
+            log_msg(LOG_INFO, __VA_ARGS__); \
+    } while (0)
+#define log_warn(...)                       \
+    do {                                    \
+        if (log_get_level() <= LOG_WARN)    \
+            log_msg(LOG_WARN, __VA_ARGS__); \
+    } while (0)
+#define log_error(...)                       \
+    do {                                     \
+        if (log_get_level() <= LOG_ERROR)    \
+            log_msg(LOG_ERROR, __VA_ARGS__); \
+    } while (0)
 
 #endif

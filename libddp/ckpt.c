@@ -146,12 +146,11 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     v.meta.nparams = get64(buf + 72);
     uint64_t want = params_of(v.meta.widths, (int)nlayers);
     if (want == 0 || want != v.meta.nparams)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths",
-                       what);
+        return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths", what);
     size_t arr = (size_t)want * 4;
     if (len != hdr + 2 * arr + 4)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what,
-                       len, hdr + 2 * arr + 4);
+        return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what, len,
+                       hdr + 2 * arr + 4);
     uint32_t crc = get32(buf + len - 4);
     if (crc != crc_of(buf, len - 4))
         return err_set(err, DDP_EINVAL, "checkpoint %s: checksum mismatch", what);
@@ -246,8 +245,7 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
     return 0;
 }
 
-int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len,
-              struct ddp_err *err)
+int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err)
 {
     int rc = fs_mkdir_p(dir, 0755, err);
     if (rc)
@@ -274,8 +272,8 @@ out:
     return rc;
 }
 
-int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf,
-                     size_t *len, uint32_t *epoch, struct ddp_err *err)
+int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
+                     uint32_t *epoch, struct ddp_err *err)
 {
     uint32_t *epochs = NULL;
     size_t n = 0;

@@ -25,8 +25,7 @@ static int pick_device(struct ddp_group *g, const char *backend, int *exit_code,
         if (backend && strcmp(backend, "cpu") == 0)
             return 0;
         *exit_code = DDP_EXIT_USAGE;
-        return err_set(err, DDP_EINVAL, "--backend: '%s' is not one of auto, cpu, nccl",
-                       backend);
+        return err_set(err, DDP_EINVAL, "--backend: '%s' is not one of auto, cpu, nccl", backend);
     }
 #ifdef DDP_HAVE_CUDA
     const char *why = NULL;
@@ -58,8 +57,8 @@ static int pick_device(struct ddp_group *g, const char *backend, int *exit_code,
 #endif
 }
 
-int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out,
-                   int *exit_code, struct ddp_err *err)
+int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out, int *exit_code,
+                   struct ddp_err *err)
 {
     struct ddp_group *g = xcalloc(1, sizeof(*g));
     int rc = env_read(&g->env, err);
@@ -92,14 +91,13 @@ int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **o
             /* A CUDA error while NCCL starts (EINTERNAL) is the device's fault; a peer
              * that does not come (timeout, lost) is the rendezvous's. */
             *exit_code = rc == DDP_EEXIST ? DDP_EXIT_PORT_IN_USE
-                         : g->gpu && (rc == DDP_EINVAL || rc == DDP_EINTERNAL)
-                             ? DDP_EXIT_DEVICE
-                         : rc == DDP_EINVAL ? DDP_EXIT_USAGE
+                         : g->gpu && (rc == DDP_EINVAL || rc == DDP_EINTERNAL) ? DDP_EXIT_DEVICE
+                         : rc == DDP_EINVAL                                    ? DDP_EXIT_USAGE
                                             : DDP_EXIT_RENDEZVOUS;
             goto out;
         }
-        log_info("process group ready rank=%d world_size=%d backend=%s", g->rank,
-                 g->world_size, comm_backend_name(g->comm));
+        log_info("process group ready rank=%d world_size=%d backend=%s", g->rank, g->world_size,
+                 comm_backend_name(g->comm));
     }
     *out = g;
     g = NULL;

@@ -74,8 +74,7 @@ int env_read(struct ddp_env *env, struct ddp_err *err)
     if ((ret = env_int("RANK", 0, ENV_WORLD_MAX - 1, &e.rank, err)) < 0)
         goto out;
     if (e.rank >= e.world_size) {
-        ret = err_set(err, DDP_EINVAL, "RANK: %d is not below WORLD_SIZE %d", e.rank,
-                      e.world_size);
+        ret = err_set(err, DDP_EINVAL, "RANK: %d is not below WORLD_SIZE %d", e.rank, e.world_size);
         goto out;
     }
 
@@ -135,11 +134,9 @@ int env_read(struct ddp_env *env, struct ddp_err *err)
     }
     if ((ret = env_str("DDP_JOB_TOKEN", e.job_token, sizeof(e.job_token), err)) < 0)
         goto out;
-    if ((ret = env_str("DDP_CHECKPOINT_DIR", e.checkpoint_dir, sizeof(e.checkpoint_dir), err)) <
-        0)
+    if ((ret = env_str("DDP_CHECKPOINT_DIR", e.checkpoint_dir, sizeof(e.checkpoint_dir), err)) < 0)
         goto out;
-    if ((ret = env_str("DDP_HEARTBEAT_FILE", e.heartbeat_file, sizeof(e.heartbeat_file), err)) <
-        0)
+    if ((ret = env_str("DDP_HEARTBEAT_FILE", e.heartbeat_file, sizeof(e.heartbeat_file), err)) < 0)
         goto out;
     if ((ret = env_int("DDP_METRICS_FD", 0, 1 << 20, &e.metrics_fd, err)) < 0)
         goto out;

@@ -103,8 +103,7 @@ static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int
         ret = err_set(err, DDP_EIO, "setsockopt SO_REUSEADDR: %s", strerror(errno));
         goto out;
     }
-    if (family == AF_INET6 &&
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0) {
+    if (family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0) {
         ret = err_set(err, DDP_EUNAVAIL, "setsockopt IPV6_V6ONLY: %s", strerror(errno));
         goto out;
     }
@@ -118,8 +117,8 @@ static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int
         goto out;
     }
     if (listen(fd, backlog) < 0) {
-        ret = err_set(err, errno == EADDRINUSE ? DDP_EEXIST : DDP_EIO, "listen port %d: %s",
-                      port, strerror(errno));
+        ret = err_set(err, errno == EADDRINUSE ? DDP_EEXIST : DDP_EIO, "listen port %d: %s", port,
+                      strerror(errno));
         goto out;
     }
     if (net_set_nonblock(fd) < 0) {
@@ -152,7 +151,8 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
     if (port < 0 || port > 65535)
         return err_set(err, DDP_EINVAL, "port %d is out of range [0, 65535]", port);
     if (host && *host) {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
         struct addrinfo *res = NULL;
         char portstr[16];
@@ -162,8 +162,8 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
             return err_set(err, DDP_EINVAL, "cannot resolve '%s': %s", host, gai_strerror(g));
         int ret = err_set(err, DDP_EINVAL, "'%s' has no address", host);
         for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-            ret = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, backlog, fd_out,
-                            port_out, port, err);
+            ret = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, backlog, fd_out, port_out,
+                            port, err);
             if (ret == 0 || ret == DDP_EEXIST)
                 break;
         }
@@ -175,8 +175,8 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
     a6.sin6_family = AF_INET6;
     a6.sin6_addr = in6addr_any;
     a6.sin6_port = htons((uint16_t)port);
-    int ret = listen_on(AF_INET6, (struct sockaddr *)&a6, sizeof(a6), backlog, fd_out,
-                        port_out, port, err);
+    int ret = listen_on(AF_INET6, (struct sockaddr *)&a6, sizeof(a6), backlog, fd_out, port_out,
+                        port, err);
     if (ret != DDP_EUNAVAIL)
         return ret;
     struct sockaddr_in a4;
@@ -184,8 +184,8 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
     a4.sin_family = AF_INET;
     a4.sin_addr.s_addr = htonl(INADDR_ANY);
     a4.sin_port = htons((uint16_t)port);
-    return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof(a4), backlog, fd_out, port_out,
-                     port, err);
+    return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof(a4), backlog, fd_out, port_out, port,
+                     err);
 }
 
 /* One non-blocking connect to one address; 0, DDP_EUNAVAIL, DDP_ETIMEOUT or DDP_EIO. */
@@ -235,13 +235,12 @@ out:
     return ret;
 }
 
-int net_connect(const char *host, int port, int64_t deadline_ms, int *fd_out,
-                struct ddp_err *err)
+int net_connect(const char *host, int port, int64_t deadline_ms, int *fd_out, struct ddp_err *err)
 {
     if (port <= 0 || port > 65535)
         return err_set(err, DDP_EINVAL, "port %d is out of range [1, 65535]", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%d", port);
@@ -286,8 +285,7 @@ int net_accept(int lfd, int64_t deadline_ms, int *fd_out, struct ddp_err *err)
     }
 }
 
-int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms,
-                 struct ddp_err *err)
+int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err)
 {
     const char *p = buf;
     size_t done = 0;

@@ -44,16 +44,14 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
  * most until deadline_ms. On success *fd_out is a connected non-blocking socket with
  * TCP_NODELAY set.
  */
-int net_connect(const char *host, int port, int64_t deadline_ms, int *fd_out,
-                struct ddp_err *err);
+int net_connect(const char *host, int port, int64_t deadline_ms, int *fd_out, struct ddp_err *err);
 
 /* Accepts one connection on listening socket lfd (non-blocking) before deadline_ms. */
 int net_accept(int lfd, int64_t deadline_ms, int *fd_out, struct ddp_err *err);
 
 /* Sends / receives exactly len bytes on non-blocking fd before deadline_ms. A peer that
  * closes before len bytes arrive is DDP_EPEER ("connection closed by peer"). */
-int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms,
-                 struct ddp_err *err);
+int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err);
 int net_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err);
 
 /* The local / remote address of a connected socket as text without the port ("10.0.0.2",

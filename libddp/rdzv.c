@@ -30,7 +30,7 @@
 #include "libddp/rdzv_wire.h"
 
 #define RDZV_CLOSE_WAIT_MAX_MS 10000
-#define RDZV_CONNECT_TRY_MS 5000 /* one connection attempt */
+#define RDZV_CONNECT_TRY_MS    5000 /* one connection attempt */
 
 struct rdzv {
     int fd;
@@ -67,8 +67,8 @@ static int request(struct rdzv *r, const struct buf *frame, int64_t wait_ms, int
         return err_set(err, DDP_EPEER,
                        "connection to the rendezvous store at %s:%d is broken by an earlier error",
                        r->host, r->port);
-    if ((ret = net_send_all(r->fd, frame->data, frame->len, time_deadline_ms(r->timeout_ms),
-                            &e)) < 0)
+    if ((ret = net_send_all(r->fd, frame->data, frame->len, time_deadline_ms(r->timeout_ms), &e)) <
+        0)
         goto fail;
     int64_t deadline = time_deadline_ms(wait_ms + r->timeout_ms);
     uint8_t hdr[4];
@@ -97,8 +97,8 @@ fail:
 /* The error for an encoder's refusal; the callers check every size first, so it is a bug. */
 static int encode_error(struct rdzv *r, int ret, const char *what, struct ddp_err *err)
 {
-    return err_set(err, ret, "rendezvous store %s:%d: %s request does not fit a frame",
-                   r->host, r->port, what);
+    return err_set(err, ret, "rendezvous store %s:%d: %s request does not fit a frame", r->host,
+                   r->port, what);
 }
 
 /* Turns a non-OK status into an error; returns 0 for RDZV_ST_OK. */
@@ -158,8 +158,8 @@ static int hello(struct rdzv *r, const char *secret, int64_t deadline, struct dd
         goto out;
     if (status == RDZV_ST_PERM) {
         ret = err_set(err, DDP_EPERM,
-                      "rendezvous store at %s:%d refused the job secret (DDP_JOB_TOKEN)",
-                      r->host, r->port);
+                      "rendezvous store at %s:%d refused the job secret (DDP_JOB_TOKEN)", r->host,
+                      r->port);
         goto out;
     }
     ret = status_error(r, status, reply, rlen, "hello", err);
@@ -170,8 +170,7 @@ out:
 }
 
 /* Connects r->fd to the store, retrying with backoff until deadline. */
-static int connect_store(struct rdzv *r, int64_t timeout_ms, int64_t deadline,
-                         struct ddp_err *err)
+static int connect_store(struct rdzv *r, int64_t timeout_ms, int64_t deadline, struct ddp_err *err)
 {
     struct backoff bo;
     backoff_init(&bo, 10, 500);
@@ -200,8 +199,8 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     if (!secret)
         secret = "";
     if (world_size < 1 || rank < 0 || rank >= world_size) {
-        ret = err_set(err, DDP_EINVAL, "rank %d of world size %d is out of range", rank,
-                      world_size);
+        ret =
+            err_set(err, DDP_EINVAL, "rank %d of world size %d is out of range", rank, world_size);
         goto out;
     }
     if (!master_addr || !*master_addr || strlen(master_addr) >= sizeof(r->host)) {
@@ -209,13 +208,11 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
         goto out;
     }
     if (master_port <= 0 || master_port > 65535) {
-        ret = err_set(err, DDP_EINVAL, "MASTER_PORT: %d is out of range [1, 65535]",
-                      master_port);
+        ret = err_set(err, DDP_EINVAL, "MASTER_PORT: %d is out of range [1, 65535]", master_port);
         goto out;
     }
     if (strlen(secret) >= RDZV_SECRET_MAX) {
-        ret = err_set(err, DDP_EINVAL, "DDP_JOB_TOKEN: longer than %d bytes",
-                      RDZV_SECRET_MAX - 1);
+        ret = err_set(err, DDP_EINVAL, "DDP_JOB_TOKEN: longer than %d bytes", RDZV_SECRET_MAX - 1);
         goto out;
     }
     if (timeout_ms <= 0)
@@ -254,14 +251,12 @@ void rdzv_close(struct rdzv *r)
         close(r->fd);
     /* Ranks only need the store while they set up, so a short bound is enough for a slow
      * rank to finish with it, and a stopped rank does not hold rank 0's exit for long. */
-    int64_t wait =
-        r->timeout_ms < RDZV_CLOSE_WAIT_MAX_MS ? r->timeout_ms : RDZV_CLOSE_WAIT_MAX_MS;
+    int64_t wait = r->timeout_ms < RDZV_CLOSE_WAIT_MAX_MS ? r->timeout_ms : RDZV_CLOSE_WAIT_MAX_MS;
     rdzv_server_stop(r->srv, time_deadline_ms(wait));
     free(r);
 }
 
-int rdzv_set(struct rdzv *r, const char *key, const void *value, size_t len,
-             struct ddp_err *err)
+int rdzv_set(struct rdzv *r, const char *key, const void *value, size_t len, struct ddp_err *err)
 {
     int ret = check_key(key, err);
     if (ret < 0)
@@ -335,9 +330,9 @@ int rdzv_wait(struct rdzv *r, const char *const *keys, int nkeys, int64_t timeou
     if (ret == 0)
         ret = request(r, &b, t, &status, &reply, &rlen, err);
     if (ret == 0 && status == RDZV_ST_TIMEOUT)
-        ret = err_set(err, DDP_ETIMEOUT,
-                      "rendezvous keys (%d, first '%s') not all set within %u ms", nkeys,
-                      nkeys ? keys[0] : "", t);
+        ret =
+            err_set(err, DDP_ETIMEOUT, "rendezvous keys (%d, first '%s') not all set within %u ms",
+                    nkeys, nkeys ? keys[0] : "", t);
     else if (ret == 0)
         ret = status_error(r, status, reply, rlen, "wait", err);
     free(reply);
@@ -374,8 +369,7 @@ int rdzv_add(struct rdzv *r, const char *key, int64_t delta, int64_t *out, struc
 int rdzv_barrier(struct rdzv *r, const char *name, int64_t timeout_ms, struct ddp_err *err)
 {
     if (!name || strlen(name) > RDZV_KEY_MAX - 48)
-        return err_set(err, DDP_EINVAL, "barrier name must be at most %d bytes",
-                       RDZV_KEY_MAX - 48);
+        return err_set(err, DDP_EINVAL, "barrier name must be at most %d bytes", RDZV_KEY_MAX - 48);
     char key[RDZV_KEY_MAX + 1], done[RDZV_KEY_MAX + 1];
     uint64_t seq = r->barrier_seq++;
     snprintf(key, sizeof(key), "__barrier/%" PRIu64 "/%s", seq, name);
@@ -389,9 +383,9 @@ int rdzv_barrier(struct rdzv *r, const char *name, int64_t timeout_ms, struct dd
     const char *keys[1] = {done};
     ret = rdzv_wait(r, keys, 1, timeout_ms, err);
     if (ret == DDP_ETIMEOUT)
-        ret = err_set(err, DDP_ETIMEOUT,
-                      "barrier '%s': not every rank arrived within %" PRId64 " ms", name,
-                      timeout_ms);
+        ret =
+            err_set(err, DDP_ETIMEOUT, "barrier '%s': not every rank arrived within %" PRId64 " ms",
+                    name, timeout_ms);
     return ret;
 }
 

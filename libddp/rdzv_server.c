@@ -42,11 +42,11 @@
 #include "libddp/net.h"
 #include "libddp/rdzv_wire.h"
 
-#define RDZV_CONN_MAX 1024
-#define RDZV_KEYS_MAX 65536
-#define RDZV_BYTES_MAX ((size_t)256 << 20) /* keys + values held, all together */
-#define RDZV_HELLO_WAIT_MS 10000          /* a connection must say hello within this */
-#define RDZV_IN_MAX (4 + (size_t)RDZV_FRAME_MAX) /* a connection's input buffer: one frame */
+#define RDZV_CONN_MAX      1024
+#define RDZV_KEYS_MAX      65536
+#define RDZV_BYTES_MAX     ((size_t)256 << 20) /* keys + values held, all together */
+#define RDZV_HELLO_WAIT_MS 10000               /* a connection must say hello within this */
+#define RDZV_IN_MAX        (4 + (size_t)RDZV_FRAME_MAX) /* a connection's input buffer: one frame */
 
 struct kv {
     uint8_t *key;
@@ -284,8 +284,7 @@ static void handle_add(struct rdzv_server *s, struct sconn *c, const struct rdzv
 
 /* Handles one request body (len >= 1); may queue a reply, make it pending, or mark the conn
  * closing. */
-static void handle_request(struct rdzv_server *s, struct sconn *c, const uint8_t *body,
-                           size_t len)
+static void handle_request(struct rdzv_server *s, struct sconn *c, const uint8_t *body, size_t len)
 {
     struct rdzv_req q;
     int dec = rdzv_wire_decode(body, len, &q);

@@ -18,9 +18,9 @@
 #include "ddp/rdzv.h"
 
 /* Bounds of the wire format (RDZV_KEY_MAX and RDZV_VALUE_MAX are public, in rdzv.h). */
-#define RDZV_FRAME_MAX (RDZV_VALUE_MAX + 1024) /* body bytes of one frame */
-#define RDZV_SECRET_MAX 1024                   /* the secret's bytes + 1 */
-#define RDZV_WAIT_KEYS_MAX 1024                /* keys of one WAIT */
+#define RDZV_FRAME_MAX     (RDZV_VALUE_MAX + 1024) /* body bytes of one frame */
+#define RDZV_SECRET_MAX    1024                    /* the secret's bytes + 1 */
+#define RDZV_WAIT_KEYS_MAX 1024                    /* keys of one WAIT */
 
 /* A request's first byte. */
 enum rdzv_op {
@@ -56,19 +56,19 @@ int rdzv_wire_add(struct buf *b, int64_t delta, const char *key);
 /* A decoded request; the fields its op does not use are zero. */
 struct rdzv_req {
     uint8_t op;
-    uint32_t rank, world;      /* HELLO */
-    const uint8_t *secret;     /* HELLO: secret_len bytes, not NUL-terminated */
-    size_t secret_len;         /* HELLO: < RDZV_SECRET_MAX */
-    uint32_t timeout_ms;       /* GET, WAIT */
-    int64_t delta;             /* ADD */
-    const uint8_t *key;        /* SET, GET, ADD: klen bytes */
-    size_t klen;               /* 1..RDZV_KEY_MAX */
-    const uint8_t *value;      /* SET: len bytes */
-    size_t len;                /* SET: <= RDZV_VALUE_MAX */
-    const uint8_t *keys;       /* WAIT: nkeys entries (u16 klen, key), checked; walk them
+    uint32_t rank, world;  /* HELLO */
+    const uint8_t *secret; /* HELLO: secret_len bytes, not NUL-terminated */
+    size_t secret_len;     /* HELLO: < RDZV_SECRET_MAX */
+    uint32_t timeout_ms;   /* GET, WAIT */
+    int64_t delta;         /* ADD */
+    const uint8_t *key;    /* SET, GET, ADD: klen bytes */
+    size_t klen;           /* 1..RDZV_KEY_MAX */
+    const uint8_t *value;  /* SET: len bytes */
+    size_t len;            /* SET: <= RDZV_VALUE_MAX */
+    const uint8_t *keys;   /* WAIT: nkeys entries (u16 klen, key), checked; walk them
                                 * with rdzv_wire_next_key() */
-    size_t nkeys;              /* WAIT: <= RDZV_WAIT_KEYS_MAX */
-    size_t keys_len;           /* WAIT: bytes at keys */
+    size_t nkeys;          /* WAIT: <= RDZV_WAIT_KEYS_MAX */
+    size_t keys_len;       /* WAIT: bytes at keys */
 };
 
 /* What rdzv_wire_decode() found wrong. */

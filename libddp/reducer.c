@@ -32,9 +32,9 @@ struct reducer {
     struct trace *trace;
     int ntensors;
     size_t *counts;
-    size_t *goff;   /* tensor -> offset in grads */
-    int *tbucket;   /* tensor -> bucket */
-    char *ready;    /* tensor -> marked this step */
+    size_t *goff; /* tensor -> offset in grads */
+    int *tbucket; /* tensor -> bucket */
+    char *ready;  /* tensor -> marked this step */
     float *grads;
     size_t total;
     int nbuckets;
@@ -217,8 +217,7 @@ int reducer_mark_ready(struct reducer *r, int t, struct ddp_err *err)
     if (t < 0 || t >= r->ntensors)
         return err_set(err, DDP_EINTERNAL, "reducer: tensor %d out of range", t);
     if (r->ready[t])
-        return err_set(err, DDP_EINTERNAL, "reducer: tensor %d marked ready twice in a step",
-                       t);
+        return err_set(err, DDP_EINTERNAL, "reducer: tensor %d marked ready twice in a step", t);
     r->ready[t] = 1;
     r->pending[r->tbucket[t]]--;
     if (!r->overlap)
@@ -240,8 +239,7 @@ int reducer_finish(struct reducer *r, struct ddp_err *err)
         for (int t = 0; t < r->ntensors; t++)
             if (!r->ready[t])
                 return err_set(err, DDP_EINTERNAL,
-                               "reducer: tensor %d was not marked ready before the step ended",
-                               t);
+                               "reducer: tensor %d was not marked ready before the step ended", t);
     }
     while (r->issued < r->nbuckets) {
         rc = issue(r, r->issued, err);

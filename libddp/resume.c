@@ -22,8 +22,8 @@
 #include "ddp/ddp.h"
 
 /* Step 1: this rank's newest valid checkpoint, or epoch 0 with *buf NULL. */
-static void find_local(const char *dir, const int *widths, int nwidths, uint8_t **buf,
-                       size_t *len, uint32_t *epoch)
+static void find_local(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
+                       uint32_t *epoch)
 {
     *buf = NULL;
     *len = 0;
@@ -102,8 +102,8 @@ int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwid
         rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is for another model", owner);
         goto out;
     }
-    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch,
-             owner, (unsigned long long)v.meta.step);
+    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch, owner,
+             (unsigned long long)v.meta.step);
     /* Step 4. */
     if (dir && dir[0] && g->env.local_rank == 0 && local_epoch != best) {
         struct ddp_err e;

@@ -9,14 +9,13 @@
 #include "common/xalloc.h"
 #include "ddp/rng.h"
 
-int sampler_init(struct sampler *s, size_t n, int rank, int world_size, uint64_t seed,
-                 int shuffle, struct ddp_err *err)
+int sampler_init(struct sampler *s, size_t n, int rank, int world_size, uint64_t seed, int shuffle,
+                 struct ddp_err *err)
 {
     if (n == 0)
         return err_set(err, DDP_EINVAL, "sampler: empty data set");
     if (world_size < 1 || rank < 0 || rank >= world_size)
-        return err_set(err, DDP_EINVAL, "sampler: rank %d outside world of %d", rank,
-                       world_size);
+        return err_set(err, DDP_EINVAL, "sampler: rank %d outside world of %d", rank, world_size);
     s->n = n;
     s->rank = rank;
     s->world_size = world_size;

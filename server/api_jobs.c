@@ -21,8 +21,7 @@ static int api_job_id(struct api_req *r, int64_t *id)
     return 0;
 }
 
-static void api_answer(struct api_req *r, int rc, int status, char *out,
-                       const struct ddp_err *e)
+static void api_answer(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e)
 {
     if (rc)
         api_reply_err(r, e);
@@ -145,7 +144,7 @@ void api_jobs_logs(struct api_req *r)
                        api_query(r, "after") ? "after" : "limit");
         return;
     }
-    int rc = coord_logs(r->coord, id, (int)rank, after, tail > 0 ? -(int)tail : (int)limit, &out,
-                        &e);
+    int rc =
+        coord_logs(r->coord, id, (int)rank, after, tail > 0 ? -(int)tail : (int)limit, &out, &e);
     api_answer(r, rc, 200, out, &e);
 }

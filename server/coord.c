@@ -49,8 +49,7 @@
 
 static void coord_tick_locked(struct coord *c, int64_t now);
 
-int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
-                 struct ddp_err *err)
+int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out, struct ddp_err *err)
 {
     struct job *j = xcalloc(1, sizeof(*j));
     struct ddp_err e;
@@ -112,8 +111,8 @@ int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_toke
     json_t *arr = json_array();
     int64_t next = 0;
     pthread_mutex_lock(&c->mu);
-    int64_t start = page_token > 0 && (uint64_t)page_token <= c->njobs ? page_token
-                                                                        : (int64_t)c->njobs;
+    int64_t start =
+        page_token > 0 && (uint64_t)page_token <= c->njobs ? page_token : (int64_t)c->njobs;
     if (page_token > 0 && (uint64_t)page_token > c->njobs)
         start = (int64_t)c->njobs;
     for (int64_t id = start; id >= 1; id--) {
@@ -298,8 +297,8 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         }
     }
     coord_tick_locked(c, now);
-    json_t *o = json_pack("{s:o, s:i}", "node", coord_node_json(c, ni, now),
-                          "heartbeat_interval_ms", 1000);
+    json_t *o =
+        json_pack("{s:o, s:i}", "node", coord_node_json(c, ni, now), "heartbeat_interval_ms", 1000);
     *out = jsonx_dumps(o);
     json_decref(o);
 out:
@@ -323,8 +322,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     struct node *n = c->nodes[ni];
     if (strcmp(n->incarnation, b.incarnation) != 0) {
         rc = err_set(err, DDP_EABORTED,
-                     "node %s: incarnation differs from the registered one; register again",
-                     name);
+                     "node %s: incarnation differs from the registered one; register again", name);
         goto out;
     }
     int64_t wall = coord_wall(c, now);
@@ -340,8 +338,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     if (n->state == NODE_SUSPECT && now >= n->suspect_since) {
         coord_node_set(n, NODE_READY);
         log_info("node %s beat %lld ms after it was suspected (%s): READY, nothing changes",
-                 n->name,
-                 (long long)(now - n->suspect_since), n->suspect_by);
+                 n->name, (long long)(now - n->suspect_since), n->suspect_by);
     }
     n->last_seen = now;
     n->last_beat_wall = wall;
@@ -350,8 +347,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         goto out;
     if (strcmp(n->incarnation, b.incarnation) != 0) { /* re-registered meanwhile */
         rc = err_set(err, DDP_EABORTED,
-                     "node %s: incarnation differs from the registered one; register again",
-                     name);
+                     "node %s: incarnation differs from the registered one; register again", name);
         goto out;
     }
     changed |= coord_beat_workers(c, ni, &b, now);
@@ -491,8 +487,8 @@ void coord_shutdown(struct coord *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
-               struct coord **out, struct ddp_err *err)
+int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,
+               struct ddp_err *err)
 {
     struct coord *c = xcalloc(1, sizeof(*c));
     int rc;
@@ -515,8 +511,8 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
         if (opts->drain_extra_ms > 0)
             c->opts.drain_extra_ms = opts->drain_extra_ms;
         if (opts->suspect_timeout_ms != 0)
-            c->opts.suspect_timeout_ms = opts->suspect_timeout_ms < 0 ? -1
-                                                                     : opts->suspect_timeout_ms;
+            c->opts.suspect_timeout_ms =
+                opts->suspect_timeout_ms < 0 ? -1 : opts->suspect_timeout_ms;
     }
     if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;

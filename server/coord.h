@@ -25,10 +25,10 @@
 struct coord;
 
 struct coord_opts {
-    int64_t node_timeout_ms;  /* a node silent this long is LOST (default 5000) */
-    int64_t log_cap;          /* log lines kept per job (default 100000) */
-    int64_t metric_cap;       /* metric lines kept per job (default 10000) */
-    int64_t drain_extra_ms;   /* added to grace_period_s to bound RESTARTING (default 10000) */
+    int64_t node_timeout_ms; /* a node silent this long is LOST (default 5000) */
+    int64_t log_cap;         /* log lines kept per job (default 100000) */
+    int64_t metric_cap;      /* metric lines kept per job (default 10000) */
+    int64_t drain_extra_ms;  /* added to grace_period_s to bound RESTARTING (default 10000) */
     /* Confirm window of a SUSPECT node (one a rank's exit 6 accuses, see nodestate.c and
      * coord_fault.c): LOST unless it beats within this many ms. 0: the default, 1000; < 0: no
      * suspicion (nodes are LOST only at node_timeout_ms). Never more than node_timeout_ms. */
@@ -37,15 +37,14 @@ struct coord_opts {
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with
  * their silence counted from now. *out is closed with coord_close(). */
-int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now,
-               struct coord **out, struct ddp_err *err);
+int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,
+               struct ddp_err *err);
 /* Wakes every held heartbeat and frees everything; accepts NULL. No call may be running. */
 void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */
 void coord_shutdown(struct coord *c);
 
-int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out,
-                 struct ddp_err *err);
+int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out, struct ddp_err *err);
 int coord_get_job(struct coord *c, int64_t id, char **out, struct ddp_err *err);
 /* state < 0: every state. page_token 0: from the newest. */
 int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_token, char **out,

@@ -221,15 +221,15 @@ static void coord_batch_move(struct data_batch *dst, struct data_batch *src)
  * holding its rows - or, for a beat of duplicates only, every batch that may hold them - has
  * committed, so a 200 always means "on disk". A failed commit makes this and every later
  * data beat fail (the marks in memory are then ahead of the disk) until ddpd restarts. */
-int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
-                    struct ddp_err *err)
+int coord_beat_data(struct coord *c, const struct beat *b, int64_t now, struct ddp_err *err)
 {
     struct data_batch d = {0};
     struct ddp_err e;
     uint64_t mine = 0;
     if (c->data_broken)
-        return err_set(err, DDP_EINTERNAL, "an earlier write of heartbeat data failed; "
-                                           "restart ddpd");
+        return err_set(err, DDP_EINTERNAL,
+                       "an earlier write of heartbeat data failed; "
+                       "restart ddpd");
     size_t known = coord_beat_data_prepare(c, b, now, &d);
     if (d.n > 0) {
         coord_batch_move(&c->pending, &d);
@@ -251,7 +251,8 @@ int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
         pthread_mutex_lock(&c->mu);
         if (rc) {
             log_error("cannot store heartbeat data (later data beats fail until ddpd "
-                      "restarts): %s", e.msg);
+                      "restarts): %s",
+                      e.msg);
             c->data_broken = 1;
         } else {
             c->done_batch = id;

@@ -27,8 +27,8 @@
 void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
 {
     if (n->state == NODE_LOST_CONFIRMED)
-        snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s)",
-                 n->name, (double)(now - n->last_seen) / 1000.0, n->suspect_by);
+        snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s)", n->name,
+                 (double)(now - n->last_seen) / 1000.0, n->suspect_by);
     else
         snprintf(buf, size, "node %s lost (no heartbeat for %lld s)", n->name,
                  (long long)((now - n->last_seen) / 1000));
@@ -79,8 +79,7 @@ static int coord_named_peer(const json_t *lines)
  * agent has reported the accused rank's exit or a failure of any of its ranks in this
  * generation, when it is not READY, or when it is suspected already (the window does not
  * grow). */
-static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int status,
-                         int64_t now)
+static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int status, int64_t now)
 {
     if (c->opts.suspect_timeout_ms <= 0)
         return;
@@ -119,11 +118,13 @@ static void coord_accuse(struct coord *c, struct job *j, int ni, int rank, int s
                      c->nodes[ni]->name, status);
         if (peer >= 0)
             log_info("node %s SUSPECT: rank %d on %s lost its peer rank %d; LOST unless it "
-                     "beats within %lld ms", n->name, rank, c->nodes[ni]->name, peer,
+                     "beats within %lld ms",
+                     n->name, rank, c->nodes[ni]->name, peer,
                      (long long)c->opts.suspect_timeout_ms);
         else
             log_info("node %s SUSPECT: %s (no peer named); LOST unless it beats within "
-                     "%lld ms", n->name, n->suspect_by, (long long)c->opts.suspect_timeout_ms);
+                     "%lld ms",
+                     n->name, n->suspect_by, (long long)c->opts.suspect_timeout_ms);
         coord_bump(n); /* a held beat is answered now: a live agent beats again at once */
     }
 }
@@ -138,8 +139,7 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
     for (size_t i = 0; i < b->nworkers; i++) {
         const struct beat_worker *w = &b->workers[i];
         struct job *j = coord_job(c, w->job);
-        if (!j || w->generation != j->st.generation || w->rank >= j->st.world_size ||
-            !j->rank_exit)
+        if (!j || w->generation != j->st.generation || w->rank >= j->st.world_size || !j->rank_exit)
             continue;
         int draining = j->st.state == JOB_RESTARTING && j->st.end_kind == END_FAILURE;
         if (j->st.state != JOB_RUNNING && !draining)
@@ -158,10 +158,10 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
          * accused node only beats once more. The stop's own exits while draining do not. */
         if (status == DDP_EXIT_PEER_LOST || !draining)
             coord_accuse(c, j, ni, w->rank, status, now);
-        int prio = status == DDP_EXIT_PEER_LOST || status == DDP_EXIT_RENDEZVOUS ||
-                           status == DDP_EXIT_HANG
-                       ? CAUSE_PEER
-                       : CAUSE_EXIT;
+        int prio =
+            status == DDP_EXIT_PEER_LOST || status == DDP_EXIT_RENDEZVOUS || status == DDP_EXIT_HANG
+                ? CAUSE_PEER
+                : CAUSE_EXIT;
         if (draining) {
             /* exits caused by the stop itself are no cause: SIGTERM (143), and SIGKILL
              * once the grace period may have run out */
@@ -177,11 +177,11 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         const char *name = exitcode_str(status);
         size_t off;
         if (w->signal)
-            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s killed by signal %d",
-                                   w->rank, nname, w->signal);
+            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s killed by signal %d", w->rank,
+                                   nname, w->signal);
         else if (name)
-            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d (%s)", w->rank,
-                                   nname, status, name);
+            off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d (%s)", w->rank, nname,
+                                   status, name);
         else
             off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d", w->rank, nname,
                                    status);
@@ -192,9 +192,9 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         pthread_mutex_unlock(&c->store_mu);
         if (lrc == 0) {
             for (size_t k = 0; k < json_array_size(lines) && off < sizeof(why); k++)
-                off += (size_t)snprintf(why + off, sizeof(why) - off, "%s'%.200s'",
-                                        k ? " | " : "; last output: ",
-                                        json_string_value(json_array_get(lines, k)));
+                off += (size_t)snprintf(
+                    why + off, sizeof(why) - off, "%s'%.200s'",
+                    k ? " | " : "; last output: ", json_string_value(json_array_get(lines, k)));
             json_decref(lines);
         }
         if (draining)
@@ -290,8 +290,8 @@ void coord_nodes_expire(struct coord *c, int64_t now)
             coord_node_set(n, confirmed ? NODE_LOST_CONFIRMED : NODE_LOST);
             if (confirmed)
                 log_warn("node %s LOST (suspected when %s; no heartbeat within %lld ms "
-                         "of that, none for %lld ms)", n->name, n->suspect_by,
-                         (long long)c->opts.suspect_timeout_ms,
+                         "of that, none for %lld ms)",
+                         n->name, n->suspect_by, (long long)c->opts.suspect_timeout_ms,
                          (long long)(now - n->last_seen));
             else
                 log_warn("node %s LOST (no heartbeat for %lld ms)", n->name,

@@ -56,8 +56,8 @@ struct node {
     int64_t registered_at;
     uint64_t version;
     pthread_cond_t cond;
-    int64_t suspect_since;  /* SUSPECT: monotonic ms of the first accusation */
-    char suspect_by[96];    /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
+    int64_t suspect_since; /* SUSPECT: monotonic ms of the first accusation */
+    char suspect_by[96];   /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
 };
 
 struct job_node {
@@ -98,7 +98,7 @@ struct job {
     int64_t log_seq, metric_seq;
     struct mark *marks;
     size_t nmarks, capmarks;
-    int *rank_exit;         /* world_size entries: RANK_RUNNING or the exit status */
+    int *rank_exit;               /* world_size entries: RANK_RUNNING or the exit status */
     char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
     int fail_prio;                /* its enum cause_prio */
     int cause_prio;               /* of end_reason while RESTARTING after a failure */
@@ -106,7 +106,7 @@ struct job {
     struct rank_prog *prog;       /* world_size entries */
     int64_t hang_first;           /* when a rank was first reported over hang_timeout_s */
     int hang_node;                /* the node whose beat reported it */
-    int64_t drain_deadline; /* monotonic ms */
+    int64_t drain_deadline;       /* monotonic ms */
     char *json_cache;
 };
 
@@ -125,12 +125,12 @@ struct data_batch {
 
 struct coord {
     pthread_mutex_t mu;
-    pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
-    pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
+    pthread_mutex_t store_mu;  /* the SQLite connection; taken after mu, or alone */
+    pthread_cond_t data_cond;  /* with mu: heartbeat data batches, see coord_beat_data */
     struct data_batch pending; /* rows of the open batch */
-    uint64_t open_batch;      /* id of the batch that takes new rows */
-    uint64_t done_batch;      /* every batch with an id <= this has committed */
-    int flushing;             /* a leader is committing a batch now */
+    uint64_t open_batch;       /* id of the batch that takes new rows */
+    uint64_t done_batch;       /* every batch with an id <= this has committed */
+    int flushing;              /* a leader is committing a batch now */
     int data_broken;
     struct store *store;
     struct coord_opts opts;
@@ -143,8 +143,8 @@ struct coord {
     size_t nlive, caplive;
     struct node **nodes;
     size_t nnodes, capnodes;
-    int *nhash;        /* open addressing: node index + 1, 0 = empty */
-    size_t nhash_cap;  /* a power of two, > 2 * nnodes */
+    int *nhash;       /* open addressing: node index + 1, 0 = empty */
+    size_t nhash_cap; /* a power of two, > 2 * nnodes */
 };
 
 /* coord_model.c */
@@ -203,10 +203,9 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
                    struct ddp_err *err);
 
 /* coord_sched.c */
-int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason,
-                         int64_t now, struct ddp_err *err);
-void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
-                  int64_t now);
+int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason, int64_t now,
+                         struct ddp_err *err);
+void coord_refine(struct coord *c, struct job *j, int prio, const char *cause, int64_t now);
 void coord_fail(struct job *j, int prio, const char *reason);
 void coord_progress(struct coord *c, struct job *j, int64_t now);
 void coord_schedule(struct coord *c, int64_t now);
@@ -220,8 +219,7 @@ int64_t coord_marks_floor(const struct job *j);
  * that starts a generation, see coord_commit()). */
 void coord_marks_drop(struct job *j);
 void coord_batch_release(struct data_batch *d);
-int coord_beat_data(struct coord *c, const struct beat *b, int64_t now,
-                    struct ddp_err *err);
+int coord_beat_data(struct coord *c, const struct beat *b, int64_t now, struct ddp_err *err);
 int coord_beat_drains(struct coord *c, int ni, const struct beat *b);
 
 /* coord_fault.c */

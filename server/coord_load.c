@@ -44,8 +44,8 @@ static int coord_load_job(void *ctx, const struct store_job *r)
     json_t *spec = NULL, *nodes = NULL;
     int rc;
     if ((uint64_t)r->id != c->njobs + 1) {
-        rc = err_set(L->err, DDP_EINTERNAL, "jobs table: id %lld out of sequence",
-                     (long long)r->id);
+        rc =
+            err_set(L->err, DDP_EINTERNAL, "jobs table: id %lld out of sequence", (long long)r->id);
         goto out;
     }
     j->id = r->id;
@@ -69,8 +69,7 @@ static int coord_load_job(void *ctx, const struct store_job *r)
              r->master_addr ? r->master_addr : "");
     j->st.master_port = (int)r->master_port;
     snprintf(j->st.reason, sizeof(j->st.reason), "%s", r->reason ? r->reason : "");
-    snprintf(j->st.end_reason, sizeof(j->st.end_reason), "%s",
-             r->end_reason ? r->end_reason : "");
+    snprintf(j->st.end_reason, sizeof(j->st.end_reason), "%s", r->end_reason ? r->end_reason : "");
     j->st.end_kind = (int)r->end_kind;
     j->st.started_at = r->started_at;
     j->st.finished_at = r->finished_at;
@@ -96,8 +95,7 @@ static int coord_load_job(void *ctx, const struct store_job *r)
         p->group_rank = (int)json_integer_value(json_object_get(e, "group_rank"));
         p->draining = st == JOB_RESTARTING || st == JOB_CANCELLING;
     }
-    j->drain_deadline =
-        L->now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
+    j->drain_deadline = L->now + (int64_t)j->spec.grace_period_s * 1000 + c->opts.drain_extra_ms;
     if (st == JOB_RUNNING) {
         j->rank_exit = xcalloc((size_t)j->st.world_size + 1, sizeof(int));
         for (int k = 0; k < j->st.world_size; k++)

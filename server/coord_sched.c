@@ -19,8 +19,8 @@
 
 /* Ends the current generation of a RUNNING (or, for a cancel, RESTARTING) job: its
  * assignments leave the desired sets and the job waits for the workers to go. */
-int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason,
-                         int64_t now, struct ddp_err *err)
+int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason, int64_t now,
+                         struct ddp_err *err)
 {
     struct job_st next = j->st;
     next.state = kind == END_CANCEL ? JOB_CANCELLING : JOB_RESTARTING;
@@ -51,8 +51,7 @@ int coord_end_generation(struct coord *c, struct job *j, int kind, const char *r
 /* A failure of the generation that just ended, learnt while it drains: if it is a likelier
  * root cause than the one recorded, it becomes the job's end_reason (the FAILED reason) and
  * an event says so, before the next generation starts. */
-void coord_refine(struct coord *c, struct job *j, int prio, const char *cause,
-                  int64_t now)
+void coord_refine(struct coord *c, struct job *j, int prio, const char *cause, int64_t now)
 {
     if (j->st.state != JOB_RESTARTING || j->st.end_kind != END_FAILURE || prio <= j->cause_prio)
         return;
@@ -205,8 +204,8 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
     snprintf(next.master_addr, sizeof(next.master_addr), "%s", c->nodes[pl.idx[0]]->address);
     next.master_port = pl.master_port;
     if (first)
-        snprintf(next.reason, sizeof(next.reason), "started on %zu node%s (world size %d)",
-                 pl.n, pl.n == 1 ? "" : "s", next.world_size);
+        snprintf(next.reason, sizeof(next.reason), "started on %zu node%s (world size %d)", pl.n,
+                 pl.n == 1 ? "" : "s", next.world_size);
     else
         snprintf(next.reason, sizeof(next.reason),
                  "generation %d started on %zu node%s (world size %d, restarts %d/%d)",

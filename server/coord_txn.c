@@ -100,8 +100,8 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
     if (!note && !jobstate_allowed(j->st.state, next->state)) {
         log_error("BUG: refused transition job=j-%lld from=%s to=%s", (long long)j->id,
                   jobstate_name(j->st.state), jobstate_name(next->state));
-        rc = err_set(err, DDP_EINTERNAL, "refused transition %s -> %s",
-                     jobstate_name(j->st.state), jobstate_name(next->state));
+        rc = err_set(err, DDP_EINTERNAL, "refused transition %s -> %s", jobstate_name(j->st.state),
+                     jobstate_name(next->state));
         goto fail;
     }
     next->event_seq = j->st.event_seq + 1;

@@ -35,22 +35,20 @@ json_t *coord_job_json(struct coord *c, const struct job *j)
         json_t *ranks = json_array();
         for (int r = 0; r < nproc; r++)
             json_array_append_new(ranks, json_integer((json_int_t)p->group_rank * nproc + r));
-        json_array_append_new(nodes, json_pack("{s:s, s:i, s:o}", "name",
-                                               c->nodes[p->node]->name, "group_rank",
-                                               p->group_rank, "ranks", ranks));
+        json_array_append_new(nodes, json_pack("{s:s, s:i, s:o}", "name", c->nodes[p->node]->name,
+                                               "group_rank", p->group_rank, "ranks", ranks));
     }
     char id[32];
     snprintf(id, sizeof(id), "j-%lld", (long long)j->id);
-    json_t *o = json_pack("{s:s, s:s, s:O, s:s, s:i, s:i, s:i, s:s, s:i, s:o, s:O, s:s, s:o, "
-                          "s:o, s:o}",
-                          "id", id, "name", j->spec.name, "spec", j->spec.json, "state",
-                          jobstate_name(j->st.state), "generation", j->st.generation, "restarts",
-                          j->st.restarts, "world_size", j->st.world_size, "master_addr",
-                          j->st.master_addr, "master_port", j->st.master_port, "nodes", nodes,
-                          "last_metrics", j->last_metrics ? j->last_metrics : json_null(),
-                          "reason", j->st.reason, "created_at", coord_time_json(j->created_at),
-                          "started_at", coord_time_json(j->st.started_at), "finished_at",
-                          coord_time_json(j->st.finished_at));
+    json_t *o = json_pack(
+        "{s:s, s:s, s:O, s:s, s:i, s:i, s:i, s:s, s:i, s:o, s:O, s:s, s:o, "
+        "s:o, s:o}",
+        "id", id, "name", j->spec.name, "spec", j->spec.json, "state", jobstate_name(j->st.state),
+        "generation", j->st.generation, "restarts", j->st.restarts, "world_size", j->st.world_size,
+        "master_addr", j->st.master_addr, "master_port", j->st.master_port, "nodes", nodes,
+        "last_metrics", j->last_metrics ? j->last_metrics : json_null(), "reason", j->st.reason,
+        "created_at", coord_time_json(j->created_at), "started_at",
+        coord_time_json(j->st.started_at), "finished_at", coord_time_json(j->st.finished_at));
     if (!o)
         abort();
     return o;
@@ -72,15 +70,15 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now)
     char range[32];
     snprintf(range, sizeof(range), "%d-%d", n->port_lo, n->port_hi);
     int64_t wall = coord_wall(c, now);
-    json_t *age = n->last_beat_wall ? json_integer(wall - n->last_beat_wall > 0
-                                                       ? wall - n->last_beat_wall : 0)
-                                    : json_null();
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o}", "name", n->name,
-                          "address", n->address, "slots", n->slots, "slots_used",
-                          coord_slots_used(c, idx), "state", nodestate_api_name(n->state),
-                          "port_range", range, "last_heartbeat",
-                          coord_time_json(n->last_beat_wall), "last_heartbeat_age_ms", age,
-                          "registered_at", coord_time_json(n->registered_at));
+    json_t *age = n->last_beat_wall
+                      ? json_integer(wall - n->last_beat_wall > 0 ? wall - n->last_beat_wall : 0)
+                      : json_null();
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o}", "name", n->name, "address",
+                  n->address, "slots", n->slots, "slots_used", coord_slots_used(c, idx), "state",
+                  nodestate_api_name(n->state), "port_range", range, "last_heartbeat",
+                  coord_time_json(n->last_beat_wall), "last_heartbeat_age_ms", age, "registered_at",
+                  coord_time_json(n->registered_at));
     if (!o)
         abort();
     return o;
@@ -107,9 +105,9 @@ json_t *coord_assignments(struct coord *c, int ni)
             json_object_get(s, "workdir"), "checkpoint_dir", json_object_get(s, "checkpoint_dir"),
             "grace_period_s", json_object_get(s, "grace_period_s"), "group_rank", gr,
             "group_world_size", j->st.npl, "nproc_per_node", j->spec.nproc, "world_size",
-            j->st.world_size, "master_addr", j->st.master_addr, "master_port",
-            j->st.master_port, "restart_count", j->st.restarts, "max_restarts",
-            j->spec.max_restarts, "job_token", j->token);
+            j->st.world_size, "master_addr", j->st.master_addr, "master_port", j->st.master_port,
+            "restart_count", j->st.restarts, "max_restarts", j->spec.max_restarts, "job_token",
+            j->token);
         if (!a)
             abort();
         json_array_append_new(arr, a);

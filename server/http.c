@@ -146,8 +146,8 @@ void api_reply_err(struct api_req *r, const struct ddp_err *err)
     json_t *o = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err_http_status(err->code),
                           "status", err_status_name(err->code), "message", err->msg);
     if (!o) /* a message that is not UTF-8 */
-        o = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err_http_status(err->code),
-                      "status", err_status_name(err->code), "message", err_str(err->code));
+        o = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", err_http_status(err->code), "status",
+                      err_status_name(err->code), "message", err_str(err->code));
     api_reply_json(r, err_http_status(err->code), jsonx_dumps(o));
     json_decref(o);
 }
@@ -338,9 +338,9 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         resp = MHD_create_response_from_buffer(r.out_len, (void *)r.static_out,
                                                MHD_RESPMEM_PERSISTENT);
     else
-        resp = MHD_create_response_from_buffer(r.out_len, r.out ? r.out : (char *)"",
-                                               r.out ? MHD_RESPMEM_MUST_FREE
-                                                     : MHD_RESPMEM_PERSISTENT);
+        resp =
+            MHD_create_response_from_buffer(r.out_len, r.out ? r.out : (char *)"",
+                                            r.out ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(r.out);
         return MHD_NO;
@@ -389,8 +389,8 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
     s->user_token = xstrdup(o->user_token);
     s->agent_token = xstrdup(o->agent_token);
     metrics_set_routes(http_route_names, HTTP_NROUTES);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (o->tls_cert_pem) {
@@ -403,23 +403,21 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
     if (o->tls_cert_pem)
         s->d = MHD_start_daemon(
             flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
-            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024),
-            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
-            http_completed, s, MHD_OPTION_HTTPS_MEM_CERT, o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY,
-            o->tls_key_pem, MHD_OPTION_END);
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
+            (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_HTTPS_MEM_CERT,
+            o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
     else
         s->d = MHD_start_daemon(
             flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
-            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024),
-            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_NOTIFY_COMPLETED,
-            http_completed, s, MHD_OPTION_END);
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
+            (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_END);
     if (!s->d) {
-        rc = err_set(err, DDP_EUNAVAIL, "cannot listen on %s:%d (in use or not allowed)",
-                     o->host, o->port);
+        rc = err_set(err, DDP_EUNAVAIL, "cannot listen on %s:%d (in use or not allowed)", o->host,
+                     o->port);
         goto out;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

@@ -19,17 +19,17 @@ struct ddpd_server;
 
 struct api_req {
     struct coord *coord;
-    void *conn;          /* the MHD connection (for query arguments) */
+    void *conn; /* the MHD connection (for query arguments) */
     const char *method;
     const char *path;
-    const char *param;   /* the {id} / {name} / {file} part of the path, or "" */
-    const char *body;    /* NUL-terminated; body_len bytes */
+    const char *param; /* the {id} / {name} / {file} part of the path, or "" */
+    const char *body;  /* NUL-terminated; body_len bytes */
     size_t body_len;
-    size_t body_total;   /* bytes the client sent (more than body_len when over the cap) */
-    int64_t now;         /* monotonic ms at dispatch */
+    size_t body_total; /* bytes the client sent (more than body_len when over the cap) */
+    int64_t now;       /* monotonic ms at dispatch */
     /* the answer, set by the api_reply_* helpers */
     int status;
-    char *out;                    /* owned, freed by http.c */
+    char *out;                       /* owned, freed by http.c */
     const unsigned char *static_out; /* borrowed (embedded file) */
     size_t out_len;
     const char *content_type;
@@ -79,7 +79,7 @@ void api_misc_ui(struct api_req *r);
 struct http_opts {
     const char *host; /* "" = every address */
     int port;
-    const char *user_token;  /* borrowed for the server's life */
+    const char *user_token; /* borrowed for the server's life */
     const char *agent_token;
     const char *tls_cert_pem; /* NULL: plain HTTP */
     const char *tls_key_pem;

@@ -55,12 +55,9 @@ static const char *const jobstate_names[JOB_STATE_COUNT] = {
 /* jobstate_table[from][to] = 1 where allowed. */
 static const unsigned char jobstate_table[JOB_STATE_COUNT][JOB_STATE_COUNT] = {
     /*                PEN RUN RST SUC FAI CNG CND */
-    [JOB_PENDING] = {0, 1, 0, 0, 0, 1, 0},
-    [JOB_RUNNING] = {0, 0, 1, 1, 0, 1, 0},
-    [JOB_RESTARTING] = {0, 1, 0, 0, 1, 1, 0},
-    [JOB_SUCCEEDED] = {0, 0, 0, 0, 0, 0, 0},
-    [JOB_FAILED] = {0, 0, 0, 0, 0, 0, 0},
-    [JOB_CANCELLING] = {0, 0, 0, 0, 0, 0, 1},
+    [JOB_PENDING] = {0, 1, 0, 0, 0, 1, 0},    [JOB_RUNNING] = {0, 0, 1, 1, 0, 1, 0},
+    [JOB_RESTARTING] = {0, 1, 0, 0, 1, 1, 0}, [JOB_SUCCEEDED] = {0, 0, 0, 0, 0, 0, 0},
+    [JOB_FAILED] = {0, 0, 0, 0, 0, 0, 0},     [JOB_CANCELLING] = {0, 0, 0, 0, 0, 0, 1},
     [JOB_CANCELLED] = {0, 0, 0, 0, 0, 0, 0},
 };
 
@@ -83,8 +80,7 @@ int jobstate_parse(const char *s, enum job_state *out)
 
 int jobstate_allowed(enum job_state from, enum job_state to)
 {
-    if ((int)from < 0 || (int)from >= JOB_STATE_COUNT || (int)to < 0 ||
-        (int)to >= JOB_STATE_COUNT)
+    if ((int)from < 0 || (int)from >= JOB_STATE_COUNT || (int)to < 0 || (int)to >= JOB_STATE_COUNT)
         return 0;
     return jobstate_table[from][to];
 }

@@ -96,8 +96,16 @@ static char *ddpd_beside(const char *db, const char *name)
 int main(int argc, char **argv)
 {
     enum {
-        O_LISTEN = 1, O_DB, O_TOKEN, O_AGENT_TOKEN, O_NODE_TIMEOUT, O_SUSPECT_TIMEOUT, O_CERT,
-        O_KEY, O_LOG, O_HELP
+        O_LISTEN = 1,
+        O_DB,
+        O_TOKEN,
+        O_AGENT_TOKEN,
+        O_NODE_TIMEOUT,
+        O_SUSPECT_TIMEOUT,
+        O_CERT,
+        O_KEY,
+        O_LOG,
+        O_HELP
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -131,27 +139,39 @@ int main(int argc, char **argv)
     opterr = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case O_LISTEN: listen = optarg; break;
-        case O_DB: db = optarg; break;
-        case O_TOKEN: token_file = optarg; break;
-        case O_AGENT_TOKEN: agent_file = optarg; break;
+        case O_LISTEN:
+            listen = optarg;
+            break;
+        case O_DB:
+            db = optarg;
+            break;
+        case O_TOKEN:
+            token_file = optarg;
+            break;
+        case O_AGENT_TOKEN:
+            agent_file = optarg;
+            break;
         case O_NODE_TIMEOUT:
             if (args_parse_long("--node-timeout", optarg, 1, 3600, &node_timeout, &err) != 0)
                 goto usage;
             break;
         case O_SUSPECT_TIMEOUT:
-            if (args_parse_double("--suspect-timeout", optarg, 0, 3600, &suspect_timeout,
-                                  &err) != 0)
+            if (args_parse_double("--suspect-timeout", optarg, 0, 3600, &suspect_timeout, &err) !=
+                0)
                 goto usage;
             suspect_given = 1;
             break;
-        case O_CERT: cert = optarg; break;
-        case O_KEY: key = optarg; break;
+        case O_CERT:
+            cert = optarg;
+            break;
+        case O_KEY:
+            key = optarg;
+            break;
         case O_LOG:
             level = log_level_parse(optarg);
             if (level < 0) {
-                err_set(&err, DDP_EINVAL, "--log-level: '%s' is not debug, info, warn, error or off",
-                        optarg);
+                err_set(&err, DDP_EINVAL,
+                        "--log-level: '%s' is not debug, info, warn, error or off", optarg);
                 goto usage;
             }
             break;

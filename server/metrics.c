@@ -21,9 +21,8 @@ static const int metrics_codes[] = {200, 201, 400, 401, 403, 404, 405, 409, 413,
 #define METRICS_NCODES ((int)(sizeof(metrics_codes) / sizeof(metrics_codes[0])))
 
 /* seconds */
-static const double metrics_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                         0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                         1,      2.5};
+static const double metrics_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                         0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
 #define METRICS_NBUCKETS ((int)(sizeof(metrics_buckets) / sizeof(metrics_buckets[0])))
 
 static const char *const *metrics_route_names;
@@ -58,8 +57,7 @@ void metrics_http(int route, int code, int64_t ns)
             break;
         }
     atomic_fetch_add_explicit(&metrics_lat[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&metrics_lat_ns_sum, ns > 0 ? (uint64_t)ns : 0,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_lat_ns_sum, ns > 0 ? (uint64_t)ns : 0, memory_order_relaxed);
 }
 
 void metrics_beat(void)
@@ -106,8 +104,8 @@ char *metrics_render(struct coord *c)
                 mbuf_printf(&b, "ddp_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n", name,
                             metrics_codes[k], (unsigned long long)v);
             else
-                mbuf_printf(&b, "ddp_http_requests_total{route=\"%s\",code=\"other\"} %llu\n",
-                            name, (unsigned long long)v);
+                mbuf_printf(&b, "ddp_http_requests_total{route=\"%s\",code=\"other\"} %llu\n", name,
+                            (unsigned long long)v);
         }
     }
     mbuf_printf(&b, "# HELP ddp_http_request_duration_seconds Time to answer an HTTP request.\n"
@@ -124,8 +122,9 @@ char *metrics_render(struct coord *c)
     mbuf_printf(&b, "ddp_http_request_duration_seconds_sum %.9f\n",
                 (double)atomic_load_explicit(&metrics_lat_ns_sum, memory_order_relaxed) / 1e9);
     mbuf_printf(&b, "ddp_http_request_duration_seconds_count %llu\n", (unsigned long long)cum);
-    mbuf_printf(&b, "# HELP ddp_heartbeats_total Heartbeats received from agents.\n"
-                    "# TYPE ddp_heartbeats_total counter\nddp_heartbeats_total %llu\n",
+    mbuf_printf(&b,
+                "# HELP ddp_heartbeats_total Heartbeats received from agents.\n"
+                "# TYPE ddp_heartbeats_total counter\nddp_heartbeats_total %llu\n",
                 (unsigned long long)atomic_load_explicit(&metrics_beats, memory_order_relaxed));
     return buf_detach(&b, NULL);
 }

@@ -35,7 +35,10 @@
 #include "server/nodestate.h"
 
 static const char *const nodestate_names[NODE_STATE_COUNT] = {
-    "READY", "SUSPECT", "LOST", "LOST_CONFIRMED",
+    "READY",
+    "SUSPECT",
+    "LOST",
+    "LOST_CONFIRMED",
 };
 
 /* nodestate_table[from][to] = 1 where allowed. */

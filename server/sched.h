@@ -11,12 +11,12 @@
 #include <stddef.h>
 
 struct sched_node {
-    const char *name;      /* borrowed; placement order is by name (strcmp) */
+    const char *name; /* borrowed; placement order is by name (strcmp) */
     int free_slots;
     int port_lo, port_hi;  /* the node's worker port range */
     const int *used_ports; /* borrowed: MASTER_PORTs of other live jobs on this node */
     size_t nused;
-    int avoid_port;        /* the port this job's previous generation used here, or 0 */
+    int avoid_port; /* the port this job's previous generation used here, or 0 */
 };
 
 struct sched_job {

@@ -206,8 +206,9 @@ int store_open(const char *path, struct store **out, struct ddp_err *err)
 {
     struct store *st = xcalloc(1, sizeof(*st));
     int rc;
-    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                           SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
         rc = err_set(err, DDP_EIO, "cannot open database %s: %s", path,
                      st->db ? sqlite3_errmsg(st->db) : "out of memory");
         goto out;
@@ -505,9 +506,8 @@ static json_t *store_time_json(int64_t ms)
 
 /* Runs a SELECT prepared with (job, after, limit[, rank]) and turns each row into an
  * object with row_fn. */
-static int store_query(struct store *st, int which, int64_t job, int64_t after, int limit,
-                       int rank, json_t *(*row_fn)(sqlite3_stmt *), json_t **out,
-                       struct ddp_err *err)
+static int store_query(struct store *st, int which, int64_t job, int64_t after, int limit, int rank,
+                       json_t *(*row_fn)(sqlite3_stmt *), json_t **out, struct ddp_err *err)
 {
     sqlite3_stmt *s = st->st[which];
     json_t *arr = json_array();
@@ -545,16 +545,16 @@ static json_t *store_metric_row(sqlite3_stmt *s)
     json_t *m = json_loads(text ? text : "{}", 0, NULL);
     if (!m)
         m = json_object();
-    return json_pack("{s:I, s:o, s:I, s:o}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
-                     "time", store_time_json(sqlite3_column_int64(s, 1)), "generation",
+    return json_pack("{s:I, s:o, s:I, s:o}", "seq", (json_int_t)sqlite3_column_int64(s, 0), "time",
+                     store_time_json(sqlite3_column_int64(s, 1)), "generation",
                      (json_int_t)sqlite3_column_int64(s, 2), "metric", m);
 }
 
 static json_t *store_log_row(sqlite3_stmt *s)
 {
     const char *text = store_col_text(s, 3);
-    return json_pack("{s:I, s:I, s:I, s:s}", "seq", (json_int_t)sqlite3_column_int64(s, 0),
-                     "rank", (json_int_t)sqlite3_column_int64(s, 1), "generation",
+    return json_pack("{s:I, s:I, s:I, s:s}", "seq", (json_int_t)sqlite3_column_int64(s, 0), "rank",
+                     (json_int_t)sqlite3_column_int64(s, 1), "generation",
                      (json_int_t)sqlite3_column_int64(s, 2), "text", text ? text : "");
 }
 
@@ -570,8 +570,8 @@ int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, 
     return store_query(st, ST_METRICS, job, after, limit, 0, store_metric_row, out, err);
 }
 
-int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
-                    json_t **out, struct ddp_err *err)
+int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit, json_t **out,
+                    struct ddp_err *err)
 {
     if (limit >= 0)
         return store_query(st, rank < 0 ? ST_LOGS_ALL : ST_LOGS_RANK, job, after, limit, rank,
@@ -590,8 +590,8 @@ int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int 
     return 0;
 }
 
-int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n,
-                     json_t **out, struct ddp_err *err)
+int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n, json_t **out,
+                     struct ddp_err *err)
 {
     sqlite3_stmt *s = st->st[ST_LAST_LINES];
     json_t *arr = json_array();

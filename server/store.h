@@ -86,8 +86,7 @@ int store_node_put(struct store *st, const struct store_node *n, struct ddp_err 
  * from fn stops the walk and is returned. */
 typedef int (*store_job_fn)(void *ctx, const struct store_job *j);
 typedef int (*store_node_fn)(void *ctx, const struct store_node *n);
-typedef int (*store_mark_fn)(void *ctx, int64_t job, int64_t gen, int64_t rank,
-                             int64_t last_seq);
+typedef int (*store_mark_fn)(void *ctx, int64_t job, int64_t gen, int64_t rank, int64_t last_seq);
 int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err);
 int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_err *err);
 int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_err *err);
@@ -100,10 +99,10 @@ int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, 
                        struct ddp_err *err);
 /* Logs: limit > 0, the first `limit` lines with seq > after; limit < 0, the last -limit
  * lines with seq > after (the tail). Either way in seq order. */
-int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit,
-                    json_t **out, struct ddp_err *err);
+int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit, json_t **out,
+                    struct ddp_err *err);
 /* The last n lines (oldest first) of (job, gen, rank) as a new array of strings. */
-int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n,
-                     json_t **out, struct ddp_err *err);
+int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n, json_t **out,
+                     struct ddp_err *err);
 
 #endif

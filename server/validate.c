@@ -119,8 +119,7 @@ static int validate_nnodes(const json_t *v, int *nmin, int *nmax, struct ddp_err
     return 0;
 }
 
-static int validate_path(const json_t *body, const char *key, const char **out,
-                         struct ddp_err *err)
+static int validate_path(const json_t *body, const char *key, const char **out, struct ddp_err *err)
 {
     int rc = jsonx_get_string(body, key, 0, out, err);
     if (rc)
@@ -135,9 +134,10 @@ static int validate_path(const json_t *body, const char *key, const char **out,
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err)
 {
     static const char *const keys[] = {
-        "command",        "name",           "env",     "nnodes",         "nproc_per_node",
-        "max_restarts",   "max_runtime_s",  "grace_period_s", "hang_timeout_s", "workdir",
-        "checkpoint_dir", NULL,
+        "command",       "name",           "env",
+        "nnodes",        "nproc_per_node", "max_restarts",
+        "max_runtime_s", "grace_period_s", "hang_timeout_s",
+        "workdir",       "checkpoint_dir", NULL,
     };
     int rc;
     json_t *canon = NULL;
@@ -166,8 +166,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         if (!json_is_string(a) || json_string_length(a) == 0 ||
             json_string_length(a) > SPEC_MAX_ARG_LEN) {
             rc = err_set(err, DDP_EINVAL,
-                         "field 'command[%zu]': expected a non-empty string of at most %d bytes",
-                         i, SPEC_MAX_ARG_LEN);
+                         "field 'command[%zu]': expected a non-empty string of at most %d bytes", i,
+                         SPEC_MAX_ARG_LEN);
             goto out;
         }
     }
@@ -193,7 +193,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         }
         const char *k;
         json_t *v;
-        json_object_foreach(env, k, v) {
+        json_object_foreach(env, k, v)
+        {
             if (!validate_env_name(k)) {
                 rc = err_set(err, DDP_EINVAL,
                              "field 'env': name '%.64s' must match [A-Za-z_][A-Za-z0-9_]*", k);
@@ -283,8 +284,8 @@ static int validate_port_range(const char *s, int *lo, int *hi, struct ddp_err *
 
 int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"name", "address", "slots", "port_range", "incarnation",
-                                       NULL};
+    static const char *const keys[] = {"name",       "address",     "slots",
+                                       "port_range", "incarnation", NULL};
     struct node_reg r = {0};
     int rc;
     if (!json_is_object(body))
@@ -372,8 +373,8 @@ static int validate_item_keys(const json_t *item, const char *const *keys, const
 static int validate_beat_worker(const json_t *w, size_t i, struct beat_worker *o,
                                 struct ddp_err *err)
 {
-    static const char *const keys[] = {"job_id", "generation", "rank", "local_rank", "pid",
-                                       "state", "exit_code", "signal", NULL};
+    static const char *const keys[] = {"job_id", "generation", "rank",   "local_rank", "pid",
+                                       "state",  "exit_code",  "signal", NULL};
     char p[48];
     snprintf(p, sizeof(p), "workers[%zu].", i);
     int64_t gen = 0, rank = 0, lrank = 0, pid = 0, code = -1, sig = 0;
@@ -403,8 +404,10 @@ static int validate_beat_worker(const json_t *w, size_t i, struct beat_worker *o
     else if (strcmp(state, "exited") == 0)
         o->exited = 1;
     else
-        return err_set(err, DDP_EINVAL, "field 'workers[%zu].state': expected \"running\" or "
-                       "\"exited\"", i);
+        return err_set(err, DDP_EINVAL,
+                       "field 'workers[%zu].state': expected \"running\" or "
+                       "\"exited\"",
+                       i);
     o->generation = gen;
     o->rank = (int)rank;
     o->local_rank = (int)lrank;
@@ -416,8 +419,8 @@ static int validate_beat_worker(const json_t *w, size_t i, struct beat_worker *o
 
 int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"incarnation", "version", "wait_ms", "workers", "logs",
-                                       "metrics", "progress", NULL};
+    static const char *const keys[] = {"incarnation", "version", "wait_ms",  "workers",
+                                       "logs",        "metrics", "progress", NULL};
     struct beat b = {0};
     json_t *workers = NULL, *logs = NULL, *metrics = NULL, *progress = NULL;
     int64_t version = 0, wait_ms = 0;
@@ -482,8 +485,8 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
         }
         for (size_t k = 0; k < json_array_size(lines); k++)
             if (!json_is_string(json_array_get(lines, k))) {
-                rc = err_set(err, DDP_EINVAL, "field 'logs[%zu].lines[%zu]': expected a string",
-                             i, k);
+                rc = err_set(err, DDP_EINVAL, "field 'logs[%zu].lines[%zu]': expected a string", i,
+                             k);
                 goto out;
             }
         total_lines += json_array_size(lines);
@@ -527,8 +530,8 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
         o->metric = metric;
     }
 
-    static const char *const prog_keys[] = {"job_id", "generation", "rank", "age_ms", "stopped",
-                                            NULL};
+    static const char *const prog_keys[] = {"job_id", "generation", "rank",
+                                            "age_ms", "stopped",    NULL};
     b.nprogress = json_array_size(progress);
     b.progress = xcalloc(b.nprogress + 1, sizeof(*b.progress));
     for (size_t i = 0; i < b.nprogress; i++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the build and the tests need, builds every part
-# with -Werror, and runs all tests three ways:
+# with -Werror, checks the tree (banned functions, .clang-format, the layering rule: tests/banned.sh,
+# format.sh, layering.sh), and runs all tests three ways:
 #   1. plainly                         (build/)
 #   2. under AddressSanitizer + UBSan  (build-asan/; tests labelled "heavy" are skipped there)
 #   3. the libFuzzer targets, each for a bounded time, under ASan + UBSan (build-fuzz/, clang)
@@ -16,7 +17,7 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
-    build-essential cmake pkg-config clang libclang-rt-14-dev \
+    build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev dataset-fashion-mnist \
     python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 >/dev/null
@@ -60,6 +61,8 @@ mkdir -p build build-asan build-fuzz
 if [ "$only" = all ] || [ "$only" = plain ]; then
   if run_build plain build; then
     bash tests/banned.sh || status=1
+    bash tests/format.sh || status=1
+    bash tests/layering.sh || status=1
     run_tests plain build -LE fuzz || status=1
   else
     status=1

@@ -38,8 +38,8 @@ int data_idx_parse(const uint8_t *buf, size_t len, int want_ndims, const char *w
                        what, buf[0], buf[1], buf[2], buf[3]);
     a.ndims = buf[3];
     if (a.ndims != want_ndims)
-        return err_set(err, DDP_EINVAL, "%s: IDX file has %d dimensions, want %d", what,
-                       a.ndims, want_ndims);
+        return err_set(err, DDP_EINVAL, "%s: IDX file has %d dimensions, want %d", what, a.ndims,
+                       want_ndims);
     size_t hdr = 4 + 4 * (size_t)a.ndims;
     if (len < hdr)
         return err_set(err, DDP_EINVAL, "%s: IDX header truncated", what);
@@ -61,23 +61,21 @@ int data_idx_parse(const uint8_t *buf, size_t len, int want_ndims, const char *w
     return 0;
 }
 
-int data_from_idx(const struct idx_array *images, const struct idx_array *labels,
-                  int fixed_classes, const char *what, struct dataset *out,
-                  struct ddp_err *err)
+int data_from_idx(const struct idx_array *images, const struct idx_array *labels, int fixed_classes,
+                  const char *what, struct dataset *out, struct ddp_err *err)
 {
     if (images->ndims != 3 || labels->ndims != 1)
         return err_set(err, DDP_EINVAL, "%s: want 3-d images and 1-d labels", what);
     size_t n = images->dims[0];
     if (labels->dims[0] != n)
-        return err_set(err, DDP_EINVAL, "%s: %zu images but %u labels", what, n,
-                       labels->dims[0]);
+        return err_set(err, DDP_EINVAL, "%s: %zu images but %u labels", what, n, labels->dims[0]);
     size_t dim = (size_t)images->dims[1] * images->dims[2];
     int classes = 0;
     for (size_t i = 0; i < n; i++) {
         int lab = labels->data[i];
         if (fixed_classes > 0 && lab >= fixed_classes)
-            return err_set(err, DDP_EINVAL, "%s: label %d at index %zu is not below %d", what,
-                           lab, i, fixed_classes);
+            return err_set(err, DDP_EINVAL, "%s: label %d at index %zu is not below %d", what, lab,
+                           i, fixed_classes);
         if (lab + 1 > classes)
             classes = lab + 1;
     }
@@ -207,8 +205,8 @@ void data_standardize(struct dataset *train, struct dataset *test)
     }
 }
 
-static void synth_fill(struct dataset *d, size_t n, size_t dim, int classes,
-                       const float *centers, struct rng *r)
+static void synth_fill(struct dataset *d, size_t n, size_t dim, int classes, const float *centers,
+                       struct rng *r)
 {
     d->n = n;
     d->dim = dim;
@@ -255,8 +253,8 @@ static int load_synthetic(const char *args, uint64_t seed, struct dataset *train
         p = colon ? colon + 1 : p + l;
     }
     if ((uint64_t)v[0] * (uint64_t)v[1] > (1ULL << 29))
-        return err_set(err, DDP_EINVAL, "--data: synthetic set of %ld x %ld is too large",
-                       v[0], v[1]);
+        return err_set(err, DDP_EINVAL, "--data: synthetic set of %ld x %ld is too large", v[0],
+                       v[1]);
     struct rng r;
     rng_seed(&r, seed ^ 0x5eed0da7aULL);
     float *centers = xmalloc((size_t)v[2] * (size_t)v[1] * sizeof(float));
@@ -285,9 +283,9 @@ static int load_idx_spec(const char *args, struct dataset *train, struct dataset
         p = comma + 1;
     }
     if ((np != 2 && np != 4) || strchr(p, ',')) {
-        rc = err_set(err, DDP_EINVAL,
-                     "--data: want idx:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS], got 'idx:%s'",
-                     args);
+        rc =
+            err_set(err, DDP_EINVAL,
+                    "--data: want idx:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS], got 'idx:%s'", args);
         goto out;
     }
     for (int i = 0; i < np; i++) {
@@ -336,8 +334,8 @@ int data_load(const char *spec, uint64_t seed, struct dataset *train, struct dat
             dir = DATA_FASHION_MNIST_DIR;
         char *paths[4];
         static const char *const names[4] = {
-            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+            "t10k-labels-idx1-ubyte.gz"};
         for (int i = 0; i < 4; i++)
             paths[i] = xasprintf("%s/%s", dir, names[i]);
         rc = data_load_idx_pair(paths[0], paths[1], 10, &tr, err);

@@ -15,7 +15,7 @@
 
 /* Limits on what a data file may declare: a crafted header never makes us allocate more. */
 #define DATA_MAX_FILE_BYTES ((size_t)1 << 31) /* decompressed IDX file */
-#define DATA_MAX_CLASSES 65536
+#define DATA_MAX_CLASSES    65536
 
 /* Default folder of the Fashion-MNIST files; DDP_FASHION_MNIST_DIR overrides it. */
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -49,9 +49,8 @@ int data_idx_parse(const uint8_t *buf, size_t len, int want_ndims, const char *w
  * scaled to [0, 1]. classes is fixed_classes when > 0 (a label beyond it is an error), else
  * max label + 1. Fails with DDP_EINVAL naming what.
  */
-int data_from_idx(const struct idx_array *images, const struct idx_array *labels,
-                  int fixed_classes, const char *what, struct dataset *out,
-                  struct ddp_err *err);
+int data_from_idx(const struct idx_array *images, const struct idx_array *labels, int fixed_classes,
+                  const char *what, struct dataset *out, struct ddp_err *err);
 
 /* Reads a whole file, gunzipping it if it is gzip (zlib reads plain files as they are), up to
  * DATA_MAX_FILE_BYTES. Caller frees *buf. DDP_ENOTFOUND / DDP_EIO / DDP_ETOOBIG name path. */

@@ -16,7 +16,8 @@ static const char usage_text[] =
     "usage: ddp-worker [--model mlp:784-256-128-10]\n"
     "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C]\n"
     "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
-    "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed S] [--bucket-cap-mb MB]\n"
+    "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed "
+    "S] [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N]   (fault injection for tests)\n";
@@ -28,11 +29,16 @@ static int usage_error(const char *msg)
 }
 
 /* Flags that take a value. */
-static const char *const valued[] = {
-    "--model", "--data", "--epochs", "--batch-size", "--lr", "--lr-scale", "--momentum",
-    "--weight-decay", "--seed", "--bucket-cap-mb", "--backend", "--checkpoint-dir",
-    "--timeout", "--lr-schedule", "--trace", "--dump-params", "--max-steps",
-    "--kill-after-epoch", NULL};
+static const char *const valued[] = {"--model",     "--data",
+                                     "--epochs",    "--batch-size",
+                                     "--lr",        "--lr-scale",
+                                     "--momentum",  "--weight-decay",
+                                     "--seed",      "--bucket-cap-mb",
+                                     "--backend",   "--checkpoint-dir",
+                                     "--timeout",   "--lr-schedule",
+                                     "--trace",     "--dump-params",
+                                     "--max-steps", "--kill-after-epoch",
+                                     NULL};
 
 static int is_valued(const char *name)
 {

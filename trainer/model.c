@@ -70,8 +70,8 @@ int model_parse_spec(const char *spec, int *widths, int *nwidths, struct ddp_err
     return 0;
 }
 
-int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed,
-              struct model **out, struct ddp_err *err)
+int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed, struct model **out,
+              struct ddp_err *err)
 {
     if (nwidths < 2 || nwidths > MODEL_MAX_LAYERS + 1)
         return err_set(err, DDP_EINVAL, "model: %d widths (want 2..%d)", nwidths,
@@ -125,16 +125,46 @@ void model_free(struct model *m)
     free(m);
 }
 
-int model_nlayers(const struct model *m) { return m->nlayers; }
-const int *model_widths(const struct model *m) { return m->widths; }
-size_t model_max_batch(const struct model *m) { return m->max_batch; }
-size_t model_param_count(const struct model *m) { return m->nparams; }
-int model_tensor_count(const struct model *m) { return 2 * m->nlayers; }
-size_t model_tensor_size(const struct model *m, int t) { return m->size[t]; }
-size_t model_tensor_offset(const struct model *m, int t) { return m->off[t]; }
-int model_tensor_layer(int t) { return t / 2; }
-float *model_params(struct model *m) { return m->params; }
-float *model_grad(struct model *m, int t) { return m->grad[t]; }
+int model_nlayers(const struct model *m)
+{
+    return m->nlayers;
+}
+const int *model_widths(const struct model *m)
+{
+    return m->widths;
+}
+size_t model_max_batch(const struct model *m)
+{
+    return m->max_batch;
+}
+size_t model_param_count(const struct model *m)
+{
+    return m->nparams;
+}
+int model_tensor_count(const struct model *m)
+{
+    return 2 * m->nlayers;
+}
+size_t model_tensor_size(const struct model *m, int t)
+{
+    return m->size[t];
+}
+size_t model_tensor_offset(const struct model *m, int t)
+{
+    return m->off[t];
+}
+int model_tensor_layer(int t)
+{
+    return t / 2;
+}
+float *model_params(struct model *m)
+{
+    return m->params;
+}
+float *model_grad(struct model *m, int t)
+{
+    return m->grad[t];
+}
 
 void model_bind_grads(struct model *m, float *const *grads)
 {
@@ -169,12 +199,11 @@ static void forward_all(struct model *m, const float *x, size_t n)
     }
 }
 
-int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n,
-                  double *loss_sum, struct ddp_err *err)
+int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
+                  struct ddp_err *err)
 {
     if (n == 0 || n > m->max_batch)
-        return err_set(err, DDP_EINVAL, "model: batch of %zu samples (max %zu)", n,
-                       m->max_batch);
+        return err_set(err, DDP_EINVAL, "model: batch of %zu samples (max %zu)", n, m->max_batch);
     int classes = m->widths[m->nlayers];
     for (size_t i = 0; i < n; i++)
         if (y[i] >= classes)
@@ -241,8 +270,8 @@ int model_backward(struct model *m, const struct model_hooks *hooks, struct ddp_
         }
         if (l > 0) {
             /* dA_l = dZ W_l  [n x in], then through ReLU: zero where A_l == 0. */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, in, outw, 1.0f, dz,
-                        outw, m->params + m->off[2 * l], in, 0.0f, da, in);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, in, outw, 1.0f, dz, outw,
+                        m->params + m->off[2 * l], in, 0.0f, da, in);
             const float *a = m->act[l];
             size_t cnt = n * (size_t)in;
             for (size_t i = 0; i < cnt; i++)

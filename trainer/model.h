@@ -23,7 +23,7 @@
 #include "common/err.h"
 
 #define MODEL_MAX_LAYERS 32
-#define MODEL_MAX_WIDTH (1 << 20)
+#define MODEL_MAX_WIDTH  (1 << 20)
 
 struct model;
 
@@ -63,8 +63,8 @@ int model_parse_spec(const char *spec, int *widths, int *nwidths, struct ddp_err
  * parameters initialized like torch.nn.Linear (uniform in +-1/sqrt(fan_in)) from seed.
  * Caller frees with model_free().
  */
-int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed,
-              struct model **out, struct ddp_err *err);
+int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed, struct model **out,
+              struct ddp_err *err);
 void model_free(struct model *m);
 
 int model_nlayers(const struct model *m);
@@ -88,8 +88,8 @@ void model_bind_grads(struct model *m, float *const *grads);
  * over the samples of the cross-entropy loss in *loss_sum and keeps what the backward needs;
  * the backward's loss is the mean over the n samples.
  */
-int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n,
-                  double *loss_sum, struct ddp_err *err);
+int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
+                  struct ddp_err *err);
 
 /* Backward pass for the last forward; hooks may be NULL. */
 int model_backward(struct model *m, const struct model_hooks *hooks, struct ddp_err *err);

@@ -51,8 +51,7 @@ struct model_ops {
      * are host memory. */
     int (*forward)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                    double *loss_sum, struct ddp_err *err);
-    int (*backward)(struct model_inst *mi, const struct model_hooks *hooks,
-                    struct ddp_err *err);
+    int (*backward)(struct model_inst *mi, const struct model_hooks *hooks, struct ddp_err *err);
     int (*count_correct)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                          size_t *correct, struct ddp_err *err);
     int (*step)(struct model_inst *mi, float lr, float grad_scale, struct ddp_err *err);

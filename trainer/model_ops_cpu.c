@@ -79,8 +79,7 @@ static int cpu_forward(struct model_inst *mi, const float *x, const uint8_t *y, 
     return model_forward(cpu_of(mi)->m, x, y, n, loss_sum, err);
 }
 
-static int cpu_backward(struct model_inst *mi, const struct model_hooks *hooks,
-                        struct ddp_err *err)
+static int cpu_backward(struct model_inst *mi, const struct model_hooks *hooks, struct ddp_err *err)
 {
     return model_backward(cpu_of(mi)->m, hooks, err);
 }

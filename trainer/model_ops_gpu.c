@@ -22,13 +22,13 @@
 #include "trainer/gpu/model_gpu.h"
 
 struct gpu_inst {
-    struct model_inst base;  /* first: a struct model_inst * is a struct gpu_inst * */
-    struct model *host;      /* owned: the mirror's parameters (and the widths) */
-    float *host_mom;         /* owned: the mirror's momentum */
+    struct model_inst base; /* first: a struct model_inst * is a struct gpu_inst * */
+    struct model *host;     /* owned: the mirror's parameters (and the widths) */
+    float *host_mom;        /* owned: the mirror's momentum */
     float momentum, weight_decay;
-    float *const *grads;     /* borrowed views for the device model, or NULL */
-    struct gpu_model *gm;    /* owned, NULL before the first sync_to_device */
-    float *mom;              /* owned device momentum, NULL before it */
+    float *const *grads;  /* borrowed views for the device model, or NULL */
+    struct gpu_model *gm; /* owned, NULL before the first sync_to_device */
+    float *mom;           /* owned device momentum, NULL before it */
 };
 
 static struct gpu_inst *inst_of(struct model_inst *mi)
@@ -99,8 +99,8 @@ static int inst_sync_to_device(struct model_inst *mi, struct ddp_err *err)
             rc = gpu_to_device(g->mom, g->host_mom, bytes, err);
         return rc;
     }
-    rc = gpu_model_new(model_widths(g->host), model_nlayers(g->host) + 1,
-                       model_max_batch(g->host), model_params(g->host), &g->gm, err);
+    rc = gpu_model_new(model_widths(g->host), model_nlayers(g->host) + 1, model_max_batch(g->host),
+                       model_params(g->host), &g->gm, err);
     if (rc == 0)
         rc = gpu_alloc((void **)&g->mom, bytes, err);
     if (rc == 0)
@@ -126,19 +126,19 @@ static int inst_sync_to_host(struct model_inst *mi, struct ddp_err *err)
 }
 
 static int inst_forward(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
-                       double *loss_sum, struct ddp_err *err)
+                        double *loss_sum, struct ddp_err *err)
 {
     return gpu_model_forward(inst_of(mi)->gm, x, y, n, loss_sum, err);
 }
 
 static int inst_backward(struct model_inst *mi, const struct model_hooks *hooks,
-                        struct ddp_err *err)
+                         struct ddp_err *err)
 {
     return gpu_model_backward(inst_of(mi)->gm, hooks, err);
 }
 
 static int inst_count_correct(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
-                             size_t *correct, struct ddp_err *err)
+                              size_t *correct, struct ddp_err *err)
 {
     return gpu_model_count_correct(inst_of(mi)->gm, x, y, n, correct, err);
 }

@@ -54,7 +54,7 @@
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 
-#define TRAIN_EVAL_BATCH 1000
+#define TRAIN_EVAL_BATCH   1000
 #define TRAIN_TRACE_EVENTS 200000
 
 void train_opts_default(struct train_opts *o)
@@ -165,14 +165,14 @@ struct run {
     struct model *m;       /* the model as built, until mi takes it over */
     struct model_inst *mi; /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
-    float **views;         /* the reducer's gradient view of each tensor */
+    float **views; /* the reducer's gradient view of each tensor */
     struct trace *trace;
     struct rng rng;
     char ckpt_dir[1024];
-    double lr;             /* the base lr, scaled by the world size under --lr-scale linear */
+    double lr; /* the base lr, scaled by the world size under --lr-scale linear */
     struct sampler smp;
     int sampler_ok;
-    float *xb;             /* one batch, gathered from the sampler's indices */
+    float *xb; /* one batch, gathered from the sampler's indices */
     uint8_t *yb;
     struct hook_ctx hc;
     struct model_hooks hooks;
@@ -218,13 +218,12 @@ static int load_data(struct run *r, struct ddp_err *err)
                                                                        : DDP_EXIT_DATA;
     if ((size_t)o->widths[0] != r->train.dim) {
         err_set(err, DDP_EINVAL,
-                "--model %s: input width %d does not match the data's %zu features",
-                o->model_spec, o->widths[0], r->train.dim);
+                "--model %s: input width %d does not match the data's %zu features", o->model_spec,
+                o->widths[0], r->train.dim);
         return DDP_EXIT_USAGE;
     }
     if (o->widths[o->nwidths - 1] != r->train.classes) {
-        err_set(err, DDP_EINVAL,
-                "--model %s: output width %d does not match the data's %d classes",
+        err_set(err, DDP_EINVAL, "--model %s: output width %d does not match the data's %d classes",
                 o->model_spec, o->widths[o->nwidths - 1], r->train.classes);
         return DDP_EXIT_USAGE;
     }
@@ -329,8 +328,7 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
         r->rng = res.view.meta.rng;
     }
     ddp_resume_release(&res);
-    rc = ddp_broadcast(r->g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0,
-                       err);
+    rc = ddp_broadcast(r->g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0, err);
     if (rc)
         return ddp_exit_code_for(rc);
     if (mi->ops->sync_to_device(mi, err) != 0)
@@ -349,8 +347,8 @@ static int setup_batches(struct run *r, struct ddp_err *err)
     r->xb = xmalloc(o->batch_size * r->train.dim * sizeof(float));
     r->yb = xmalloc(o->batch_size);
     r->hc = (struct hook_ctx){.mi = r->mi, .red = r->red, .trace = r->trace};
-    r->hooks = (struct model_hooks){.ctx = &r->hc, .layer_begin = hook_begin,
-                                    .layer_end = hook_end};
+    r->hooks =
+        (struct model_hooks){.ctx = &r->hc, .layer_begin = hook_begin, .layer_end = hook_end};
     r->test_lo = r->test.n * (size_t)g->rank / (size_t)g->world_size;
     r->test_hi = r->test.n * ((size_t)g->rank + 1) / (size_t)g->world_size;
     return DDP_EXIT_OK;
@@ -398,8 +396,8 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
     int64_t t0 = time_mono_ns();
     memset(sums, 0, sizeof(*sums));
     for (size_t start = 0; start < r->smp.num_samples; start += o->batch_size) {
-        size_t n = r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start
-                                                              : o->batch_size;
+        size_t n =
+            r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start : o->batch_size;
         int code = train_step(r, start, n, lr, &sums->loss_sum, err);
         if (code)
             return code;
@@ -439,8 +437,8 @@ static int evaluate_and_report(struct run *r, uint32_t epoch, const struct epoch
         return DDP_EXIT_OK;
     char th[48];
     train_format_thousands(sps, th, sizeof(th));
-    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", epoch + 1, o->epochs,
-           loss, acc, th);
+    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", epoch + 1, o->epochs, loss,
+           acc, th);
     fflush(stdout);
     if (g->env.metrics_fd >= 0) {
         char line[512];
@@ -495,8 +493,7 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         code = evaluate_and_report(r, epoch, &es, err);
         if (code)
             return code;
-        if (r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
-            save_checkpoint(r, epoch + 1, err) != 0)
+        if (r->ckpt_dir[0] && r->g->env.local_rank == 0 && save_checkpoint(r, epoch + 1, err) != 0)
             return DDP_EXIT_CHECKPOINT;
         if (o->kill_after_epoch > 0 && epoch + 1 == (uint32_t)o->kill_after_epoch) {
             log_warn("--kill-after-epoch %d: killing this rank", o->kill_after_epoch);

@@ -18,22 +18,22 @@ struct train_opts {
     const char *model_spec; /* for messages */
     const char *data;       /* --data */
     int epochs;
-    size_t batch_size;      /* per rank */
-    double lr;              /* before scaling */
-    int lr_scale_linear;    /* 1: lr * world_size */
-    int lr_cosine;          /* 1: cosine decay over the epochs (per epoch), 0: constant */
+    size_t batch_size;   /* per rank */
+    double lr;           /* before scaling */
+    int lr_scale_linear; /* 1: lr * world_size */
+    int lr_cosine;       /* 1: cosine decay over the epochs (per epoch), 0: constant */
     double momentum;
     double weight_decay;
     uint64_t seed;
     double bucket_cap_mb;
-    const char *backend;    /* auto | cpu | nccl */
+    const char *backend;        /* auto | cpu | nccl */
     const char *checkpoint_dir; /* NULL: DDP_CHECKPOINT_DIR, "" there: none */
     double timeout_s;
-    int overlap;            /* 0 with --no-overlap */
-    const char *trace_path; /* --trace, or NULL */
+    int overlap;             /* 0 with --no-overlap */
+    const char *trace_path;  /* --trace, or NULL */
     const char *dump_params; /* --dump-params, or NULL */
-    long max_steps;         /* --max-steps, 0 = no limit */
-    int kill_after_epoch;   /* --kill-after-epoch (fault injection for tests): after this
+    long max_steps;          /* --max-steps, 0 = no limit */
+    int kill_after_epoch;    /* --kill-after-epoch (fault injection for tests): after this
                                epoch's checkpoint, SIGKILL this process; 0 = never */
 };
 

@@ -208,8 +208,12 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    struct bench_opts o = {.world = 2, .backend = "cpu", .min_bytes = 4096,
-                           .max_bytes = 64L << 20, .factor = 4, .warmup = 3};
+    struct bench_opts o = {.world = 2,
+                           .backend = "cpu",
+                           .min_bytes = 4096,
+                           .max_bytes = 64L << 20,
+                           .factor = 4,
+                           .warmup = 3};
     struct ddp_err err;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -66,8 +66,8 @@ int comm_new(const char *backend, struct rdzv *r, int rank, int world_size,
     if ((ret = pick_backend(backend, &ops, err)) < 0)
         goto out;
     if (world_size < 1 || world_size > 65536 || rank < 0 || rank >= world_size) {
-        ret = err_set(err, DDP_EINVAL, "rank %d of world size %d is out of range", rank,
-                      world_size);
+        ret =
+            err_set(err, DDP_EINVAL, "rank %d of world size %d is out of range", rank, world_size);
         goto out;
     }
     if (world_size > 1 && !r) {
@@ -86,8 +86,8 @@ int comm_new(const char *backend, struct rdzv *r, int rank, int world_size,
     const char *tr = getenv("DDP_COMM_TRANSPORT");
     if (tr && *tr && strcmp(tr, "auto") != 0) {
         if (strcmp(tr, "tcp") != 0) {
-            ret = err_set(err, DDP_EINVAL, "DDP_COMM_TRANSPORT: '%.32s' is not one of auto, tcp",
-                          tr);
+            ret =
+                err_set(err, DDP_EINVAL, "DDP_COMM_TRANSPORT: '%.32s' is not one of auto, tcp", tr);
             goto out;
         }
         c->opts.force_tcp = 1;
@@ -159,8 +159,7 @@ int comm_world_size(const struct comm *c)
     return c->world_size;
 }
 
-static int check_allreduce(const void *buf, size_t count, enum comm_dtype dt,
-                           struct ddp_err *err)
+static int check_allreduce(const void *buf, size_t count, enum comm_dtype dt, struct ddp_err *err)
 {
     if (dt != COMM_F32 && dt != COMM_F64)
         return err_set(err, DDP_EINVAL, "all-reduce: unknown data type %d", (int)dt);
@@ -185,8 +184,7 @@ int comm_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
     return c->ops->wait(c, w, err);
 }
 
-int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                   struct ddp_err *err)
+int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, struct ddp_err *err)
 {
     if (c->ops->allreduce) {
         int ret = check_allreduce(buf, count, dt, err);

@@ -61,7 +61,7 @@ struct comm_work {
     int done;
     int status;
     struct ddp_err err;
-    struct comm_work *next;               /* the queue */
+    struct comm_work *next;                /* the queue */
     struct comm_work *all_prev, *all_next; /* every live work */
 };
 
@@ -74,8 +74,8 @@ int cpu_global_rank(const struct cpu *cpu, int i)
 
 /* An all-reduce over the TCP ring of the comm (all ranks, or the leaders): recursive
  * doubling when it is small, else the ring. */
-static int tcp_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                         uint64_t seq, int kind, const char *what, struct ddp_err *err)
+static int tcp_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
+                         int kind, const char *what, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     if (cpu->rd_fd && count * vecadd_type(dt)->size <= cpu->tcp_small)
@@ -84,8 +84,8 @@ static int tcp_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtyp
 }
 
 /* A sum all-reduce over the comm's transport (see enum comm_mode). */
-static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
-                        uint64_t seq, int kind, struct ddp_err *err)
+static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
+                        int kind, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     const char *what = kind == WORK_BARRIER ? "barrier" : "all-reduce";
@@ -98,11 +98,9 @@ static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
     case MODE_HIER:
         if ((ret = shm_allreduce(cpu->shm, buf, count, dt, 1, seq, kind, err)) < 0)
             return ret;
-        if (cpu->has_ring &&
-            (ret = tcp_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
+        if (cpu->has_ring && (ret = tcp_allreduce(c, buf, count, dt, seq, kind, what, err)) < 0)
             return ret;
-        return shm_broadcast(cpu->shm, buf, count * vecadd_type(dt)->size, 0, seq, kind,
-                             err);
+        return shm_broadcast(cpu->shm, buf, count * vecadd_type(dt)->size, 0, seq, kind, err);
     }
     return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
 }
@@ -116,13 +114,12 @@ static int do_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint6
     case MODE_TCP:
         return ring_broadcast(c, buf, bytes, root, seq, err);
     case MODE_SHM:
-        return shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root], seq, WORK_BROADCAST,
-                             err);
+        return shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root], seq, WORK_BROADCAST, err);
     case MODE_HIER: {
         int rhost = cpu->host_of[root], mine = cpu->host_of[c->rank];
         /* Root to its host's leader, leaders' ring from that host, then each other host. */
-        if (mine == rhost && (ret = shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root],
-                                                  seq, WORK_BROADCAST, err)) < 0)
+        if (mine == rhost && (ret = shm_broadcast(cpu->shm, buf, bytes, cpu->local_of[root], seq,
+                                                  WORK_BROADCAST, err)) < 0)
             return ret;
         if (cpu->has_ring && (ret = ring_broadcast(c, buf, bytes, rhost, seq, err)) < 0)
             return ret;
@@ -171,7 +168,6 @@ static void work_finish_locked(struct cpu *cpu, struct comm_work *w, int status,
         w->err = *e;
     (void)cpu;
 }
-
 
 /* The comm thread's time slice: see "Scheduling" above. Failure only costs latency. */
 static void comm_thread_short_slice(void)
@@ -375,8 +371,7 @@ static int cpu_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtyp
     return run_blocking(c, w, err);
 }
 
-static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root,
-                         struct ddp_err *err)
+static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err)
 {
     struct comm_work *w = xcalloc(1, sizeof(*w));
     w->kind = WORK_BROADCAST;
@@ -411,8 +406,7 @@ static void cpu_destroy(struct comm *c)
                         shutdown(cpu->rd_fd[i], SHUT_RDWR);
             }
             struct ddp_err e;
-            err_set(&e, DDP_EPEER, "peer rank %d closed its comm during a collective",
-                    c->rank);
+            err_set(&e, DDP_EPEER, "peer rank %d closed its comm during a collective", c->rank);
             shm_abort(cpu->shm, &e, c->rank);
         }
         pthread_cond_signal(&cpu->cv_work);
@@ -490,8 +484,9 @@ static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
         cpu->has_ring = cpu->mode == MODE_TCP;
     }
     log_debug("comm: rank %d: %s transport, %d host(s)", c->rank,
-              cpu->mode == MODE_TCP ? "tcp ring" : cpu->mode == MODE_SHM ? "shared-memory"
-                                                                         : "hierarchical",
+              cpu->mode == MODE_TCP   ? "tcp ring"
+              : cpu->mode == MODE_SHM ? "shared-memory"
+                                      : "hierarchical",
               nhosts);
     if (cpu->has_ring) {
         cpu->right = (cpu->rrank + 1) % cpu->rworld;
@@ -520,8 +515,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     if (c->world_size == 1)
         return 0;
     if (c->world_size > 65535) {
-        ret = err_set(err, DDP_EINVAL, "cpu backend: world size %d is over 65535",
-                      c->world_size);
+        ret = err_set(err, DDP_EINVAL, "cpu backend: world size %d is over 65535", c->world_size);
         goto out;
     }
     size_t chunk = c->opts.chunk_bytes ? c->opts.chunk_bytes : COMM_DEFAULT_CHUNK_BYTES;

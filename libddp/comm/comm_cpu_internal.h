@@ -28,8 +28,8 @@
 #include "libddp/comm/comm_internal.h"
 #include "libddp/net.h"
 
-#define COLL_MAGIC 0x44445043u  /* "DDPC" */
-#define ABORT_MAGIC 0x44445041u /* "DDPA": a recursive-doubling header carrying a notice */
+#define COLL_MAGIC    0x44445043u /* "DDPC" */
+#define ABORT_MAGIC   0x44445041u /* "DDPA": a recursive-doubling header carrying a notice */
 #define PEER_NAME_MAX (NET_ADDR_MAX + 16)
 /* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
 #define COMM_TCP_SMALL_BYTES (64 * 1024)
@@ -75,8 +75,8 @@ struct cpu {
     struct comm_work *head, *tail;
     struct comm_work *all;
     uint32_t notice; /* after a failure: the notice for the neighbours (fault.c) */
-    int wait_peer;  /* the neighbour the running collective last waited on, or -1 */
-    int busy;       /* the thread is running a work */
+    int wait_peer;   /* the neighbour the running collective last waited on, or -1 */
+    int busy;        /* the thread is running a work */
     int stop;
     int failed;
     struct ddp_err fail;

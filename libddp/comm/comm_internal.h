@@ -18,18 +18,18 @@
 
 #include "ddp/comm.h"
 
-#define COMM_DEFAULT_TIMEOUT_MS 60000
+#define COMM_DEFAULT_TIMEOUT_MS  60000
 #define COMM_DEFAULT_CHUNK_BYTES (256 * 1024)
-#define COMM_SLICE_US 100 /* the comm thread's scheduler time slice (comm_cpu.c) */
-#define COMM_LOCAL_ADDR_MAX 256
+#define COMM_SLICE_US            100 /* the comm thread's scheduler time slice (comm_cpu.c) */
+#define COMM_LOCAL_ADDR_MAX      256
 
 struct comm {
     const struct comm_ops *ops;
     int rank;
     int world_size;
-    struct comm_opts opts;                  /* opts.local_addr points at local_addr below */
-    char local_addr[COMM_LOCAL_ADDR_MAX];   /* "" = use the rendezvous connection's address */
-    void *impl;                             /* the backend's state */
+    struct comm_opts opts;                /* opts.local_addr points at local_addr below */
+    char local_addr[COMM_LOCAL_ADDR_MAX]; /* "" = use the rendezvous connection's address */
+    void *impl;                           /* the backend's state */
 };
 
 extern const struct comm_ops comm_cpu_ops;

@@ -44,15 +44,15 @@
 struct nccl_state {
     ncclComm_t comm;
     cudaStream_t stream;
-    void *dstage;       /* device staging for host buffers */
-    void *hstage;       /* pinned host staging, as large as dstage */
+    void *dstage; /* device staging for host buffers */
+    void *hstage; /* pinned host staging, as large as dstage */
     size_t stage_bytes;
-    int failed;         /* a DDP_E* code once the comm broke, else 0 */
+    int failed; /* a DDP_E* code once the comm broke, else 0 */
     char why[320];
 };
 
 struct comm_work {
-    cudaEvent_t done;   /* NULL: the collective finished before the issuing call returned */
+    cudaEvent_t done; /* NULL: the collective finished before the issuing call returned */
 };
 
 int comm_nccl_available(void)
@@ -91,11 +91,11 @@ static int cuda_fail(struct comm *c, cudaError_t e, const char *what, struct ddp
                      cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-#define CUDA_CHECK(call, what)                                                                \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess)                                                                \
-            return cuda_fail(c, e_, what, err);                                               \
+#define CUDA_CHECK(call, what)                  \
+    do {                                        \
+        cudaError_t e_ = (call);                \
+        if (e_ != cudaSuccess)                  \
+            return cuda_fail(c, e_, what, err); \
     } while (0)
 
 /* NCCL's own text for its last error (it often names the peer or the failing call), or "".
@@ -115,8 +115,8 @@ static int nccl_settle(struct comm *c, const char *what, int64_t deadline, struc
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(s->comm, &async);
         if (r != ncclSuccess)
-            return nccl_fail(c, DDP_EPEER, err, "peer lost: %s: ncclCommGetAsyncError: %s %s",
-                             what, ncclGetErrorString(r), nccl_detail(s->comm));
+            return nccl_fail(c, DDP_EPEER, err, "peer lost: %s: ncclCommGetAsyncError: %s %s", what,
+                             ncclGetErrorString(r), nccl_detail(s->comm));
         if (async == ncclSuccess)
             return 0;
         if (async != ncclInProgress)
@@ -157,15 +157,14 @@ static int nccl_poll(struct comm *c, cudaEvent_t ev, const char *what, int64_t d
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(s->comm, &async);
         if (r != ncclSuccess)
-            return nccl_fail(c, DDP_EPEER, err, "peer lost: %s: ncclCommGetAsyncError: %s %s",
-                             what, ncclGetErrorString(r), nccl_detail(s->comm));
+            return nccl_fail(c, DDP_EPEER, err, "peer lost: %s: ncclCommGetAsyncError: %s %s", what,
+                             ncclGetErrorString(r), nccl_detail(s->comm));
         if (async != ncclSuccess && async != ncclInProgress)
             return nccl_fail(c, DDP_EPEER, err, "peer lost: %s: NCCL error: %s %s", what,
                              ncclGetErrorString(async), nccl_detail(s->comm));
         if (time_mono_ms() > deadline)
             return nccl_fail(c, DDP_ETIMEOUT, err,
-                             "peer lost: %s did not finish within the collective timeout",
-                             what);
+                             "peer lost: %s did not finish within the collective timeout", what);
         if (spins > 1000)
             usleep(50);
     }
@@ -200,8 +199,8 @@ static int nccl_check_devices(struct comm *c, struct rdzv *r, uint64_t id, int64
             ret = err_set(err, DDP_EINVAL,
                           "NCCL refuses two ranks on one GPU: ranks %d and %d both use GPU %s "
                           "on %s (run at most one process per GPU: --nproc-per-node <= GPUs)",
-                          peer < c->rank ? peer : c->rank, peer < c->rank ? c->rank : peer,
-                          bus, host);
+                          peer < c->rank ? peer : c->rank, peer < c->rank ? c->rank : peer, bus,
+                          host);
         free(v);
     }
     return ret;
@@ -230,8 +229,8 @@ static int nccl_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
         if (c->rank == 0) {
             ncclResult_t nr = ncclGetUniqueId(&uid);
             if (nr != ncclSuccess)
-                return err_set(err, DDP_EINTERNAL, "ncclGetUniqueId: %s %s",
-                               ncclGetErrorString(nr), nccl_detail(NULL));
+                return err_set(err, DDP_EINTERNAL, "ncclGetUniqueId: %s %s", ncclGetErrorString(nr),
+                               nccl_detail(NULL));
             if ((ret = rdzv_set(r, key, &uid, sizeof(uid), err)) < 0)
                 return ret;
         } else {
@@ -242,8 +241,8 @@ static int nccl_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
                 return ret;
             if (len != sizeof(uid)) {
                 free(v);
-                return err_set(err, DDP_EINTERNAL, "NCCL unique id of %zu bytes (want %zu)",
-                               len, sizeof(uid));
+                return err_set(err, DDP_EINTERNAL, "NCCL unique id of %zu bytes (want %zu)", len,
+                               sizeof(uid));
             }
             memcpy(&uid, v, sizeof(uid));
             free(v);
@@ -260,8 +259,7 @@ static int nccl_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
         /* Abort whatever handle NCCL may have returned (nccl_fail does). */
         return nccl_fail(c, nr == ncclInvalidUsage ? DDP_EINVAL : DDP_EPEER, err,
                          "ncclCommInitRankConfig (rank %d of %d, GPU %d): %s %s", c->rank,
-                         c->world_size, gpu_device(), ncclGetErrorString(nr),
-                         nccl_detail(s->comm));
+                         c->world_size, gpu_device(), ncclGetErrorString(nr), nccl_detail(s->comm));
     }
     if (!s->comm)
         return nccl_fail(c, DDP_EINTERNAL, err, "ncclCommInitRankConfig returned no communicator");
@@ -269,8 +267,8 @@ static int nccl_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
         return ret;
     int version = 0;
     (void)ncclGetVersion(&version);
-    log_info("nccl communicator ready rank=%d world=%d device=%d nccl=%d", c->rank,
-             c->world_size, gpu_device(), version);
+    log_info("nccl communicator ready rank=%d world=%d device=%d nccl=%d", c->rank, c->world_size,
+             gpu_device(), version);
     return 0;
 }
 
@@ -313,11 +311,10 @@ static int host_collective(struct comm *c, enum host_op op, void *buf, size_t co
     memcpy(s->hstage, buf, bytes);
     CUDA_CHECK(cudaMemcpyAsync(s->dstage, s->hstage, bytes, cudaMemcpyHostToDevice, s->stream),
                "cudaMemcpyAsync (stage in)");
-    ncclResult_t nr = op == HOST_ALLREDUCE
-                          ? ncclAllReduce(s->dstage, s->dstage, count, type, ncclSum, s->comm,
-                                          s->stream)
-                          : ncclBroadcast(s->dstage, s->dstage, count, type, root, s->comm,
-                                          s->stream);
+    ncclResult_t nr =
+        op == HOST_ALLREDUCE
+            ? ncclAllReduce(s->dstage, s->dstage, count, type, ncclSum, s->comm, s->stream)
+            : ncclBroadcast(s->dstage, s->dstage, count, type, root, s->comm, s->stream);
     if ((ret = nccl_check(c, nr, what, deadline, err)) < 0)
         return ret;
     CUDA_CHECK(cudaMemcpyAsync(s->hstage, s->dstage, bytes, cudaMemcpyDeviceToHost, s->stream),
@@ -414,8 +411,7 @@ static int nccl_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
     return ret;
 }
 
-static int nccl_broadcast(struct comm *c, void *buf, size_t bytes, int root,
-                          struct ddp_err *err)
+static int nccl_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err)
 {
     struct nccl_state *s = st_of(c);
     if (s->failed)

@@ -166,7 +166,7 @@ static int check_peers(struct shm_group *g, int waited, const char *what, struct
 
 /* Waits until member k's counter `which` reached round. */
 int shm_wait_one(struct shm_group *g, int k, int which, uint32_t round, const char *what,
-                    struct ddp_err *err)
+                 struct ddp_err *err)
 {
     struct shm_ctl *c = &g->ctl[k];
     int64_t t0 = time_mono_ns();
@@ -219,7 +219,7 @@ int shm_wait_one(struct shm_group *g, int k, int which, uint32_t round, const ch
 }
 
 int shm_wait_all(struct shm_group *g, int which, uint32_t round, const char *what,
-                    struct ddp_err *err)
+                 struct ddp_err *err)
 {
     for (int k = 0; k < g->L; k++) {
         if (k == g->lr)
@@ -232,7 +232,7 @@ int shm_wait_all(struct shm_group *g, int which, uint32_t round, const char *wha
 }
 
 int shm_check_desc(struct shm_group *g, int k, int half, const struct shm_desc *mine,
-                      struct ddp_err *err)
+                   struct ddp_err *err)
 {
     const struct shm_desc *d = &g->ctl[k].desc[half];
     if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes &&
@@ -249,10 +249,8 @@ int shm_check_desc(struct shm_group *g, int k, int half, const struct shm_desc *
                                                 : "a registered range at another offset");
     return err_set(err, DDP_EINTERNAL,
                    "collective mismatch with rank %d (same host): it issued kind %u seq %" PRIu64
-                   " of %" PRIu64 " bytes, this rank kind %u seq %" PRIu64 " of %" PRIu64
-                   " bytes",
-                   g->members[k], d->kind, d->seq, d->bytes, mine->kind, mine->seq,
-                   mine->bytes);
+                   " of %" PRIu64 " bytes, this rank kind %u seq %" PRIu64 " of %" PRIu64 " bytes",
+                   g->members[k], d->kind, d->seq, d->bytes, mine->kind, mine->seq, mine->bytes);
 }
 
 static uint64_t fnv_str(uint64_t h, const char *s)
@@ -263,8 +261,8 @@ static uint64_t fnv_str(uint64_t h, const char *s)
 }
 
 static void name_for(const char *generation, const char *master_host, int master_port,
-                     int world_size, uint64_t comm_id, int host, const int *members,
-                     int nmembers, char *out, size_t size)
+                     int world_size, uint64_t comm_id, int host, const int *members, int nmembers,
+                     char *out, size_t size)
 {
     char tmp[64];
     uint64_t h = 0xcbf29ce484222325ull;
@@ -280,12 +278,11 @@ static void name_for(const char *generation, const char *master_host, int master
     snprintf(out, size, "/ddp-%u-%016" PRIx64, (unsigned)getuid(), h);
 }
 
-void shm_segment_name(const char *master_host, int master_port, int world_size,
-                      uint64_t comm_id, int host, const int *members, int nmembers, char *out,
-                      size_t size)
+void shm_segment_name(const char *master_host, int master_port, int world_size, uint64_t comm_id,
+                      int host, const int *members, int nmembers, char *out, size_t size)
 {
-    name_for(getenv("DDP_GENERATION"), master_host, master_port, world_size, comm_id, host,
-             members, nmembers, out, size);
+    name_for(getenv("DDP_GENERATION"), master_host, master_port, world_size, comm_id, host, members,
+             nmembers, out, size);
 }
 
 /* Unlinks what a crash of this job's last few generations (same store and layout) may have
@@ -304,11 +301,10 @@ static void unlink_older_generations(const struct shm_setup *s)
     for (long g = gen - 1; g >= 0 && g >= gen - 8; g--) {
         char gtxt[24], name[64];
         snprintf(gtxt, sizeof(gtxt), "%ld", g);
-        name_for(gtxt, rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size,
-                 s->comm_id, s->host, s->members, s->nmembers, name, sizeof(name));
+        name_for(gtxt, rdzv_master_host(s->r), rdzv_master_port(s->r), s->world_size, s->comm_id,
+                 s->host, s->members, s->nmembers, name, sizeof(name));
         if (shm_unlink(name) == 0)
-            log_warn("comm: removed a shared-memory segment %s left by generation %ld", name,
-                     g);
+            log_warn("comm: removed a shared-memory segment %s left by generation %ld", name, g);
     }
 }
 
@@ -331,7 +327,7 @@ int shm_map_shared(const char *name, int fd, size_t bytes, void **out, struct dd
 /* Leader: waits until L ranks counted themselves in *attached (bounded by the timeout, ended
  * early by an abort), so the name can be taken away. */
 int shm_wait_attached(struct shm_group *g, _Atomic uint32_t *attached, const char *name,
-                         struct ddp_err *err)
+                      struct ddp_err *err)
 {
     int64_t deadline = time_deadline_ms(g->timeout_ms);
     while ((int)atomic_load(attached) < g->L) {
@@ -396,8 +392,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
         unlink_older_generations(s);
         fd = shm_open(g->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0) {
-            ret = err_set(err, DDP_EIO, "shared memory %s: create: %s", g->name,
-                          strerror(errno));
+            ret = err_set(err, DDP_EIO, "shared memory %s: create: %s", g->name, strerror(errno));
             goto out;
         }
         int fe = 0;
@@ -454,8 +449,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
         }
         fd = shm_open(g->name, O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) {
-            ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", g->name,
-                          strerror(errno));
+            ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", g->name, strerror(errno));
             goto out;
         }
         struct stat st;
@@ -505,4 +499,3 @@ void shm_group_close(struct shm_group *g)
     free(g->members);
     free(g);
 }
-

@@ -30,16 +30,16 @@
 struct shm_group;
 
 struct shm_setup {
-    struct rdzv *r;         /* the store (borrowed during shm_group_open only) */
-    uint64_t comm_id;       /* rdzv_next_id() of the comm: same on every rank */
-    int host;               /* index of this host among the job's hosts */
-    const int *members;     /* global ranks of this host's ranks, ascending; [0] = leader */
-    int nmembers;           /* L */
-    int local_rank;         /* this rank's index in members */
-    int world_size;         /* of the whole job (for the segment name) */
-    int64_t timeout_ms;     /* every wait */
-    size_t piece_bytes;     /* 0 = SHM_DEFAULT_PIECE_BYTES */
-    size_t small_bytes;     /* 0 = SHM_DEFAULT_SMALL_BYTES; SIZE_MAX = always one round */
+    struct rdzv *r;     /* the store (borrowed during shm_group_open only) */
+    uint64_t comm_id;   /* rdzv_next_id() of the comm: same on every rank */
+    int host;           /* index of this host among the job's hosts */
+    const int *members; /* global ranks of this host's ranks, ascending; [0] = leader */
+    int nmembers;       /* L */
+    int local_rank;     /* this rank's index in members */
+    int world_size;     /* of the whole job (for the segment name) */
+    int64_t timeout_ms; /* every wait */
+    size_t piece_bytes; /* 0 = SHM_DEFAULT_PIECE_BYTES */
+    size_t small_bytes; /* 0 = SHM_DEFAULT_SMALL_BYTES; SIZE_MAX = always one round */
 };
 
 /* Creates (leader: after unlinking a stale one) or attaches the host's segment. The leader
@@ -92,9 +92,8 @@ int shm_fault(const struct shm_group *g, int *silent);
 
 /* The shm_open name of the segment for this layout (what shm_group_open uses; tests create
  * a stale one with it). Reads DDP_JOB_ID and DDP_GENERATION from the environment. */
-void shm_segment_name(const char *master_host, int master_port, int world_size,
-                      uint64_t comm_id, int host, const int *members, int nmembers, char *out,
-                      size_t size);
+void shm_segment_name(const char *master_host, int master_port, int world_size, uint64_t comm_id,
+                      int host, const int *members, int nmembers, char *out, size_t size);
 /* The segment's shm_open name ("/ddp-..."), for tests and logs. */
 const char *shm_group_name(const struct shm_group *g);
 

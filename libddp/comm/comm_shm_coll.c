@@ -49,8 +49,8 @@ static void slice(size_t n, int L, int k, size_t *off, size_t *len)
 }
 
 /* Starts round R: waits until this rank's buffer is free, then records the description. */
-static int round_begin(struct shm_group *g, uint32_t *round, int *half,
-                       const struct shm_desc *d, const char *what, struct ddp_err *err)
+static int round_begin(struct shm_group *g, uint32_t *round, int *half, const struct shm_desc *d,
+                       const char *what, struct ddp_err *err)
 {
     uint32_t r = ++g->round;
     int h = (int)(r % SHM_NBUF);
@@ -66,16 +66,16 @@ static int round_begin(struct shm_group *g, uint32_t *round, int *half,
 }
 
 /* Member k's data of the piece at off: its slot h, or its part of region rg at roff. */
-static char *piece_of(struct shm_group *g, const struct shm_region *rg, size_t roff, int k,
-                      int h, size_t off)
+static char *piece_of(struct shm_group *g, const struct shm_region *rg, size_t roff, int k, int h,
+                      size_t off)
 {
     return rg ? rg->base + SHM_REGION_HDR + (size_t)k * rg->stride + roff + off : shm_slot(g, k, h);
 }
 
 /* Where buf..buf+bytes lies inside this rank's part of a region: that region, with *roff
  * the offset in the part; else NULL. */
-static const struct shm_region *region_of(const struct shm_group *g, const void *buf,
-                                          size_t bytes, size_t *roff)
+static const struct shm_region *region_of(const struct shm_group *g, const void *buf, size_t bytes,
+                                          size_t *roff)
 {
     const char *b = buf;
     for (int i = 0; i < g->nregions; i++) {
@@ -104,8 +104,8 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
      * the own slice is reduced in place and read from there (no copy out of it). */
     size_t roff = 0;
     const struct shm_region *rg = oneshot ? NULL : region_of(g, buf, bytes, &roff);
-    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = bytes,
-                         .roff = rg ? roff : UINT64_MAX};
+    struct shm_desc d = {
+        .seq = seq, .kind = (uint32_t)kind, .bytes = bytes, .roff = rg ? roff : UINT64_MAX};
     char *p = buf;
     /* Registered data needs no staging slot, so its pieces are larger: fewer sync points
      * (measured: 4 MiB pieces 1.3-2.5x faster than 256 KiB ones from 1 to 64 MiB). */
@@ -210,4 +210,3 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
     }
     return 0;
 }
-

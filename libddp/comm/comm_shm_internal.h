@@ -20,12 +20,12 @@
 #include "common/err.h"
 #include "libddp/comm/comm_shm.h"
 
-#define SHM_MAGIC 0x444450534d454d31ull /* "DDPSMEM1" */
+#define SHM_MAGIC         0x444450534d454d31ull /* "DDPSMEM1" */
 #define SHM_ABORT_MSG_MAX 256
-#define SHM_SPIN_NS 2000   /* spin with pause this long ... */
-#define SHM_YIELD_NS 10000 /* ... then yield until this long, then sleep on the futex */
-#define SHM_SLEEP_NS (10 * 1000 * 1000)
-#define SHM_LIVENESS_MS 50
+#define SHM_SPIN_NS       2000  /* spin with pause this long ... */
+#define SHM_YIELD_NS      10000 /* ... then yield until this long, then sleep on the futex */
+#define SHM_SLEEP_NS      (10 * 1000 * 1000)
+#define SHM_LIVENESS_MS   50
 /* Pieces in flight per slot: a rank may run this many rounds ahead of the slowest. */
 #define SHM_NBUF 4
 
@@ -66,11 +66,11 @@ struct shm_hdr {
 
 /* A registered buffer segment (shm_region_alloc): a header page, then one part of
  * `stride` bytes per member; member k's part starts at base + SHM_REGION_HDR + k * stride. */
-#define SHM_MAX_REGIONS 8
-#define SHM_REGION_HDR 4096
+#define SHM_MAX_REGIONS      8
+#define SHM_REGION_HDR       4096
 #define SHM_REG_PIECE_FACTOR 16 /* registered all-reduces: pieces of 16 slot pieces */
-#define SHM_REGION_MAGIC 0x444450534d524731ull /* "DDPSMRG1" */
-#define SHM_KIND_REGION 0x52454731u            /* the broadcast that announces a region */
+#define SHM_REGION_MAGIC     0x444450534d524731ull /* "DDPSMRG1" */
+#define SHM_KIND_REGION      0x52454731u           /* the broadcast that announces a region */
 
 struct shm_region_hdr {
     uint64_t magic;
@@ -105,7 +105,6 @@ struct shm_group {
     int nregions;
     uint32_t nalloc; /* regions allocated so far (names the next one) */
 };
-
 
 /* Member k's buffer `buf` of its slot. */
 char *shm_slot(struct shm_group *g, int k, int buf);

@@ -31,7 +31,7 @@
 
 /* What the leader tells the members about a new region (through shm_broadcast). */
 struct region_msg {
-    uint64_t token;    /* 0: no region (the members fall back too) */
+    uint64_t token; /* 0: no region (the members fall back too) */
     uint64_t stride;
     uint64_t map_bytes;
 };
@@ -102,8 +102,7 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
             ret = err_set(err, DDP_EIO, "shared memory %s: attach: %s", name, strerror(errno));
             goto fail;
         }
-        if (fstat(fd, &st) < 0 || (size_t)st.st_size != msg.map_bytes ||
-            msg.stride != stride) {
+        if (fstat(fd, &st) < 0 || (size_t)st.st_size != msg.map_bytes || msg.stride != stride) {
             ret = err_set(err, DDP_EINVAL, "shared memory %s: unexpected size", name);
             goto fail;
         }
@@ -113,8 +112,7 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
         if (rh->magic != SHM_REGION_MAGIC || rh->token != msg.token ||
             rh->nmembers != (uint32_t)g->L || rh->stride != stride) {
             ret = err_set(err, DDP_EINVAL,
-                          "shared memory %s: not this job's region (token or layout differ)",
-                          name);
+                          "shared memory %s: not this job's region (token or layout differ)", name);
             goto fail;
         }
         atomic_fetch_add(&rh->attached, 1);
@@ -157,4 +155,3 @@ int shm_region_free(struct shm_group *g, void *p)
     }
     return 0;
 }
-

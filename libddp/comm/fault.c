@@ -45,10 +45,10 @@
 #include "libddp/comm/fault.h"
 
 #define NOTICE_UNKNOWN 0x7fffffffu
-#define NOTICE_SILENT 0x80000000u
+#define NOTICE_SILENT  0x80000000u
 /* The urgent byte's short form. */
 #define NOTICE_BYTE_UNKNOWN 0x7f
-#define NOTICE_BYTE_SILENT 0x80
+#define NOTICE_BYTE_SILENT  0x80
 /* How long a receiver waits for the 4 bytes behind the urgent mark. */
 #define NOTICE_WAIT_MS 1000
 
@@ -135,9 +135,8 @@ static int read_inband(int fd, uint32_t *n, int *e)
     if (k == 0)
         return 0;
     struct ddp_err de;
-    if (k < (ssize_t)sizeof(buf) &&
-        net_recv_all(fd, buf + k, sizeof(buf) - (size_t)k, time_deadline_ms(NOTICE_WAIT_MS),
-                     &de) < 0)
+    if (k < (ssize_t)sizeof(buf) && net_recv_all(fd, buf + k, sizeof(buf) - (size_t)k,
+                                                 time_deadline_ms(NOTICE_WAIT_MS), &de) < 0)
         return 0;
     memcpy(n, buf, sizeof(*n));
     return 1;

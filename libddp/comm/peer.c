@@ -20,7 +20,7 @@
 #include "common/timeutil.h"
 #include "libddp/comm/peer.h"
 
-#define HELLO_MAGIC 0x44445048u /* "DDPH" */
+#define HELLO_MAGIC   0x44445048u /* "DDPH" */
 #define HELLO_WAIT_MS 5000
 /* "host:port nonce" */
 #define PEER_VALUE_MAX (NET_ADDR_MAX + PEER_NONCE_HEX + 8)

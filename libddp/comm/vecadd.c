@@ -25,8 +25,7 @@ void vecadd_f64(double *restrict dst, const double *restrict src, size_t n)
         dst[i] += src[i];
 }
 
-void vecadd2_f32(float *restrict dst, const float *restrict a, const float *restrict b,
-                 size_t n)
+void vecadd2_f32(float *restrict dst, const float *restrict a, const float *restrict b, size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -36,8 +35,7 @@ void vecadd2_f32(float *restrict dst, const float *restrict a, const float *rest
         dst[i] = a[i] + b[i];
 }
 
-void vecadd2_f64(double *restrict dst, const double *restrict a, const double *restrict b,
-                 size_t n)
+void vecadd2_f64(double *restrict dst, const double *restrict a, const double *restrict b, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -57,14 +55,12 @@ static void add_f64(void *restrict dst, const void *restrict src, size_t n)
     vecadd_f64(dst, src, n);
 }
 
-static void add2_f32(void *restrict dst, const void *restrict a, const void *restrict b,
-                     size_t n)
+static void add2_f32(void *restrict dst, const void *restrict a, const void *restrict b, size_t n)
 {
     vecadd2_f32(dst, a, b, n);
 }
 
-static void add2_f64(void *restrict dst, const void *restrict a, const void *restrict b,
-                     size_t n)
+static void add2_f64(void *restrict dst, const void *restrict a, const void *restrict b, size_t n)
 {
     vecadd2_f64(dst, a, b, n);
 }

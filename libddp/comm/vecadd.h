@@ -15,8 +15,7 @@
 void vecadd_f32(float *restrict dst, const float *restrict src, size_t n);
 void vecadd_f64(double *restrict dst, const double *restrict src, size_t n);
 /* dst[i] = a[i] + b[i]. */
-void vecadd2_f32(float *restrict dst, const float *restrict a, const float *restrict b,
-                 size_t n);
+void vecadd2_f32(float *restrict dst, const float *restrict a, const float *restrict b, size_t n);
 void vecadd2_f64(double *restrict dst, const double *restrict a, const double *restrict b,
                  size_t n);
 

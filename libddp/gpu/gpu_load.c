@@ -70,8 +70,7 @@ static void gpu_keep_dlerror(const char *name, char *buf, size_t size)
 /* Tries <dir of the program>/../lib/<name>. Returns NULL, with *tried set when the file
  * exists but does not load (a missing libcudart/libcublas/libnccl, say), and tried_why
  * holding dlopen's reason. */
-static void *gpu_open_beside_program(const char *name, int *tried, char *tried_why,
-                                     size_t why_size)
+static void *gpu_open_beside_program(const char *name, int *tried, char *tried_why, size_t why_size)
 {
     char exe[PATH_MAX], path[PATH_MAX + 32];
     *tried = 0;

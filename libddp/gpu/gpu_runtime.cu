@@ -23,12 +23,12 @@ extern "C" {
 static cudaStream_t gpu_compute_stream;
 static int gpu_dev = -1;
 
-#define CUDA_TRY(call)                                                                        \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess)                                                                \
+#define CUDA_TRY(call)                                                                         \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
             return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s", __FILE__, __LINE__, \
-                           cudaGetErrorName(e_), cudaGetErrorString(e_));                     \
+                           cudaGetErrorName(e_), cudaGetErrorString(e_));                      \
     } while (0)
 
 #define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
@@ -48,10 +48,10 @@ extern "C" int gpu_count(const char **why)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         snprintf(why_buf, sizeof(why_buf), "%s (CUDA runtime %d: %s: %s)",
-                 e == cudaErrorNoDevice               ? "no CUDA device visible"
-                 : e == cudaErrorInsufficientDriver   ? "NVIDIA driver missing or older than "
-                                                        "the CUDA runtime"
-                                                      : "CUDA unavailable",
+                 e == cudaErrorNoDevice             ? "no CUDA device visible"
+                 : e == cudaErrorInsufficientDriver ? "NVIDIA driver missing or older than "
+                                                      "the CUDA runtime"
+                                                    : "CUDA unavailable",
                  CUDART_VERSION, cudaGetErrorName(e), cudaGetErrorString(e));
         if (why)
             *why = why_buf;
@@ -78,15 +78,16 @@ extern "C" int gpu_init(int device, struct ddp_err *err)
     if (device < 0 || device >= n)
         return err_set(err, DDP_EINVAL,
                        "GPU %d does not exist: %d visible (LOCAL_RANK picks the GPU; run at most "
-                       "%d processes per node)", device, n, n);
+                       "%d processes per node)",
+                       device, n, n);
     /* First CUDA call that touches a device in this process: everything after it (the
      * stream, a cuBLAS handle made later, NCCL's communicator) belongs to this device. */
     CUDA_TRY(cudaSetDevice(device));
     cudaError_t e = cudaStreamCreateWithFlags(&gpu_compute_stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         gpu_compute_stream = NULL;
-        return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s (GPU %d)", __FILE__,
-                       __LINE__, cudaGetErrorName(e), cudaGetErrorString(e), device);
+        return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s (GPU %d)", __FILE__, __LINE__,
+                       cudaGetErrorName(e), cudaGetErrorString(e), device);
     }
     gpu_dev = device;
     return 0;

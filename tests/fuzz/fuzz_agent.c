@@ -14,9 +14,9 @@
 #include "agent/assign.h"
 #include "agent/logship.h"
 
-#define CHECK(c) \
-    do {         \
-        if (!(c)) \
+#define CHECK(c)     \
+    do {             \
+        if (!(c))    \
             abort(); \
     } while (0)
 

@@ -187,8 +187,7 @@ static void test_ckpt_find_newest_skips_corrupt(void **state)
     assert_int_equal(epoch, 5);
     free(buf);
     /* A model of other widths finds nothing. */
-    assert_int_equal(ckpt_find_newest(dir, other, 3, &buf, &len, &epoch, &err),
-                     DDP_ENOTFOUND);
+    assert_int_equal(ckpt_find_newest(dir, other, 3, &buf, &len, &epoch, &err), DDP_ENOTFOUND);
     /* Stray files are ignored. */
     char *stray = ckpt_path(dir, 9);
     struct ddp_err e2;

@@ -37,8 +37,8 @@ static void test_cli_nnodes(void **state)
     assert_int_equal(cli_check_nnodes("1024:1024", &e), 0);
     assert_int_equal(cli_check_nnodes("3:2", &e), DDP_EINVAL);
     assert_string_equal(e.msg, "--nnodes: min 3 > max 2");
-    const char *bad[] = {"", "0", "1025", ":2", "2:", "a:b", "1:2:3", "2 ", "-1",
-                         "123456789012345678901234567890123:1"};
+    const char *bad[] = {"",    "0",     "1025", ":2", "2:",
+                         "a:b", "1:2:3", "2 ",   "-1", "123456789012345678901234567890123:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         e.msg[0] = '\0';
         assert_int_equal(cli_check_nnodes(bad[i], &e), DDP_EINVAL);

@@ -338,8 +338,8 @@ static int barrier_body(struct ring_job *job, int rank, struct comm *c, struct d
         int f = b->flag;
         pthread_mutex_unlock(&b->mu);
         if (rc == 0 && f < round)
-            rc = err_set(err, DDP_EINTERNAL, "rank %d left barrier %d before rank 0 entered",
-                         rank, round);
+            rc = err_set(err, DDP_EINTERNAL, "rank %d left barrier %d before rank 0 entered", rank,
+                         round);
         if (rc == 0)
             rc = comm_barrier(c, err); /* keep rank 0 from raising the next flag early */
     }
@@ -603,7 +603,7 @@ static void test_comm_cpu_notice_names_high_rank(void **state)
 {
     (void)state;
     int to_right, right_in, left_out, from_left;
-    tcp_pair(&to_right, &right_in); /* rank 150 -> rank 151 */
+    tcp_pair(&to_right, &right_in);  /* rank 150 -> rank 151 */
     tcp_pair(&left_out, &from_left); /* rank 149 -> rank 150 */
     struct comm c, cr, cl;
     struct cpu cpu, cpur, cpul;
@@ -651,7 +651,6 @@ static void test_comm_cpu_allreduce_w16_w64(void **state)
     run_sweep_small(16, 0, 1);
     run_sweep_small(64, 0, 1);
 }
-
 
 static int large_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
 {

@@ -67,7 +67,7 @@ struct job {
     int64_t timeout_ms;
     uint64_t seed;
     body_fn body;
-    int stops;   /* 1: the last rank stops itself; it is killed once the others are done */
+    int stops;      /* 1: the last rank stops itself; it is killed once the others are done */
     int registered; /* sweep_body's buffer from comm_alloc_buffer, used at an offset */
     int fake_rank;  /* with fake: this rank runs fake() instead of a comm */
     int (*fake)(struct job *j, int rank);
@@ -106,8 +106,7 @@ static int child(struct job *j, int rank)
         rc = comm_new("cpu", r, rank, j->world, &o, &c, &err);
     }
     if (rc == 0) {
-        snprintf(j->b->transport[rank], sizeof(j->b->transport[rank]), "%s",
-                 comm_cpu_transport(c));
+        snprintf(j->b->transport[rank], sizeof(j->b->transport[rank]), "%s", comm_cpu_transport(c));
         const char *nm = comm_cpu_shm_name(c);
         snprintf(j->b->name[rank], sizeof(j->b->name[rank]), "%s", nm ? nm : "");
         rc = j->body(j, rank, c, &err);
@@ -123,8 +122,8 @@ static int child(struct job *j, int rank)
 
 static struct board *board_new(void)
 {
-    void *m = mmap(NULL, sizeof(struct board), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void *m =
+        mmap(NULL, sizeof(struct board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(m != MAP_FAILED);
     memset(m, 0, sizeof(struct board));
     return m;
@@ -204,8 +203,7 @@ static void expect_digests_equal(const struct job *j, int n)
     for (int i = 1; i < j->world; i++)
         for (int k = 0; k < n; k++)
             if (j->b->digest[i][k] != j->b->digest[0][k])
-                fail_msg("W=%d case %d: rank %d's result differs from rank 0's", j->world, k,
-                         i);
+                fail_msg("W=%d case %d: rank %d's result differs from rank 0's", j->world, k, i);
 }
 
 /* 1 when p lies in a MAP_SHARED mapping of a ddp shared-memory file (/proc/self/maps). */
@@ -230,8 +228,8 @@ static int in_shared_region(const void *p)
 
 /* ---- bodies ---- */
 
-static const size_t sweep[] = {0,     1,     2,     3,     7,     13,    97,   1009,
-                               4095,  4096,  16383, 16384, 16385, 65537, 100003};
+static const size_t sweep[] = {0,    1,    2,     3,     7,     13,    97,    1009,
+                               4095, 4096, 16383, 16384, 16385, 65537, 100003};
 #define NSWEEP (sizeof(sweep) / sizeof(sweep[0]))
 
 /* Every count of the sweep in f32 and f64, then broadcast from every root, a barrier and
@@ -296,7 +294,8 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
                 *err = e2;
             }
             if (rc == 0)
-                rc = testutil_check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64, err);
+                rc = testutil_check_sum(j->seed + 100 + (uint64_t)q, j->world, a[q], n, COMM_F64,
+                                        err);
         }
     }
     if (j->registered)
@@ -311,9 +310,14 @@ static int sweep_body(struct job *j, int rank, struct comm *c, struct ddp_err *e
 static void run_sweep_reg(int world, size_t chunk, size_t small, const char *const *hosts,
                           const char *want_transport, int registered)
 {
-    struct job j = {.world = world, .chunk = chunk, .small = small, .host_ids = hosts,
-                    .seed = (uint64_t)world * 1000 + chunk + small, .body = sweep_body,
-                    .registered = registered, .b = board_new()};
+    struct job j = {.world = world,
+                    .chunk = chunk,
+                    .small = small,
+                    .host_ids = hosts,
+                    .seed = (uint64_t)world * 1000 + chunk + small,
+                    .body = sweep_body,
+                    .registered = registered,
+                    .b = board_new()};
     run_job(&j, 120000);
     expect_all_ok(&j);
     expect_digests_equal(&j, (int)NSWEEP * 2);
@@ -481,14 +485,17 @@ static void test_comm_shm_killed_peer(void **state)
     check_victims(&j, DDP_EPEER, "shm");
     expect_no_segments(&j);
     static const char *const two[] = {"a", "a", "b", "b"};
-    struct job h = {.world = 4, .timeout_ms = 600000, .host_ids = two, .body = killed_body,
-                    .b = board_new()};
+    struct job h = {
+        .world = 4, .timeout_ms = 600000, .host_ids = two, .body = killed_body, .b = board_new()};
     run_job(&h, 60000);
     check_victims(&h, DDP_EPEER, "hier");
     expect_no_segments(&h);
     static const char *const apart[] = {"a", "b", "c"};
-    struct job t = {.world = 3, .timeout_ms = 600000, .host_ids = apart,
-                    .body = killed_small_body, .b = board_new()};
+    struct job t = {.world = 3,
+                    .timeout_ms = 600000,
+                    .host_ids = apart,
+                    .body = killed_small_body,
+                    .b = board_new()};
     run_job(&t, 60000);
     check_victims(&t, DDP_EPEER, "tcp recursive doubling");
     munmap(j.b, sizeof(struct board));
@@ -499,8 +506,8 @@ static void test_comm_shm_killed_peer(void **state)
 static void test_comm_shm_stopped_peer_times_out(void **state)
 {
     (void)state;
-    struct job j = {.world = 3, .timeout_ms = 1500, .body = stopped_body, .stops = 1,
-                    .b = board_new()};
+    struct job j = {
+        .world = 3, .timeout_ms = 1500, .body = stopped_body, .stops = 1, .b = board_new()};
     run_job(&j, 30000); /* SIGKILLs the stopped rank once the others are done */
     check_victims(&j, DDP_ETIMEOUT, "shm");
     expect_no_segments(&j);
@@ -514,8 +521,12 @@ static void test_comm_shm_hierarchical_stopped_peer(void **state)
 {
     (void)state;
     static const char *const two[] = {"a", "a", "b", "b"};
-    struct job j = {.world = 4, .timeout_ms = 1500, .host_ids = two, .body = stopped_body,
-                    .stops = 1, .b = board_new()};
+    struct job j = {.world = 4,
+                    .timeout_ms = 1500,
+                    .host_ids = two,
+                    .body = stopped_body,
+                    .stops = 1,
+                    .b = board_new()};
     run_job(&j, 30000);
     for (int i = 0; i < 3; i++)
         if (j.b->rc[i] != DDP_ETIMEOUT && j.b->rc[i] != DDP_EPEER)
@@ -611,8 +622,8 @@ static void test_comm_shm_registered_no_room(void **state)
     /* Not even room for the slots: the leader says so at start instead of a SIGBUS later. */
     if (mount("ddp-test", "/dev/shm", "tmpfs", 0, "size=512k") != 0)
         fail_msg("mount a 512 KiB /dev/shm: %s", strerror(errno));
-    struct job j = {.world = 2, .timeout_ms = 3000, .seed = 7, .body = two_sums_body,
-                    .b = board_new()};
+    struct job j = {
+        .world = 2, .timeout_ms = 3000, .seed = 7, .body = two_sums_body, .b = board_new()};
     run_job(&j, 60000);
     if (j.b->rc[0] == 0 || !strstr(j.b->msg[0], "cannot reserve"))
         fail_msg("rank 0 with a 512 KiB /dev/shm: rc %d, '%s'", j.b->rc[0], j.b->msg[0]);
@@ -686,8 +697,8 @@ static int fake_leader_resets(struct job *j, int rank)
     socklen_t al = sizeof(la);
     if (rc == 0) {
         lfd = socket(AF_INET, SOCK_STREAM, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) != 0 ||
-            listen(lfd, 4) != 0 || getsockname(lfd, (struct sockaddr *)&la, &al) != 0)
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) != 0 || listen(lfd, 4) != 0 ||
+            getsockname(lfd, (struct sockaddr *)&la, &al) != 0)
             rc = err_set(&err, DDP_EINTERNAL, "fake: cannot listen: %s", strerror(errno));
     }
     if (rc == 0) {
@@ -723,8 +734,12 @@ static int report_done_body(struct job *j, int rank, struct comm *c, struct ddp_
 static void test_comm_shm_ring_setup_error_names_rank(void **state)
 {
     (void)state;
-    struct job j = {.world = 3, .timeout_ms = 3000, .body = report_done_body,
-                    .fake_rank = 2, .fake = fake_leader_resets, .b = board_new()};
+    struct job j = {.world = 3,
+                    .timeout_ms = 3000,
+                    .body = report_done_body,
+                    .fake_rank = 2,
+                    .fake = fake_leader_resets,
+                    .b = board_new()};
     run_job(&j, 30000);
     if (j.b->rc[2] != 0)
         fail_msg("the fake rank 2 failed: %d", j.b->rc[2]);

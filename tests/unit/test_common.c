@@ -54,16 +54,13 @@ static void test_common_args_range_and_hostport(void **state)
     assert_int_not_equal(args_parse_range("--port-range", "9-1", 1, 65535, &lo, &hi, &e), 0);
     char host[64];
     int port = 0;
-    assert_int_equal(args_parse_hostport("--listen", "127.0.0.1:8470", host, sizeof(host),
-                                         &port, &e),
-                     0);
+    assert_int_equal(
+        args_parse_hostport("--listen", "127.0.0.1:8470", host, sizeof(host), &port, &e), 0);
     assert_string_equal(host, "127.0.0.1");
     assert_int_equal(port, 8470);
-    assert_int_not_equal(args_parse_hostport("--listen", "127.0.0.1", host, sizeof(host), &port,
-                                             &e),
-                         0);
-    assert_int_not_equal(args_parse_hostport("--listen", "h:99999", host, sizeof(host), &port,
-                                             &e),
+    assert_int_not_equal(
+        args_parse_hostport("--listen", "127.0.0.1", host, sizeof(host), &port, &e), 0);
+    assert_int_not_equal(args_parse_hostport("--listen", "h:99999", host, sizeof(host), &port, &e),
                          0);
 }
 
@@ -73,10 +70,10 @@ static void test_common_err_table(void **state)
         int code, http;
         const char *status;
     } rows[] = {
-        {DDP_EINVAL, 400, "INVALID_ARGUMENT"},   {DDP_EUNAUTH, 401, "UNAUTHENTICATED"},
-        {DDP_EPERM, 403, "PERMISSION_DENIED"},   {DDP_ENOTFOUND, 404, "NOT_FOUND"},
-        {DDP_EABORTED, 409, "ABORTED"},          {DDP_ETOOBIG, 413, "RESOURCE_EXHAUSTED"},
-        {DDP_EINTERNAL, 500, "INTERNAL"},        {DDP_EUNAVAIL, 503, "UNAVAILABLE"},
+        {DDP_EINVAL, 400, "INVALID_ARGUMENT"},  {DDP_EUNAUTH, 401, "UNAUTHENTICATED"},
+        {DDP_EPERM, 403, "PERMISSION_DENIED"},  {DDP_ENOTFOUND, 404, "NOT_FOUND"},
+        {DDP_EABORTED, 409, "ABORTED"},         {DDP_ETOOBIG, 413, "RESOURCE_EXHAUSTED"},
+        {DDP_EINTERNAL, 500, "INTERNAL"},       {DDP_EUNAVAIL, 503, "UNAVAILABLE"},
         {DDP_EMETHOD, 405, "INVALID_ARGUMENT"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {

@@ -145,8 +145,8 @@ static void expect_state(struct fx *f, int64_t id, const char *state, const char
     const char *s = json_string_value(json_object_get(j, "state"));
     const char *r = json_string_value(json_object_get(j, "reason"));
     if (strcmp(s, state) != 0 || (reason_part && !strstr(r, reason_part)))
-        fail_msg("job j-%lld: state %s reason '%s', expected %s '%s'", (long long)id, s, r,
-                 state, reason_part ? reason_part : "");
+        fail_msg("job j-%lld: state %s reason '%s', expected %s '%s'", (long long)id, s, r, state,
+                 reason_part ? reason_part : "");
     json_decref(j);
 }
 
@@ -165,8 +165,7 @@ static void expect_event(struct fx *f, int64_t id, const char *state, const char
             found = 1;
     }
     if (!found)
-        fail_msg("job j-%lld: no %s event with '%s' in %s", (long long)id, state, reason_part,
-                 out);
+        fail_msg("job j-%lld: no %s event with '%s' in %s", (long long)id, state, reason_part, out);
     json_decref(o);
     free(out);
 }
@@ -390,11 +389,13 @@ static void test_coord_limits_runtime_and_hang(void **state)
     expect_state(f, rt, "RUNNING", NULL);
     expect_state(f, hg, "RUNNING", NULL);
     f->now += 4000;
-    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
-                       "\"age_ms\":4000}]");
+    beat0(f, "node-a",
+          "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
+          "\"age_ms\":4000}]");
     expect_state(f, hg, "RUNNING", NULL);
-    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
-                       "\"age_ms\":6000}]");
+    beat0(f, "node-a",
+          "\"progress\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
+          "\"age_ms\":6000}]");
     expect_event(f, hg, "RESTARTING", "rank 0 on node-a hung (no progress for 6 s)");
     expect_state(f, hg, "RUNNING", "generation 2");
     f->now += 7000;
@@ -475,17 +476,17 @@ static void test_coord_logs_dedup_and_cap(void **state)
     assert_true(json_is_object(json_object_get(j, "last_metrics")));
     json_decref(j);
     /* overlapping batch: seq 2..5, only 4 and 5 are new; then the cap of 5 drops the oldest */
-    beat0(f, "node-a", "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":2,"
-                       "\"lines\":[\"b\",\"c\",\"d\",\"e\"]},{\"job_id\":\"j-1\",\"generation\":"
-                       "1,\"rank\":1,\"seq\":1,\"lines\":[\"x\",\"y\"]}]");
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":2,"
+          "\"lines\":[\"b\",\"c\",\"d\",\"e\"]},{\"job_id\":\"j-1\",\"generation\":"
+          "1,\"rank\":1,\"seq\":1,\"lines\":[\"x\",\"y\"]}]");
     assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
     o = parse(out);
     free(out);
     json_t *lines = json_object_get(o, "lines");
     assert_int_equal(json_array_size(lines), 5);
     assert_int_equal(json_integer_value(json_object_get(o, "dropped")), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(lines, 0), "text")),
-                        "c");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(lines, 0), "text")), "c");
     json_decref(o);
     assert_int_equal(coord_logs(f->c, id, 1, 0, 100, &out, NULL), 0);
     o = parse(out);
@@ -545,7 +546,6 @@ static void test_coord_list_pages(void **state)
     assert_int_equal(json_array_size(json_object_get(o, "jobs")), 0);
     json_decref(o);
 }
-
 
 struct beater {
     struct fx *f;
@@ -622,8 +622,9 @@ static void test_coord_group_commit_concurrent(void **state)
     }
     /* after the restart the marks still deduplicate */
     reg(f, "node-a", 1, "inc-1");
-    beat0(f, "node-a", "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":49,"
-                       "\"lines\":[\"l24\",\"m24\",\"new\"]}]");
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":49,"
+          "\"lines\":[\"l24\",\"m24\",\"new\"]}]");
     assert_int_equal(log_count(f, 1), 51);
 }
 
@@ -657,8 +658,9 @@ static void test_coord_root_cause_node_lost_after_peer_exit(void **state)
         beat0(f, "node-a", NULL);
         coord_tick(f->c, f->now);
     }
-    expect_event(f, id, "RESTARTING", "root cause: node node-b lost (no heartbeat for 5 s); "
-                                      "rank 0 on node-a exited 6 (peer lost) followed");
+    expect_event(f, id, "RESTARTING",
+                 "root cause: node node-b lost (no heartbeat for 5 s); "
+                 "rank 0 on node-a exited 6 (peer lost) followed");
     expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
     /* the next failure spends the budget: FAILED names the root cause */
     w = worker("j-1", 2, 0, "exited", 1);
@@ -683,7 +685,8 @@ static void test_coord_root_cause_signal_beats_peer_lost(void **state)
     beat0(f, "node-a", extra);
     expect_state(f, id, "RESTARTING", "peer lost");
     /* an exit by our own SIGTERM is no cause */
-    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+    snprintf(extra, sizeof(extra),
+             "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
              "\"rank\":1,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
              "\"signal\":15}]");
     beat0(f, "node-b", extra);
@@ -701,7 +704,8 @@ static void test_coord_root_cause_kill_reported_late(void **state)
     snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
     free(w);
     beat0(f, "node-a", extra);
-    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+    snprintf(extra, sizeof(extra),
+             "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
              "\"rank\":1,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
              "\"signal\":9}]");
     beat0(f, "node-b", extra);
@@ -723,17 +727,20 @@ static void test_coord_hang_names_the_stopped_rank(void **state)
         beat0(f, "node-b", NULL);
     }
     /* every rank stalls; a's beat comes first */
-    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
-                       "\"age_ms\":6010},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
-                       "\"age_ms\":6012}]");
+    beat0(f, "node-a",
+          "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+          "\"age_ms\":6010},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
+          "\"age_ms\":6012}]");
     tick(f, 100);
     expect_state(f, id, "RUNNING", NULL); /* waits for node-b's beat */
     f->now += 300;
-    beat0(f, "node-b", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":2,"
-                       "\"age_ms\":6400},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":3,"
-                       "\"age_ms\":6390,\"stopped\":true}]");
-    expect_event(f, id, "RESTARTING", "rank 3 on node-b hung (no progress for 6 s, process "
-                                      "stopped)");
+    beat0(f, "node-b",
+          "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":2,"
+          "\"age_ms\":6400},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":3,"
+          "\"age_ms\":6390,\"stopped\":true}]");
+    expect_event(f, id, "RESTARTING",
+                 "rank 3 on node-b hung (no progress for 6 s, process "
+                 "stopped)");
 }
 
 static void test_coord_hang_without_stop_flag_takes_oldest(void **state)
@@ -747,17 +754,18 @@ static void test_coord_hang_without_stop_flag_takes_oldest(void **state)
         beat0(f, "node-a", NULL);
         beat0(f, "node-b", NULL);
     }
-    beat0(f, "node-a", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
-                       "\"age_ms\":5100}]");
+    beat0(f, "node-a",
+          "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+          "\"age_ms\":5100}]");
     /* node-b stays silent: the decision comes at most 1.5 s later */
     tick(f, 1000);
     expect_state(f, id, "RUNNING", NULL);
     f->now += 200;
-    beat0(f, "node-b", "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
-                       "\"age_ms\":7000}]");
+    beat0(f, "node-b",
+          "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
+          "\"age_ms\":7000}]");
     expect_event(f, id, "RESTARTING", "rank 1 on node-b hung (no progress for 7 s)");
 }
-
 
 /* The state ("READY"/"LOST") of a node in GET /v1/nodes. */
 static char *node_state(struct fx *f, const char *name)
@@ -798,15 +806,15 @@ static void expect_no_event(struct fx *f, int64_t id, const char *reason_part)
 
 /* A beat of node `node` reporting that rank `rank` exited with `code` (signal when code
  * is negative), with its last line `line` (NULL: none). */
-static void beat_exit(struct fx *f, const char *node, int gen, int rank, int code,
-                      const char *line)
+static void beat_exit(struct fx *f, const char *node, int gen, int rank, int code, const char *line)
 {
     char extra[1024], logs[512] = "";
     static int seq = 100;
     if (line)
         snprintf(logs, sizeof(logs),
                  "\"logs\":[{\"job_id\":\"j-1\",\"generation\":%d,\"rank\":%d,\"seq\":%d,"
-                 "\"lines\":[\"%s\"]}],", gen, rank, ++seq, line);
+                 "\"lines\":[\"%s\"]}],",
+                 gen, rank, ++seq, line);
     char sig[32] = "";
     if (code < 0)
         snprintf(sig, sizeof(sig), ",\"signal\":%d", -code);
@@ -831,8 +839,9 @@ static int64_t two_by_two(struct fx *f)
     return id;
 }
 
-#define PEER_LINE(r) "2026-11-29T10:00:00.000Z ERROR ddp-worker: peer rank " #r \
-                     " (10.0.0.b:30001) lost during all-reduce: Connection reset by peer (exit 6)"
+#define PEER_LINE(r)                                           \
+    "2026-11-29T10:00:00.000Z ERROR ddp-worker: peer rank " #r \
+    " (10.0.0.b:30001) lost during all-reduce: Connection reset by peer (exit 6)"
 
 /* Agent b dies: a's ranks exit 6 naming b's ranks; b never beats again. b is LOST at the
  * first tick after the confirm window counted from the first accusation (a second
@@ -853,9 +862,10 @@ static void test_coord_suspect_then_lost(void **state)
     expect_state(f, id, "RESTARTING", NULL);
     tick(f, t0 + 1000 - f->now);
     expect_node(f, "node-b", "LOST");
-    expect_event(f, id, "RESTARTING", "root cause: node node-b lost (no heartbeat for 1.3 s; "
-                                      "suspected when rank 1 on node-a lost it); rank 1 on "
-                                      "node-a exited 6 (peer lost)");
+    expect_event(f, id, "RESTARTING",
+                 "root cause: node node-b lost (no heartbeat for 1.3 s; "
+                 "suspected when rank 1 on node-a lost it); rank 1 on "
+                 "node-a exited 6 (peer lost)");
     expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2, restarts 1");
     assert_true(f->now - t0 < f->opts.node_timeout_ms);
     /* b comes back (same agent): READY again, and the job may grow onto it */
@@ -928,9 +938,11 @@ static void test_coord_no_suspicion_when_reported(void **state)
     f->now += 100;
     char *w3 = worker("j-1", 1, 3, "running", 0);
     char extra[512];
-    snprintf(extra, sizeof(extra), "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
+    snprintf(extra, sizeof(extra),
+             "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,"
              "\"rank\":2,\"local_rank\":0,\"state\":\"exited\",\"exit_code\":-1,"
-             "\"signal\":9},%s]", w3);
+             "\"signal\":9},%s]",
+             w3);
     free(w3);
     beat0(f, "node-b", extra); /* rank 3 still runs: b's drain goes on */
     expect_state(f, id, "RESTARTING", "rank 2 on node-b killed by signal 9");
@@ -995,8 +1007,9 @@ static int store_marks(struct fx *f, int64_t id, int64_t *min_gen)
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*), coalesce(min(generation), -1) "
-                                            "FROM marks WHERE job_id = ?1",
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT count(*), coalesce(min(generation), -1) "
+                                        "FROM marks WHERE job_id = ?1",
                                         -1, &st, NULL),
                      SQLITE_OK);
     sqlite3_bind_int64(st, 1, id);
@@ -1046,7 +1059,8 @@ static void test_coord_marks_of_ended_generations_dropped(void **state)
     int n = store_marks(f, id, &min_gen);
     if (n > 4 || min_gen < 8)
         fail_msg("marks table: %d rows from generation %lld on, expected at most 4 from "
-                 "generation 8 on", n, (long long)min_gen);
+                 "generation 8 on",
+                 n, (long long)min_gen);
     pthread_mutex_lock(&f->c->mu);
     size_t in_memory = coord_job(f->c, id)->nmarks;
     pthread_mutex_unlock(&f->c->mu);

@@ -168,8 +168,14 @@ static void test_data_gzip_and_plain_files(void **state)
     assert_int_not_equal(data_read_file(tp, &out, &olen, &err), 0);
     assert_non_null(strstr(err.msg, "trunc.gz"));
     /* Bad specs name --data. */
-    const char *specs[] = {"mnist", "idx:", "idx:a", "idx:a,b,c", "synthetic:1:2",
-                           "synthetic:0:2:2", "synthetic:10:2:1", "synthetic:10:2:2:3"};
+    const char *specs[] = {"mnist",
+                           "idx:",
+                           "idx:a",
+                           "idx:a,b,c",
+                           "synthetic:1:2",
+                           "synthetic:0:2:2",
+                           "synthetic:10:2:1",
+                           "synthetic:10:2:2:3"};
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
         err_clear(&err);
         assert_int_not_equal(data_load(specs[i], 1, &tr, &te, &err), 0);
@@ -196,8 +202,12 @@ static void test_data_synthetic_deterministic(void **state)
     assert_memory_not_equal(a.x, e.x, 700 * sizeof(float));
     for (size_t i = 0; i < a.n; i++)
         assert_true(a.y[i] < 3);
-    data_release(&a); data_release(&b); data_release(&c);
-    data_release(&d); data_release(&e); data_release(&f);
+    data_release(&a);
+    data_release(&b);
+    data_release(&c);
+    data_release(&d);
+    data_release(&e);
+    data_release(&f);
 }
 
 static void test_data_fashion_mnist(void **state)

@@ -15,9 +15,21 @@
 #include "ddp/env.h"
 
 static const char *const vars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "TORCHELASTIC_RESTART_COUNT", "DDP_GENERATION", "MASTER_ADDR", "MASTER_PORT", "DDP_JOB_ID",
-    "DDP_JOB_TOKEN", "DDP_CHECKPOINT_DIR", "DDP_HEARTBEAT_FILE", "DDP_METRICS_FD",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "TORCHELASTIC_RESTART_COUNT",
+    "DDP_GENERATION",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "DDP_JOB_ID",
+    "DDP_JOB_TOKEN",
+    "DDP_CHECKPOINT_DIR",
+    "DDP_HEARTBEAT_FILE",
+    "DDP_METRICS_FD",
 };
 
 static int clear_env(void **state)

@@ -263,8 +263,7 @@ int main(void)
          * would hide a broken load of libddpgpu.so or of the CUDA libraries: fail there. */
         const char *req = getenv("DDP_GPU_REQUIRED");
         if (req && strcmp(req, "1") == 0) {
-            printf("FAILED: DDP_GPU_REQUIRED=1 but no usable GPU: %s\n",
-                   why ? why : "none found");
+            printf("FAILED: DDP_GPU_REQUIRED=1 but no usable GPU: %s\n", why ? why : "none found");
             return 1;
         }
         printf("SKIPPED: test_gpu_model needs a GPU: %s\n", why ? why : "none found");

@@ -20,7 +20,7 @@
 #include "server/embed.h"
 #include "server/http.h"
 
-#define USER "user-token-1"
+#define USER  "user-token-1"
 #define AGENT "agent-token-2"
 
 struct fx {

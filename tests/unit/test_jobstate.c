@@ -16,11 +16,9 @@ struct edge {
     enum job_state from, to;
 };
 static const struct edge allowed[] = {
-    {JOB_PENDING, JOB_RUNNING},       {JOB_PENDING, JOB_CANCELLING},
-    {JOB_RUNNING, JOB_RESTARTING},    {JOB_RUNNING, JOB_SUCCEEDED},
-    {JOB_RUNNING, JOB_CANCELLING},    {JOB_RESTARTING, JOB_RUNNING},
-    {JOB_RESTARTING, JOB_FAILED},     {JOB_RESTARTING, JOB_CANCELLING},
-    {JOB_CANCELLING, JOB_CANCELLED},
+    {JOB_PENDING, JOB_RUNNING},   {JOB_PENDING, JOB_CANCELLING},    {JOB_RUNNING, JOB_RESTARTING},
+    {JOB_RUNNING, JOB_SUCCEEDED}, {JOB_RUNNING, JOB_CANCELLING},    {JOB_RESTARTING, JOB_RUNNING},
+    {JOB_RESTARTING, JOB_FAILED}, {JOB_RESTARTING, JOB_CANCELLING}, {JOB_CANCELLING, JOB_CANCELLED},
 };
 
 static int expected(enum job_state from, enum job_state to)
@@ -70,7 +68,7 @@ static void test_jobstate_cancel_from_every_live_state(void **state)
 
 static void test_jobstate_out_of_range_refused(void **state)
 {
-    assert_false(jobstate_allowed((enum job_state)-1, JOB_RUNNING));
+    assert_false(jobstate_allowed((enum job_state) - 1, JOB_RUNNING));
     assert_false(jobstate_allowed(JOB_PENDING, (enum job_state)JOB_STATE_COUNT));
     assert_string_equal(jobstate_name((enum job_state)99), "UNKNOWN");
 }

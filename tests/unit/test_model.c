@@ -25,8 +25,8 @@ static void test_model_parse_spec(void **state)
     assert_int_equal(n, 4);
     assert_int_equal(w[0], 784);
     assert_int_equal(w[3], 10);
-    const char *bad[] = {"784-10", "mlp:", "mlp:10", "mlp:10--5", "mlp:10-x", "mlp:0-3",
-                         "mlp:10-5-", "cnn:1-2", "mlp:9999999-2"};
+    const char *bad[] = {"784-10",  "mlp:",      "mlp:10",  "mlp:10--5",    "mlp:10-x",
+                         "mlp:0-3", "mlp:10-5-", "cnn:1-2", "mlp:9999999-2"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err_clear(&err);
         assert_int_not_equal(model_parse_spec(bad[i], w, &n, &err), 0);
@@ -277,7 +277,12 @@ static void test_model_count_correct(void **state)
     assert_int_equal(model_new(w, 2, 2, 1, &m, &err), 0);
     float *p = model_params(m);
     /* Identity weights, zero bias: predicts the larger coordinate. */
-    p[0] = 1; p[1] = 0; p[2] = 0; p[3] = 1; p[4] = 0; p[5] = 0;
+    p[0] = 1;
+    p[1] = 0;
+    p[2] = 0;
+    p[3] = 1;
+    p[4] = 0;
+    p[5] = 0;
     float x[10] = {1, 0, 0, 1, 2, 1, 0, 3, 5, 4};
     uint8_t y[5] = {0, 1, 1, 1, 0};
     /* 5 samples with max_batch 2: three pieces. */

@@ -79,7 +79,7 @@ static void test_nodestate_api_shows_two_states(void **state)
 static void test_nodestate_out_of_range_refused(void **state)
 {
     (void)state;
-    assert_false(nodestate_allowed((enum node_state)-1, NODE_READY));
+    assert_false(nodestate_allowed((enum node_state) - 1, NODE_READY));
     assert_false(nodestate_allowed(NODE_READY, (enum node_state)NODE_STATE_COUNT));
     assert_string_equal(nodestate_name((enum node_state)99), "UNKNOWN");
     assert_string_equal(nodestate_name(NODE_LOST_CONFIRMED), "LOST_CONFIRMED");

@@ -140,8 +140,8 @@ static void *rank_main(void *p)
             if (rc == 0) {
                 vl = snprintf(val, sizeof(val), "v%d-%d", round, q * 7);
                 if (len != (size_t)vl || memcmp(v, val, len) != 0)
-                    rc = err_set(&err, DDP_EINTERNAL, "rank %d read a wrong value for %s",
-                                 a->rank, key);
+                    rc = err_set(&err, DDP_EINTERNAL, "rank %d read a wrong value for %s", a->rank,
+                                 key);
             }
             free(v);
         }
@@ -154,8 +154,7 @@ static void *rank_main(void *p)
         if (rc == 0)
             rc = rdzv_add(r, "counter", 0, &n, &err);
         if (rc == 0 && n != (int64_t)a->world * (round + 1))
-            rc = err_set(&err, DDP_EINTERNAL, "counter %lld after barrier %d", (long long)n,
-                         round);
+            rc = err_set(&err, DDP_EINTERNAL, "counter %lld after barrier %d", (long long)n, round);
         if (rc == 0)
             rc = rdzv_barrier(r, "round", 10000, &err);
     }

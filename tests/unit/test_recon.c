@@ -26,48 +26,157 @@ struct recon_case {
     size_t nexpect;
 };
 
-#define W(j, g, n) {.job_id = (j), .generation = (g), .nproc = (n)}
-#define RUN(j, g, lr) {.job_id = (j), .generation = (g), .local_rank = (lr), .running = 1}
-#define STOPPING(j, g, lr) \
-    {.job_id = (j), .generation = (g), .local_rank = (lr), .running = 1, .stopping = 1}
-#define EXITED(j, g, lr) {.job_id = (j), .generation = (g), .local_rank = (lr), .running = 0}
-#define START(w, lr) {.op = RECON_START, .index = (w), .local_rank = (lr)}
-#define STOP(h, lr) {.op = RECON_STOP, .index = (h), .local_rank = (lr)}
-#define FORGET(h, lr) {.op = RECON_FORGET, .index = (h), .local_rank = (lr)}
+#define W(j, g, n)                                     \
+    {                                                  \
+        .job_id = (j), .generation = (g), .nproc = (n) \
+    }
+#define RUN(j, g, lr)                                                      \
+    {                                                                      \
+        .job_id = (j), .generation = (g), .local_rank = (lr), .running = 1 \
+    }
+#define STOPPING(j, g, lr)                                                                \
+    {                                                                                     \
+        .job_id = (j), .generation = (g), .local_rank = (lr), .running = 1, .stopping = 1 \
+    }
+#define EXITED(j, g, lr)                                                   \
+    {                                                                      \
+        .job_id = (j), .generation = (g), .local_rank = (lr), .running = 0 \
+    }
+#define START(w, lr)                                        \
+    {                                                       \
+        .op = RECON_START, .index = (w), .local_rank = (lr) \
+    }
+#define STOP(h, lr)                                        \
+    {                                                      \
+        .op = RECON_STOP, .index = (h), .local_rank = (lr) \
+    }
+#define FORGET(h, lr)                                        \
+    {                                                        \
+        .op = RECON_FORGET, .index = (h), .local_rank = (lr) \
+    }
 
 static const struct recon_case cases[] = {
     {"nothing wanted, nothing running", {{0}}, 0, {{0}}, 0, 1, {{0}}, 0},
-    {"new assignment starts every local rank", {W("j-1", 1, 2)}, 1, {{0}}, 0, 1,
-     {START(0, 0), START(0, 1)}, 2},
-    {"running as desired: nothing", {W("j-1", 1, 2)}, 1,
-     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)}, 2, 1, {{0}}, 0},
-    {"one local rank missing: start only it", {W("j-1", 1, 3)}, 1,
-     {RUN("j-1", 1, 0), RUN("j-1", 1, 2)}, 2, 1, {START(0, 1)}, 1},
-    {"exited worker of a desired assignment is never re-spawned", {W("j-1", 1, 2)}, 1,
-     {EXITED("j-1", 1, 0), RUN("j-1", 1, 1)}, 2, 1, {{0}}, 0},
-    {"assignment gone: running workers stop", {{0}}, 0,
-     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)}, 2, 1, {STOP(0, 0), STOP(1, 1)}, 2},
-    {"assignment gone: a stopping worker is not stopped twice", {{0}}, 0,
-     {STOPPING("j-1", 1, 0), RUN("j-1", 1, 1)}, 2, 1, {STOP(1, 1)}, 1},
-    {"assignment gone: exited workers are forgotten", {{0}}, 0,
-     {EXITED("j-1", 1, 0), STOPPING("j-1", 1, 1)}, 2, 1, {FORGET(0, 0)}, 1},
-    {"new generation waits for the old one to be gone", {W("j-1", 2, 2)}, 1,
-     {RUN("j-1", 1, 0), EXITED("j-1", 1, 1)}, 2, 1, {STOP(0, 0), FORGET(1, 1)}, 2},
-    {"new generation starts once the old one has exited", {W("j-1", 2, 2)}, 1,
-     {EXITED("j-1", 1, 0), EXITED("j-1", 1, 1)}, 2, 1,
-     {FORGET(0, 0), FORGET(1, 1), START(0, 0), START(0, 1)}, 4},
-    {"another job's workers do not delay a start", {W("j-1", 1, 1), W("j-2", 1, 1)}, 2,
-     {RUN("j-1", 1, 0)}, 1, 1, {START(1, 0)}, 1},
-    {"starts suppressed while shutting down, stops still made", {W("j-1", 1, 2)}, 1,
-     {RUN("j-2", 1, 0)}, 1, 0, {STOP(0, 0)}, 1},
+    {"new assignment starts every local rank",
+     {W("j-1", 1, 2)},
+     1,
+     {{0}},
+     0,
+     1,
+     {START(0, 0), START(0, 1)},
+     2},
+    {"running as desired: nothing",
+     {W("j-1", 1, 2)},
+     1,
+     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)},
+     2,
+     1,
+     {{0}},
+     0},
+    {"one local rank missing: start only it",
+     {W("j-1", 1, 3)},
+     1,
+     {RUN("j-1", 1, 0), RUN("j-1", 1, 2)},
+     2,
+     1,
+     {START(0, 1)},
+     1},
+    {"exited worker of a desired assignment is never re-spawned",
+     {W("j-1", 1, 2)},
+     1,
+     {EXITED("j-1", 1, 0), RUN("j-1", 1, 1)},
+     2,
+     1,
+     {{0}},
+     0},
+    {"assignment gone: running workers stop",
+     {{0}},
+     0,
+     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)},
+     2,
+     1,
+     {STOP(0, 0), STOP(1, 1)},
+     2},
+    {"assignment gone: a stopping worker is not stopped twice",
+     {{0}},
+     0,
+     {STOPPING("j-1", 1, 0), RUN("j-1", 1, 1)},
+     2,
+     1,
+     {STOP(1, 1)},
+     1},
+    {"assignment gone: exited workers are forgotten",
+     {{0}},
+     0,
+     {EXITED("j-1", 1, 0), STOPPING("j-1", 1, 1)},
+     2,
+     1,
+     {FORGET(0, 0)},
+     1},
+    {"new generation waits for the old one to be gone",
+     {W("j-1", 2, 2)},
+     1,
+     {RUN("j-1", 1, 0), EXITED("j-1", 1, 1)},
+     2,
+     1,
+     {STOP(0, 0), FORGET(1, 1)},
+     2},
+    {"new generation starts once the old one has exited",
+     {W("j-1", 2, 2)},
+     1,
+     {EXITED("j-1", 1, 0), EXITED("j-1", 1, 1)},
+     2,
+     1,
+     {FORGET(0, 0), FORGET(1, 1), START(0, 0), START(0, 1)},
+     4},
+    {"another job's workers do not delay a start",
+     {W("j-1", 1, 1), W("j-2", 1, 1)},
+     2,
+     {RUN("j-1", 1, 0)},
+     1,
+     1,
+     {START(1, 0)},
+     1},
+    {"starts suppressed while shutting down, stops still made",
+     {W("j-1", 1, 2)},
+     1,
+     {RUN("j-2", 1, 0)},
+     1,
+     0,
+     {STOP(0, 0)},
+     1},
     {"duplicate (job, generation) in the desired set counts once",
-     {W("j-1", 1, 1), W("j-1", 1, 1)}, 2, {{0}}, 0, 1, {START(0, 0)}, 1},
-    {"local rank outside nproc is not desired", {W("j-1", 1, 1)}, 1,
-     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)}, 2, 1, {STOP(1, 1)}, 1},
-    {"same job id, other generation: generations are distinct", {W("j-1", 3, 1)}, 1,
-     {EXITED("j-1", 2, 0)}, 1, 1, {FORGET(0, 0), START(0, 0)}, 2},
-    {"job ids compare whole strings", {W("j-10", 1, 1)}, 1, {RUN("j-1", 1, 0)}, 1, 1,
-     {STOP(0, 0), START(0, 0)}, 2},
+     {W("j-1", 1, 1), W("j-1", 1, 1)},
+     2,
+     {{0}},
+     0,
+     1,
+     {START(0, 0)},
+     1},
+    {"local rank outside nproc is not desired",
+     {W("j-1", 1, 1)},
+     1,
+     {RUN("j-1", 1, 0), RUN("j-1", 1, 1)},
+     2,
+     1,
+     {STOP(1, 1)},
+     1},
+    {"same job id, other generation: generations are distinct",
+     {W("j-1", 3, 1)},
+     1,
+     {EXITED("j-1", 2, 0)},
+     1,
+     1,
+     {FORGET(0, 0), START(0, 0)},
+     2},
+    {"job ids compare whole strings",
+     {W("j-10", 1, 1)},
+     1,
+     {RUN("j-1", 1, 0)},
+     1,
+     1,
+     {STOP(0, 0), START(0, 0)},
+     2},
 };
 
 static const char *op_name(enum recon_op op)
@@ -89,9 +198,9 @@ static void test_recon_table(void **state)
             const struct recon_action *got = &plan.actions[i], *want = &t->expect[i];
             if (got->op != want->op || got->index != want->index ||
                 got->local_rank != want->local_rank)
-                print_error("case '%s' action %zu: %s(%zu, %d), expected %s(%zu, %d)\n",
-                            t->name, i, op_name(got->op), got->index, got->local_rank,
-                            op_name(want->op), want->index, want->local_rank);
+                print_error("case '%s' action %zu: %s(%zu, %d), expected %s(%zu, %d)\n", t->name, i,
+                            op_name(got->op), got->index, got->local_rank, op_name(want->op),
+                            want->index, want->local_rank);
             assert_int_equal(got->op, want->op);
             assert_int_equal(got->index, want->index);
             assert_int_equal(got->local_rank, want->local_rank);

@@ -31,8 +31,8 @@ static const size_t mlp_counts[6] = {784 * 256, 256, 256 * 128, 128, 128 * 10, 1
 static void test_reducer_one_bucket_for_the_main_mlp(void **state)
 {
     (void)state;
-    struct reducer_opts o = {.first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES,
-                             .cap_bytes = 25u << 20, .overlap = 1};
+    struct reducer_opts o = {
+        .first_cap_bytes = REDUCER_FIRST_BUCKET_BYTES, .cap_bytes = 25u << 20, .overlap = 1};
     struct reducer *r;
     struct ddp_err err;
     assert_int_equal(reducer_new(NULL, 1, mlp_counts, 6, &o, NULL, &r, &err), 0);
@@ -52,8 +52,7 @@ static void test_reducer_caps_and_never_splits(void **state)
 {
     (void)state;
     /* First cap 100 KiB, then 64 KiB. */
-    struct reducer_opts o = {.first_cap_bytes = 100 << 10, .cap_bytes = 64 << 10,
-                             .overlap = 1};
+    struct reducer_opts o = {.first_cap_bytes = 100 << 10, .cap_bytes = 64 << 10, .overlap = 1};
     struct reducer *r;
     struct ddp_err err;
     size_t counts[8] = {30000, 100, 20000, 100, 5000, 5000, 40000, 10};
@@ -205,8 +204,7 @@ static void *rank_main(void *arg)
     c->rc = comm_new("cpu", rz, c->rank, c->world, &co, &cm, &err);
     if (c->rc)
         goto out;
-    struct reducer_opts o = {.first_cap_bytes = c->cap, .cap_bytes = c->cap,
-                             .overlap = c->overlap};
+    struct reducer_opts o = {.first_cap_bytes = c->cap, .cap_bytes = c->cap, .overlap = c->overlap};
     c->rc = reducer_new(cm, c->world, rcounts, NT, &o, NULL, &r, &err);
     if (c->rc)
         goto out;
@@ -245,8 +243,8 @@ static void run_world(int world, size_t cap, int overlap)
     for (int t = 0; t < NT; t++)
         total += rcounts[t];
     for (int i = 0; i < world; i++) {
-        ctx[i] = (struct rank_ctx){.rank = i, .world = world, .port = port, .cap = cap,
-                                   .overlap = overlap};
+        ctx[i] = (struct rank_ctx){
+            .rank = i, .world = world, .port = port, .cap = cap, .overlap = overlap};
         ctx[i].result = calloc(total, sizeof(float));
         assert_int_equal(pthread_create(&th[i], NULL, rank_main, &ctx[i]), 0);
     }
@@ -266,8 +264,8 @@ static void run_world(int world, size_t cap, int overlap)
             for (int k = 0; k < world; k++) {
                 double got = ctx[k].result[o + i];
                 if (got < want - 1e-4 * (1 + want) || got > want + 1e-4 * (1 + want))
-                    fail_msg("world %d rank %d tensor %d [%zu]: %g want %g", world, k, t, i,
-                             got, want);
+                    fail_msg("world %d rank %d tensor %d [%zu]: %g want %g", world, k, t, i, got,
+                             want);
             }
         }
         o += rcounts[t];
@@ -279,8 +277,8 @@ static void run_world(int world, size_t cap, int overlap)
 static void test_reducer_averages_over_real_ranks(void **state)
 {
     (void)state;
-    run_world(2, 1, 1);      /* one bucket per tensor, overlapped */
-    run_world(3, 4000, 1);   /* a few buckets */
+    run_world(2, 1, 1);        /* one bucket per tensor, overlapped */
+    run_world(3, 4000, 1);     /* a few buckets */
     run_world(2, 1u << 20, 0); /* one bucket, after the backward */
 }
 

@@ -30,7 +30,7 @@
 #include "ddp/rng.h"
 #include "tests/unit/testutil.h"
 
-#define MAXW 4
+#define MAXW         4
 #define JOB_LIMIT_MS 60000
 
 static const int widths[3] = {4, 3, 2};
@@ -48,7 +48,7 @@ struct board {
 
 struct job {
     int world;
-    int one_node; /* 1: LOCAL_RANK = rank on one node; 0: every rank a node of its own */
+    int one_node;     /* 1: LOCAL_RANK = rank on one node; 0: every rank a node of its own */
     char *dirs[MAXW]; /* NULL: the rank has no folder */
     struct board *b;
 };
@@ -165,8 +165,8 @@ static int child(struct job *j, int rank, int port)
             j->b->len[rank] = res.len;
             j->b->digest[rank] = res.buf ? digest_of(res.buf, res.len) : 0;
             if (res.epoch > 0 && res.view.meta.epoch != res.epoch)
-                rc = err_set(&err, DDP_EINTERNAL, "view says epoch %u, not %u",
-                             res.view.meta.epoch, res.epoch);
+                rc = err_set(&err, DDP_EINTERNAL, "view says epoch %u, not %u", res.view.meta.epoch,
+                             res.epoch);
             ddp_resume_release(&res);
         }
     }
@@ -226,8 +226,8 @@ static struct job *job_new(int world, int one_node)
     assert_non_null(j);
     j->world = world;
     j->one_node = one_node;
-    void *m = mmap(NULL, sizeof(struct board), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void *m =
+        mmap(NULL, sizeof(struct board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(m != MAP_FAILED);
     memset(m, 0, sizeof(struct board));
     j->b = m;
@@ -387,8 +387,8 @@ static void test_resume_single_process(void **state)
 
 int main(void)
 {
-    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                          "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    const char *vars[] = {"RANK",       "WORLD_SIZE",       "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                          "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     const struct CMUnitTest tests[] = {

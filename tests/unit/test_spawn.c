@@ -61,22 +61,38 @@ static void test_spawn_env_torchrun_variables(void **state)
 {
     (void)state;
     struct assign a = make_assign();
-    char *base[] = {"PATH=/usr/bin:/bin", "FOO=base", "DDP_AGENT_TOKEN=secret",
+    char *base[] = {"PATH=/usr/bin:/bin",     "FOO=base",     "DDP_AGENT_TOKEN=secret",
                     "CUDA_VISIBLE_DEVICES=7", "WORLD_SIZE=1", NULL};
-    struct spawn_env_args args = {.a = &a, .local_rank = 1, .gpu = -1,
+    struct spawn_env_args args = {.a = &a,
+                                  .local_rank = 1,
+                                  .gpu = -1,
                                   .checkpoint_dir = "/w/jobs/j-7/ckpt",
                                   .heartbeat_file = "/w/jobs/j-7/gen-2/rank-3.heartbeat"};
     char **env = spawn_env_build(base, &args);
     static const char *const expect[][2] = {
-        {"PATH", "/usr/bin:/bin"},  {"FOO", "bar"},            {"MASTER_ADDR", "10.0.0.5"},
-        {"MASTER_PORT", "29512"},   {"RANK", "3"},             {"WORLD_SIZE", "4"},
-        {"LOCAL_RANK", "1"},        {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},
-        {"GROUP_WORLD_SIZE", "2"},  {"ROLE_RANK", "3"},        {"ROLE_WORLD_SIZE", "4"},
-        {"ROLE_NAME", "default"},   {"TORCHELASTIC_RESTART_COUNT", "1"},
-        {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "j-7"},
-        {"OMP_NUM_THREADS", "4"},   {"CUDA_VISIBLE_DEVICES", "7"}, {"DDP_JOB_ID", "j-7"},
-        {"DDP_GENERATION", "2"},    {"DDP_JOB_TOKEN", "9b1f"},
-        {"DDP_CHECKPOINT_DIR", "/w/jobs/j-7/ckpt"}, {"DDP_METRICS_FD", "3"},
+        {"PATH", "/usr/bin:/bin"},
+        {"FOO", "bar"},
+        {"MASTER_ADDR", "10.0.0.5"},
+        {"MASTER_PORT", "29512"},
+        {"RANK", "3"},
+        {"WORLD_SIZE", "4"},
+        {"LOCAL_RANK", "1"},
+        {"LOCAL_WORLD_SIZE", "2"},
+        {"GROUP_RANK", "1"},
+        {"GROUP_WORLD_SIZE", "2"},
+        {"ROLE_RANK", "3"},
+        {"ROLE_WORLD_SIZE", "4"},
+        {"ROLE_NAME", "default"},
+        {"TORCHELASTIC_RESTART_COUNT", "1"},
+        {"TORCHELASTIC_MAX_RESTARTS", "3"},
+        {"TORCHELASTIC_RUN_ID", "j-7"},
+        {"OMP_NUM_THREADS", "4"},
+        {"CUDA_VISIBLE_DEVICES", "7"},
+        {"DDP_JOB_ID", "j-7"},
+        {"DDP_GENERATION", "2"},
+        {"DDP_JOB_TOKEN", "9b1f"},
+        {"DDP_CHECKPOINT_DIR", "/w/jobs/j-7/ckpt"},
+        {"DDP_METRICS_FD", "3"},
         {"DDP_HEARTBEAT_FILE", "/w/jobs/j-7/gen-2/rank-3.heartbeat"},
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
@@ -193,8 +209,12 @@ static pid_t start(char **argv, const char *cwd, int *out_rd, int *met_rd)
     assert_int_equal(pipe2(out, O_CLOEXEC), 0);
     assert_int_equal(pipe2(met, O_CLOEXEC), 0);
     char *path = spawn_resolve(argv[0], environ);
-    struct spawn_req req = {.argv = argv, .envp = environ, .path = path, .cwd = cwd,
-                            .out_fd = out[1], .metrics_fd = met[1]};
+    struct spawn_req req = {.argv = argv,
+                            .envp = environ,
+                            .path = path,
+                            .cwd = cwd,
+                            .out_fd = out[1],
+                            .metrics_fd = met[1]};
     pid_t pid = -1;
     struct ddp_err err;
     assert_int_equal(spawn_start(&req, &pid, &err), 0);
@@ -212,8 +232,7 @@ static pid_t start(char **argv, const char *cwd, int *out_rd, int *met_rd)
 static void test_spawn_output_metrics_cwd_and_exit_code(void **state)
 {
     (void)state;
-    char *argv[] = {"sh", "-c",
-                    "echo out; echo err >&2; pwd; echo '{\"loss\": 1}' >&3; exit 3",
+    char *argv[] = {"sh", "-c", "echo out; echo err >&2; pwd; echo '{\"loss\": 1}' >&3; exit 3",
                     NULL};
     int out, met;
     pid_t pid = start(argv, "/tmp", &out, &met);
@@ -236,8 +255,7 @@ static void test_spawn_own_group_and_only_std_fds(void **state)
 {
     (void)state;
     /* fds 0-3 plus the one ls opens to list them: nothing else is inherited. */
-    char *argv[] = {"sh", "-c", "cut -d' ' -f5 /proc/self/stat; ls /proc/self/fd | wc -l",
-                    NULL};
+    char *argv[] = {"sh", "-c", "cut -d' ' -f5 /proc/self/stat; ls /proc/self/fd | wc -l", NULL};
     int out;
     pid_t pid = start(argv, NULL, &out, NULL);
     char buf[256];
@@ -385,8 +403,8 @@ static void test_spawn_worker_dies_with_its_agent(void **state)
         char *argv[] = {"sleep", "60", NULL};
         int devnull = open("/dev/null", O_WRONLY);
         char *path = spawn_resolve("sleep", environ);
-        struct spawn_req req = {.argv = argv, .envp = environ, .path = path,
-                                .out_fd = devnull, .metrics_fd = -1};
+        struct spawn_req req = {
+            .argv = argv, .envp = environ, .path = path, .out_fd = devnull, .metrics_fd = -1};
         pid_t w = -1;
         if (spawn_start(&req, &w, NULL) != 0)
             _exit(1);

@@ -29,9 +29,9 @@ static void test_train_format_thousands(void **state)
     const struct {
         double v;
         const char *want;
-    } cases[] = {{0, "0"},       {999, "999"},         {1000, "1,000"},
+    } cases[] = {{0, "0"},          {999, "999"},        {1000, "1,000"},
                  {14250, "14,250"}, {14249.6, "14,250"}, {1234567, "1,234,567"},
-                 {-5, "0"},      {100000, "100,000"}};
+                 {-5, "0"},         {100000, "100,000"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         train_format_thousands(cases[i].v, b, sizeof(b));
         assert_string_equal(b, cases[i].want);

@@ -53,8 +53,8 @@ void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_d
     }
 }
 
-int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count,
-                       enum comm_dtype dt, struct ddp_err *err)
+int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
+                       struct ddp_err *err)
 {
     for (size_t i = 0; i < count; i++) {
         double ref = 0, mag = 0;

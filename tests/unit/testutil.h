@@ -23,8 +23,8 @@ void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_d
 /* Checks buf (count elements of dt) against the sum of world ranks' inputs of case seed:
  * f32 within 1e-5 * (1 + sum |x|), f64 within 1e-12 * (1 + sum |x|). 0, or DDP_EINTERNAL
  * in err naming the first element off. */
-int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count,
-                       enum comm_dtype dt, struct ddp_err *err);
+int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
+                       struct ddp_err *err);
 
 /* FNV-1a of n bytes continuing from h (digests of results compared across ranks). */
 uint64_t testutil_fnv(const void *p, size_t n, uint64_t h);

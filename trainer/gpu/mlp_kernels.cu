@@ -46,20 +46,20 @@ static unsigned long long *hits_dev;
 /* The same checks as libddp/gpu/gpu_runtime.cu (file and line in the message, DDP_EINTERNAL,
  * which the worker turns into DDP_EXIT_DEVICE); kept here because a CUDA helper macro is not
  * part of libddp's C interface. */
-#define CUDA_TRY(call)                                                                        \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess)                                                                \
+#define CUDA_TRY(call)                                                                         \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess)                                                                 \
             return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s", __FILE__, __LINE__, \
-                           cudaGetErrorName(e_), cudaGetErrorString(e_));                     \
+                           cudaGetErrorName(e_), cudaGetErrorString(e_));                      \
     } while (0)
 
-#define BLAS_TRY(call)                                                                        \
-    do {                                                                                      \
-        cublasStatus_t s_ = (call);                                                           \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                      \
-            return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s", __FILE__,       \
-                           __LINE__, cublasGetStatusName(s_), cublasGetStatusString(s_));     \
+#define BLAS_TRY(call)                                                                           \
+    do {                                                                                         \
+        cublasStatus_t s_ = (call);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                         \
+            return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s", __FILE__, __LINE__, \
+                           cublasGetStatusName(s_), cublasGetStatusString(s_));                  \
     } while (0)
 
 #define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
@@ -88,8 +88,7 @@ extern "C" int mlp_kernels_acquire(struct ddp_err *err)
         b = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
     if (b != CUBLAS_STATUS_SUCCESS) {
         int rc = err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s (GPU %d)", __FILE__,
-                         __LINE__, cublasGetStatusName(b), cublasGetStatusString(b),
-                         gpu_device());
+                         __LINE__, cublasGetStatusName(b), cublasGetStatusString(b), gpu_device());
         if (h)
             cublasDestroy(h);
         return rc;
@@ -195,8 +194,7 @@ __global__ void k_argmax_hits(const float *z, const uint8_t *y, int n, int class
 
 /* trainer/optim.c's step: d = g + wd p; buf = mu buf + d; p -= lr buf (each product and sum
  * rounded on its own, as there). */
-__global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
-                      float wd)
+__global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu, float wd)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)blockDim.x * gridDim.x) {
@@ -209,16 +207,15 @@ __global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, 
 
 /* ---- the MLP pieces -------------------------------------------------------------------- */
 
-extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b, float *z,
-                                  int n, int in, int out, int relu, struct ddp_err *err)
+extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b, float *z, int n,
+                                  int in, int out, int relu, struct ddp_err *err)
 {
     const float one = 1.0f, zero = 0.0f;
     /* z^T [out x n] = W [out x in] x^T [in x n]; W's memory is W^T col-major (ld in). */
-    BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
-                         &zero, z, out));
+    BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in, &zero,
+                         z, out));
     size_t total = (size_t)n * (size_t)out;
-    k_bias_relu<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(z, b, (size_t)n, out,
-                                                                        relu);
+    k_bias_relu<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(z, b, (size_t)n, out, relu);
     LAUNCH_TRY();
     return 0;
 }
@@ -269,8 +266,8 @@ extern "C" int gpu_softmax_xent(const float *logits, const uint8_t *y, float *pr
     int rc = xent_reserve(n, err);
     if (rc)
         return rc;
-    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(
-        logits, y, prob, dz, xent_rows, n, classes);
+    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, prob, dz,
+                                                                       xent_rows, n, classes);
     LAUNCH_TRY();
     rc = gpu_to_host(xent_host, xent_rows, (size_t)n * sizeof(double), err);
     if (rc)
@@ -292,8 +289,8 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
             return rc;
     }
     CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), MLP_STREAM));
-    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, n,
-                                                                               classes, hits_dev);
+    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, n, classes,
+                                                                      hits_dev);
     LAUNCH_TRY();
     int rc = gpu_to_host(&host, hits_dev, sizeof(host), err);
     if (rc == 0)
@@ -301,8 +298,8 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
     return rc;
 }
 
-extern "C" int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu,
-                       float wd, struct ddp_err *err)
+extern "C" int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu, float wd,
+                       struct ddp_err *err)
 {
     k_sgd<<<blocks_for(n, 256), 256, 0, MLP_STREAM>>>(p, g, buf, n, lr, mu, wd);
     LAUNCH_TRY();

@@ -30,18 +30,18 @@ void mlp_kernels_release(void);
 int gpu_linear_forward(const float *x, const float *w, const float *b, float *z, int n, int in,
                        int out, int relu, struct ddp_err *err);
 /* dW[out x in] = dz^T x; db[out] = column sums of dz. */
-int gpu_linear_backward_params(const float *dz, const float *x, float *dw, float *db, int n,
-                               int in, int out, struct ddp_err *err);
+int gpu_linear_backward_params(const float *dz, const float *x, float *dw, float *db, int n, int in,
+                               int out, struct ddp_err *err);
 /* dx[n x in] = dz W, then zero where act (the layer's input, post-ReLU) <= 0. */
-int gpu_linear_backward_input(const float *dz, const float *w, const float *act, float *dx,
-                              int n, int in, int out, struct ddp_err *err);
+int gpu_linear_backward_input(const float *dz, const float *w, const float *act, float *dx, int n,
+                              int in, int out, struct ddp_err *err);
 /* Softmax cross-entropy over logits [n x classes] with labels y (device): writes the
  * probabilities to prob, dz = (prob - onehot) / n, and the loss sum into *loss_sum (waits). */
 int gpu_softmax_xent(const float *logits, const uint8_t *y, float *prob, float *dz, int n,
                      int classes, double *loss_sum, struct ddp_err *err);
 /* Counts rows whose arg-max equals the label (waits). */
-int gpu_count_correct(const float *logits, const uint8_t *y, int n, int classes,
-                      size_t *correct, struct ddp_err *err);
+int gpu_count_correct(const float *logits, const uint8_t *y, int n, int classes, size_t *correct,
+                      struct ddp_err *err);
 /* SGD with momentum and weight decay, torch's order: d = g + wd p; buf = mu buf + d;
  * p -= lr buf. */
 int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu, float wd,

@@ -60,15 +60,14 @@ int gpu_model_new(const int *widths, int nwidths, size_t max_batch, const float 
     m->kernels_held = 1;
     if ((ret = gpu_alloc((void **)&m->params, total * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->own_grads, total * sizeof(float), err)) < 0 ||
-        (ret = gpu_alloc((void **)&m->x, max_batch * (size_t)widths[0] * sizeof(float), err)) <
-            0 ||
+        (ret = gpu_alloc((void **)&m->x, max_batch * (size_t)widths[0] * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->y, max_batch, err)) < 0 ||
         (ret = gpu_alloc((void **)&m->scratch[0], max_batch * maxw * sizeof(float), err)) < 0 ||
         (ret = gpu_alloc((void **)&m->scratch[1], max_batch * maxw * sizeof(float), err)) < 0)
         goto fail;
     for (int l = 1; l <= m->nlayers; l++)
-        if ((ret = gpu_alloc((void **)&m->actbuf[l],
-                             max_batch * (size_t)widths[l] * sizeof(float), err)) < 0)
+        if ((ret = gpu_alloc((void **)&m->actbuf[l], max_batch * (size_t)widths[l] * sizeof(float),
+                             err)) < 0)
             goto fail;
     for (int t = 0; t < 2 * m->nlayers; t++)
         m->grad[t] = m->own_grads + m->off[t];
@@ -98,12 +97,30 @@ void gpu_model_free(struct gpu_model *m)
     free(m);
 }
 
-size_t gpu_model_param_count(const struct gpu_model *m) { return m->nparams; }
-int gpu_model_tensor_count(const struct gpu_model *m) { return 2 * m->nlayers; }
-size_t gpu_model_tensor_size(const struct gpu_model *m, int t) { return m->size[t]; }
-size_t gpu_model_tensor_offset(const struct gpu_model *m, int t) { return m->off[t]; }
-float *gpu_model_params(struct gpu_model *m) { return m->params; }
-float *gpu_model_grad(struct gpu_model *m, int t) { return m->grad[t]; }
+size_t gpu_model_param_count(const struct gpu_model *m)
+{
+    return m->nparams;
+}
+int gpu_model_tensor_count(const struct gpu_model *m)
+{
+    return 2 * m->nlayers;
+}
+size_t gpu_model_tensor_size(const struct gpu_model *m, int t)
+{
+    return m->size[t];
+}
+size_t gpu_model_tensor_offset(const struct gpu_model *m, int t)
+{
+    return m->off[t];
+}
+float *gpu_model_params(struct gpu_model *m)
+{
+    return m->params;
+}
+float *gpu_model_grad(struct gpu_model *m, int t)
+{
+    return m->grad[t];
+}
 
 void gpu_model_bind_grads(struct gpu_model *m, float *const *grads)
 {
@@ -132,8 +149,7 @@ static int load_batch(struct gpu_model *m, const float *x, const uint8_t *y, siz
 {
     int classes = m->widths[m->nlayers];
     if (n == 0 || n > m->max_batch)
-        return err_set(err, DDP_EINVAL, "model: batch of %zu samples (max %zu)", n,
-                       m->max_batch);
+        return err_set(err, DDP_EINVAL, "model: batch of %zu samples (max %zu)", n, m->max_batch);
     for (size_t i = 0; i < n; i++)
         if (y[i] >= classes)
             return err_set(err, DDP_EINVAL, "model: label %d is not below %d outputs", y[i],
@@ -153,15 +169,14 @@ int gpu_model_forward(struct gpu_model *m, const float *x, const uint8_t *y, siz
     if (ret == 0) {
         float *logits = m->actbuf[m->nlayers];
         /* Probabilities overwrite the logits; dZ of the last layer goes to scratch[0]. */
-        ret = gpu_softmax_xent(logits, m->y, logits, m->scratch[0], (int)n,
-                               m->widths[m->nlayers], loss_sum, err);
+        ret = gpu_softmax_xent(logits, m->y, logits, m->scratch[0], (int)n, m->widths[m->nlayers],
+                               loss_sum, err);
     }
     m->n = ret == 0 ? n : 0;
     return ret;
 }
 
-int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks,
-                       struct ddp_err *err)
+int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks, struct ddp_err *err)
 {
     if (m->n == 0)
         return err_set(err, DDP_EINVAL, "model: backward without a forward");
@@ -179,8 +194,8 @@ int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks,
         if (hooks && hooks->layer_end && (ret = hooks->layer_end(hooks->ctx, l, err)) != 0)
             return ret;
         if (l > 0) {
-            ret = gpu_linear_backward_input(dz, m->params + m->off[2 * l], act, da, n, in, outw,
-                                            err);
+            ret =
+                gpu_linear_backward_input(dz, m->params + m->off[2 * l], act, da, n, in, outw, err);
             if (ret < 0)
                 return ret;
             float *tmp = dz;
@@ -218,8 +233,8 @@ int gpu_model_sgd(struct gpu_model *m, float *mom, float lr, float mu, float wd,
                   struct ddp_err *err)
 {
     for (int t = 0; t < 2 * m->nlayers; t++) {
-        int ret = gpu_sgd(m->params + m->off[t], m->grad[t], mom + m->off[t], m->size[t], lr,
-                          mu, wd, err);
+        int ret = gpu_sgd(m->params + m->off[t], m->grad[t], mom + m->off[t], m->size[t], lr, mu,
+                          wd, err);
         if (ret < 0)
             return ret;
     }

@@ -45,8 +45,7 @@ int gpu_model_forward(struct gpu_model *m, const float *x, const uint8_t *y, siz
                       double *loss_sum, struct ddp_err *err);
 /* As model_backward (kernels queued on the compute stream; hooks called in layer order as
  * each layer's gradient kernels are queued). */
-int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks,
-                       struct ddp_err *err);
+int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks, struct ddp_err *err);
 /* As model_count_correct. */
 int gpu_model_count_correct(struct gpu_model *m, const float *x, const uint8_t *y, size_t n,
                             size_t *correct, struct ddp_err *err);

@@ -50,8 +50,8 @@ static struct {
     int (*model_forward)(struct gpu_model *, const float *, const uint8_t *, size_t, double *,
                          struct ddp_err *);
     int (*model_backward)(struct gpu_model *, const struct model_hooks *, struct ddp_err *);
-    int (*model_count_correct)(struct gpu_model *, const float *, const uint8_t *, size_t,
-                               size_t *, struct ddp_err *);
+    int (*model_count_correct)(struct gpu_model *, const float *, const uint8_t *, size_t, size_t *,
+                               struct ddp_err *);
     int (*model_sgd)(struct gpu_model *, float *, float, float, float, struct ddp_err *);
 } model_fn;
 
@@ -81,9 +81,8 @@ static void model_gpu_load(void)
     for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
         *syms[i].slot = dlsym(h, syms[i].name);
         if (!*syms[i].slot) {
-            snprintf(model_gpu_why, sizeof(model_gpu_why),
-                     "%s lacks %s (a %s from another build?)", MODEL_GPU_LIB_NAME,
-                     syms[i].name, MODEL_GPU_LIB_NAME);
+            snprintf(model_gpu_why, sizeof(model_gpu_why), "%s lacks %s (a %s from another build?)",
+                     MODEL_GPU_LIB_NAME, syms[i].name, MODEL_GPU_LIB_NAME);
             memset(&model_fn, 0, sizeof(model_fn));
             dlclose(h);
             return;
@@ -102,8 +101,7 @@ static int model_gpu_loaded(void)
 static void model_gpu_need(const char *what)
 {
     if (!model_gpu_loaded()) {
-        fprintf(stderr, "BUG: %s called without the GPU model library (%s)\n", what,
-                model_gpu_why);
+        fprintf(stderr, "BUG: %s called without the GPU model library (%s)\n", what, model_gpu_why);
         abort();
     }
 }
@@ -171,8 +169,7 @@ int gpu_model_forward(struct gpu_model *m, const float *x, const uint8_t *y, siz
     return model_fn.model_forward(m, x, y, n, loss_sum, err);
 }
 
-int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks,
-                       struct ddp_err *err)
+int gpu_model_backward(struct gpu_model *m, const struct model_hooks *hooks, struct ddp_err *err)
 {
     model_gpu_need("gpu_model_backward");
     return model_fn.model_backward(m, hooks, err);

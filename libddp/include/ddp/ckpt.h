@@ -31,10 +31,10 @@
 #include "common/err.h"
 #include "ddp/rng.h"
 
-#define CKPT_VERSION 1
+#define CKPT_VERSION    1
 #define CKPT_MAX_LAYERS 64
-#define CKPT_MAX_BYTES ((size_t)1 << 34)
-#define CKPT_KEEP 2 /* newest checkpoints kept in a folder */
+#define CKPT_MAX_BYTES  ((size_t)1 << 34)
+#define CKPT_KEEP       2 /* newest checkpoints kept in a folder */
 
 struct ckpt_meta {
     uint32_t epoch;
@@ -75,8 +75,7 @@ char *ckpt_path(const char *dir, uint32_t epoch);
 
 /* Writes buf as epoch's checkpoint in dir (created if missing) atomically, then removes
  * all but the newest CKPT_KEEP checkpoints. DDP_EIO names the file. */
-int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len,
-              struct ddp_err *err);
+int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /*
  * Finds the newest valid checkpoint in dir that fits widths: files are tried newest first;
@@ -84,7 +83,7 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len,
  * *buf (caller frees), *len and *epoch describe it; DDP_ENOTFOUND when there is none (also
  * when dir does not exist).
  */
-int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf,
-                     size_t *len, uint32_t *epoch, struct ddp_err *err);
+int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
+                     uint32_t *epoch, struct ddp_err *err);
 
 #endif

@@ -48,8 +48,8 @@ struct ddp_group {
  * *exit_code is the worker exit code for it (usage 2 for a malformed environment or an
  * unknown backend, rendezvous 4, port in use 5, device 8 when no usable GPU) and err says why. Caller frees with ddp_group_close().
  */
-int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out,
-                   int *exit_code, struct ddp_err *err);
+int ddp_group_open(const char *backend, int64_t timeout_ms, struct ddp_group **out, int *exit_code,
+                   struct ddp_err *err);
 void ddp_group_close(struct ddp_group *g);
 
 /* Sum all-reduce of count doubles in place (no-op at world size 1). */

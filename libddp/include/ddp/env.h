@@ -18,12 +18,12 @@ struct ddp_env {
     int restart_count;    /* TORCHELASTIC_RESTART_COUNT */
     int generation;       /* DDP_GENERATION, 0 if unset */
     char master_addr[256];
-    int master_port;      /* MASTER_PORT, 0 when single process */
-    char job_id[64];      /* DDP_JOB_ID or "local" */
-    char job_token[128];  /* DDP_JOB_TOKEN or "" */
+    int master_port;           /* MASTER_PORT, 0 when single process */
+    char job_id[64];           /* DDP_JOB_ID or "local" */
+    char job_token[128];       /* DDP_JOB_TOKEN or "" */
     char checkpoint_dir[1024]; /* DDP_CHECKPOINT_DIR or "" */
     char heartbeat_file[1024]; /* DDP_HEARTBEAT_FILE or "" */
-    int metrics_fd;       /* DDP_METRICS_FD or -1 */
+    int metrics_fd;            /* DDP_METRICS_FD or -1 */
 };
 
 /* Reads the environment into *env. Fails with DDP_EINVAL naming the variable when a value is

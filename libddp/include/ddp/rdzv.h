@@ -36,8 +36,7 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
 void rdzv_close(struct rdzv *r);
 
 /* Sets key (at most 256 bytes) to value (at most 1 MiB, copied). */
-int rdzv_set(struct rdzv *r, const char *key, const void *value, size_t len,
-             struct ddp_err *err);
+int rdzv_set(struct rdzv *r, const char *key, const void *value, size_t len, struct ddp_err *err);
 
 /* Waits until key exists (or timeout_ms passes: DDP_ETIMEOUT) and returns a copy of its
  * value in *value (caller frees) and its length in *len. */
@@ -55,7 +54,7 @@ int rdzv_add(struct rdzv *r, const char *key, int64_t delta, int64_t *out, struc
 int rdzv_barrier(struct rdzv *r, const char *name, int64_t timeout_ms, struct ddp_err *err);
 
 /* Limits of the store, enforced on both ends. */
-#define RDZV_KEY_MAX 256
+#define RDZV_KEY_MAX   256
 #define RDZV_VALUE_MAX (1024 * 1024)
 
 /* This rank's address on its connection to the store ("10.0.0.2"): the address peers can

@@ -31,7 +31,7 @@
 #include "ddp/trace.h"
 
 #define REDUCER_FIRST_BUCKET_BYTES ((size_t)1 << 20)
-#define REDUCER_MAX_TENSORS 4096
+#define REDUCER_MAX_TENSORS        4096
 
 struct reducer;
 

@@ -26,9 +26,9 @@ struct ddp_group; /* ddp/ddp.h */
 
 /* The checkpoint the group agreed on. */
 struct ddp_resume {
-    uint32_t epoch;       /* its epoch (epochs completed); 0 when no rank had one */
-    int owner;            /* the rank whose file was broadcast; -1 when none */
-    uint8_t *buf;         /* its bytes, the same on every rank; owned, NULL when none */
+    uint32_t epoch; /* its epoch (epochs completed); 0 when no rank had one */
+    int owner;      /* the rank whose file was broadcast; -1 when none */
+    uint8_t *buf;   /* its bytes, the same on every rank; owned, NULL when none */
     size_t len;
     struct ckpt_view view; /* buf decoded (views into buf); valid when epoch > 0 */
 };

@@ -14,7 +14,7 @@
 #include "common/err.h"
 
 struct sampler {
-    size_t n;           /* data set size */
+    size_t n; /* data set size */
     int rank;
     int world_size;
     uint64_t seed;
@@ -26,8 +26,8 @@ struct sampler {
 
 /* Fails with DDP_EINVAL when n == 0 or rank is outside [0, world_size). Starts at epoch 0.
  * Release with sampler_release(). */
-int sampler_init(struct sampler *s, size_t n, int rank, int world_size, uint64_t seed,
-                 int shuffle, struct ddp_err *err);
+int sampler_init(struct sampler *s, size_t n, int rank, int world_size, uint64_t seed, int shuffle,
+                 struct ddp_err *err);
 /* Recomputes this rank's indices for epoch. */
 void sampler_set_epoch(struct sampler *s, uint64_t epoch);
 void sampler_release(struct sampler *s);
