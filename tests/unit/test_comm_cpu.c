@@ -9,6 +9,10 @@
  * Tolerances: inputs are uniform in [-1, 1); an f32 result must be within
  * 1e-5 * (1 + sum |x_r|) of the sum computed in double, an f64 result within
  * 1e-12 * (1 + sum |x_r|). Every rank must also end with bit-identical buffers.
+ *
+ * Why one file of ~890 lines: one cmocka binary per module (docs/style.md), and the ring,
+ * recursive doubling, peer set-up and fault notices share the threaded-rank harness at the
+ * top.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -13,6 +13,10 @@
  * (1 + sum |x|) of the sum in double; every rank must end with bit-identical buffers.
  * Ranks report through a MAP_SHARED board; the parent reaps every child with a deadline and
  * SIGKILLs what is left.
+ *
+ * Why one file of ~770 lines: one cmocka binary per module (docs/style.md), and every case
+ * shares the forked-rank harness at the top (it covers comm_shm.c, comm_shm_coll.c and
+ * comm_shm_region.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>

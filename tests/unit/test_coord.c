@@ -4,6 +4,9 @@
  * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap,
  * and "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
  * LOST unless it beats within the confirm window).
+ *
+ * Why one file of ~1,100 lines: one cmocka binary per module (docs/style.md), and every case
+ * drives the same coordinator through the same clock and fixture helpers at the top.
  */
 #include <setjmp.h>
 #include <stdarg.h>
