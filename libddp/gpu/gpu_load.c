@@ -117,15 +117,26 @@ void *gpu_library_open(const char *name, char *why, size_t why_size)
     return h;
 }
 
+int gpu_library_bind(void *h, const char *lib, const struct gpu_sym *syms, size_t n, char *why,
+                     size_t why_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        *syms[i].slot = dlsym(h, syms[i].name);
+        if (!*syms[i].slot) {
+            snprintf(why, why_size, "%s lacks %s (a %s from another build?)", lib, syms[i].name,
+                     lib);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void gpu_load(void)
 {
     void *h = gpu_library_open(GPU_LIB_NAME, gpu_load_why, sizeof(gpu_load_why));
     if (!h)
         return;
-    struct {
-        const char *name;
-        void **slot;
-    } syms[] = {
+    const struct gpu_sym syms[] = {
         {"gpu_count", (void **)&gpu_fn.count},
         {"gpu_init", (void **)&gpu_fn.init},
         {"gpu_shutdown", (void **)&gpu_fn.shutdown},
@@ -140,16 +151,11 @@ static void gpu_load(void)
         {"gpu_scale", (void **)&gpu_fn.scale},
         {"comm_nccl_ops", (void **)&gpu_fn.nccl_ops},
     };
-    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-        *syms[i].slot = dlsym(h, syms[i].name);
-        if (!*syms[i].slot) {
-            snprintf(gpu_load_why, sizeof(gpu_load_why),
-                     "%s lacks %s (a libddpgpu.so from another build?)", GPU_LIB_NAME,
-                     syms[i].name);
-            memset(&gpu_fn, 0, sizeof(gpu_fn));
-            dlclose(h);
-            return;
-        }
+    if (gpu_library_bind(h, GPU_LIB_NAME, syms, sizeof(syms) / sizeof(syms[0]), gpu_load_why,
+                         sizeof(gpu_load_why)) != 0) {
+        memset(&gpu_fn, 0, sizeof(gpu_fn));
+        dlclose(h);
+        return;
     }
     gpu_lib = h;
 }

@@ -60,10 +60,7 @@ static void model_gpu_load(void)
     void *h = gpu_library_open(MODEL_GPU_LIB_NAME, model_gpu_why, sizeof(model_gpu_why));
     if (!h)
         return;
-    struct {
-        const char *name;
-        void **slot;
-    } syms[] = {
+    const struct gpu_sym syms[] = {
         {"gpu_model_new", (void **)&model_fn.model_new},
         {"gpu_model_free", (void **)&model_fn.model_free},
         {"gpu_model_param_count", (void **)&model_fn.param_count},
@@ -78,15 +75,11 @@ static void model_gpu_load(void)
         {"gpu_model_count_correct", (void **)&model_fn.model_count_correct},
         {"gpu_model_sgd", (void **)&model_fn.model_sgd},
     };
-    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
-        *syms[i].slot = dlsym(h, syms[i].name);
-        if (!*syms[i].slot) {
-            snprintf(model_gpu_why, sizeof(model_gpu_why), "%s lacks %s (a %s from another build?)",
-                     MODEL_GPU_LIB_NAME, syms[i].name, MODEL_GPU_LIB_NAME);
-            memset(&model_fn, 0, sizeof(model_fn));
-            dlclose(h);
-            return;
-        }
+    if (gpu_library_bind(h, MODEL_GPU_LIB_NAME, syms, sizeof(syms) / sizeof(syms[0]), model_gpu_why,
+                         sizeof(model_gpu_why)) != 0) {
+        memset(&model_fn, 0, sizeof(model_fn));
+        dlclose(h);
+        return;
     }
     model_gpu_lib = h;
 }

@@ -65,6 +65,17 @@ int gpu_scale(float *x, size_t n, float s, struct ddp_err *err);
  * message naming the file that failed. Not in libddpgpu.so: it maps nothing by itself. */
 void *gpu_library_open(const char *name, char *why, size_t why_size);
 
+/* One function a loader looks up in a GPU library: its name and where to store it. */
+struct gpu_sym {
+    const char *name;
+    void **slot;
+};
+/* Looks up every symbol of syms in the dlopen handle h of library `lib`. Returns 0 with every
+ * slot set, or -1 with why saying which symbol lib lacks (a library from another build); the
+ * slots may then be partly set, and h is left open for the caller to dlclose(). */
+int gpu_library_bind(void *h, const char *lib, const struct gpu_sym *syms, size_t n, char *why,
+                     size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif
