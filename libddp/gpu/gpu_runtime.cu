@@ -18,26 +18,11 @@
 extern "C" {
 #include "common/err.h"
 }
+#include "ddp/cuda_check.h"
 #include "ddp/gpu.h"
 
 static cudaStream_t gpu_compute_stream;
 static int gpu_dev = -1;
-
-#define CUDA_TRY(call)                                                                         \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s", __FILE__, __LINE__, \
-                           cudaGetErrorName(e_), cudaGetErrorString(e_));                      \
-    } while (0)
-
-#define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
-
-static unsigned blocks_for(size_t n, unsigned threads)
-{
-    size_t b = (n + threads - 1) / threads;
-    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
-}
 
 extern "C" int gpu_count(const char **why)
 {
@@ -169,7 +154,7 @@ extern "C" int gpu_is_device_ptr(const void *p)
 
 /* ---- the reducer's averaging ------------------------------------------------------------ */
 
-/* Grid-stride, so any n is covered whatever blocks_for() caps the grid at. */
+/* Grid-stride, so any n is covered whatever cuda_blocks() caps the grid at. */
 __global__ void k_scale(float *x, size_t n, float s)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -179,7 +164,7 @@ __global__ void k_scale(float *x, size_t n, float s)
 
 extern "C" int gpu_scale(float *x, size_t n, float s, struct ddp_err *err)
 {
-    k_scale<<<blocks_for(n, 256), 256, 0, gpu_compute_stream>>>(x, n, s);
+    k_scale<<<cuda_blocks(n, 256), 256, 0, gpu_compute_stream>>>(x, n, s);
     LAUNCH_TRY();
     return 0;
 }

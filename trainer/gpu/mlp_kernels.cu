@@ -28,6 +28,7 @@ extern "C" {
 #include "common/err.h"
 #include "common/xalloc.h"
 }
+#include "ddp/cuda_check.h"
 #include "ddp/gpu.h"
 #include "trainer/gpu/mlp_kernels.h"
 
@@ -43,17 +44,6 @@ static unsigned long long *hits_dev;
 /* The compute stream of libddp's runtime (ddp/gpu.h): every launch here goes on it. */
 #define MLP_STREAM ((cudaStream_t)gpu_stream())
 
-/* The same checks as libddp/gpu/gpu_runtime.cu (file and line in the message, DDP_EINTERNAL,
- * which the worker turns into DDP_EXIT_DEVICE); kept here because a CUDA helper macro is not
- * part of libddp's C interface. */
-#define CUDA_TRY(call)                                                                         \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess)                                                                 \
-            return err_set(err, DDP_EINTERNAL, "%s:%d: cuda error %s: %s", __FILE__, __LINE__, \
-                           cudaGetErrorName(e_), cudaGetErrorString(e_));                      \
-    } while (0)
-
 #define BLAS_TRY(call)                                                                           \
     do {                                                                                         \
         cublasStatus_t s_ = (call);                                                              \
@@ -61,14 +51,6 @@ static unsigned long long *hits_dev;
             return err_set(err, DDP_EINTERNAL, "%s:%d: cublas error %s: %s", __FILE__, __LINE__, \
                            cublasGetStatusName(s_), cublasGetStatusString(s_));                  \
     } while (0)
-
-#define LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
-
-static unsigned blocks_for(size_t n, unsigned threads)
-{
-    size_t b = (n + threads - 1) / threads;
-    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1));
-}
 
 /* ---- the handle and the scratch ----------------------------------------------------------- */
 
@@ -116,7 +98,7 @@ extern "C" void mlp_kernels_release(void)
 /* ---- kernels --------------------------------------------------------------------------------- */
 
 /* Every kernel below strides over its range (grid-stride), so any n is covered whatever
- * blocks_for() caps the grid at. Where a result must equal the CPU model's bit for bit
+ * cuda_blocks() caps the grid at. Where a result must equal the CPU model's bit for bit
  * (softmax gradient, SGD), products and sums are written with __fmul_rn/__fadd_rn: nvcc
  * would otherwise contract a * b + c into one FMA (one rounding instead of two), which the
  * CPU build (ISO C, no -ffp-contract) never does. */
@@ -215,7 +197,7 @@ extern "C" int gpu_linear_forward(const float *x, const float *w, const float *b
     BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in, &zero,
                          z, out));
     size_t total = (size_t)n * (size_t)out;
-    k_bias_relu<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(z, b, (size_t)n, out, relu);
+    k_bias_relu<<<cuda_blocks(total, 256), 256, 0, MLP_STREAM>>>(z, b, (size_t)n, out, relu);
     LAUNCH_TRY();
     return 0;
 }
@@ -227,7 +209,7 @@ extern "C" int gpu_linear_backward_params(const float *dz, const float *x, float
     /* dW^T [in x out] = x^T [in x n] dz [n x out]; dz's memory is dz^T col-major (ld out). */
     BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dz, out,
                          &zero, dw, in));
-    k_colsum<<<blocks_for((size_t)out, 128), 128, 0, MLP_STREAM>>>(dz, db, n, out);
+    k_colsum<<<cuda_blocks((size_t)out, 128), 128, 0, MLP_STREAM>>>(dz, db, n, out);
     LAUNCH_TRY();
     return 0;
 }
@@ -240,7 +222,7 @@ extern "C" int gpu_linear_backward_input(const float *dz, const float *w, const 
     BLAS_TRY(cublasSgemm(mlp_blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dz, out,
                          &zero, dx, in));
     size_t total = (size_t)n * (size_t)in;
-    k_relu_mask<<<blocks_for(total, 256), 256, 0, MLP_STREAM>>>(dx, act, total);
+    k_relu_mask<<<cuda_blocks(total, 256), 256, 0, MLP_STREAM>>>(dx, act, total);
     LAUNCH_TRY();
     return 0;
 }
@@ -266,8 +248,8 @@ extern "C" int gpu_softmax_xent(const float *logits, const uint8_t *y, float *pr
     int rc = xent_reserve(n, err);
     if (rc)
         return rc;
-    k_softmax_xent<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, prob, dz,
-                                                                       xent_rows, n, classes);
+    k_softmax_xent<<<cuda_blocks((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, prob, dz,
+                                                                        xent_rows, n, classes);
     LAUNCH_TRY();
     rc = gpu_to_host(xent_host, xent_rows, (size_t)n * sizeof(double), err);
     if (rc)
@@ -289,8 +271,8 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
             return rc;
     }
     CUDA_TRY(cudaMemsetAsync(hits_dev, 0, sizeof(*hits_dev), MLP_STREAM));
-    k_argmax_hits<<<blocks_for((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, n, classes,
-                                                                      hits_dev);
+    k_argmax_hits<<<cuda_blocks((size_t)n, 128), 128, 0, MLP_STREAM>>>(logits, y, n, classes,
+                                                                       hits_dev);
     LAUNCH_TRY();
     int rc = gpu_to_host(&host, hits_dev, sizeof(host), err);
     if (rc == 0)
@@ -301,7 +283,7 @@ extern "C" int gpu_count_correct(const float *logits, const uint8_t *y, int n, i
 extern "C" int gpu_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mu, float wd,
                        struct ddp_err *err)
 {
-    k_sgd<<<blocks_for(n, 256), 256, 0, MLP_STREAM>>>(p, g, buf, n, lr, mu, wd);
+    k_sgd<<<cuda_blocks(n, 256), 256, 0, MLP_STREAM>>>(p, g, buf, n, lr, mu, wd);
     LAUNCH_TRY();
     return 0;
 }
