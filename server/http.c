@@ -6,8 +6,9 @@
  * Invariants:
  *   1. A body is never kept past HTTP_BODY_MAX bytes; the rest is read and dropped and the
  *      request is answered 413 RESOURCE_EXHAUSTED (with Content-Length or chunked).
- *   2. Every answer is decided after the whole request was read: 404 unknown route,
- *      405 (+Allow) wrong method, 401/403 auth, then the handler.
+ *   2. Every answer is decided after the whole request was read: 400 for %00 in the request
+ *      line, 404 unknown route, 405 (+Allow) wrong method, 401/403 auth, 413 body size, 400
+ *      for a query argument the route does not take or one sent twice, then the handler.
  *   3. Every error body is {"error": {"code", "status", "message"}} from common/err.h.
  */
 #include "server/http.h"
@@ -35,25 +36,26 @@ struct route {
     const char *method;
     const char *pattern; /* "{}" matches [^/:]+, "{*}" the non-empty rest of the path */
     enum route_auth auth;
+    const char *query; /* the query parameters it takes, space-separated; "" none */
     void (*fn)(struct api_req *r);
 };
 
 static const struct route http_routes[] = {
-    {"GET", "/healthz", AUTH_NONE, api_misc_healthz},
-    {"GET", "/metrics", AUTH_NONE, api_misc_metrics},
-    {"GET", "/", AUTH_NONE, api_misc_index},
-    {"GET", "/ui/{*}", AUTH_NONE, api_misc_ui},
-    {"GET", "/v1/openapi.json", AUTH_USER, api_misc_openapi},
-    {"POST", "/v1/jobs", AUTH_USER, api_jobs_submit},
-    {"GET", "/v1/jobs", AUTH_USER, api_jobs_list},
-    {"GET", "/v1/jobs/{}", AUTH_USER, api_jobs_get},
-    {"POST", "/v1/jobs/{}:cancel", AUTH_USER, api_jobs_cancel},
-    {"GET", "/v1/jobs/{}/events", AUTH_USER, api_jobs_events},
-    {"GET", "/v1/jobs/{}/metrics", AUTH_USER, api_jobs_metrics},
-    {"GET", "/v1/jobs/{}/logs", AUTH_USER, api_jobs_logs},
-    {"GET", "/v1/nodes", AUTH_USER, api_nodes_list},
-    {"POST", "/v1/nodes:register", AUTH_AGENT, api_nodes_register},
-    {"POST", "/v1/nodes/{}:heartbeat", AUTH_AGENT, api_nodes_heartbeat},
+    {"GET", "/healthz", AUTH_NONE, "", api_misc_healthz},
+    {"GET", "/metrics", AUTH_NONE, "", api_misc_metrics},
+    {"GET", "/", AUTH_NONE, "", api_misc_index},
+    {"GET", "/ui/{*}", AUTH_NONE, "", api_misc_ui},
+    {"GET", "/v1/openapi.json", AUTH_USER, "", api_misc_openapi},
+    {"POST", "/v1/jobs", AUTH_USER, "", api_jobs_submit},
+    {"GET", "/v1/jobs", AUTH_USER, "state page_size page_token", api_jobs_list},
+    {"GET", "/v1/jobs/{}", AUTH_USER, "", api_jobs_get},
+    {"POST", "/v1/jobs/{}:cancel", AUTH_USER, "", api_jobs_cancel},
+    {"GET", "/v1/jobs/{}/events", AUTH_USER, "after", api_jobs_events},
+    {"GET", "/v1/jobs/{}/metrics", AUTH_USER, "after", api_jobs_metrics},
+    {"GET", "/v1/jobs/{}/logs", AUTH_USER, "after limit rank tail", api_jobs_logs},
+    {"GET", "/v1/nodes", AUTH_USER, "", api_nodes_list},
+    {"POST", "/v1/nodes:register", AUTH_AGENT, "", api_nodes_register},
+    {"POST", "/v1/nodes/{}:heartbeat", AUTH_AGENT, "", api_nodes_heartbeat},
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
 
@@ -87,6 +89,8 @@ struct ddpd_server {
 /* Per-request state (MHD's con_cls). */
 struct http_conn {
     int64_t start_ns;
+    int started;     /* the handler has seen the request's headers */
+    int encoded_nul; /* the request line held %00, which libmicrohttpd's unescaping cuts at */
     struct buf body; /* at most HTTP_BODY_MAX bytes; released once too_big */
     size_t total;    /* bytes of body received, kept or not */
     int too_big;
@@ -125,10 +129,52 @@ static int http_match(const char *pattern, const char *path, char *param, size_t
 
 const char *api_query(struct api_req *r, const char *key)
 {
-    if (!r->conn)
-        return NULL;
-    return MHD_lookup_connection_value((struct MHD_Connection *)r->conn, MHD_GET_ARGUMENT_KIND,
-                                       key);
+    for (size_t i = 0; i < r->nargs; i++)
+        if (strcmp(r->args[i].key, key) == 0)
+            return r->args[i].value;
+    return NULL;
+}
+
+/* 1 when word is one of the space-separated words of list. */
+static int http_word_in(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; *p;) {
+        size_t m = strcspn(p, " ");
+        if (m == n && strncmp(p, word, n) == 0)
+            return 1;
+        p += m;
+        p += strspn(p, " ");
+    }
+    return 0;
+}
+
+/* Refuses query arguments route `allowed` does not take, and any sent twice (the first would
+ * win silently otherwise). 0, or -1 with the 400 answer set. */
+static int http_check_query(struct api_req *r, const char *allowed)
+{
+    if (r->args_over) {
+        api_reply_errf(r, DDP_EINVAL, "more than %d query parameters", HTTP_QUERY_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < r->nargs; i++) {
+        const char *k = r->args[i].key;
+        if (!http_word_in(allowed, k)) {
+            if (*allowed)
+                api_reply_errf(r, DDP_EINVAL,
+                               "unknown query parameter '%.64s' (this call takes: %s)", k, allowed);
+            else
+                api_reply_errf(r, DDP_EINVAL,
+                               "unknown query parameter '%.64s' (this call takes none)", k);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(r->args[j].key, k) == 0) {
+                api_reply_errf(r, DDP_EINVAL, "query parameter '%.64s' given more than once", k);
+                return -1;
+            }
+    }
+    return 0;
 }
 
 void api_reply_json(struct api_req *r, int status, char *text)
@@ -239,6 +285,10 @@ void http_dispatch(struct api_req *r, const char *authorization, const char *use
     int found = -1, path_known = 0;
     struct ddp_err e;
     *route_out = -1;
+    if (r->encoded_nul) {
+        api_reply_errf(r, DDP_EINVAL, "the request line holds an encoded NUL (%%00)");
+        return;
+    }
     for (int i = 0; i < HTTP_NROUTES; i++) {
         if (!http_match(http_routes[i].pattern, r->path, param, sizeof(param)))
             continue;
@@ -280,6 +330,8 @@ void http_dispatch(struct api_req *r, const char *authorization, const char *use
                        r->body_total, HTTP_BODY_MAX);
         return;
     }
+    if (http_check_query(r, http_routes[found].query) != 0)
+        return;
     r->param = param;
     http_routes[found].fn(r);
     r->param = NULL;
@@ -296,6 +348,37 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     }
 }
 
+/* libmicrohttpd's URI callback: sees the request line's target before it is unescaped (where a
+ * %00 would silently cut the path or a value), and makes the connection's state. */
+static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct http_conn *hc = xcalloc(1, sizeof(*hc));
+    hc->start_ns = time_mono_ns();
+    buf_init_max(&hc->body, HTTP_BODY_MAX);
+    hc->encoded_nul = uri && strstr(uri, "%00") != NULL;
+    return hc;
+}
+
+struct http_args {
+    struct api_arg a[HTTP_QUERY_MAX];
+    size_t n;
+    int over;
+};
+
+static enum MHD_Result http_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    struct http_args *qa = cls;
+    if (qa->n == HTTP_QUERY_MAX) {
+        qa->over = 1;
+        return MHD_NO;
+    }
+    qa->a[qa->n].key = key ? key : "";
+    qa->a[qa->n].value = value ? value : "";
+    qa->n++;
+    return MHD_YES;
+}
+
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                     const char *method, const char *version,
                                     const char *upload_data, size_t *upload_data_size,
@@ -303,11 +386,12 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
 {
     struct ddpd_server *s = cls;
     struct http_conn *hc = *con_cls;
-    if (!hc) {
-        hc = xcalloc(1, sizeof(*hc));
-        hc->start_ns = time_mono_ns();
-        buf_init_max(&hc->body, HTTP_BODY_MAX);
+    if (!hc) { /* http_uri_seen makes it: never absent */
+        hc = http_uri_seen(NULL, NULL, conn);
         *con_cls = hc;
+    }
+    if (!hc->started) {
+        hc->started = 1;
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -320,11 +404,16 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         *upload_data_size = 0;
         return MHD_YES;
     }
+    struct http_args qa = {.n = 0};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, http_collect_arg, &qa);
     struct api_req r = {
         .coord = s->coord,
-        .conn = conn,
         .method = method,
         .path = url,
+        .args = qa.a,
+        .nargs = qa.n,
+        .args_over = qa.over,
+        .encoded_nul = hc->encoded_nul,
         .body = hc->too_big || !hc->body.data ? "" : hc->body.data,
         .body_len = hc->too_big ? 0 : hc->body.len,
         .body_total = hc->total,
@@ -353,7 +442,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
     MHD_destroy_response(resp);
-    metrics_http(route, r.status, time_mono_ns() - hc->start_ns);
+    metrics_http(route, method, r.status, time_mono_ns() - hc->start_ns);
     log_debug("%s %s -> %d", method, url, r.status);
     return ret;
 }
@@ -406,15 +495,17 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
             MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
             (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_HTTPS_MEM_CERT,
-            o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_URI_LOG_CALLBACK,
+            http_uri_seen, s, MHD_OPTION_HTTPS_MEM_CERT, o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY,
+            o->tls_key_pem, MHD_OPTION_END);
     else
         s->d = MHD_start_daemon(
             flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
             MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
             (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_END);
+            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_URI_LOG_CALLBACK,
+            http_uri_seen, s, MHD_OPTION_END);
     if (!s->d) {
         rc = err_set(err, DDP_EUNAVAIL, "cannot listen on %s:%d (in use or not allowed)", o->host,
                      o->port);

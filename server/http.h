@@ -17,11 +17,22 @@ struct coord;
 
 struct ddpd_server;
 
+/* One query argument of a request (borrowed from the request). */
+struct api_arg {
+    const char *key, *value;
+};
+
+/* The most query arguments a request may carry; more is a 400. */
+#define HTTP_QUERY_MAX 16
+
 struct api_req {
     struct coord *coord;
-    void *conn; /* the MHD connection (for query arguments) */
     const char *method;
     const char *path;
+    const struct api_arg *args; /* the query arguments in request order (borrowed) */
+    size_t nargs;
+    int args_over;     /* more than HTTP_QUERY_MAX arguments were sent */
+    int encoded_nul;   /* the request line held %00 (libmicrohttpd cuts the path there) */
     const char *param; /* the {id} / {name} / {file} part of the path, or "" */
     const char *body;  /* NUL-terminated; body_len bytes */
     size_t body_len;
@@ -36,7 +47,8 @@ struct api_req {
     char allow[64]; /* the Allow header of a 405, else "" */
 };
 
-/* Query argument key of the request, or NULL. */
+/* Query argument key of the request, or NULL. A key sent twice, a key the route does not take
+ * and %00 are refused with a 400 naming them before any handler runs (http_dispatch). */
 const char *api_query(struct api_req *r, const char *key);
 
 /* Sets a JSON answer; takes ownership of text (malloc'd). */
@@ -93,7 +105,9 @@ int http_port(struct ddpd_server *s);
 void http_stop(struct ddpd_server *s);
 
 /* Dispatch without a network (tests, fuzzing): routes method + path with the given
- * Authorization header value (or NULL) and body; fills r's answer. r->coord must be set. */
+ * Authorization header value (or NULL), query arguments and body; fills r's answer. r->coord
+ * must be set. Order of the checks: %00 (400), route (404), method (405), auth (401/403),
+ * body size (413), query arguments (400), then the handler. */
 void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
                    const char *agent_token, int *route_out);
 

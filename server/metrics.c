@@ -28,7 +28,11 @@ static const double metrics_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 static const char *const *metrics_route_names;
 static int metrics_nroutes;
 /* route slot METRICS_MAX_ROUTES is "unmatched" */
-static _Atomic uint64_t metrics_req[METRICS_MAX_ROUTES + 1][METRICS_NCODES];
+/* Request methods by label; the last is every other method. */
+static const char *const metrics_methods[] = {"GET",   "POST", "PUT",     "DELETE",
+                                              "PATCH", "HEAD", "OPTIONS", "other"};
+#define METRICS_NMETHODS ((int)(sizeof(metrics_methods) / sizeof(metrics_methods[0])))
+static _Atomic uint64_t metrics_req[METRICS_MAX_ROUTES + 1][METRICS_NMETHODS][METRICS_NCODES];
 static _Atomic uint64_t metrics_lat[METRICS_NBUCKETS + 1];
 static _Atomic uint64_t metrics_lat_ns_sum;
 static _Atomic uint64_t metrics_beats;
@@ -39,16 +43,22 @@ void metrics_set_routes(const char *const *names, int n)
     metrics_nroutes = n > METRICS_MAX_ROUTES ? METRICS_MAX_ROUTES : n;
 }
 
-void metrics_http(int route, int code, int64_t ns)
+void metrics_http(int route, const char *method, int code, int64_t ns)
 {
     int r = route < 0 || route >= metrics_nroutes ? METRICS_MAX_ROUTES : route;
+    int m = METRICS_NMETHODS - 1;
+    for (int i = 0; method && i < METRICS_NMETHODS - 1; i++)
+        if (strcmp(metrics_methods[i], method) == 0) {
+            m = i;
+            break;
+        }
     int k = METRICS_NCODES - 1;
     for (int i = 0; i < METRICS_NCODES - 1; i++)
         if (metrics_codes[i] == code) {
             k = i;
             break;
         }
-    atomic_fetch_add_explicit(&metrics_req[r][k], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_req[r][m][k], 1, memory_order_relaxed);
     double s = (double)ns / 1e9;
     int b = METRICS_NBUCKETS;
     for (int i = 0; i < METRICS_NBUCKETS; i++)
@@ -90,23 +100,28 @@ char *metrics_render(struct coord *c)
     mbuf_printf(&b, "# HELP ddp_nodes Registered nodes by state.\n# TYPE ddp_nodes gauge\n");
     mbuf_printf(&b, "ddp_nodes{state=\"READY\"} %lld\nddp_nodes{state=\"LOST\"} %lld\n",
                 (long long)ready, (long long)lost);
-    mbuf_printf(&b, "# HELP ddp_http_requests_total HTTP requests by route and status code.\n"
-                    "# TYPE ddp_http_requests_total counter\n");
+    mbuf_printf(&b,
+                "# HELP ddp_http_requests_total HTTP requests by route, method and status code.\n"
+                "# TYPE ddp_http_requests_total counter\n");
     for (int r = 0; r <= METRICS_MAX_ROUTES; r++) {
         if (r >= metrics_nroutes && r != METRICS_MAX_ROUTES)
             continue;
         const char *name = r == METRICS_MAX_ROUTES ? "unmatched" : metrics_route_names[r];
-        for (int k = 0; k < METRICS_NCODES; k++) {
-            uint64_t v = atomic_load_explicit(&metrics_req[r][k], memory_order_relaxed);
-            if (!v)
-                continue;
-            if (metrics_codes[k])
-                mbuf_printf(&b, "ddp_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n", name,
-                            metrics_codes[k], (unsigned long long)v);
-            else
-                mbuf_printf(&b, "ddp_http_requests_total{route=\"%s\",code=\"other\"} %llu\n", name,
-                            (unsigned long long)v);
-        }
+        for (int m = 0; m < METRICS_NMETHODS; m++)
+            for (int k = 0; k < METRICS_NCODES; k++) {
+                uint64_t v = atomic_load_explicit(&metrics_req[r][m][k], memory_order_relaxed);
+                if (!v)
+                    continue;
+                char code[16];
+                if (metrics_codes[k])
+                    snprintf(code, sizeof(code), "%d", metrics_codes[k]);
+                else
+                    snprintf(code, sizeof(code), "other");
+                mbuf_printf(&b,
+                            "ddp_http_requests_total{route=\"%s\",method=\"%s\",code=\"%s\"} "
+                            "%llu\n",
+                            name, metrics_methods[m], code, (unsigned long long)v);
+            }
     }
     mbuf_printf(&b, "# HELP ddp_http_request_duration_seconds Time to answer an HTTP request.\n"
                     "# TYPE ddp_http_request_duration_seconds histogram\n");

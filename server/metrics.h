@@ -1,5 +1,5 @@
 /*
- * metrics.h - ddpd's own Prometheus counters (HTTP requests by route and code, a request
+ * metrics.h - ddpd's own Prometheus counters (HTTP requests by route, method and code, a request
  * latency histogram, heartbeats received) and the /metrics text. Lock-free: counters are
  * C11 atomics, safe from any thread.
  */
@@ -15,9 +15,10 @@ struct coord;
 #define METRICS_MAX_ROUTES 32
 void metrics_set_routes(const char *const *names, int n);
 
-/* Counts one request on route (-1: no route matched) answered with HTTP status code,
+/* Counts one request on route (-1: no route matched) with method (the request's; one
+ * outside the known list counts as "other") answered with HTTP status code,
  * which took ns nanoseconds. */
-void metrics_http(int route, int code, int64_t ns);
+void metrics_http(int route, const char *method, int code, int64_t ns);
 void metrics_beat(void);
 
 /* The Prometheus text exposition (version 0.0.4); caller frees. */

@@ -278,5 +278,49 @@ def test_errors_size_limit_boundary():
         assert db_dump(c) == before, "the refused body changed the database"
 
 
+def test_errors_query_and_nul():
+    """Query parameters a call does not take, one given twice, and %00 in the request line are
+    400 naming them, through a real ddpd (libmicrohttpd's own parsing); /metrics has no
+    repeated series and labels each with the request's method."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        job = api.submit(GOOD)
+        auth = {"Authorization": "Bearer " + c.user_token}
+        cases = [
+            ("GET", "/v1/jobs/%s%%00x" % job["id"], "encoded NUL"),
+            ("GET", "/v1/jobs?state=%00", "encoded NUL"),
+            ("GET", "/v1/jobs?state=PENDING&state=RUNNING", "'state' given more than once"),
+            ("GET", "/v1/jobs?colour=red", "unknown query parameter 'colour'"),
+            ("GET", "/v1/jobs/%s?x=1" % job["id"], "unknown query parameter 'x'"),
+            ("GET", "/v1/nodes?all=1", "unknown query parameter 'all'"),
+            ("GET", "/healthz?probe=1", "unknown query parameter 'probe'"),
+            ("POST", "/v1/jobs/%s:cancel?force=1" % job["id"], "unknown query parameter 'force'"),
+            ("GET", "/v1/jobs?" + "&".join("p%d=1" % i for i in range(17)),
+             "more than 16 query parameters"),
+        ]
+        before = db_dump(c)
+        for method, path, part in cases:
+            status, hdrs, text = send_raw(c, method, path, auth, b"")
+            a = Answer(status, text, hdrs)
+            expect_error(a, 400, part, "%s %s" % (method, path))
+        assert api.get("/v1/jobs/" + job["id"]).json["state"] == "PENDING", \
+            "a refused cancel acted"
+        assert db_dump(c) == before, "a refused request changed the database"
+        # what the real clients send still works
+        for path in ("/v1/jobs?state=PENDING&page_size=5", "/v1/jobs/%s/logs?rank=0&tail=5" %
+                     job["id"], "/v1/jobs/%s/events?after=0" % job["id"]):
+            a = api.get(path)
+            assert a.status == 200, (path, a)
+        status, _, text = send_raw(c, "GET", "/metrics", {}, b"")
+        assert status == 200, status
+        series = [ln.rsplit(" ", 1)[0] for ln in text.splitlines() if ln and ln[0] != "#"]
+        dups = sorted({s for s in series if series.count(s) > 1})
+        assert not dups, "repeated series in /metrics: %s" % dups[:5]
+        req = [s for s in series if s.startswith("ddp_http_requests_total{")]
+        assert req and all('method="' in s for s in req), req[:5]
+        assert any('route="/v1/jobs",method="POST",code="201"' in s for s in req), req
+        assert any('route="/v1/jobs",method="GET",code="400"' in s for s in req), req
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

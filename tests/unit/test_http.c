@@ -1,7 +1,8 @@
 /*
  * test_http.c - ddpd's request routing without a network (http_dispatch): 404 for unknown
  * routes, 405 with Allow, 401/403 auth, 413 over the body cap, open routes, the embedded
- * documents, and the error body shape.
+ * documents, the error body shape, and query arguments: unknown, repeated, too many, and an
+ * encoded NUL in the request line.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,6 +194,56 @@ static void test_http_embedded_documents(void **state)
     assert_non_null(embed_find("schema/001_init.sql"));
 }
 
+/* Dispatches GET path with the given query arguments. */
+static int call_args(struct fx *f, struct api_req *r, const char *path, const struct api_arg *args,
+                     size_t nargs, int over, int nul)
+{
+    char auth[64];
+    memset(r, 0, sizeof(*r));
+    r->coord = f->c;
+    r->method = "GET";
+    r->path = path;
+    r->body = "";
+    r->args = args;
+    r->nargs = nargs;
+    r->args_over = over;
+    r->encoded_nul = nul;
+    r->now = 2000;
+    snprintf(auth, sizeof(auth), "Bearer %s", USER);
+    int route = -2;
+    http_dispatch(r, auth, USER, AGENT, &route);
+    return r->status;
+}
+
+static void test_http_query_arguments(void **state)
+{
+    struct fx *f = *state;
+    struct api_req r;
+    const struct api_arg ok[] = {{"state", "PENDING"}, {"page_size", "5"}};
+    assert_int_equal(call_args(f, &r, "/v1/jobs", ok, 2, 0, 0), 200);
+    free(r.out);
+    const struct api_arg unknown[] = {{"state", "PENDING"}, {"colour", "red"}};
+    call_args(f, &r, "/v1/jobs", unknown, 2, 0, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "unknown query parameter 'colour'");
+    const struct api_arg twice[] = {{"state", "PENDING"}, {"state", "RUNNING"}};
+    call_args(f, &r, "/v1/jobs", twice, 2, 0, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "'state' given more than once");
+    const struct api_arg none[] = {{"x", "1"}};
+    call_args(f, &r, "/v1/nodes", none, 1, 0, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "takes none");
+    call_args(f, &r, "/healthz", none, 1, 0, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "unknown query parameter 'x'");
+    call_args(f, &r, "/v1/jobs", ok, 2, 1, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "more than 16 query parameters");
+    /* %00 is refused before the route is looked at: "/v1/jobs/j-1%00x" reached us as j-1 */
+    call_args(f, &r, "/v1/jobs/j-1", NULL, 0, 0, 1);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "encoded NUL");
+    /* an argument the handler checks still reaches it */
+    const struct api_arg bad[] = {{"page_size", "0"}};
+    call_args(f, &r, "/v1/jobs", bad, 1, 0, 0);
+    expect_error(&r, 400, "INVALID_ARGUMENT", "page_size");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -202,6 +253,7 @@ int main(void)
         T(test_http_body_cap),
         T(test_http_jobs_round_trip),
         T(test_http_embedded_documents),
+        T(test_http_query_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
