@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,47 @@ fail:
     return rc;
 }
 
+static const char *fs_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a folder";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m) || S_ISBLK(m))
+        return "a device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a regular file";
+}
+
+int fs_read_regular(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
+{
+    /* O_NOFOLLOW: a link is refused, never followed; O_NONBLOCK: opening a FIFO does not wait
+     * for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            return err_set(err, DDP_EINVAL, "%s is a symbolic link, not a regular file", path);
+        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
+                       strerror(errno));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = err_set(err, DDP_EIO, "stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = err_set(err, DDP_EINVAL, "%s is %s", path, fs_kind(st.st_mode));
+    } else if ((uint64_t)st.st_size > (uint64_t)max) {
+        rc = err_set(err, DDP_ETOOBIG, "%s is %lld bytes, more than %zu", path,
+                     (long long)st.st_size, max);
+    }
+    close(fd);
+    if (rc)
+        return rc;
+    /* Regular and small enough: read it (a file that grows meanwhile is still cut at max). */
+    return fs_read_all(path, max, out, len, err);
+}
+
 int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -97,11 +139,13 @@ int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct dd
     int rc = 0;
     for (;;) {
         if (used == cap) {
-            if (cap >= max) {
+            /* Room for max + 1 bytes at most: a file of exactly max bytes reads whole (the
+             * next read says end of file), one byte more is refused below. */
+            if (cap > max) {
                 rc = err_set(err, DDP_ETOOBIG, "%s is larger than %zu bytes", path, max);
                 goto fail;
             }
-            cap = cap * 2 > max ? max : cap * 2;
+            cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
             buf = xrealloc(buf, cap + 1);
         }
         ssize_t r = read(fd, buf + used, cap - used);

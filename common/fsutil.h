@@ -19,6 +19,10 @@ int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
 /* Reads all of path into a new NUL-terminated buffer (caller frees) and its length into
  * *len (may be NULL). Fails with DDP_ETOOBIG past max bytes, DDP_ENOTFOUND if missing. */
 int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err);
+/* As fs_read_all, for a file that must be a regular file of at most max bytes: a symbolic
+ * link, a FIFO, a device or a folder is refused (DDP_EINVAL, naming what it is) without
+ * blocking or reading from it, and a size past max is DDP_ETOOBIG before anything is read. */
+int fs_read_regular(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err);
 
 /* mkdir -p with mode for the folders it creates. */
 int fs_mkdir_p(const char *path, mode_t mode, struct ddp_err *err);

@@ -84,6 +84,22 @@ static uint64_t params_of(const uint32_t *widths, int nlayers)
     return total;
 }
 
+size_t ckpt_size_for(const int *widths, int nwidths)
+{
+    if (nwidths < 2 || nwidths > CKPT_MAX_LAYERS + 1)
+        return 0;
+    uint32_t w[CKPT_MAX_LAYERS + 1];
+    for (int i = 0; i < nwidths; i++) {
+        if (widths[i] <= 0)
+            return 0;
+        w[i] = (uint32_t)widths[i];
+    }
+    uint64_t np = params_of(w, nwidths - 1);
+    if (np == 0)
+        return 0;
+    return (size_t)(88 + 4 * (uint64_t)nwidths + 8 * np + 4);
+}
+
 int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *momentum,
                 uint8_t **out, size_t *len, struct ddp_err *err)
 {
@@ -225,17 +241,14 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
         }
         return err_set(err, DDP_EIO, "checkpoint dir %s: %s", dir, strerror(errno));
     }
-    size_t cap = 8, cnt = 0;
-    uint32_t *e = xmalloc(cap * sizeof(uint32_t));
+    size_t cap = 0, cnt = 0;
+    uint32_t *e = NULL;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         uint32_t ep;
         if (parse_name(de->d_name, &ep) != 0)
             continue;
-        if (cnt == cap) {
-            cap *= 2;
-            e = xrealloc(e, cap * sizeof(uint32_t));
-        }
+        XGROW(e, cnt + 1, cap, 8);
         e[cnt++] = ep;
     }
     closedir(d);
@@ -281,13 +294,20 @@ int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **
     if (rc)
         return rc;
     rc = err_set(err, DDP_ENOTFOUND, "no valid checkpoint in %s", dir);
+    /* A checkpoint of this model has exactly this size: a file that is larger is not one, and
+     * is not read (a link to /dev/zero or a huge file would be read toward CKPT_MAX_BYTES). */
+    size_t want = ckpt_size_for(widths, nwidths);
+    if (want == 0) {
+        free(epochs);
+        return err_set(err, DDP_EINVAL, "the model's widths make no valid checkpoint");
+    }
     for (size_t i = 0; i < n; i++) {
         char *path = ckpt_path(dir, epochs[i]);
         char *data = NULL;
         size_t dlen = 0;
         struct ddp_err e;
         struct ckpt_view v;
-        if (fs_read_all(path, CKPT_MAX_BYTES, &data, &dlen, &e) != 0) {
+        if (fs_read_regular(path, want, &data, &dlen, &e) != 0) {
             log_warn("skipping checkpoint %s: %s", path, e.msg);
         } else if (ckpt_decode((const uint8_t *)data, dlen, path, &v, &e) != 0) {
             log_warn("skipping checkpoint %s: %s", path, e.msg);

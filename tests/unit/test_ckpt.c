@@ -16,6 +16,7 @@
 
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "ddp/ckpt.h"
 
 static void make_meta(struct ckpt_meta *m, uint32_t epoch)
@@ -199,6 +200,47 @@ static void test_ckpt_find_newest_skips_corrupt(void **state)
     free(p6);
 }
 
+static void test_ckpt_find_newest_regular_files_only(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/odd", tmpdir);
+    int w[3] = {3, 4, 2};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint32_t epoch = 0;
+    struct ddp_err err;
+    save_epoch(dir, 5);
+    assert_int_equal(ckpt_size_for(w, 3), 88 + 4 * 3 + 8 * 26 + 4);
+    assert_int_equal(ckpt_size_for(w, 1), 0);
+    /* A FIFO named like the newest checkpoint: opening it for reading would wait for a writer
+     * forever. */
+    char *p9 = ckpt_path(dir, 9);
+    assert_int_equal(mkfifo(p9, 0600), 0);
+    /* A link to /dev/zero: read toward CKPT_MAX_BYTES (16 GiB) before. */
+    char *p8 = ckpt_path(dir, 8);
+    assert_int_equal(symlink("/dev/zero", p8), 0);
+    /* A regular file larger than a checkpoint of this model: not read at all. */
+    char *p7 = ckpt_path(dir, 7);
+    FILE *f = fopen(p7, "wb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 64L << 20, SEEK_SET), 0);
+    assert_int_equal(fputc(0, f), 0);
+    assert_int_equal(fclose(f), 0);
+    /* A folder. */
+    char *p6 = ckpt_path(dir, 6);
+    assert_int_equal(mkdir(p6, 0700), 0);
+    int64_t t0 = time_mono_ms();
+    assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), 0);
+    assert_true(time_mono_ms() - t0 < 5000); /* no wait on the FIFO, no 16 GiB read */
+    assert_int_equal(epoch, 5);
+    free(buf);
+    free(p6);
+    free(p7);
+    free(p8);
+    free(p9);
+}
+
 int main(void)
 {
     log_init("test_ckpt", LOG_ERROR);
@@ -207,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_detects_every_flip_and_truncation),
         cmocka_unit_test(test_ckpt_keeps_newest_two),
         cmocka_unit_test(test_ckpt_find_newest_skips_corrupt),
+        cmocka_unit_test(test_ckpt_find_newest_regular_files_only),
     };
     return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
 }

@@ -151,6 +151,24 @@ static void test_common_fs_write_atomic(void **state)
     closedir(d);
     assert_int_equal(entries, 1);
     assert_int_equal(fs_read_all(path, 3, &text, &len, &e), DDP_ETOOBIG);
+    /* A file of exactly max bytes reads whole, past the first 4 KiB read too; one more is
+     * refused; fs_read_regular the same. */
+    char *big = xmalloc(10000);
+    memset(big, 'b', 10000);
+    char *bpath = xasprintf("%s/big", dir);
+    assert_int_equal(fs_write_atomic(bpath, big, 10000, 0600, &e), 0);
+    assert_int_equal(fs_read_all(bpath, 10000, &text, &len, &e), 0);
+    assert_int_equal(len, 10000);
+    free(text);
+    assert_int_equal(fs_read_all(bpath, 9999, &text, &len, &e), DDP_ETOOBIG);
+    assert_int_equal(fs_read_regular(bpath, 10000, &text, &len, &e), 0);
+    assert_int_equal(len, 10000);
+    free(text);
+    assert_int_equal(fs_read_regular(bpath, 9999, &text, &len, &e), DDP_ETOOBIG);
+    assert_int_equal(fs_read_regular(dir, 10000, &text, &len, &e), DDP_EINVAL);
+    assert_int_equal(unlink(bpath), 0);
+    free(bpath);
+    free(big);
     char *missing = xasprintf("%s/missing", dir);
     assert_int_equal(fs_read_all(missing, 100, &text, &len, &e), DDP_ENOTFOUND);
     char *bad = xasprintf("%s/no/such/dir/f", dir);

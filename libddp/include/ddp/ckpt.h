@@ -79,10 +79,16 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
 
 /*
  * Finds the newest valid checkpoint in dir that fits widths: files are tried newest first;
- * a corrupt, truncated or mismatching one is skipped with a warning naming it. On success
+ * a corrupt, truncated or mismatching one is skipped with a warning naming it, and so is
+ * anything that is not a regular file (a symbolic link, a FIFO, a device: never opened for
+ * reading or followed) or is larger than a checkpoint of this model (never read). On success
  * *buf (caller frees), *len and *epoch describe it; DDP_ENOTFOUND when there is none (also
  * when dir does not exist).
  */
+/* The exact size in bytes of a checkpoint of a model of these widths; 0 when the widths make
+ * no valid checkpoint (fewer than 2, more than CKPT_MAX_LAYERS + 1, one <= 0, too large). */
+size_t ckpt_size_for(const int *widths, int nwidths);
+
 int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
                      uint32_t *epoch, struct ddp_err *err);
 
