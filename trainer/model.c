@@ -12,11 +12,15 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/args.h"
 #include "common/xalloc.h"
+#include "ddp/ckpt.h"
 #include "ddp/rng.h"
 
 struct model {
@@ -35,6 +39,53 @@ struct model {
     const uint8_t *labels;
     size_t n; /* samples of the last forward, 0 if none */
 };
+
+uint64_t model_memory_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || size <= 0)
+        return UINT64_MAX; /* unknown: only the checkpoint bound applies */
+    return (uint64_t)pages * (uint64_t)size;
+}
+
+/* Writes bytes as "12.0 GiB" (or MiB, TiB) into buf. */
+static void model_fmt_bytes(uint64_t bytes, char *buf, size_t size)
+{
+    const char *unit[] = {"MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes / (1024.0 * 1024.0);
+    int u = 0;
+    while (v >= 1024.0 && u < 3) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %s", v, unit[u]);
+}
+
+int model_check_size(const char *spec, const int *widths, int nwidths, uint64_t memory,
+                     struct ddp_err *err)
+{
+    uint64_t params = 0;
+    for (int l = 0; l + 1 < nwidths; l++)
+        params += (uint64_t)widths[l + 1] * (uint64_t)widths[l] + (uint64_t)widths[l + 1];
+    /* Parameters, gradients and momentum, float32 each, and the checkpoint being written
+     * (parameters and momentum again): the least a rank holds. */
+    uint64_t need = params * 20;
+    char needs[32], has[32];
+    model_fmt_bytes(need, needs, sizeof(needs));
+    if (ckpt_size_for(widths, nwidths) == 0)
+        return err_set(err, DDP_EINVAL,
+                       "--model: '%s' has %" PRIu64 " parameters (%s to train): more than a "
+                       "checkpoint holds (%zu bytes)",
+                       spec, params, needs, (size_t)CKPT_MAX_BYTES);
+    if (need > memory) {
+        model_fmt_bytes(memory, has, sizeof(has));
+        return err_set(err, DDP_EINVAL,
+                       "--model: '%s' has %" PRIu64 " parameters and needs at least %s for "
+                       "parameters, gradients, momentum and a checkpoint; this machine has %s",
+                       spec, params, needs, has);
+    }
+    return 0;
+}
 
 int model_parse_spec(const char *spec, int *widths, int *nwidths, struct ddp_err *err)
 {
@@ -65,6 +116,9 @@ int model_parse_spec(const char *spec, int *widths, int *nwidths, struct ddp_err
     }
     if (n < 2)
         return err_set(err, DDP_EINVAL, "--model: want at least two widths in '%s'", spec);
+    int rc = model_check_size(spec, w, n, model_memory_bytes(), err);
+    if (rc)
+        return rc;
     memcpy(widths, w, (size_t)n * sizeof(int));
     *nwidths = n;
     return 0;

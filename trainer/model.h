@@ -57,6 +57,14 @@ struct model_hooks {
  * them, each 1..MODEL_MAX_WIDTH). Writes the count to *nwidths. Message names --model.
  */
 int model_parse_spec(const char *spec, int *widths, int *nwidths, struct ddp_err *err);
+/* Refuses (DDP_EINVAL, naming --model, the parameter count and the memory) a model whose
+ * parameters, gradients, momentum and checkpoint (20 bytes a parameter) need more than memory
+ * bytes, or
+ * whose checkpoint would pass CKPT_MAX_BYTES. model_parse_spec checks with
+ * model_memory_bytes(), the machine's physical memory (UINT64_MAX when unknown). */
+int model_check_size(const char *spec, const int *widths, int nwidths, uint64_t memory,
+                     struct ddp_err *err);
+uint64_t model_memory_bytes(void);
 
 /*
  * Creates the MLP with nwidths widths, able to run batches of up to max_batch samples, its

@@ -33,6 +33,19 @@ static void test_model_parse_spec(void **state)
         if (!strstr(err.msg, "--model"))
             fail_msg("message '%s' for '%s' does not name --model", err.msg, bad[i]);
     }
+    /* Too large to train: a usage error naming the memory, never an abort in the allocator. */
+    err_clear(&err);
+    assert_int_equal(model_parse_spec("mlp:20-1048576-1048576-4", w, &n, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "--model"));
+    assert_non_null(strstr(err.msg, "1099538890756 parameters"));
+    int big[] = {20, 20000, 20000, 4}; /* 400 M parameters: 7.5 GiB to train */
+    err_clear(&err);
+    assert_int_equal(model_check_size("mlp:20-20000-20000-4", big, 4, 1ull << 30, &err),
+                     DDP_EINVAL);
+    if (!strstr(err.msg, "--model") || !strstr(err.msg, "7.5 GiB") || !strstr(err.msg, "1.0 GiB"))
+        fail_msg("message '%s' does not name --model and both sizes", err.msg);
+    assert_int_equal(model_check_size("mlp:20-20000-20000-4", big, 4, 16ull << 30, &err), 0);
+    assert_int_equal(model_check_size("mlp:784-256-128-10", w, 4, 1ull << 30, &err), 0);
 }
 
 static void test_model_init_deterministic(void **state)
