@@ -204,6 +204,20 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
                 rc = err_set(err, DDP_EINVAL, "field 'env.%s': expected a string", k);
                 goto out;
             }
+            /* The kernel refuses an environment string ("NAME=value" and its NUL) of more
+             * than MAX_ARG_STRLEN bytes with E2BIG at every start: refuse it here instead. */
+            size_t vlen = json_string_length(v);
+            if (strlen(k) + 1 + vlen + 1 > SPEC_MAX_ENV_STRING) {
+                rc = err_set(err, DDP_EINVAL,
+                             "field 'env.%.64s': %zu bytes; NAME=value must fit in %d bytes (the "
+                             "kernel's limit for one environment string)",
+                             k, vlen, SPEC_MAX_ENV_STRING - 1);
+                goto out;
+            }
+            if (strlen(json_string_value(v)) != vlen) {
+                rc = err_set(err, DDP_EINVAL, "field 'env.%.64s': holds a NUL character", k);
+                goto out;
+            }
         }
     }
 

@@ -16,13 +16,15 @@
 #define SPEC_MAX_ARGS    256
 #define SPEC_MAX_ARG_LEN 4096
 #define SPEC_MAX_ENV     256
-#define SPEC_MAX_NODES   1024
-#define SPEC_MAX_NPROC   1024
-#define SPEC_MAX_PATH    4096
-#define BEAT_MAX_ITEMS   4096
-#define BEAT_MAX_LINES   5000
-#define BEAT_MAX_WAIT_MS 2000
-#define LOG_LINE_MAX     4096
+/* One "NAME=value" string with its NUL: the kernel's MAX_ARG_STRLEN (32 pages of 4 KiB). */
+#define SPEC_MAX_ENV_STRING (128 * 1024)
+#define SPEC_MAX_NODES      1024
+#define SPEC_MAX_NPROC      1024
+#define SPEC_MAX_PATH       4096
+#define BEAT_MAX_ITEMS      4096
+#define BEAT_MAX_LINES      5000
+#define BEAT_MAX_WAIT_MS    2000
+#define LOG_LINE_MAX        4096
 
 /* A validated job spec. json is the canonical spec (every field present, defaults filled
  * in, nnodes as "MIN:MAX"), owned by the struct; the numbers are copies of its fields. */

@@ -114,6 +114,28 @@ static void test_validate_spec_limits(void **state)
     assert_int_equal(validate_job_spec(body, &s, &e), DDP_EINVAL);
     assert_non_null(strstr(e.msg, "field 'env'"));
     json_decref(body);
+    /* One environment string at the kernel's limit (128 KiB with its NUL) is taken; one byte
+     * more would fail every start with E2BIG, so it is refused at submit. */
+    size_t room = SPEC_MAX_ENV_STRING - strlen("BIG=") - 1;
+    char *val = xmalloc(room + 2);
+    memset(val, 'v', room + 1);
+    val[room] = '\0';
+    body = json_pack("{s:[s], s:{s:s}}", "command", "a", "env", "BIG", val);
+    assert_int_equal(validate_job_spec(body, &s, &e), 0);
+    validate_spec_release(&s);
+    json_decref(body);
+    val[room] = 'v';
+    val[room + 1] = '\0';
+    body = json_pack("{s:[s], s:{s:s}}", "command", "a", "env", "BIG", val);
+    assert_int_equal(validate_job_spec(body, &s, &e), DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "field 'env.BIG'"));
+    assert_non_null(strstr(e.msg, "kernel"));
+    json_decref(body);
+    free(val);
+    body = json_pack("{s:[s], s:{s:o}}", "command", "a", "env", "NUL", json_stringn("a\0b", 3));
+    assert_int_equal(validate_job_spec(body, &s, &e), DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "NUL"));
+    json_decref(body);
 }
 
 static void test_validate_spec_defaults(void **state)
