@@ -144,3 +144,36 @@ char *jsonx_dumps(const json_t *v)
         abort();
     return s;
 }
+
+int jsonx_depth(const json_t *v, int limit)
+{
+    if (!json_is_object(v) && !json_is_array(v))
+        return 0;
+    if (limit < 0)
+        return 1; /* past the limit: no need to look deeper */
+    int deepest = 0;
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            int d = jsonx_depth(x, limit - 1);
+            if (d > deepest)
+                deepest = d;
+            if (deepest > limit)
+                break;
+        }
+    } else {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            int d = jsonx_depth(x, limit - 1);
+            if (d > deepest)
+                deepest = d;
+            if (deepest > limit)
+                break;
+        }
+    }
+    return 1 + deepest;
+}

@@ -39,4 +39,8 @@ int jsonx_parse_object(const char *text, size_t len, json_t **out, struct ddp_er
 /* Compact serialisation; the caller frees the string. Aborts on out-of-memory. */
 char *jsonx_dumps(const json_t *v);
 
+/* How deeply v nests (a scalar 0, {} or [] 1, {"a": []} 2, ...), counted up to limit + 1
+ * at most (so a deep value costs no more than limit levels to refuse). */
+int jsonx_depth(const json_t *v, int limit);
+
 #endif

@@ -539,6 +539,11 @@ int validate_beat(const json_t *body, struct beat *out, struct ddp_err *err)
             rc = validate_prefix(err, p, rc);
             goto out;
         }
+        if (jsonx_depth(metric, BEAT_MAX_METRIC_DEPTH) > BEAT_MAX_METRIC_DEPTH) {
+            rc = err_set(err, DDP_EINVAL, "field '%smetric': nested more than %d levels", p,
+                         BEAT_MAX_METRIC_DEPTH);
+            goto out;
+        }
         o->generation = gen;
         o->seq = seq;
         o->metric = metric;

@@ -24,7 +24,10 @@
 #define BEAT_MAX_ITEMS      4096
 #define BEAT_MAX_LINES      5000
 #define BEAT_MAX_WAIT_MS    2000
-#define LOG_LINE_MAX        4096
+/* How deeply a metric may nest: ordinary JSON clients (Python's json, browsers) stop far
+ * short of jansson's 2048 levels. */
+#define BEAT_MAX_METRIC_DEPTH 16
+#define LOG_LINE_MAX          4096
 
 /* A validated job spec. json is the canonical spec (every field present, defaults filled
  * in, nnodes as "MIN:MAX"), owned by the struct; the numbers are copies of its fields. */

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "common/buf.h"
 #include "common/jsonx.h"
 #include "common/xalloc.h"
 #include "server/validate.h"
@@ -308,6 +309,33 @@ static void test_validate_beat(void **state)
     assert_int_equal(b.logs[0].seq, 5);
     validate_beat_release(&b);
     json_decref(keep);
+
+    /* A metric nested 16 levels is taken, 17 (or jansson's 2,000) refused naming it. */
+    const int depths[] = {16, 17, 2000};
+    for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
+        int d = depths[i];
+        struct buf text = BUF_INIT;
+        assert_int_equal(buf_addstr(&text, "{\"incarnation\":\"x\",\"metrics\":[{\"job_id\":"
+                                           "\"j-1\",\"generation\":1,\"seq\":1,\"metric\":"),
+                         0);
+        for (int l = 0; l < d; l++)
+            assert_int_equal(buf_addstr(&text, l + 1 < d ? "{\"a\":" : "{}"), 0);
+        for (int l = 0; l + 1 < d; l++)
+            assert_int_equal(buf_addstr(&text, "}"), 0);
+        assert_int_equal(buf_addstr(&text, "}]}"), 0);
+        struct beat bb = {0};
+        struct ddp_err ee = {0};
+        json_t *kk = NULL;
+        int rc = beat_of(text.data, &bb, &ee, &kk);
+        if (d <= BEAT_MAX_METRIC_DEPTH) {
+            assert_int_equal(rc, 0);
+            validate_beat_release(&bb);
+        } else if (rc != DDP_EINVAL || !strstr(ee.msg, "field 'metrics[0].metric': nested")) {
+            fail_msg("depth %d: rc %d message '%s'", d, rc, ee.msg);
+        }
+        json_decref(kk);
+        buf_release(&text);
+    }
 }
 
 static void test_validate_job_id(void **state)
