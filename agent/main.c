@@ -23,10 +23,10 @@
 #include "common/args.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/tokenfile.h"
 #include "common/xalloc.h"
 
 #define AGENT_DEFAULT_SERVER "http://127.0.0.1:8470"
-#define AGENT_TOKEN_MAX      4096
 
 static const char usage_line[] =
     "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
@@ -157,15 +157,10 @@ static char *read_token(const char *path)
         struct ddp_err err;
         err_clear(&err);
         char *text = NULL;
-        int rc = fs_read_all(path, AGENT_TOKEN_MAX, &text, NULL, &err);
-        if (rc == 0) {
-            size_t n = strlen(text);
-            while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' '))
-                text[--n] = '\0';
-            if (n > 0)
-                return text;
-            free(text);
-        } else if (rc != DDP_ENOTFOUND) {
+        int rc = token_file_read(path, "agent", &text, &err);
+        if (rc == 0)
+            return text;
+        if (rc != DDP_ENOTFOUND) {
             log_error("cannot read the agent token: %s", err.msg);
             return NULL;
         }

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
+#include "common/tokenfile.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
 #include "server/http.h"
@@ -51,12 +52,12 @@ static void ddpd_usage(FILE *f)
             "  --help                    this text\n");
 }
 
-/* Reads the token at path, creating it with a random token (mode 0600) if missing. */
+/* Reads the token at path (common/tokenfile.h: refused when empty, short or not a regular
+ * file; a warning when others may read it), creating it with a random token (mode 0600) if
+ * missing. */
 static int ddpd_token(const char *path, const char *what, char **out, struct ddp_err *err)
 {
-    char *text = NULL;
-    size_t len = 0;
-    int rc = fs_read_all(path, 4096, &text, &len, err);
+    int rc = token_file_read(path, what, out, err);
     if (rc == DDP_ENOTFOUND) {
         char tok[65];
         if (rand_hex(tok, 32) != 0)
@@ -72,15 +73,7 @@ static int ddpd_token(const char *path, const char *what, char **out, struct ddp
     }
     if (rc)
         return rc;
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
-                       text[len - 1] == '\t'))
-        text[--len] = '\0';
-    if (len == 0) {
-        free(text);
-        return err_set(err, DDP_EINVAL, "%s token file %s is empty", what, path);
-    }
     log_info("using %s token file=%s", what, path);
-    *out = text;
     return 0;
 }
 

@@ -9,11 +9,15 @@
  */
 #include "server/store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -206,6 +210,24 @@ int store_open(const char *path, struct store **out, struct ddp_err *err)
 {
     struct store *st = xcalloc(1, sizeof(*st));
     int rc;
+    /* The database holds every job's token, env and logs: owner only. SQLite creates its
+     * -wal and -shm files with the mode of the database file. A file another tool made
+     * wider is narrowed, saying so. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        rc = err_set(err, DDP_EIO, "cannot open database %s: %s", path, strerror(errno));
+        goto out;
+    }
+    struct stat fst;
+    if (fstat(fd, &fst) == 0 && (fst.st_mode & 077)) {
+        if (fchmod(fd, 0600) == 0)
+            log_warn("database %s was mode %04o: now 0600 (it holds job tokens and env)", path,
+                     (unsigned)(fst.st_mode & 07777));
+        else
+            log_warn("database %s is mode %04o and cannot be narrowed: %s", path,
+                     (unsigned)(fst.st_mode & 07777), strerror(errno));
+    }
+    close(fd);
     if (sqlite3_open_v2(path, &st->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {

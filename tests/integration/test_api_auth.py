@@ -119,8 +119,44 @@ def test_auth_tokens_next_to_db_and_help():
             assert stat.S_IMODE(os.stat(p).st_mode) == 0o600, p
         c.user_token = open(os.path.join(d, "user.token")).read().strip()
         assert Api(c).get("/v1/jobs").status == 200
+        db = os.path.join(d, "x.db")
+        assert stat.S_IMODE(os.stat(db).st_mode) == 0o600, "database %s is not 0600" % db
     finally:
         c.stop()
+
+
+def test_auth_weak_token_files_refused():
+    """A token file holding one byte, or a link, stops ddpd at start with a message naming the
+    file; a token file others may read starts it with a warning naming the chmod."""
+    d = tempfile.mkdtemp(prefix="ddp-weak-")
+    weak, good, link = (os.path.join(d, n) for n in ("weak", "good", "link"))
+    with open(weak, "w") as f:
+        f.write("x\n")
+    with open(good, "w") as f:
+        f.write("agent-secret-0123456789abcdef\n")
+    os.chmod(good, 0o644)
+    os.symlink(good, link)
+    ddpd = os.path.join(BIN, "ddpd")
+    for bad, part in ((weak, "is 1 bytes: at least 16"), (link, "symbolic link")):
+        out = subprocess.run([ddpd, "--listen", "127.0.0.1:0", "--db", os.path.join(d, "w.db"),
+                              "--token-file", bad, "--agent-token-file", good],
+                             capture_output=True, timeout=30)
+        text = (out.stdout + out.stderr).decode()
+        assert out.returncode != 0 and part in text and bad in text, (out.returncode, text)
+    c = Cluster(node_timeout=300)
+    try:
+        with open(os.path.join(d, "user"), "w") as f:
+            f.write("user-secret-0123456789abcdef\n")
+        os.chmod(os.path.join(d, "user"), 0o600)
+        c.ddpd = c._spawn([ddpd, "--listen", "127.0.0.1:%d" % c.port, "--db",
+                           os.path.join(d, "ok.db"), "--token-file", os.path.join(d, "user"),
+                           "--agent-token-file", good], "ddpd.log")
+        wait_for("ddpd /healthz", c._healthy, timeout=20)
+        log = c.log("ddpd.log")
+        assert "is mode 0644" in log and "chmod 600 " + good in log, log[-2000:]
+    finally:
+        c.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_auth_tls():

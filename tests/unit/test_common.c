@@ -27,6 +27,7 @@
 #include "common/procstat.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
+#include "common/tokenfile.h"
 #include "common/xalloc.h"
 
 static void test_common_args_long(void **state)
@@ -297,6 +298,53 @@ static void test_common_proc_state(void **state)
     assert_int_equal(proc_state(pid), 0); /* reaped: gone */
 }
 
+static void test_common_token_file(void **state)
+{
+    char dir[] = "/tmp/ddp-test-token-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *path = xasprintf("%s/t", dir);
+    struct ddp_err e;
+    char *tok = NULL;
+    assert_int_equal(token_file_read(path, "user", &tok, &e), DDP_ENOTFOUND);
+    const struct {
+        const char *text;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {"0123456789abcdef0123\n", 0, NULL},
+        {"\n", DDP_EINVAL, "is empty"},
+        {"x\n", DDP_EINVAL, "is 1 bytes: at least 16"},
+        {"0123456789 abcdef0123\n", DDP_EINVAL, "space or control character at byte 10"},
+        {"0123456789abcdef\x01\n", DDP_EINVAL, "control character"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(fs_write_atomic(path, cases[i].text, strlen(cases[i].text), 0600, &e), 0);
+        err_clear(&e);
+        tok = NULL;
+        int rc = token_file_read(path, "user", &tok, &e);
+        if (rc != cases[i].rc || (cases[i].msg && !strstr(e.msg, cases[i].msg)))
+            fail_msg("case %zu: rc %d message '%s'", i, rc, e.msg);
+        if (rc == 0)
+            assert_string_equal(tok, "0123456789abcdef0123");
+        else
+            assert_null(tok);
+        free(tok);
+    }
+    /* A token others may read is taken (with a warning); a link to one is refused. */
+    assert_int_equal(fs_write_atomic(path, "0123456789abcdef0123", 20, 0644, &e), 0);
+    assert_int_equal(token_file_read(path, "user", &tok, &e), 0);
+    free(tok);
+    char *link = xasprintf("%s/link", dir);
+    assert_int_equal(symlink(path, link), 0);
+    assert_int_equal(token_file_read(link, "user", &tok, &e), DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "symbolic link"));
+    assert_int_equal(unlink(link), 0);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+    free(link);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_common_buf),
         cmocka_unit_test(test_common_deadline_backoff),
         cmocka_unit_test(test_common_proc_state),
+        cmocka_unit_test(test_common_token_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -83,6 +84,16 @@ static void test_store_migrates_fresh_and_reopen(void **state)
     assert_int_equal(store_open(f->db, &st, &e), 0);
     assert_int_equal(store_schema_version(st), v);
     store_close(st);
+    /* The database holds job tokens: made 0600 whatever the umask, and one another tool left
+     * wider is narrowed at open. */
+    struct stat sb;
+    assert_int_equal(stat(f->db, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(chmod(f->db, 0644), 0);
+    assert_int_equal(store_open(f->db, &st, &e), 0);
+    store_close(st);
+    assert_int_equal(stat(f->db, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
 }
 
 struct seen {
