@@ -252,7 +252,8 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
         e[cnt++] = ep;
     }
     closedir(d);
-    qsort(e, cnt, sizeof(uint32_t), cmp_desc);
+    if (cnt > 1)
+        qsort(e, cnt, sizeof(uint32_t), cmp_desc);
     *out = e;
     *n = cnt;
     return 0;
