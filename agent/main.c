@@ -174,6 +174,25 @@ static char *read_token(const char *path)
     }
 }
 
+/* The token is in memory now. A worker runs as the agent's user and could read the agent's
+ * environment (/proc/PPID/environ shows the block the agent started with, whatever unsetenv
+ * does) or attach to it: the credentials are wiped from that block and unset, and the agent
+ * becomes non-dumpable (its /proc files then belong to root, and it cannot be ptraced or dump
+ * core). Workers get none of these variables either (spawn.c). */
+static void agent_forget_secrets(void)
+{
+    static const char *const names[] = {"DDP_AGENT_TOKEN", "DDP_TOKEN"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char *v = getenv(names[i]);
+        if (v)
+            memset(v, 0, strlen(v));
+        if (unsetenv(names[i]) != 0)
+            log_warn("cannot unset %s: %s", names[i], strerror(errno));
+    }
+    if (prctl(PR_SET_DUMPABLE, 0) != 0)
+        log_warn("cannot make the agent non-dumpable: %s", strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -345,6 +364,8 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+
+    agent_forget_secrets();
 
     cfg.server = server;
     cfg.token = token;

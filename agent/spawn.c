@@ -69,8 +69,14 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
     struct spawn_envb b = {0};
     int job_sets_omp = 0;
 
+    /* What a worker must never inherit from the agent: credentials of the control plane and
+     * where they are kept (a job's own env may still set such a name for itself). */
+    static const char *const secret[] = {"DDP_AGENT_TOKEN", "DDP_TOKEN", "DDP_HOME"};
     for (size_t i = 0; base && base[i]; i++) {
-        if (!strchr(base[i], '=') || spawn_key_is(base[i], "DDP_AGENT_TOKEN", 15))
+        int skip = !strchr(base[i], '=');
+        for (size_t s = 0; !skip && s < sizeof(secret) / sizeof(secret[0]); s++)
+            skip = spawn_key_is(base[i], secret[s], strlen(secret[s]));
+        if (skip)
             continue;
         spawn_envb_put(&b, xstrdup(base[i]));
     }

@@ -22,6 +22,11 @@ import json, os, sys
 out, rank = sys.argv[1], os.environ["RANK"]
 env = dict(os.environ)
 env["__cwd"] = os.getcwd()
+try:  # the agent's own environment, as a job could read it
+    with open("/proc/%d/environ" % os.getppid(), "rb") as f:
+        env["__parent_environ"] = f.read().decode(errors="replace")
+except OSError as e:
+    env["__parent_environ"] = "unreadable: %s" % e
 tmp = os.path.join(out, ".rank-%s.tmp" % rank)
 with open(tmp, "w") as f:
     json.dump(env, f)
@@ -59,8 +64,12 @@ def test_agent_env_every_variable_on_every_rank():
     with cluster(node_timeout=5) as c:
         try:
             c.start_agent("node-a", slots=2)
-            # node-b's own environment carries the agent token: workers must not see it.
-            c.start_agent("node-b", slots=2, env={"DDP_AGENT_TOKEN": c.agent_token})
+            # node-b's own environment carries the agent token, the user token and where the
+            # token files are: workers must see none of them, not even in the agent's own
+            # /proc/PID/environ.
+            c.start_agent("node-b", slots=2, env={"DDP_AGENT_TOKEN": c.agent_token,
+                                                  "DDP_TOKEN": c.user_token,
+                                                  "DDP_HOME": c.home})
             c.wait_nodes_ready(["node-a", "node-b"])
             out = os.path.join(c.tmp, "env-out")
             os.makedirs(out)
@@ -105,7 +114,11 @@ def test_agent_env_every_variable_on_every_rank():
                 assert r == node["group_rank"] * 2 + int(e["LOCAL_RANK"])
                 assert os.path.isdir(e["DDP_CHECKPOINT_DIR"]), e["DDP_CHECKPOINT_DIR"]
                 assert len(e["DDP_JOB_TOKEN"]) >= 8, e["DDP_JOB_TOKEN"]
-                assert "DDP_AGENT_TOKEN" not in e, "rank %d sees the agent token" % r
+                for k in ("DDP_AGENT_TOKEN", "DDP_TOKEN", "DDP_HOME"):
+                    assert k not in e, "rank %d inherits %s from its agent" % (r, k)
+                parent = e["__parent_environ"]
+                assert c.agent_token not in parent and c.user_token not in parent, \
+                    "rank %d reads a token in its agent's /proc/PID/environ" % r
                 if not any(d.startswith("nvidia") and d[6:].isdigit()
                            for d in os.listdir("/dev")):
                     assert e.get("CUDA_VISIBLE_DEVICES") == os.environ.get(
