@@ -147,10 +147,12 @@ static int hello(struct rdzv *r, const char *secret, int64_t deadline, struct dd
     ret = request(r, &b, 0, &status, &reply, &rlen, err);
     r->timeout_ms = saved;
     if (ret == DDP_EPEER) {
-        /* The server drops a connection with the wrong secret. */
-        ret = err_set(err, DDP_EPERM,
-                      "rendezvous store at %s:%d closed the connection after hello "
-                      "(wrong DDP_JOB_TOKEN?)",
+        /* Closed before any answer: a wrong secret is answered first, so this is a store
+         * evicting a connection that had not said hello yet (it was full) or going away.
+         * The caller tries again while time is left. */
+        ret = err_set(err, DDP_EPEER,
+                      "rendezvous store at %s:%d closed the connection before answering hello "
+                      "(full of other connections, or restarting)",
                       r->host, r->port);
         goto out;
     }
@@ -227,9 +229,19 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     memcpy(r->host, master_addr, strlen(master_addr) + 1);
     if (rank == 0 && (ret = rdzv_server_start(master_port, world_size, secret, &r->srv, err)) < 0)
         goto out;
-    if ((ret = connect_store(r, timeout_ms, deadline, err)) < 0)
-        goto out;
-    if ((ret = hello(r, secret, deadline, err)) < 0)
+    struct backoff bo;
+    backoff_init(&bo, 10, 500);
+    for (;;) {
+        if ((ret = connect_store(r, timeout_ms, deadline, err)) < 0)
+            goto out;
+        ret = hello(r, secret, deadline, err);
+        if (ret != DDP_EPEER || time_left_ms(deadline) == 0)
+            break;
+        close(r->fd); /* closed before any answer: connect again */
+        r->fd = -1;
+        backoff_sleep(&bo, deadline);
+    }
+    if (ret < 0)
         goto out;
     *out = r;
     r = NULL;

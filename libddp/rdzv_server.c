@@ -13,7 +13,12 @@
  *     RDZV_FRAME_MAX (rdzv_wire.h), RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys,
  *     RDZV_BYTES_MAX bytes held. A peer that breaks a bound, sends garbage or a wrong secret
  *     is answered (where it can be) and dropped; one that says nothing is dropped after
- *     RDZV_HELLO_WAIT_MS.
+ *     RDZV_HELLO_WAIT_MS. Before its hello a connection may send at most
+ *     RDZV_HELLO_FRAME_MAX bytes; when RDZV_CONN_MAX are open, a newcomer evicts the oldest
+ *     connection that has not said hello (so silent connections cannot lock ranks out).
+ *     A connection's replies are bounded too: no further request of it is decoded while a
+ *     reply is still unsent (a peer that sends and never reads stops being read).
+ *  5. One connection per rank: a hello for a rank already connected is refused.
  *  3. Only the server thread touches the key-value table and the connections; the mutex
  *     guards just `stop` and the departure bookkeeping that rank 0's rdzv_close() waits on.
  *  4. Counters (ADD) are stored as decimal text, like torch's TCPStore, so GET reads them.
@@ -71,6 +76,7 @@ struct sconn {
     uint8_t *pend; /* a GET/WAIT body waiting for keys, or NULL */
     size_t pend_len;
     int64_t pend_deadline;
+    int resume; /* frames wait behind an answered pending request (conn_process not re-entered) */
 };
 
 struct rdzv_server {
@@ -206,6 +212,7 @@ static void serve_pending(struct rdzv_server *s)
             free(c->pend);
             c->pend = NULL;
             conn_flush(c);
+            c->resume = 1; /* the frames buffered behind it: the server loop handles them */
         }
     }
 }
@@ -239,6 +246,16 @@ static void handle_hello(struct rdzv_server *s, struct sconn *c, const struct rd
         snprintf(msg, sizeof(msg),
                  "rank %u of world size %u does not fit the store's world size %d", q->rank,
                  q->world, s->world);
+        conn_reply_text(c, RDZV_ST_INVAL, msg);
+        c->closing = 1;
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    int taken = s->state[q->rank] == 1;
+    pthread_mutex_unlock(&s->mu);
+    if (taken) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "rank %u is already connected to the store", q->rank);
         conn_reply_text(c, RDZV_ST_INVAL, msg);
         c->closing = 1;
         return;
@@ -337,20 +354,31 @@ static void handle_request(struct rdzv_server *s, struct sconn *c, const uint8_t
 
 /* ---- a connection's input ---- */
 
-/* Handles the complete frames in c's input buffer (stops at a pending request). */
+/* How much input c may hold: one hello before it is authenticated, one frame after. */
+static size_t conn_in_max(const struct sconn *c)
+{
+    return c->authed ? RDZV_IN_MAX : RDZV_HELLO_FRAME_MAX;
+}
+
+/* Handles the complete frames in c's input buffer, one at a time, each reply flushed before the
+ * next frame is decoded: it stops at a pending request and at a reply the peer has not taken
+ * yet (the caller resumes once the output drained). */
 static void conn_process(struct rdzv_server *s, struct sconn *c)
 {
     size_t off = 0;
-    while (!c->pend && !c->closing && !c->dead && c->in_len - off >= 4) {
+    while (!c->pend && !c->closing && !c->dead && c->out_off == c->out.len &&
+           c->in_len - off >= 4) {
         uint32_t len = 0;
-        if (rdzv_wire_frame_len(c->in + off, &len) < 0) {
-            c->dead = 1;
+        if (rdzv_wire_frame_len(c->in + off, &len) < 0 ||
+            (!c->authed && 4 + (size_t)len > RDZV_HELLO_FRAME_MAX)) {
+            c->dead = 1; /* over a bound: before hello, anything longer than a hello */
             break;
         }
         if (c->in_len - off < 4 + (size_t)len)
             break;
         handle_request(s, c, c->in + off + 4, len);
         off += 4 + (size_t)len;
+        conn_flush(c);
     }
     if (off) {
         memmove(c->in, c->in + off, c->in_len - off);
@@ -362,16 +390,18 @@ static void conn_process(struct rdzv_server *s, struct sconn *c)
 static void conn_read(struct rdzv_server *s, struct sconn *c)
 {
     for (;;) {
+        size_t max = conn_in_max(c);
+        if (c->in_len >= max)
+            break; /* full: wait until the pending request or the reply is done */
         if (c->in_len == c->in_cap) {
-            if (c->in_cap >= RDZV_IN_MAX)
-                break; /* full: wait until the pending request is answered */
-            size_t cap = c->in_cap ? c->in_cap * 2 : 4096;
-            if (cap > RDZV_IN_MAX)
-                cap = RDZV_IN_MAX;
+            size_t cap = c->in_cap ? c->in_cap * 2 : 1024;
+            if (cap > max)
+                cap = max;
             c->in = xrealloc(c->in, cap);
             c->in_cap = cap;
         }
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+        size_t room = (c->in_cap < max ? c->in_cap : max) - c->in_len;
+        ssize_t n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
         if (n > 0) {
             c->in_len += (size_t)n;
             conn_process(s, c);
@@ -410,6 +440,25 @@ static int poll_until(int timeout, int64_t deadline_ms)
     return timeout < 0 || left < timeout ? (int)left : timeout;
 }
 
+/* Makes room for one connection by dropping the oldest one that has not said hello (the
+ * earliest hello deadline). 0, or -1 when every connection is authenticated. */
+static int evict_oldest_stranger(struct rdzv_server *s)
+{
+    int oldest = -1;
+    for (int i = 0; i < s->nconns; i++) {
+        const struct sconn *c = &s->conns[i];
+        if (!c->authed && (oldest < 0 || c->hello_deadline < s->conns[oldest].hello_deadline))
+            oldest = i;
+    }
+    if (oldest < 0)
+        return -1;
+    conn_release(s, &s->conns[oldest]);
+    memmove(&s->conns[oldest], &s->conns[oldest + 1],
+            (size_t)(s->nconns - oldest - 1) * sizeof(s->conns[0]));
+    s->nconns--;
+    return 0;
+}
+
 static void accept_all(struct rdzv_server *s)
 {
     for (;;) {
@@ -419,8 +468,8 @@ static void accept_all(struct rdzv_server *s)
                 continue;
             break;
         }
-        if (s->nconns >= RDZV_CONN_MAX) {
-            close(fd);
+        if (s->nconns >= RDZV_CONN_MAX && evict_oldest_stranger(s) != 0) {
+            close(fd); /* every connection is a rank's: a newcomer has no place */
             continue;
         }
         (void)net_set_nodelay(fd);
@@ -449,7 +498,7 @@ static void *server_main(void *arg)
         for (int i = 0; i < s->nconns; i++) {
             struct sconn *c = &s->conns[i];
             short ev = 0;
-            if (c->in_len < c->in_cap || c->in_cap < RDZV_IN_MAX)
+            if (c->in_len < conn_in_max(c))
                 ev |= POLLIN;
             if (c->out_off < c->out.len)
                 ev |= POLLOUT;
@@ -458,6 +507,8 @@ static void *server_main(void *arg)
                 timeout = poll_until(timeout, c->hello_deadline);
             if (c->pend)
                 timeout = poll_until(timeout, c->pend_deadline);
+            if (c->resume)
+                timeout = 0;
         }
         int polled = s->nconns;
         int n = poll(pfd, (nfds_t)(2 + polled), timeout);
@@ -470,10 +521,25 @@ static void *server_main(void *arg)
         }
         for (int i = 0; n > 0 && i < polled; i++) {
             struct sconn *c = &s->conns[i];
-            if (pfd[2 + i].revents & POLLOUT)
+            short rev = pfd[2 + i].revents;
+            if (rev & POLLOUT) {
                 conn_flush(c);
-            if (!c->dead && (pfd[2 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                if (!c->dead && c->out_off == c->out.len && c->in_len)
+                    conn_process(s, c); /* the frames held back behind the reply */
+            }
+            if (!c->dead && (rev & (POLLIN | POLLHUP | POLLERR)))
                 conn_read(s, c);
+            /* A peer that hung up while its input is full (nothing more can be read, so the
+             * read above cannot see the end): nobody is left to answer. */
+            if (!c->dead && (rev & (POLLHUP | POLLERR)) && c->in_len >= conn_in_max(c))
+                c->dead = 1;
+        }
+        for (int i = 0; i < s->nconns; i++) {
+            struct sconn *c = &s->conns[i];
+            if (c->resume && !c->dead) {
+                c->resume = 0;
+                conn_process(s, c);
+            }
         }
         int64_t now = time_mono_ms();
         for (int i = 0; i < s->nconns; i++) {

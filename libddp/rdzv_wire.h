@@ -18,9 +18,12 @@
 #include "ddp/rdzv.h"
 
 /* Bounds of the wire format (RDZV_KEY_MAX and RDZV_VALUE_MAX are public, in rdzv.h). */
-#define RDZV_FRAME_MAX     (RDZV_VALUE_MAX + 1024) /* body bytes of one frame */
-#define RDZV_SECRET_MAX    1024                    /* the secret's bytes + 1 */
-#define RDZV_WAIT_KEYS_MAX 1024                    /* keys of one WAIT */
+#define RDZV_FRAME_MAX  (RDZV_VALUE_MAX + 1024) /* body bytes of one frame */
+#define RDZV_SECRET_MAX 1024                    /* the secret's bytes + 1 */
+/* The largest hello frame, length prefix included: all a connection may send before it is
+ * authenticated. */
+#define RDZV_HELLO_FRAME_MAX (4 + 1 + 4 + 4 + (RDZV_SECRET_MAX - 1))
+#define RDZV_WAIT_KEYS_MAX   1024 /* keys of one WAIT */
 
 /* A request's first byte. */
 enum rdzv_op {

@@ -1,6 +1,8 @@
 /*
  * test_rdzv.c - the rendezvous store: set/get/wait/add/barrier between ranks running as
  * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, rank 0's close;
+ * what strangers and misbehaving peers cannot do to rank 0's store (silent connections, a
+ * long frame before hello, a second connection for a rank, requests sent but never read);
  * and the wire format on its own (rdzv_wire.h): encode, decode, and each bound.
  */
 #include <setjmp.h>
@@ -11,10 +13,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -261,6 +265,159 @@ static int raw_request(int fd, const unsigned char *body, uint32_t len)
         left -= (uint32_t)n;
     }
     return rh[4];
+}
+
+/* A blocking loopback connection to port (the test fails when it cannot be made). */
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static void test_rdzv_silent_connections_evicted(void **state)
+{
+    (void)state;
+    /* 1,100 silent connections (over the store's 1,024) on the client side and up to 1,024
+     * on the server's, in this one process. */
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < 2400) {
+        rl.rlim_cur = rl.rlim_max < 2400 ? rl.rlim_max : 2400;
+        if (rl.rlim_cur < 2400 || setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            printf("SKIPPED: test_rdzv_silent_connections_evicted needs 2400 open files "
+                   "(RLIMIT_NOFILE hard limit %llu)\n",
+                   (unsigned long long)rl.rlim_max);
+            skip();
+        }
+    }
+    struct rdzv *r0 = NULL, *r1 = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
+    enum { NSILENT = 1100 };
+    int *fds = calloc(NSILENT, sizeof(int));
+    assert_non_null(fds);
+    for (int i = 0; i < NSILENT; i++)
+        fds[i] = raw_connect(port);
+    /* A real rank still joins, at once: the oldest silent connections make room. */
+    int64_t t0 = time_mono_ms();
+    if (rdzv_open("127.0.0.1", port, 1, 2, "s", 10000, &r1, &err) != 0)
+        fail_msg("rank 1 could not join past %d silent connections: %s", NSILENT, err.msg);
+    assert_true(time_mono_ms() - t0 < 5000);
+    assert_int_equal(rdzv_set(r1, "k", "v", 1, &err), 0);
+    for (int i = 0; i < NSILENT; i++)
+        close(fds[i]);
+    free(fds);
+    rdzv_close(r1);
+    rdzv_close(r0);
+}
+
+static void test_rdzv_long_frame_before_hello_dropped(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
+    int fd = raw_connect(port);
+    /* A frame of 1 MiB announced, 2,000 bytes of it sent: longer than any hello, so the
+     * connection is dropped at once instead of buffering toward 1 MiB until the hello
+     * deadline. */
+    unsigned char hdr[4] = {0, 0, 0x10, 0};
+    assert_int_equal(send(fd, hdr, 4, MSG_NOSIGNAL), 4);
+    unsigned char body[2000];
+    memset(body, 1, sizeof(body));
+    assert_int_equal(send(fd, body, sizeof(body), MSG_NOSIGNAL), (ssize_t)sizeof(body));
+    char b[16];
+    /* Dropped within the 3 s receive timeout: EOF, or a reset when the store closed with our
+     * bytes still unread (not EAGAIN, the timeout). */
+    ssize_t n = recv(fd, b, sizeof(b), 0);
+    if (!(n == 0 || (n < 0 && errno == ECONNRESET)))
+        fail_msg("not dropped: recv %zd (%s)", n, n < 0 ? strerror(errno) : "data");
+    close(fd);
+    assert_int_equal(rdzv_set(r0, "after", "1", 1, &err), 0);
+    rdzv_close(r0);
+}
+
+static void test_rdzv_second_connection_for_a_rank_refused(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *a = NULL, *b = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 3, "s", 5000, &r0, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "s", 5000, &a, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 1, 3, "s", 5000, &b, &err), DDP_EINVAL);
+    assert_null(b);
+    if (!strstr(err.msg, "rank 1 is already connected"))
+        fail_msg("message '%s'", err.msg);
+    /* The first connection of rank 1 is untouched, and rank 2 joins. */
+    assert_int_equal(rdzv_set(a, "k", "v", 1, &err), 0);
+    assert_int_equal(rdzv_open("127.0.0.1", port, 2, 3, "s", 5000, &b, &err), 0);
+    rdzv_close(b);
+    rdzv_close(a);
+    rdzv_close(r0);
+}
+
+/* Resident bytes of this process. */
+static int64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    long long size = 0, res = 0;
+    assert_int_equal(fscanf(f, "%lld %lld", &size, &res), 2);
+    fclose(f);
+    return res * sysconf(_SC_PAGESIZE);
+}
+
+static void test_rdzv_requests_never_read_stay_bounded(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
+    size_t vlen = 256 << 10;
+    char *val = malloc(vlen);
+    assert_non_null(val);
+    memset(val, 'v', vlen);
+    assert_int_equal(rdzv_set(r0, "big", val, vlen, &err), 0);
+    free(val);
+    int fd = raw_connect(port);
+    unsigned char hello[] = {1, 1, 0, 0, 0, 2, 0, 0, 0, 's'};
+    assert_int_equal(raw_request(fd, hello, sizeof(hello)), 0);
+    /* 1,000 GETs of the 256 KiB value sent at once and never read: before, the store answered
+     * them all into memory (256 MiB); now it stops decoding while a reply is unsent. */
+    unsigned char get[4 + 10] = {10, 0, 0, 0, 3, 0, 0, 0, 0, 3, 0, 'b', 'i', 'g'};
+    int64_t before = rss_bytes();
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(send(fd, get, sizeof(get), MSG_NOSIGNAL), (ssize_t)sizeof(get));
+    int64_t grown = 0;
+    for (int i = 0; i < 50; i++) { /* 1 s: the growth, if any, comes at once */
+        grown = rss_bytes() - before;
+        if (grown > (64 << 20))
+            break;
+        time_sleep_ms(20);
+    }
+    if (grown > (64 << 20))
+        fail_msg("rank 0 grew by %lld MiB for requests nobody reads", (long long)(grown >> 20));
+    close(fd);
+    /* The store still serves its ranks. */
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r0, "big", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, vlen);
+    free(v);
+    rdzv_close(r0);
 }
 
 static void test_rdzv_malformed_requests_refused(void **state)
@@ -635,6 +792,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rdzv_wrong_secret_refused),
         cmocka_unit_test(test_rdzv_garbage_client_dropped),
         cmocka_unit_test(test_rdzv_malformed_requests_refused),
+        cmocka_unit_test(test_rdzv_silent_connections_evicted),
+        cmocka_unit_test(test_rdzv_long_frame_before_hello_dropped),
+        cmocka_unit_test(test_rdzv_second_connection_for_a_rank_refused),
+        cmocka_unit_test(test_rdzv_requests_never_read_stay_bounded),
         cmocka_unit_test(test_rdzv_port_in_use),
         cmocka_unit_test(test_rdzv_unreachable_times_out),
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
