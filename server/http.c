@@ -6,10 +6,13 @@
  * Invariants:
  *   1. A body is never kept past HTTP_BODY_MAX bytes; the rest is read and dropped and the
  *      request is answered 413 RESOURCE_EXHAUSTED (with Content-Length or chunked).
- *   2. Every answer is decided after the whole request was read: 400 for %00 in the request
- *      line, 404 unknown route, 405 (+Allow) wrong method, 401/403 auth, 413 body size, 400
- *      for a query argument the route does not take or one sent twice, then the handler.
+ *   2. The checks, in order: 400 for %00 in the request line, 404 unknown route, 405 (+Allow)
+ *      wrong method, 401/403 auth - these answered as soon as the headers are in, before any
+ *      body is read -, then (with the whole body read) 413 body size, 400 for a query
+ *      argument the route does not take or one sent twice, then the handler.
  *   3. Every error body is {"error": {"code", "status", "message"}} from common/err.h.
+ *   4. Connections are polled with poll(), not select(): the connection limit is ours, not
+ *      FD_SETSIZE's 1,024 descriptors.
  */
 #include "server/http.h"
 
@@ -277,20 +280,23 @@ static int http_auth(enum route_auth need, const char *authorization, const char
     return err_set(err, DDP_EUNAUTH, "wrong bearer token");
 }
 
-void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
-                   const char *agent_token, int *route_out)
+/* Finds r's route and checks its credentials: the index of the route, or -1 with the answer
+ * set (400 %00, 404, 405 with Allow, 401/403). *route_out is the route for metrics (-1 none);
+ * param receives the route's {} part. Needs only the request line and headers, so the
+ * handler runs it as soon as they are in, before any body is read. */
+static int http_resolve(struct api_req *r, const char *authorization, const char *user_token,
+                        const char *agent_token, int *route_out, char *param, size_t psize)
 {
-    char param[1024];
     char allow[64] = "";
     int found = -1, path_known = 0;
     struct ddp_err e;
     *route_out = -1;
     if (r->encoded_nul) {
         api_reply_errf(r, DDP_EINVAL, "the request line holds an encoded NUL (%%00)");
-        return;
+        return -1;
     }
     for (int i = 0; i < HTTP_NROUTES; i++) {
-        if (!http_match(http_routes[i].pattern, r->path, param, sizeof(param)))
+        if (!http_match(http_routes[i].pattern, r->path, param, psize))
             continue;
         path_known = 1;
         if (strcmp(http_routes[i].method, r->method) == 0) {
@@ -304,27 +310,38 @@ void http_dispatch(struct api_req *r, const char *authorization, const char *use
     }
     if (found < 0 && !path_known) {
         api_reply_errf(r, DDP_ENOTFOUND, "no route for %.200s", r->path);
-        return;
+        return -1;
     }
     if (found < 0) {
         /* remember the route for metrics by its first pattern match */
         for (int i = 0; i < HTTP_NROUTES; i++)
-            if (http_match(http_routes[i].pattern, r->path, param, sizeof(param))) {
+            if (http_match(http_routes[i].pattern, r->path, param, psize)) {
                 *route_out = i;
                 break;
             }
         api_reply_errf(r, DDP_EMETHOD, "method %.16s not allowed on %.200s (allowed: %s)",
                        r->method, r->path, allow);
         snprintf(r->allow, sizeof(r->allow), "%s", allow);
-        return;
+        return -1;
     }
     *route_out = found;
     /* re-match to capture the parameter of the chosen route */
-    http_match(http_routes[found].pattern, r->path, param, sizeof(param));
+    http_match(http_routes[found].pattern, r->path, param, psize);
     if (http_auth(http_routes[found].auth, authorization, user_token, agent_token, &e) != 0) {
         api_reply_err(r, &e);
-        return;
+        return -1;
     }
+    return found;
+}
+
+void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
+                   const char *agent_token, int *route_out)
+{
+    char param[1024];
+    int found =
+        http_resolve(r, authorization, user_token, agent_token, route_out, param, sizeof(param));
+    if (found < 0)
+        return;
     if (r->body_total > HTTP_BODY_MAX) {
         api_reply_errf(r, DDP_ETOOBIG, "body of %zu bytes is over the limit of %d bytes",
                        r->body_total, HTTP_BODY_MAX);
@@ -379,6 +396,35 @@ static enum MHD_Result http_collect_arg(void *cls, enum MHD_ValueKind kind, cons
     return MHD_YES;
 }
 
+/* Queues r's answer on conn (taking r->out) and counts it. */
+static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r, int route,
+                                 const struct http_conn *hc)
+{
+    struct MHD_Response *resp;
+    if (r->static_out)
+        resp = MHD_create_response_from_buffer(r->out_len, (void *)r->static_out,
+                                               MHD_RESPMEM_PERSISTENT);
+    else
+        resp = MHD_create_response_from_buffer(r->out_len, r->out ? r->out : (char *)"",
+                                               r->out ? MHD_RESPMEM_MUST_FREE
+                                                      : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(r->out);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            r->content_type ? r->content_type : "application/json");
+    if (r->allow[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    metrics_http(route, r->method, r->status, time_mono_ns() - hc->start_ns);
+    log_debug("%s %s -> %d", r->method, r->path, r->status);
+    return ret;
+}
+
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                     const char *method, const char *version,
                                     const char *upload_data, size_t *upload_data_size,
@@ -391,7 +437,24 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         *con_cls = hc;
     }
     if (!hc->started) {
+        /* The request line and headers are in, no body byte is read yet: a request that no
+         * route takes or whose credentials fail is answered now, so nobody without a token
+         * makes ddpd buffer a body (libmicrohttpd then reads no more of it and closes). */
         hc->started = 1;
+        struct api_req pre = {
+            .coord = s->coord,
+            .method = method,
+            .path = url,
+            .encoded_nul = hc->encoded_nul,
+            .body = "",
+            .now = time_mono_ms(),
+        };
+        char param[1024];
+        int route = -1;
+        const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+        if (http_resolve(&pre, auth, s->user_token, s->agent_token, &route, param, sizeof(param)) <
+            0)
+            return http_send(conn, &pre, route, hc);
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -422,29 +485,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     http_dispatch(&r, auth, s->user_token, s->agent_token, &route);
-    struct MHD_Response *resp;
-    if (r.static_out)
-        resp = MHD_create_response_from_buffer(r.out_len, (void *)r.static_out,
-                                               MHD_RESPMEM_PERSISTENT);
-    else
-        resp =
-            MHD_create_response_from_buffer(r.out_len, r.out ? r.out : (char *)"",
-                                            r.out ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (!resp) {
-        free(r.out);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            r.content_type ? r.content_type : "application/json");
-    if (r.allow[0])
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r.allow);
-    if (r.status == 401)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r.status, resp);
-    MHD_destroy_response(resp);
-    metrics_http(route, method, r.status, time_mono_ns() - hc->start_ns);
-    log_debug("%s %s -> %d", method, url, r.status);
-    return ret;
+    return http_send(conn, &r, route, hc);
 }
 
 static void http_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -478,8 +519,8 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
     s->user_token = xstrdup(o->user_token);
     s->agent_token = xstrdup(o->agent_token);
     metrics_set_routes(http_route_names, HTTP_NROUTES);
-    unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (o->tls_cert_pem) {
