@@ -116,6 +116,12 @@ int cli_job_call(struct cli *cli, const char *method, const char *job_id, const 
 int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix, json_t **answer,
                          struct ddp_err *err);
 
+/* The terminal itself, for ddpctl's own control sequences; stdout when it is none. */
+extern FILE *cli_term;
+/* Makes stdout and stderr, where they are terminals, show control characters as \xNN
+ * (cli/termout.c). Called once, first thing in main. */
+void cli_term_protect(void);
+
 /* Percent-encodes s for a URL path segment or query value; caller frees. */
 char *cli_escape(const char *s);
 

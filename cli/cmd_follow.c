@@ -214,7 +214,9 @@ struct watch {
 static void watch_clear_bar(struct watch *w)
 {
     if (w->tty && w->bar_shown) {
-        fputs("\r\033[K", stdout);
+        fflush(stdout);
+        fputs("\r\033[K", cli_term);
+        fflush(cli_term);
         w->bar_shown = 0;
     }
 }
@@ -301,9 +303,11 @@ static void watch_draw_bar(struct watch *w)
     /* Never wrap: a wrapped line cannot be redrawn in place with \r. */
     if (w->cols > 1 && line.len >= (size_t)w->cols)
         line.data[w->cols - 1] = '\0';
-    fputs("\r\033[K", stdout);
+    fflush(stdout);
+    fputs("\r\033[K", cli_term);
     fputs(line.data ? line.data : "", stdout);
     fflush(stdout);
+    fflush(cli_term);
     w->bar_shown = 1;
     buf_release(&tail);
     buf_release(&line);

@@ -338,6 +338,7 @@ int main(int argc, char **argv)
     int rc = CLI_OK;
     const struct cli_cmd *cmd = NULL;
 
+    cli_term_protect();
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, "+:" CLI_COMMON_SHORTOPTS, longopts, NULL);
@@ -382,6 +383,7 @@ int main(int argc, char **argv)
     rc = cmd->run(&cli, cmd, cargc, cargv);
 out:
     fflush(stdout);
+    fflush(stderr);
     httpc_free(cli.http);
     free(cli.server);
     free(cli.token);

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/termsafe.h"
+
 static const char *log_component = "ddp";
 static volatile int log_level_min = LOG_INFO;
 
@@ -65,11 +67,17 @@ void log_msg(enum log_level level, const char *fmt, ...)
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof(line) - 2)
         len = sizeof(line) - 2;
-    /* One event, one line: fold embedded newlines. */
+    /* One event, one line: fold embedded newlines; every other control character (a job's
+     * name or a worker's line quoted in a reason) is shown as \xNN, never acts on a
+     * terminal. */
     for (size_t i = (size_t)n; i < len; i++)
         if (line[i] == '\n' || line[i] == '\r')
             line[i] = ' ';
-    line[len++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, len);
+    char out[sizeof(line) + 64];
+    memcpy(out, line, (size_t)n);
+    termsafe_escape(line + n, len - (size_t)n, out + n, sizeof(out) - (size_t)n - 1);
+    len = strlen(out);
+    out[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, out, len);
     (void)w;
 }

@@ -106,5 +106,55 @@ def test_cli_logs_tail_and_follow():
         assert r.rc == 1 and "job j-42 not found" in r.err, r
 
 
+def ctl_on_terminal(c, *args, timeout=30):
+    """Runs ddpctl ARGS with stdout and stderr on a pseudo-terminal; returns (rc, bytes)."""
+    import pty
+    import select
+    import subprocess
+    import time
+    from cli_util import CTL, ctl_env
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CTL] + list(args), stdout=slave, stderr=slave, env=ctl_env(c))
+    os.close(slave)
+    out, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal closed: ddpctl is gone
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    return p.wait(timeout=10), out
+
+
+def test_cli_logs_escape_control_characters_on_a_terminal():
+    """A worker's line that clears the screen and paints a fake state is shown as text on a
+    terminal (\\x1b...), and passes unchanged into a pipe."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "node-a", slots=1)
+        n.register()
+        n.beat()
+        r = ctl(c, "submit", "--parsable", "--", "/bin/true")
+        assert r.rc == 0, r
+        jid = r.out.strip()
+        wait_assigned(jid, [n])
+        evil = "\x1b[2J\x1b[Hstate: SUCCEEDED\x07 \u009b31m done"
+        n.pending_logs = [log(jid, 0, 1, [evil])]
+        n.beat()
+        rc, out = ctl_on_terminal(c, "logs", jid)
+        assert rc == 0, (rc, out)
+        assert b"\x1b" not in out and b"\x07" not in out and "\u009b".encode() not in out, out
+        assert b"\\x1b[2J\\x1b[Hstate: SUCCEEDED\\x07 \\xc2\\x9b31m done" in out, out
+        r = ctl(c, "logs", jid)  # a pipe: the bytes as the job wrote them
+        assert r.rc == 0 and r.out == "[rank 0] " + evil + "\n", repr(r.out)
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())

@@ -24,8 +24,10 @@
 #include "common/err.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
+#include "common/log.h"
 #include "common/procstat.h"
 #include "common/randutil.h"
+#include "common/termsafe.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
@@ -345,6 +347,36 @@ static void test_common_token_file(void **state)
     free(path);
 }
 
+static void test_common_termsafe_and_log(void **state)
+{
+    char out[64];
+    const char *in = "a\x1b[2J\tb\n\x7f\xc2\x9b\xc3\xa9";
+    assert_int_equal(termsafe_escape(in, strlen(in), out, sizeof(out)), strlen(in));
+    assert_string_equal(out, "a\\x1b[2J\tb\n\\x7f\\xc2\\x9b\xc3\xa9"); /* é stays */
+    /* A short buffer never cuts an escape, and says how much it took. */
+    assert_int_equal(termsafe_escape("ab\x1b", 3, out, 5), 2);
+    assert_string_equal(out, "ab");
+    /* ddpd's own log: a control character in a message is shown, not sent. */
+    char path[] = "/tmp/ddp-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+    log_warn("job name=%s", "x\x1b[2Jstate: SUCCEEDED");
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    close(fd);
+    char *text = NULL;
+    size_t len = 0;
+    struct ddp_err e;
+    assert_int_equal(fs_read_all(path, 4096, &text, &len, &e), 0);
+    assert_null(strchr(text, '\x1b'));
+    assert_non_null(strstr(text, "job name=x\\x1b[2Jstate: SUCCEEDED\n"));
+    free(text);
+    assert_int_equal(unlink(path), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_common_deadline_backoff),
         cmocka_unit_test(test_common_proc_state),
         cmocka_unit_test(test_common_token_file),
+        cmocka_unit_test(test_common_termsafe_and_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
