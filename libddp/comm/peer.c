@@ -5,13 +5,18 @@
  *  1. A connection is handed to the caller only after a hello with the right magic, comm
  *     id, index and the listener's own nonce (compared in constant time); anything else is
  *     closed, so a stranger on the port can delay the set-up but never join it.
- *  2. Every wait is bounded by the caller's deadline; the wait for one hello by 5 s more
- *     at most, so a silent stranger cannot hold the accept loop.
+ *  2. Every wait is bounded by the caller's deadline. Connections whose hello is not complete
+ *     are served together, each by its own 5 s bound (and at most PEER_PENDING_MAX of them,
+ *     the oldest evicted), so silent strangers cannot hold the accept loop or delay a peer
+ *     that says hello at once.
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/backoff.h"
@@ -38,8 +43,17 @@ static void format_name(char *out, size_t size, const char *host, int port)
     snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
 }
 
+static void pending_drop(struct peer_listener *pl, int i)
+{
+    close(pl->pend[i].fd);
+    memmove(&pl->pend[i], &pl->pend[i + 1], (size_t)(pl->npend - i - 1) * sizeof(pl->pend[0]));
+    pl->npend--;
+}
+
 void peer_listener_close(struct peer_listener *pl)
 {
+    while (pl->npend > 0)
+        pending_drop(pl, pl->npend - 1);
     if (pl->fd >= 0)
         close(pl->fd);
     pl->fd = -1;
@@ -52,6 +66,7 @@ int peer_listen(struct comm *c, struct rdzv *r, const char *key, int backlog, co
     int ret = 0, port = 0;
     struct ddp_err e;
     pl->fd = -1;
+    pl->npend = 0;
     if ((ret = rand_hex(pl->nonce, PEER_NONCE_HEX / 2)) < 0) {
         err_set(err, ret, "cannot read random bytes for the %s nonce", what);
         goto out;
@@ -152,29 +167,99 @@ int peer_connect(const struct peer_addr *pa, int rank, uint32_t self, uint64_t i
     return 0;
 }
 
+/* Reads what pending connection i has sent of its hello. Returns 1 when the hello is
+ * complete, 0 when more is to come, -1 when the peer closed or failed. */
+static int pending_read(struct peer_pending *p)
+{
+    for (;;) {
+        ssize_t n = recv(p->fd, p->buf + p->got, sizeof(struct hello_msg) - p->got, MSG_DONTWAIT);
+        if (n > 0) {
+            p->got += (size_t)n;
+            if (p->got == sizeof(struct hello_msg))
+                return 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        return -1;
+    }
+}
+
 int peer_accept(struct comm *c, struct peer_listener *pl, uint64_t id, int64_t deadline_ms,
                 int (*want)(void *ctx, uint32_t index), void *ctx, const char *what,
                 uint32_t *index_out, int *fd_out, struct ddp_err *err)
 {
+    _Static_assert(sizeof(struct hello_msg) <= sizeof(((struct peer_pending *)0)->buf),
+                   "a hello fits a pending connection's buffer");
     for (;;) {
-        int fd = -1;
-        int ret = net_accept(pl->fd, deadline_ms, &fd, err);
-        if (ret < 0)
-            return ret;
-        struct hello_msg got;
-        struct ddp_err e;
-        int64_t hd = time_deadline_min(time_deadline_ms(HELLO_WAIT_MS), deadline_ms);
-        if (net_recv_all(fd, &got, sizeof(got), hd, &e) == 0) {
-            got.nonce[PEER_NONCE_HEX] = '\0';
-            int ok = got.magic == HELLO_MAGIC && got.id == id && want(ctx, got.rank);
-            ok = ok && secret_equal(got.nonce, pl->nonce);
-            if (ok) {
-                *index_out = got.rank;
-                *fd_out = fd;
-                return 0;
+        /* A complete and right hello is handed over; a wrong one, or one late, is dropped. */
+        int64_t now = time_mono_ms(), wake = deadline_ms;
+        for (int i = 0; i < pl->npend;) {
+            struct peer_pending *p = &pl->pend[i];
+            if (p->got == sizeof(struct hello_msg)) {
+                struct hello_msg got;
+                memcpy(&got, p->buf, sizeof(got));
+                got.nonce[PEER_NONCE_HEX] = '\0';
+                int ok = got.magic == HELLO_MAGIC && got.id == id && want(ctx, got.rank);
+                ok = ok && secret_equal(got.nonce, pl->nonce);
+                if (ok) {
+                    *index_out = got.rank;
+                    *fd_out = p->fd;
+                    p->fd = -1;
+                    memmove(p, p + 1, (size_t)(pl->npend - i - 1) * sizeof(*p));
+                    pl->npend--;
+                    return 0;
+                }
+                log_warn("comm: rank %d dropped a %s connection with a wrong hello", c->rank, what);
+                pending_drop(pl, i);
+                continue;
             }
-            log_warn("comm: rank %d dropped a %s connection with a wrong hello", c->rank, what);
+            if (now >= p->deadline) {
+                log_warn("comm: rank %d dropped a %s connection that sent no hello within %d ms",
+                         c->rank, what, HELLO_WAIT_MS);
+                pending_drop(pl, i);
+                continue;
+            }
+            wake = time_deadline_min(wake, p->deadline);
+            i++;
         }
-        close(fd);
+        if (now >= deadline_ms)
+            return err_set(err, DDP_ETIMEOUT, "no connection arrived in time");
+        struct pollfd pfd[PEER_PENDING_MAX + 1];
+        pfd[0] = (struct pollfd){.fd = pl->fd, .events = POLLIN};
+        for (int i = 0; i < pl->npend; i++)
+            pfd[1 + i] = (struct pollfd){.fd = pl->pend[i].fd, .events = POLLIN};
+        int64_t left = time_left_ms(wake);
+        int n = poll(pfd, (nfds_t)(1 + pl->npend), left > 1000000 ? 1000000 : (int)left);
+        if (n < 0 && errno != EINTR)
+            return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
+        if (n <= 0)
+            continue;
+        int npolled = pl->npend;
+        for (int i = npolled - 1; i >= 0; i--) {
+            if (!(pfd[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (pending_read(&pl->pend[i]) < 0)
+                pending_drop(pl, i); /* closed before its hello was complete */
+        }
+        if (pfd[0].revents & POLLIN) {
+            int fd = -1;
+            struct ddp_err e;
+            int ret = net_accept(pl->fd, time_mono_ms(), &fd, &e);
+            if (ret == DDP_EIO)
+                return err_set(err, ret, "%s", e.msg);
+            if (ret == 0) {
+                if (pl->npend == PEER_PENDING_MAX) {
+                    log_warn("comm: rank %d dropped the oldest of %d %s connections without a "
+                             "hello",
+                             c->rank, PEER_PENDING_MAX, what);
+                    pending_drop(pl, 0);
+                }
+                pl->pend[pl->npend++] = (struct peer_pending){
+                    .fd = fd, .got = 0, .deadline = time_deadline_ms(HELLO_WAIT_MS)};
+            }
+        }
     }
 }

@@ -24,9 +24,22 @@
 
 /* A listening socket and the nonce a peer must echo. Owned by the caller: release with
  * peer_listener_close(). */
+/* Connections accepted whose hello is not complete yet, served all at once (a silent one
+ * never holds up the others), at most this many; a newcomer evicts the oldest. */
+#define PEER_PENDING_MAX 16
+
+struct peer_pending {
+    int fd;
+    size_t got;            /* hello bytes received */
+    unsigned char buf[64]; /* the hello so far (sizeof(struct hello_msg) bytes, peer.c) */
+    int64_t deadline;      /* dropped when its hello is not complete by then */
+};
+
 struct peer_listener {
     int fd;
     char nonce[PEER_NONCE_HEX + 1];
+    struct peer_pending pend[PEER_PENDING_MAX]; /* kept across peer_accept calls */
+    int npend;
 };
 
 /* What a peer published. */
@@ -42,7 +55,7 @@ struct peer_addr {
  * address can be is refused (DDP_EINVAL), not cut short. On error nothing is left open. */
 int peer_listen(struct comm *c, struct rdzv *r, const char *key, int backlog, const char *what,
                 struct peer_listener *pl, struct ddp_err *err);
-/* Closes the listener (a listener with fd -1 is fine). */
+/* Closes the listener and its pending connections (a listener with fd -1 is fine). */
 void peer_listener_close(struct peer_listener *pl);
 
 /* Fetches and parses the address published under key by global rank `rank`, waiting

@@ -175,7 +175,7 @@ int rd_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
     struct cpu *cpu = c->impl;
     int ret = 0, fd = -1, W = cpu->rworld, me = cpu->rrank;
     int64_t deadline = time_deadline_ms(c->opts.timeout_ms);
-    struct peer_listener pl;
+    struct peer_listener pl = {.fd = -1, .npend = 0};
     struct ddp_err e;
     char key[64];
     int P = 1;

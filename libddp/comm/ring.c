@@ -357,7 +357,7 @@ static int is_left(void *ctx, uint32_t index)
 int ring_connect(struct comm *c, struct rdzv *r, uint64_t id, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    struct peer_listener pl;
+    struct peer_listener pl = {.fd = -1, .npend = 0};
     struct peer_addr ra, la;
     struct ddp_err e;
     char key[64];

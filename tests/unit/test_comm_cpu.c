@@ -557,6 +557,79 @@ static void test_comm_cpu_stranger_dropped(void **state)
     expect_all_ok(&job);
 }
 
+/* Silent connections to rank 0's ring port (opened before the ring forms) neither hold up the
+ * ring nor make it wait for each one's hello in turn: before, each held the accept loop 5 s. */
+static void *silent_rank1(void *p)
+{
+    struct ring_job *job = p;
+    struct rdzv *r = NULL;
+    struct comm *c = NULL;
+    struct ddp_err err;
+    err_clear(&err);
+    int rc = rdzv_open("127.0.0.1", job->port, 1, 2, "secret", 20000, &r, &err);
+    void *v = NULL;
+    size_t len = 0;
+    int fds[6] = {-1, -1, -1, -1, -1, -1};
+    if (rc == 0)
+        rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, &err);
+    if (rc == 0) {
+        char val[128];
+        snprintf(val, sizeof(val), "%.*s", (int)len, (const char *)v);
+        char *colon = strrchr(val, ':');
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
+        for (int i = 0; i < 6 && rc == 0; i++) {
+            fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+            if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0)
+                rc = err_set(&err, DDP_EINTERNAL, "silent peer %d could not connect", i);
+        }
+    }
+    free(v);
+    struct comm_opts o;
+    comm_opts_default(&o);
+    o.timeout_ms = 20000;
+    o.force_tcp = 1;
+    int64_t t0 = time_mono_ms();
+    if (rc == 0)
+        rc = comm_new("cpu", r, 1, 2, &o, &c, &err);
+    float x[3] = {1, 2, 3};
+    if (rc == 0)
+        rc = comm_allreduce(c, x, 3, COMM_F32, &err);
+    if (rc == 0 && (x[0] != 2 || x[1] != 4 || x[2] != 6))
+        rc = err_set(&err, DDP_EINTERNAL, "wrong sum");
+    if (rc == 0 && time_mono_ms() - t0 > 4000)
+        rc = err_set(&err, DDP_EINTERNAL, "the ring formed only after %lld ms",
+                     (long long)(time_mono_ms() - t0));
+    for (int i = 0; i < 6; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    comm_free(c);
+    rdzv_close(r);
+    job->rc[1] = rc;
+    memcpy(job->msg[1], err.msg, sizeof(err.msg));
+    return NULL;
+}
+
+static void test_comm_cpu_silent_connections_do_not_delay(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 2;
+    job.body = small_sum_body;
+    job.port = testutil_free_port();
+    struct rank_thread rt0 = {.job = &job, .rank = 0};
+    pthread_t t0, t1;
+    assert_int_equal(pthread_create(&t0, NULL, rank_thread_main, &rt0), 0);
+    assert_int_equal(pthread_create(&t1, NULL, silent_rank1, &job), 0);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    expect_all_ok(&job);
+}
+
 /* ---- failure notices carry the full rank ---- */
 
 /* A connected loopback TCP pair: *a connects, *b is the accepted end. */
@@ -883,6 +956,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),
         cmocka_unit_test(test_comm_cpu_stranger_dropped),
+        cmocka_unit_test(test_comm_cpu_silent_connections_do_not_delay),
         cmocka_unit_test(test_comm_cpu_notice_names_high_rank),
     };
     const struct CMUnitTest heavy[] = {
