@@ -469,6 +469,28 @@ static void test_comm_cpu_error_is_sticky(void **state)
     expect_all_ok(&job);
 }
 
+/* The address of rank 0's ring port, as rank 0 published it in the store ("host:port
+ * nonce"): 0, or a failure in err. */
+static int ring_port_of_rank0(struct rdzv *r, struct sockaddr_in *a, struct ddp_err *err)
+{
+    void *v = NULL;
+    size_t len = 0;
+    int rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, err);
+    if (rc)
+        return rc;
+    char val[128];
+    snprintf(val, sizeof(val), "%.*s", (int)len, (const char *)v);
+    free(v);
+    char *colon = strrchr(val, ':');
+    if (!colon)
+        return err_set(err, DDP_EINTERNAL, "no port in '%s'", val);
+    memset(a, 0, sizeof(*a));
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a->sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
+    return 0;
+}
+
 /* The ring still forms when a stranger connects to a rank's ring port with a bad hello. */
 static void *intruder_rank1(void *p)
 {
@@ -478,21 +500,12 @@ static void *intruder_rank1(void *p)
     struct ddp_err err;
     err_clear(&err);
     int rc = rdzv_open("127.0.0.1", job->port, 1, 2, "secret", 20000, &r, &err);
-    void *v = NULL;
-    size_t len = 0;
     int fd = -1;
+    struct sockaddr_in a;
     if (rc == 0)
-        rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, &err);
+        rc = ring_port_of_rank0(r, &a, &err);
     if (rc == 0) {
-        /* "host:port nonce": connect to rank 0's ring port and send a wrong hello. */
-        char val[128];
-        snprintf(val, sizeof(val), "%.*s", (int)len, (const char *)v);
-        char *colon = strrchr(val, ':');
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof(a));
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
+        /* Connect to rank 0's ring port and send a wrong hello. */
         fd = socket(AF_INET, SOCK_STREAM, 0);
         char junk[56];
         memset(junk, 'x', sizeof(junk));
@@ -500,7 +513,6 @@ static void *intruder_rank1(void *p)
             send(fd, junk, sizeof(junk), MSG_NOSIGNAL) != (ssize_t)sizeof(junk))
             rc = err_set(&err, DDP_EINTERNAL, "intruder could not connect");
     }
-    free(v);
     struct comm_opts o;
     comm_opts_default(&o);
     o.timeout_ms = 20000;
@@ -567,27 +579,17 @@ static void *silent_rank1(void *p)
     struct ddp_err err;
     err_clear(&err);
     int rc = rdzv_open("127.0.0.1", job->port, 1, 2, "secret", 20000, &r, &err);
-    void *v = NULL;
-    size_t len = 0;
     int fds[6] = {-1, -1, -1, -1, -1, -1};
+    struct sockaddr_in a;
     if (rc == 0)
-        rc = rdzv_get(r, "comm/0/0", 20000, &v, &len, &err);
+        rc = ring_port_of_rank0(r, &a, &err);
     if (rc == 0) {
-        char val[128];
-        snprintf(val, sizeof(val), "%.*s", (int)len, (const char *)v);
-        char *colon = strrchr(val, ':');
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof(a));
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons((uint16_t)strtol(colon + 1, NULL, 10));
         for (int i = 0; i < 6 && rc == 0; i++) {
             fds[i] = socket(AF_INET, SOCK_STREAM, 0);
             if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0)
                 rc = err_set(&err, DDP_EINTERNAL, "silent peer %d could not connect", i);
         }
     }
-    free(v);
     struct comm_opts o;
     comm_opts_default(&o);
     o.timeout_ms = 20000;

@@ -209,6 +209,23 @@ static void test_rdzv_wrong_secret_refused(void **state)
     rdzv_close(r0);
 }
 
+/* A blocking loopback connection to port whose reads time out after timeout_s (the test
+ * fails when it cannot be made). */
+static int raw_connect(int port, int timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {.tv_sec = timeout_s};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
 static void test_rdzv_garbage_client_dropped(void **state)
 {
     (void)state;
@@ -216,27 +233,17 @@ static void test_rdzv_garbage_client_dropped(void **state)
     struct ddp_err err;
     int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 1, "s", 5000, &r0, &err), 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    int fd = raw_connect(port, 5);
     /* A frame announcing 2^31 bytes: over the bound, the server must drop us. */
     unsigned char junk[8] = {0, 0, 0, 0x80, 1, 2, 3, 4};
     assert_int_equal(send(fd, junk, sizeof(junk), MSG_NOSIGNAL), (ssize_t)sizeof(junk));
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     char b[16];
     assert_int_equal(recv(fd, b, sizeof(b), 0), 0); /* EOF: dropped */
     close(fd);
     /* A request before hello is refused with a reply, then dropped. */
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    fd = raw_connect(port, 5);
     unsigned char set[] = {4, 0, 0, 0, 2, 1, 0, 'k'};
     assert_int_equal(send(fd, set, sizeof(set), MSG_NOSIGNAL), (ssize_t)sizeof(set));
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     ssize_t n = recv(fd, b, sizeof(b), MSG_WAITALL);
     assert_true(n >= 5);
     assert_int_equal(b[4], 2); /* permission denied */
@@ -267,22 +274,6 @@ static int raw_request(int fd, const unsigned char *body, uint32_t len)
     return rh[4];
 }
 
-/* A blocking loopback connection to port (the test fails when it cannot be made). */
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = {.tv_sec = 3};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
 static void test_rdzv_silent_connections_evicted(void **state)
 {
     (void)state;
@@ -307,7 +298,7 @@ static void test_rdzv_silent_connections_evicted(void **state)
     int *fds = calloc(NSILENT, sizeof(int));
     assert_non_null(fds);
     for (int i = 0; i < NSILENT; i++)
-        fds[i] = raw_connect(port);
+        fds[i] = raw_connect(port, 3);
     /* A real rank still joins, at once: the oldest silent connections make room. */
     int64_t t0 = time_mono_ms();
     if (rdzv_open("127.0.0.1", port, 1, 2, "s", 10000, &r1, &err) != 0)
@@ -328,7 +319,7 @@ static void test_rdzv_long_frame_before_hello_dropped(void **state)
     struct ddp_err err;
     int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
-    int fd = raw_connect(port);
+    int fd = raw_connect(port, 3);
     /* A frame of 1 MiB announced, 2,000 bytes of it sent: longer than any hello, so the
      * connection is dropped at once instead of buffering toward 1 MiB until the hello
      * deadline. */
@@ -392,7 +383,7 @@ static void test_rdzv_requests_never_read_stay_bounded(void **state)
     memset(val, 'v', vlen);
     assert_int_equal(rdzv_set(r0, "big", val, vlen, &err), 0);
     free(val);
-    int fd = raw_connect(port);
+    int fd = raw_connect(port, 3);
     unsigned char hello[] = {1, 1, 0, 0, 0, 2, 0, 0, 0, 's'};
     assert_int_equal(raw_request(fd, hello, sizeof(hello)), 0);
     /* 1,000 GETs of the 256 KiB value sent at once and never read: before, the store answered
@@ -427,15 +418,7 @@ static void test_rdzv_malformed_requests_refused(void **state)
     struct ddp_err err;
     int port = testutil_free_port();
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 5000, &r0, &err), 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int fd = raw_connect(port, 5);
     /* hello: rank 1 of 2, secret "s" */
     unsigned char hello[] = {1, 1, 0, 0, 0, 2, 0, 0, 0, 's'};
     assert_int_equal(raw_request(fd, hello, sizeof(hello)), 0);
