@@ -552,9 +552,10 @@ static int small_sum_body(struct ring_job *job, int rank, struct comm *c, struct
     return rc;
 }
 
-static void test_comm_cpu_stranger_dropped(void **state)
+/* Rank 0 as an ordinary rank, rank 1 as rank1_main (which also plays the outsider); both
+ * must end with the right sum. */
+static void run_with_outsider(void *(*rank1_main)(void *))
 {
-    (void)state;
     struct ring_job job;
     memset(&job, 0, sizeof(job));
     job.world = 2;
@@ -563,10 +564,16 @@ static void test_comm_cpu_stranger_dropped(void **state)
     struct rank_thread rt0 = {.job = &job, .rank = 0};
     pthread_t t0, t1;
     assert_int_equal(pthread_create(&t0, NULL, rank_thread_main, &rt0), 0);
-    assert_int_equal(pthread_create(&t1, NULL, intruder_rank1, &job), 0);
+    assert_int_equal(pthread_create(&t1, NULL, rank1_main, &job), 0);
     pthread_join(t0, NULL);
     pthread_join(t1, NULL);
     expect_all_ok(&job);
+}
+
+static void test_comm_cpu_stranger_dropped(void **state)
+{
+    (void)state;
+    run_with_outsider(intruder_rank1);
 }
 
 /* Silent connections to rank 0's ring port (opened before the ring forms) neither hold up the
@@ -618,18 +625,7 @@ static void *silent_rank1(void *p)
 static void test_comm_cpu_silent_connections_do_not_delay(void **state)
 {
     (void)state;
-    struct ring_job job;
-    memset(&job, 0, sizeof(job));
-    job.world = 2;
-    job.body = small_sum_body;
-    job.port = testutil_free_port();
-    struct rank_thread rt0 = {.job = &job, .rank = 0};
-    pthread_t t0, t1;
-    assert_int_equal(pthread_create(&t0, NULL, rank_thread_main, &rt0), 0);
-    assert_int_equal(pthread_create(&t1, NULL, silent_rank1, &job), 0);
-    pthread_join(t0, NULL);
-    pthread_join(t1, NULL);
-    expect_all_ok(&job);
+    run_with_outsider(silent_rank1);
 }
 
 /* ---- failure notices carry the full rank ---- */
