@@ -4,6 +4,7 @@
 #include "common/log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/termsafe.h"
+#include "common/timeutil.h"
 
 static const char *log_component = "ddp";
 static volatile int log_level_min = LOG_INFO;
@@ -80,4 +82,15 @@ void log_msg(enum log_level level, const char *fmt, ...)
     out[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, out, len);
     (void)w;
+}
+
+int log_limit_pass(struct log_limit *l, int64_t interval_ms, long *left_out)
+{
+    int64_t now = time_mono_ms(), next = atomic_load(&l->next_ms);
+    if (now >= next && atomic_compare_exchange_strong(&l->next_ms, &next, now + interval_ms)) {
+        *left_out = atomic_exchange(&l->left_out, 0);
+        return 1;
+    }
+    atomic_fetch_add(&l->left_out, 1);
+    return 0;
 }

@@ -10,6 +10,8 @@
 #ifndef DDP_COMMON_LOG_H
 #define DDP_COMMON_LOG_H
 
+#include <stdint.h>
+
 enum log_level { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3, LOG_OFF = 4 };
 
 /* Sets the process's component name (borrowed: must outlive the process's logging) and
@@ -44,6 +46,33 @@ void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(p
     do {                                     \
         if (log_get_level() <= LOG_ERROR)    \
             log_msg(LOG_ERROR, __VA_ARGS__); \
+    } while (0)
+
+/*
+ * Warnings that can repeat many times a second (a flood of refused connections, strangers on a
+ * port): at most one line per interval from one call site, and the next line that passes says
+ * how many were left out. A struct log_limit starts zeroed; log_limit_pass is thread safe.
+ */
+struct log_limit {
+    _Atomic int64_t next_ms; /* monotonic ms from which the next line may pass */
+    _Atomic long left_out;   /* lines held back since the last one that passed */
+};
+/* 1 when a line may be written now (*left_out: how many were held back before it), else 0
+ * (and the line is counted as held back). */
+int log_limit_pass(struct log_limit *l, int64_t interval_ms, long *left_out);
+
+#define log_warn_limited(interval_ms, ...)                                                         \
+    do {                                                                                           \
+        static struct log_limit log_limit_;                                                        \
+        long log_left_;                                                                            \
+        if (log_get_level() <= LOG_WARN && log_limit_pass(&log_limit_, interval_ms, &log_left_)) { \
+            if (log_left_)                                                                         \
+                log_msg(LOG_WARN,                                                                  \
+                        "%ld more warnings like the next were left out (at most one "              \
+                        "a %lld ms)",                                                              \
+                        log_left_, (long long)(interval_ms));                                      \
+            log_msg(LOG_WARN, __VA_ARGS__);                                                        \
+        }                                                                                          \
     } while (0)
 
 #endif

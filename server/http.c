@@ -495,7 +495,7 @@ static void http_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(buf);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
-    log_warn("http: %s", buf);
+    log_warn_limited(1000, "http: %s", buf); /* a flood of refused connections: one a second */
 }
 
 int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **out,

@@ -212,13 +212,15 @@ int peer_accept(struct comm *c, struct peer_listener *pl, uint64_t id, int64_t d
                     pl->npend--;
                     return 0;
                 }
-                log_warn("comm: rank %d dropped a %s connection with a wrong hello", c->rank, what);
+                log_warn_limited(1000, "comm: rank %d dropped a %s connection with a wrong hello",
+                                 c->rank, what);
                 pending_drop(pl, i);
                 continue;
             }
             if (now >= p->deadline) {
-                log_warn("comm: rank %d dropped a %s connection that sent no hello within %d ms",
-                         c->rank, what, HELLO_WAIT_MS);
+                log_warn_limited(
+                    1000, "comm: rank %d dropped a %s connection that sent no hello within %d ms",
+                    c->rank, what, HELLO_WAIT_MS);
                 pending_drop(pl, i);
                 continue;
             }
@@ -252,9 +254,11 @@ int peer_accept(struct comm *c, struct peer_listener *pl, uint64_t id, int64_t d
                 return err_set(err, ret, "%s", e.msg);
             if (ret == 0) {
                 if (pl->npend == PEER_PENDING_MAX) {
-                    log_warn("comm: rank %d dropped the oldest of %d %s connections without a "
-                             "hello",
-                             c->rank, PEER_PENDING_MAX, what);
+                    log_warn_limited(
+                        1000,
+                        "comm: rank %d dropped the oldest of %d %s connections without a "
+                        "hello",
+                        c->rank, PEER_PENDING_MAX, what);
                     pending_drop(pl, 0);
                 }
                 pl->pend[pl->npend++] = (struct peer_pending){

@@ -377,6 +377,50 @@ static void test_common_termsafe_and_log(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+static void test_common_log_limited(void **state)
+{
+    char path[] = "/tmp/ddp-test-loglimit-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+    /* 1,000 warnings from one call site within its interval: one line. */
+    int64_t t0 = time_mono_ms();
+    for (int i = 0; i < 1000; i++)
+        log_warn_limited(60000, "refused connection %d", i);
+    int64_t took = time_mono_ms() - t0;
+    /* After the interval the next line passes and says how many were left out. */
+    struct log_limit l = {0};
+    long left = -1;
+    assert_int_equal(log_limit_pass(&l, 50, &left), 1);
+    assert_int_equal(left, 0);
+    assert_int_equal(log_limit_pass(&l, 50, &left), 0);
+    assert_int_equal(log_limit_pass(&l, 50, &left), 0);
+    int passed = 0;
+    for (int i = 0; i < 100 && !passed; i++) { /* bounded: about 1 s */
+        passed = log_limit_pass(&l, 50, &left);
+        if (!passed)
+            time_sleep_ms(10);
+    }
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    close(fd);
+    assert_true(passed);
+    assert_true(left >= 2);
+    char *text = NULL;
+    size_t len = 0;
+    struct ddp_err e;
+    assert_int_equal(fs_read_all(path, 1 << 16, &text, &len, &e), 0);
+    int lines = 0;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    if (took < 60000 && (lines != 1 || !strstr(text, "refused connection 0")))
+        fail_msg("%d lines for 1000 limited warnings: %s", lines, text);
+    free(text);
+    assert_int_equal(unlink(path), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_common_proc_state),
         cmocka_unit_test(test_common_token_file),
         cmocka_unit_test(test_common_termsafe_and_log),
+        cmocka_unit_test(test_common_log_limited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
