@@ -180,5 +180,7 @@ if [ "$DDP_HOME" != "$ROOT/.ddp" ]; then echo "  export DDP_HOME=$DDP_HOME"; fi
 echo "  $rel/ddpctl list                 # jobs"
 echo "  $rel/ddpctl logs $JOB --rank 0   # worker output"
 echo "  $rel/ddpctl submit --nnodes 2 --nproc-per-node 2 -- $BIN/ddp-worker --epochs 3"
+echo "ddpctl reads your user token from $DDP_HOME/user.token; the dashboard at $URL/ asks for it"
+echo "once (cat $DDP_HOME/user.token)."
 echo "Stop it with deploy/down.sh (deploy/down.sh --purge also removes $DDP_HOME)."
 exit "$rc"

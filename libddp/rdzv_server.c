@@ -440,6 +440,19 @@ static int poll_until(int timeout, int64_t deadline_ms)
     return timeout < 0 || left < timeout ? (int)left : timeout;
 }
 
+/* Releases the dead connections, keeping the order of the rest. */
+static void drop_dead(struct rdzv_server *s)
+{
+    int w = 0;
+    for (int i = 0; i < s->nconns; i++) {
+        if (s->conns[i].dead)
+            conn_release(s, &s->conns[i]);
+        else
+            s->conns[w++] = s->conns[i];
+    }
+    s->nconns = w;
+}
+
 /* Makes room for one connection by dropping the oldest one that has not said hello (the
  * earliest hello deadline). 0, or -1 when every connection is authenticated. */
 static int evict_oldest_stranger(struct rdzv_server *s)
@@ -452,10 +465,8 @@ static int evict_oldest_stranger(struct rdzv_server *s)
     }
     if (oldest < 0)
         return -1;
-    conn_release(s, &s->conns[oldest]);
-    memmove(&s->conns[oldest], &s->conns[oldest + 1],
-            (size_t)(s->nconns - oldest - 1) * sizeof(s->conns[0]));
-    s->nconns--;
+    s->conns[oldest].dead = 1;
+    drop_dead(s);
     return 0;
 }
 
@@ -553,15 +564,7 @@ static void *server_main(void *arg)
                 conn_process(s, c);
             }
         }
-        /* Drop dead connections (keep the order of the rest). */
-        int w = 0;
-        for (int i = 0; i < s->nconns; i++) {
-            if (s->conns[i].dead)
-                conn_release(s, &s->conns[i]);
-            else
-                s->conns[w++] = s->conns[i];
-        }
-        s->nconns = w;
+        drop_dead(s);
         if (n > 0 && (pfd[1].revents & POLLIN))
             accept_all(s);
     }

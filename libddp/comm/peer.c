@@ -43,11 +43,18 @@ static void format_name(char *out, size_t size, const char *host, int port)
     snprintf(out, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
 }
 
-static void pending_drop(struct peer_listener *pl, int i)
+/* Takes pending connection i out of the list; returns its socket (the caller owns it). */
+static int pending_take(struct peer_listener *pl, int i)
 {
-    close(pl->pend[i].fd);
+    int fd = pl->pend[i].fd;
     memmove(&pl->pend[i], &pl->pend[i + 1], (size_t)(pl->npend - i - 1) * sizeof(pl->pend[0]));
     pl->npend--;
+    return fd;
+}
+
+static void pending_drop(struct peer_listener *pl, int i)
+{
+    close(pending_take(pl, i));
 }
 
 void peer_listener_close(struct peer_listener *pl)
@@ -206,10 +213,7 @@ int peer_accept(struct comm *c, struct peer_listener *pl, uint64_t id, int64_t d
                 ok = ok && secret_equal(got.nonce, pl->nonce);
                 if (ok) {
                     *index_out = got.rank;
-                    *fd_out = p->fd;
-                    p->fd = -1;
-                    memmove(p, p + 1, (size_t)(pl->npend - i - 1) * sizeof(*p));
-                    pl->npend--;
+                    *fd_out = pending_take(pl, i);
                     return 0;
                 }
                 log_warn_limited(1000, "comm: rank %d dropped a %s connection with a wrong hello",

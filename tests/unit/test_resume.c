@@ -204,12 +204,7 @@ static void run_job(struct job *j)
         if (left == 0)
             break;
         if (time_mono_ms() > deadline) {
-            for (int i = 0; i < j->world; i++)
-                if (pids[i] > 0) {
-                    kill(pids[i], SIGKILL);
-                    waitpid(pids[i], NULL, 0);
-                    pids[i] = 0;
-                }
+            testutil_kill_all(pids, j->world);
             break;
         }
         time_sleep_ms(5);

@@ -11,8 +11,10 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/unit/testutil.h"
@@ -81,4 +83,14 @@ uint64_t testutil_fnv(const void *p, size_t n, uint64_t h)
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
+}
+
+void testutil_kill_all(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            pids[i] = 0;
+        }
 }

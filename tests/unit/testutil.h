@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 #include "ddp/comm.h"
@@ -25,6 +26,10 @@ void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_d
  * in err naming the first element off. */
 int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
                        struct ddp_err *err);
+
+/* Kills (SIGKILL) and reaps every process of pids[0..n) still > 0, setting each to 0: the
+ * end of a test whose forked ranks ran past their deadline. */
+void testutil_kill_all(pid_t *pids, int n);
 
 /* FNV-1a of n bytes continuing from h (digests of results compared across ranks). */
 uint64_t testutil_fnv(const void *p, size_t n, uint64_t h);
