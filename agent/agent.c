@@ -91,6 +91,8 @@ int agent_run(const struct agent_config *cfg)
     pthread_condattr_destroy(&ca);
     a.gpu_used = xcalloc((size_t)cfg->gpus + 1, sizeof(int));
     a.beat_path = xasprintf("/v1/nodes/%s:heartbeat", cfg->name);
+    a.cred_path = xasprintf("%s/node.credential", cfg->work_dir);
+    agent_credential_load(&a);
     if (rand_hex(a.incarnation, 16) < 0) {
         log_error("cannot draw an incarnation id");
         goto out;
@@ -146,6 +148,8 @@ out:
     free(a.desired);
     free(a.gpu_used);
     free(a.beat_path);
+    free(a.cred_path);
+    explicit_bzero(a.credential, sizeof(a.credential));
     if (a.sfd >= 0)
         close(a.sfd);
     for (int i = 0; i < 2; i++)

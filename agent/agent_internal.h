@@ -66,6 +66,8 @@ struct worker {
     struct logship_splitter met_split;
 };
 
+#define AGENT_CRED_MAX 257
+
 struct agent {
     const struct agent_config *cfg;
     char incarnation[33];
@@ -94,6 +96,11 @@ struct agent {
     int wake[2]; /* wakes the I/O thread */
     int sfd;     /* signalfd: SIGCHLD, SIGTERM, SIGINT */
     char *beat_path;
+    /* The node credential ddpd gave at the last registration ("" none yet): beats carry
+     * it, a registration shows it to take the node's name over while the node is up. Kept
+     * in cred_path (mode 0600) so that a restarted agent takes over at once. Under mu. */
+    char credential[AGENT_CRED_MAX];
+    char *cred_path;
 };
 
 /* ---- agent.c: helpers of every thread ----------------------------------------------- */
@@ -107,6 +114,12 @@ size_t agent_running_count(const struct agent *a);
 int agent_backlog(const struct agent *a);
 /* Counts a worker start or exit and wakes the waiters. Holds a->mu. */
 void agent_note_change(struct agent *a);
+
+/* ---- beat.c: the credential ------------------------------------------------------------ */
+
+/* Reads a->cred_path into a->credential when it holds one (a missing file is no error; any
+ * other problem is said and the agent registers as new). Before the threads start. */
+void agent_credential_load(struct agent *a);
 
 /* ---- worker.c: worker lifecycle ------------------------------------------------------- */
 

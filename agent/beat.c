@@ -35,11 +35,13 @@
 
 #include "agent/agent_internal.h"
 #include "common/backoff.h"
+#include "common/fsutil.h"
 #include "common/httpc.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/procstat.h"
 #include "common/timeutil.h"
+#include "common/tokenfile.h"
 #include "common/xalloc.h"
 
 /* The worker with this id, or NULL once it was freed. Holds a->mu. */
@@ -244,6 +246,7 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
     json_t *body = agent_beat_body(a, wait_ms, &acks, &nacks);
     if (wait_ms > 0)
         a->polling = 1;
+    httpc_set_token(h, a->credential); /* a beat speaks with the node's own credential */
     pthread_mutex_unlock(&a->mu);
 
     int rc =
@@ -269,9 +272,15 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
         int changed = agent_apply_answer(a, ans);
         if (quick)
             *quick = reported || changed || agent_backlog(a);
-    } else if (status == 404 || status == 409) {
+    } else if (status == 404 || status == 409 || status == 401) {
+        /* 401: ddpd knows the credential no more (the node was removed, or ddpd's state
+         * is new) */
         res = BEAT_REREGISTER;
-        err_set(err, status == 404 ? DDP_ENOTFOUND : DDP_EABORTED, "ddpd answered %ld", status);
+        err_set(err,
+                status == 404   ? DDP_ENOTFOUND
+                : status == 401 ? DDP_EUNAUTH
+                                : DDP_EABORTED,
+                "ddpd answered %ld", status);
     } else {
         json_t *e = json_object_get(ans, "error");
         const char *msg = json_string_value(json_object_get(e, "message"));
@@ -302,10 +311,43 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
     return res;
 }
 
+void agent_credential_load(struct agent *a)
+{
+    char *text = NULL;
+    struct ddp_err e;
+    int rc = token_file_read(a->cred_path, "node credential", &text, &e);
+    if (rc == 0 && strlen(text) < sizeof(a->credential)) {
+        snprintf(a->credential, sizeof(a->credential), "%s", text);
+        log_info("node credential file=%s (registering takes the node's name over)", a->cred_path);
+    } else if (rc != DDP_ENOTFOUND) {
+        log_warn("ignoring the node credential: %s", rc ? e.msg : "too long");
+    }
+    if (text)
+        explicit_bzero(text, strlen(text));
+    free(text);
+}
+
+/* Keeps the new credential (a->credential) in a->cred_path, mode 0600. A failure only costs
+ * a restarted agent its quick take-over (it then waits until ddpd finds the node LOST). */
+static void agent_credential_save(struct agent *a, const char *cred)
+{
+    char line[AGENT_CRED_MAX + 2];
+    int n = snprintf(line, sizeof(line), "%s\n", cred);
+    struct ddp_err e;
+    if (fs_write_atomic(a->cred_path, line, (size_t)n, 0600, &e) != 0)
+        log_warn("cannot keep the node credential: %s", e.msg);
+    explicit_bzero(line, sizeof(line));
+}
+
 static enum beat_result agent_register(struct agent *a, struct httpc *h, struct ddp_err *err)
 {
     const struct agent_config *cfg = a->cfg;
     json_t *body = json_object();
+    pthread_mutex_lock(&a->mu);
+    if (a->credential[0])
+        json_object_set_new(body, "credential", json_string(a->credential));
+    pthread_mutex_unlock(&a->mu);
+    httpc_set_token(h, cfg->token); /* registration takes the bootstrap token */
     json_object_set_new(body, "name", json_string(cfg->name));
     json_object_set_new(body, "address", json_string(cfg->address));
     json_object_set_new(body, "slots", json_integer(cfg->slots));
@@ -322,7 +364,16 @@ static enum beat_result agent_register(struct agent *a, struct httpc *h, struct 
         int64_t interval = 1000;
         if (jsonx_get_int(ans, "heartbeat_interval_ms", 0, 100, 60000, &interval, NULL) < 0)
             interval = 1000;
+        const char *cred = json_string_value(json_object_get(ans, "credential"));
+        if (!cred || strlen(cred) < 16 || strlen(cred) >= AGENT_CRED_MAX) {
+            err_set(err, DDP_EINTERNAL, "ddpd's registration answer has no node credential");
+            json_decref(ans);
+            json_decref(body);
+            return BEAT_REFUSED;
+        }
+        agent_credential_save(a, cred);
         pthread_mutex_lock(&a->mu);
+        snprintf(a->credential, sizeof(a->credential), "%s", cred);
         a->registered = 1;
         a->version = 0;
         a->applied = 0;
@@ -430,6 +481,10 @@ void agent_heartbeat_loop(struct agent *a)
             if (err.code == DDP_EABORTED)
                 log_warn("ddpd has another incarnation of node %s registered (another agent "
                          "with this --name?): registering again",
+                         a->cfg->name);
+            else if (err.code == DDP_EUNAUTH)
+                log_warn("ddpd does not take node %s's credential (removed?): registering "
+                         "again",
                          a->cfg->name);
             else
                 log_warn("ddpd does not know node %s: registering again", a->cfg->name);

@@ -15,6 +15,9 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "common/args.h"
+#include "common/backoff.h"
+#include "common/httpc.h"
+#include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -36,6 +39,35 @@ static char *cli_absolute(const char *path)
     if (!getcwd(cwd, sizeof(cwd)))
         return NULL;
     return xasprintf("%s/%s", cwd, path);
+}
+
+/* POST /v1/jobs with an Idempotency-Key drawn for this submit, retried (bounded: 5 tries
+ * within CLI_UNREACHABLE_MAX_MS) while ddpd is unreachable or answers 5xx: ddpd may have
+ * stored the job and died before answering, and the same key then answers that job instead
+ * of a second one. */
+static int cli_submit_retrying(struct cli *cli, const json_t *spec, json_t **answer,
+                               struct ddp_err *err)
+{
+    char key[33], line[64];
+    if (rand_hex(key, 16) != 0)
+        return err_set(err, DDP_EIO, "no randomness for the Idempotency-Key");
+    snprintf(line, sizeof(line), "Idempotency-Key: %s", key);
+    httpc_set_header(cli->http, line);
+    struct backoff bo;
+    backoff_init(&bo, 200, 5000);
+    int64_t until = time_deadline_ms(CLI_UNREACHABLE_MAX_MS);
+    int rc = 0;
+    for (int attempt = 1; attempt <= 5; attempt++) {
+        rc = cli_call(cli, "POST", "/v1/jobs", spec, answer, err);
+        int transient =
+            rc == DDP_EUNAVAIL || rc == DDP_ETIMEOUT || rc == DDP_EINTERNAL || rc == DDP_EIO;
+        if (!transient || attempt == 5 || time_left_ms(until) <= 0)
+            break;
+        fprintf(stderr, "ddpctl: submit: %s; trying again (same Idempotency-Key)\n", err->msg);
+        backoff_sleep(&bo, until);
+    }
+    httpc_set_header(cli->http, NULL);
+    return rc;
 }
 
 int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
@@ -181,7 +213,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
-    if (cli_call(cli, "POST", "/v1/jobs", spec, &answer, &err) < 0) {
+    if (cli_submit_retrying(cli, spec, &answer, &err) < 0) {
         rc = cli_fail(cli, &err);
         goto out;
     }
@@ -224,10 +256,13 @@ static void cli_progress_short(const json_t *job, char *buf, size_t size)
 
 int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    enum { O_STATE = 1 };
-    static const struct option longopts[] = {
-        {"state", required_argument, NULL, O_STATE}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    enum { O_STATE = 1, O_ALL };
+    static const struct option longopts[] = {{"state", required_argument, NULL, O_STATE},
+                                             {"all", no_argument, NULL, O_ALL},
+                                             CLI_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
     char state[16] = "";
+    int every = 0;
     json_t *all = json_array();
     json_t *page = NULL;
     char *token = xstrdup("");
@@ -243,6 +278,10 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             goto out;
         if (h > 0)
             continue;
+        if (c == O_ALL) {
+            every = 1;
+            continue;
+        }
         if (c != O_STATE) {
             rc = cli_usage_error(cmd, "unexpected option");
             goto out;
@@ -266,8 +305,9 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     int pages = 0;
     do {
         char *tok = cli_escape(token);
-        char *path = xasprintf("/v1/jobs?page_size=%d%s%s%s%s", CLI_LIST_PAGE,
-                               state[0] ? "&state=" : "", state, tok[0] ? "&page_token=" : "", tok);
+        char *path =
+            xasprintf("/v1/jobs?page_size=%d%s%s%s%s%s", CLI_LIST_PAGE, state[0] ? "&state=" : "",
+                      state, tok[0] ? "&page_token=" : "", tok, every ? "&all=true" : "");
         free(tok);
         json_decref(page);
         page = NULL;
@@ -290,9 +330,9 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         json_decref(o);
         goto out;
     }
-    static const char *const hdr[] = {"ID",    "NAME",     "STATE",    "GEN", "NODES",
-                                      "WORLD", "RESTARTS", "PROGRESS", "AGE"};
-    struct table *t = table_new(9, hdr);
+    static const char *const hdr[] = {"ID",    "NAME",  "OWNER",    "STATE",    "GEN",
+                                      "NODES", "WORLD", "RESTARTS", "PROGRESS", "AGE"};
+    struct table *t = table_new(10, hdr);
     int64_t now = time_wall_ms();
     size_t i;
     json_t *job;
@@ -304,6 +344,7 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         table_row(t);
         table_cell(t, "%s", cli_str(job, "id", "?"));
         table_cell(t, "%s", cli_str(job, "name", ""));
+        table_cell(t, "%s", cli_str(job, "owner", ""));
         table_cell(t, "%s", cli_str(job, "state", "?"));
         table_cell(t, "%lld", (long long)cli_int(job, "generation", 0));
         table_cell(t, "%zu", json_array_size(json_object_get(job, "nodes")));

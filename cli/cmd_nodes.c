@@ -1,11 +1,40 @@
 /*
  * cmd_nodes.c - `ddpctl nodes`: the nodes ddpd knows (one agent each), their slots, state
- * and last heartbeat, from GET /v1/nodes.
+ * and last heartbeat, from GET /v1/nodes; `ddpctl nodes remove NAME` (DELETE /v1/nodes/NAME).
  */
 #include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "common/xalloc.h"
+
+static int cmd_nodes_remove(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    if (optind + 1 >= argc)
+        return cli_usage_error(cmd, "remove: missing the node name");
+    if (optind + 2 < argc)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
+    const char *name = argv[optind + 1];
+    int rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    char *esc = cli_escape(name);
+    char *path = xasprintf("/v1/nodes/%s", esc);
+    json_t *ans = NULL;
+    struct ddp_err err;
+    if (cli_call(cli, "DELETE", path, NULL, &ans, &err) < 0)
+        rc = cli_fail(cli, &err);
+    else if (cli->json)
+        cli_print_json(ans);
+    else
+        printf("removed node %s\n", name);
+    json_decref(ans);
+    free(path);
+    free(esc);
+    return rc;
+}
 
 int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
@@ -15,6 +44,8 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 
     if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
         goto out;
+    if (optind < argc && strcmp(argv[optind], "remove") == 0)
+        return cmd_nodes_remove(cli, cmd, argc, argv);
     if (optind < argc) {
         rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
         goto out;

@@ -47,9 +47,10 @@ static const struct cli_cmd cli_cmds[] = {
      "  --parsable          print only the job id\n"
      "The command is an argv (never a shell string); put it after '--'.\n",
      cmd_submit},
-    {"list", "list [--state S]", "list jobs, newest first",
+    {"list", "list [--state S] [--all]", "list your jobs, newest first",
      "  --state S  only jobs in state S (PENDING, RUNNING, RESTARTING, CANCELLING,\n"
-     "             SUCCEEDED, FAILED, CANCELLED)\n",
+     "             SUCCEEDED, FAILED, CANCELLED)\n"
+     "  --all      every user's jobs (roles admin and viewer)\n",
      cmd_list},
     {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events", "",
      cmd_status},
@@ -60,7 +61,20 @@ static const struct cli_cmd cli_cmds[] = {
      "                the last N lines, then the new ones\n"
      "  -f, --follow  keep printing new lines until the job ends\n",
      cmd_logs},
-    {"nodes", "nodes", "list the nodes (agents), their slots and state", "", cmd_nodes},
+    {"nodes", "nodes [remove NAME]", "list the nodes (agents), their slots and state",
+     "  remove NAME  forget a node (admin): its jobs lose it as if it died, and its\n"
+     "               credential opens nothing; a live agent registers again, so stop it\n"
+     "               first (and rotate the bootstrap token to keep it out)\n",
+     cmd_nodes},
+    {"users",
+     "users list | add NAME [--role R] [--token-out F] | remove NAME | rotate-token NAME "
+     "[--token-out F]",
+     "manage users and their tokens (admin; rotate-token also for yourself)",
+     "  --role R        admin, user (default) or viewer (reads every job, changes none)\n"
+     "  --token-out F   where the new token goes (default NAME.token here), mode 0600;\n"
+     "                  an existing file is replaced\n",
+     cmd_users},
+    {"whoami", "whoami", "show the user and role of your token", "", cmd_whoami},
     {"watch", "watch JOB", "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
      "On a terminal: a live progress bar per epoch with loss and throughput, redrawn in\n"
      "place. Piped: one line per new epoch and per state change.\n",
@@ -78,7 +92,7 @@ static void cli_print_global_help(FILE *out)
     fprintf(out, "%s\n\n", cli_global_usage);
     fprintf(out, "Commands:\n");
     for (size_t i = 0; i < CLI_NCMDS; i++)
-        fprintf(out, "  %-7s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
+        fprintf(out, "  %-8s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
     fprintf(out,
             "\nOptions (also accepted after the command):\n"
             "  --server URL      ddpd's address (default $DDP_SERVER, else %s)\n"
@@ -133,9 +147,9 @@ int cli_fail(struct cli *cli, const struct ddp_err *err)
             fprintf(stderr,
                     "ddpctl: no user token: pass --token-file F, set DDP_TOKEN, or run from "
                     "the folder holding .ddp/ (or set DDP_HOME)\n");
-    } else if (err->code == DDP_EPERM) {
-        fprintf(stderr, "ddpctl: that looks like the agent token; ddpctl needs the user token "
-                        "($DDP_HOME/user.token)\n");
+    } else if (err->code == DDP_EPERM && strstr(err->msg, "bootstrap token")) {
+        fprintf(stderr, "ddpctl: that looks like the agent (bootstrap) token; ddpctl needs a "
+                        "user token ($DDP_HOME/user.token, or one from 'ddpctl users add')\n");
     }
     return CLI_FAIL;
 }

@@ -31,6 +31,7 @@ static const struct err_row err_table[DDP_ERR_COUNT] = {
     {DDP_EIO, "INTERNAL", 500, "input/output error"},
     {DDP_EPEER, "UNAVAILABLE", 503, "peer lost"},
     {DDP_ECANCELLED, "CANCELLED", 499, "cancelled"},
+    {DDP_ELIMIT, "RESOURCE_EXHAUSTED", 429, "limit reached"},
 };
 
 static const struct err_row *err_row_of(int code)

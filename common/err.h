@@ -29,8 +29,9 @@ enum ddp_errcode {
     DDP_EIO = -13,        /* INTERNAL, 500: a read, write or fsync failed */
     DDP_EPEER = -14,      /* UNAVAILABLE, 503: a peer closed or broke the connection */
     DDP_ECANCELLED = -15, /* CANCELLED, 499 */
+    DDP_ELIMIT = -16,     /* RESOURCE_EXHAUSTED, 429: a cap on nodes, users or jobs */
 };
-#define DDP_ERR_COUNT 16
+#define DDP_ERR_COUNT 17
 
 /* Room for one message; longer messages are cut. */
 #define DDP_ERR_MSG_MAX 512

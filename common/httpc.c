@@ -14,7 +14,8 @@
 struct httpc {
     CURL *curl;
     char *base_url;
-    char *auth_header; /* "Authorization: Bearer ..." or NULL */
+    char *auth_header;  /* "Authorization: Bearer ..." or NULL */
+    char *extra_header; /* one more "Name: value" line, or NULL */
     char *ca_file;
 };
 
@@ -42,9 +43,20 @@ struct httpc *httpc_new(const char *base_url, const char *token)
     while (n > 0 && base_url[n - 1] == '/')
         n--;
     c->base_url = xstrndup(base_url, n);
-    if (token && *token)
-        c->auth_header = xasprintf("Authorization: Bearer %s", token);
+    httpc_set_token(c, token);
     return c;
+}
+
+void httpc_set_header(struct httpc *c, const char *line)
+{
+    free(c->extra_header);
+    c->extra_header = line ? xstrdup(line) : NULL;
+}
+
+void httpc_set_token(struct httpc *c, const char *token)
+{
+    free(c->auth_header);
+    c->auth_header = token && *token ? xasprintf("Authorization: Bearer %s", token) : NULL;
 }
 
 void httpc_free(struct httpc *c)
@@ -54,6 +66,7 @@ void httpc_free(struct httpc *c)
     curl_easy_cleanup(c->curl);
     free(c->base_url);
     free(c->auth_header);
+    free(c->extra_header);
     free(c->ca_file);
     free(c);
 }
@@ -128,6 +141,8 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const j
     hdrs = curl_slist_append(hdrs, "Accept: application/json");
     if (c->auth_header)
         hdrs = curl_slist_append(hdrs, c->auth_header);
+    if (c->extra_header)
+        hdrs = curl_slist_append(hdrs, c->extra_header);
     if (payload) {
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);

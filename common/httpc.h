@@ -21,6 +21,12 @@ struct httpc;
 struct httpc *httpc_new(const char *base_url, const char *token);
 void httpc_free(struct httpc *c);
 
+/* Replaces the bearer token of later calls (copied; NULL or "": no Authorization header). */
+void httpc_set_token(struct httpc *c, const char *token);
+
+/* Sends one more header line ("Name: value", copied) with the later calls; NULL: none. */
+void httpc_set_header(struct httpc *c, const char *line);
+
 /* Trust this CA file for https URLs (copied). */
 void httpc_set_ca_file(struct httpc *c, const char *path);
 

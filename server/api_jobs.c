@@ -1,8 +1,9 @@
 /*
  * api_jobs.c - /v1/jobs*: submit, list, get, cancel, events, metrics, logs.
  *
- * Each handler parses and checks its inputs (answering 400/404 itself), calls coord_*,
- * and sets the answer. Nothing here holds state.
+ * Each handler parses and checks its inputs (answering 400/404 itself), checks that the
+ * caller may see (404 otherwise) or change (403) the job, calls coord_*, and sets the answer.
+ * Nothing here holds state.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,13 +12,46 @@
 #include "server/http.h"
 #include "server/validate.h"
 
-/* Reads the {id} of the path; answers 404 when it is not a job id. */
-static int api_job_id(struct api_req *r, int64_t *id)
+/* Reads the {id} of the path and checks that the caller may read it (act 0) or change it
+ * (act 1); answers 404 when it is not a job id or one the caller may not see, 403 when it may
+ * see but not change it (coord_job_access). */
+static int api_job_id_for(struct api_req *r, int act, int64_t *id)
 {
+    struct ddp_err e;
     if (validate_job_id(r->param, id) != 0) {
         api_reply_errf(r, DDP_ENOTFOUND, "job %.64s not found", r->param);
         return -1;
     }
+    if (coord_job_access(r->coord, *id, &r->who, act, &e) != 0) {
+        api_reply_err(r, &e);
+        return -1;
+    }
+    return 0;
+}
+
+static int api_job_id(struct api_req *r, int64_t *id)
+{
+    return api_job_id_for(r, 0, id);
+}
+
+/* The Idempotency-Key header: 1..128 printable ASCII characters. */
+static int api_idempotency_key(struct api_req *r, const char **out)
+{
+    const char *k = r->idempotency_key;
+    *out = NULL;
+    if (!k)
+        return 0;
+    size_t n = strlen(k);
+    int ok = n >= 1 && n <= 128;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = k[i] > 0x20 && k[i] < 0x7f;
+    if (!ok) {
+        api_reply_errf(r, DDP_EINVAL,
+                       "header 'Idempotency-Key': expected 1..128 printable ASCII characters "
+                       "without spaces");
+        return -1;
+    }
+    *out = k;
     return 0;
 }
 
@@ -34,11 +68,13 @@ void api_jobs_submit(struct api_req *r)
     json_t *body = NULL;
     struct ddp_err e;
     char *out = NULL;
-    if (api_parse_body(r, &body) != 0)
+    const char *key;
+    int created = 0;
+    if (api_idempotency_key(r, &key) != 0 || api_parse_body(r, &body) != 0)
         return;
-    int rc = coord_submit(r->coord, body, r->now, &out, &e);
+    int rc = coord_submit(r->coord, body, r->who.name, key, r->now, &out, &created, &e);
     json_decref(body);
-    api_answer(r, rc, 201, out, &e);
+    api_answer(r, rc, created ? 201 : 200, out, &e);
 }
 
 void api_jobs_list(struct api_req *r)
@@ -64,7 +100,21 @@ void api_jobs_list(struct api_req *r)
     const char *t = api_query(r, "page_token");
     if (t && *t && api_query_int(r, "page_token", 1, INT64_MAX / 2, 0, &token) != 0)
         return;
-    int rc = coord_list_jobs(r->coord, state, (int)page_size, token, &out, &e);
+    /* own jobs by default (as squeue --me, kubectl's namespace); all=true every user's, for
+     * the roles that see them */
+    const char *all = api_query(r, "all");
+    if (all && strcmp(all, "true") != 0 && strcmp(all, "false") != 0) {
+        api_reply_errf(r, DDP_EINVAL, "field 'all': expected true or false");
+        return;
+    }
+    int every = all && strcmp(all, "true") == 0;
+    if (every && !auth_sees_all(&r->who)) {
+        api_reply_errf(r, DDP_EPERM, "all=true needs role admin or viewer; you are %s (role %s)",
+                       r->who.name, auth_role_name(r->who.role));
+        return;
+    }
+    int rc = coord_list_jobs(r->coord, state, every ? NULL : r->who.name, (int)page_size, token,
+                             &out, &e);
     api_answer(r, rc, 200, out, &e);
 }
 
@@ -84,7 +134,7 @@ void api_jobs_cancel(struct api_req *r)
     int64_t id;
     struct ddp_err e;
     char *out = NULL;
-    if (api_job_id(r, &id) != 0)
+    if (api_job_id_for(r, 1, &id) != 0)
         return;
     /* an empty body or {} is fine; anything else must be a JSON object too */
     if (r->body_len > 0) {
@@ -98,7 +148,7 @@ void api_jobs_cancel(struct api_req *r)
             return;
         }
     }
-    int rc = coord_cancel(r->coord, id, r->now, &out, &e);
+    int rc = coord_cancel(r->coord, id, r->who.name, r->now, &out, &e);
     api_answer(r, rc, 200, out, &e);
 }
 

@@ -1,5 +1,6 @@
 /*
- * api_nodes.c - /v1/nodes: register and heartbeat (agent token), list (user token).
+ * api_nodes.c - /v1/nodes: register (bootstrap token), heartbeat (the node's own credential),
+ * list (any user), remove (admin).
  */
 #include <stdlib.h>
 
@@ -48,6 +49,21 @@ void api_nodes_list(struct api_req *r)
     struct ddp_err e;
     char *out = NULL;
     int rc = coord_list_nodes(r->coord, r->now, &out, &e);
+    if (rc)
+        api_reply_err(r, &e);
+    else
+        api_reply_json(r, 200, out);
+}
+
+void api_nodes_remove(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "node %.64s not registered", r->param);
+        return;
+    }
+    int rc = coord_remove_node(r->coord, r->param, r->now, &out, &e);
     if (rc)
         api_reply_err(r, &e);
     else

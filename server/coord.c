@@ -49,19 +49,61 @@
 
 static void coord_tick_locked(struct coord *c, int64_t now);
 
-int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out, struct ddp_err *err)
+/* The job of owner submitted with request_id, or NULL. */
+static struct job *coord_job_by_request(struct coord *c, const char *owner, const char *request_id)
+{
+    for (size_t i = c->njobs; i-- > 0;) {
+        struct job *j = c->jobs[i];
+        if (j->request_id && strcmp(j->request_id, request_id) == 0 && strcmp(j->owner, owner) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+int coord_submit(struct coord *c, const json_t *body, const char *owner, const char *request_id,
+                 int64_t now, char **out, int *created, struct ddp_err *err)
 {
     struct job *j = xcalloc(1, sizeof(*j));
     struct ddp_err e;
+    *created = 0;
     int rc = validate_job_spec(body, &j->spec, err);
     if (rc)
         goto out;
     j->spec_text = jsonx_dumps(j->spec.json);
+    snprintf(j->owner, sizeof(j->owner), "%s", owner);
+    if (request_id)
+        j->request_id = xstrdup(request_id);
     if (rand_hex(j->token, 16) != 0) {
         rc = err_set(err, DDP_EINTERNAL, "no randomness for the job token");
         goto out;
     }
     pthread_mutex_lock(&c->mu);
+    if (request_id) {
+        struct job *was = coord_job_by_request(c, owner, request_id);
+        if (was && strcmp(was->spec_text, j->spec_text) != 0) {
+            rc = err_set(err, DDP_EEXIST,
+                         "Idempotency-Key '%.128s' was used for job j-%lld with another spec; "
+                         "use a new key for a new job",
+                         request_id, (long long)was->id);
+            pthread_mutex_unlock(&c->mu);
+            goto out;
+        }
+        if (was) {
+            *out = coord_job_text(c, was);
+            pthread_mutex_unlock(&c->mu);
+            log_info("job submit repeated id=j-%lld (same Idempotency-Key)", (long long)was->id);
+            goto out;
+        }
+    }
+    size_t active = coord_jobs_active_of(c, owner);
+    if ((int64_t)active >= c->opts.max_jobs_per_user) {
+        rc = err_set(err, DDP_ELIMIT,
+                     "user %s has %zu jobs that have not ended, the limit (--max-jobs-per-user); "
+                     "wait for some to end or cancel some",
+                     owner, active);
+        pthread_mutex_unlock(&c->mu);
+        goto out;
+    }
     j->id = (int64_t)c->njobs + 1;
     j->created_at = coord_wall(c, now);
     j->st.state = JOB_PENDING;
@@ -77,8 +119,9 @@ int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out, s
     }
     coord_jobs_push(c, j);
     *out = coord_job_text(c, j);
-    log_info("job submitted id=j-%lld name=%s nnodes=%d:%d nproc_per_node=%d", (long long)j->id,
-             j->spec.name, j->spec.nmin, j->spec.nmax, j->spec.nproc);
+    *created = 1;
+    log_info("job submitted id=j-%lld name=%s owner=%s nnodes=%d:%d nproc_per_node=%d",
+             (long long)j->id, j->spec.name, j->owner, j->spec.nmin, j->spec.nmax, j->spec.nproc);
     j = NULL;
     coord_schedule(c, now);
     pthread_mutex_unlock(&c->mu);
@@ -105,8 +148,8 @@ int coord_get_job(struct coord *c, int64_t id, char **out, struct ddp_err *err)
     return rc;
 }
 
-int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_token, char **out,
-                    struct ddp_err *err)
+int coord_list_jobs(struct coord *c, int state, const char *owner, int page_size,
+                    int64_t page_token, char **out, struct ddp_err *err)
 {
     json_t *arr = json_array();
     int64_t next = 0;
@@ -118,6 +161,8 @@ int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_toke
     for (int64_t id = start; id >= 1; id--) {
         struct job *j = c->jobs[id - 1];
         if (state >= 0 && (int)j->st.state != state)
+            continue;
+        if (owner && strcmp(j->owner, owner) != 0)
             continue;
         if ((int)json_array_size(arr) == page_size) {
             next = id;
@@ -136,9 +181,12 @@ int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_toke
     return 0;
 }
 
-int coord_cancel(struct coord *c, int64_t id, int64_t now, char **out, struct ddp_err *err)
+int coord_cancel(struct coord *c, int64_t id, const char *by, int64_t now, char **out,
+                 struct ddp_err *err)
 {
     int rc = 0;
+    char why[96];
+    snprintf(why, sizeof(why), "cancelled by %s", by);
     pthread_mutex_lock(&c->mu);
     struct job *j = coord_job(c, id);
     if (!j) {
@@ -149,10 +197,10 @@ int coord_cancel(struct coord *c, int64_t id, int64_t now, char **out, struct dd
         if (j->st.state == JOB_PENDING) {
             struct job_st next = j->st;
             next.state = JOB_CANCELLING;
-            snprintf(next.reason, sizeof(next.reason), "cancelled by user");
+            snprintf(next.reason, sizeof(next.reason), "%s", why);
             rc = coord_commit(c, j, &next, now, err);
         } else {
-            rc = coord_end_generation(c, j, END_CANCEL, "cancelled by user", now, err);
+            rc = coord_end_generation(c, j, END_CANCEL, why, now, err);
         }
         if (rc)
             goto out;
@@ -242,10 +290,22 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
     int rc = validate_register(body, &r, err);
     if (rc)
         return rc;
+    char cred[AUTH_TOKEN_HEX], cred_hash[AUTH_HASH_HEX];
+    if (auth_new_token(cred) != 0)
+        return err_set(err, DDP_EINTERNAL, "no randomness for the node credential");
+    auth_hash(cred, cred_hash);
     pthread_mutex_lock(&c->mu);
     int64_t wall = coord_wall(c, now);
     int ni = coord_node_index(c, r.name);
     if (ni < 0) {
+        size_t known = c->nnodes - c->nremoved;
+        if ((int64_t)known >= c->opts.max_nodes) {
+            rc = err_set(err, DDP_ELIMIT,
+                         "%zu nodes are registered, the limit (--max-nodes); an admin removes "
+                         "nodes that are gone with 'ddpctl nodes remove NAME'",
+                         known);
+            goto out;
+        }
         struct node *n = coord_node_new(c, r.name);
         n->address = xstrdup(r.address);
         n->incarnation = xstrdup(r.incarnation);
@@ -253,6 +313,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         n->port_lo = r.port_lo;
         n->port_hi = r.port_hi;
         n->registered_at = wall;
+        snprintf(n->cred_hash, sizeof(n->cred_hash), "%s", cred_hash);
         rc = coord_put_node(c, n, 1, wall, err);
         if (rc) {
             coord_node_free(n);
@@ -266,27 +327,43 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         log_info("node registered name=%s address=%s slots=%d", r.name, r.address, r.slots);
     } else {
         struct node *n = c->nodes[ni];
-        int same = strcmp(n->incarnation, r.incarnation) == 0;
-        int changed = !same || !nodestate_is_up(n->state) || strcmp(n->address, r.address) != 0 ||
-                      n->slots != r.slots || n->port_lo != r.port_lo || n->port_hi != r.port_hi;
-        if (changed) {
-            struct node tmp = *n;
-            tmp.address = (char *)r.address;
-            tmp.incarnation = (char *)r.incarnation;
-            tmp.slots = r.slots;
-            tmp.port_lo = r.port_lo;
-            tmp.port_hi = r.port_hi;
-            rc = coord_put_node(c, &tmp, 1, wall, err);
-            if (rc)
-                goto out;
-            free(n->address);
-            n->address = xstrdup(r.address);
-            free(n->incarnation);
-            n->incarnation = xstrdup(r.incarnation);
-            n->slots = r.slots;
-            n->port_lo = r.port_lo;
-            n->port_hi = r.port_hi;
+        char old_hash[AUTH_HASH_HEX] = "";
+        if (r.credential)
+            auth_hash(r.credential, old_hash);
+        int holder = n->cred_hash[0] && r.credential && secret_equal(old_hash, n->cred_hash);
+        if (nodestate_is_up(n->state) && n->cred_hash[0] && !holder) {
+            /* Somebody with the bootstrap token only: it may not take a live node's name
+             * (and with it, its jobs' secrets and a restart of each of them). */
+            rc = err_set(err, DDP_EEXIST,
+                         "node %s is registered and up; its agent registers again with its "
+                         "credential, another one waits until the node is LOST (%lld s without "
+                         "a beat) or an admin removes it",
+                         r.name, (long long)(c->opts.node_timeout_ms / 1000));
+            log_warn_limited(1000,
+                             "refused a registration of node %s: it is up and the caller does "
+                             "not hold its credential",
+                             r.name);
+            goto out;
         }
+        int same = strcmp(n->incarnation, r.incarnation) == 0;
+        struct node tmp = *n;
+        tmp.address = (char *)r.address;
+        tmp.incarnation = (char *)r.incarnation;
+        tmp.slots = r.slots;
+        tmp.port_lo = r.port_lo;
+        tmp.port_hi = r.port_hi;
+        snprintf(tmp.cred_hash, sizeof(tmp.cred_hash), "%s", cred_hash);
+        rc = coord_put_node(c, &tmp, 1, wall, err);
+        if (rc)
+            goto out;
+        free(n->address);
+        n->address = xstrdup(r.address);
+        free(n->incarnation);
+        n->incarnation = xstrdup(r.incarnation);
+        n->slots = r.slots;
+        n->port_lo = r.port_lo;
+        n->port_hi = r.port_hi;
+        snprintf(n->cred_hash, sizeof(n->cred_hash), "%s", cred_hash);
         coord_node_set(n, NODE_READY);
         n->last_seen = now;
         n->last_beat_wall = wall;
@@ -297,10 +374,43 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         }
     }
     coord_tick_locked(c, now);
-    json_t *o =
-        json_pack("{s:o, s:i}", "node", coord_node_json(c, ni, now), "heartbeat_interval_ms", 1000);
+    json_t *o = json_pack("{s:o, s:i, s:s}", "node", coord_node_json(c, ni, now),
+                          "heartbeat_interval_ms", 1000, "credential", cred);
     *out = jsonx_dumps(o);
     json_decref(o);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int coord_node_delete(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    return store_node_delete(c->store, ctx, e);
+}
+
+int coord_remove_node(struct coord *c, const char *name, int64_t now, char **out,
+                      struct ddp_err *err)
+{
+    int rc = 0;
+    struct ddp_err e;
+    pthread_mutex_lock(&c->mu);
+    int ni = coord_node_index(c, name);
+    if (ni < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "node %.64s not registered", name);
+        goto out;
+    }
+    struct node *n = c->nodes[ni];
+    if (coord_txn_run(c, coord_node_delete, n->name, &e) != 0) {
+        log_error("cannot remove node %s: %s", name, e.msg);
+        rc = err_set(err, DDP_EINTERNAL, "cannot remove the node: %s", e.msg);
+        goto out;
+    }
+    json_t *o = json_pack("{s:o}", "node", coord_node_json(c, ni, now));
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    coord_node_removed(c, ni, now);
+    log_info("node removed name=%s (its credential opens nothing; its jobs lose it)", name);
+    coord_tick_locked(c, now);
 out:
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -342,7 +452,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     }
     n->last_seen = now;
     n->last_beat_wall = wall;
-    rc = coord_beat_data(c, &b, now, err);
+    rc = coord_beat_data(c, ni, &b, now, err);
     if (rc)
         goto out;
     if (strcmp(n->incarnation, b.incarnation) != 0) { /* re-registered meanwhile */
@@ -394,7 +504,8 @@ int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *e
     json_t *arr = json_array();
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->nnodes; i++)
-        json_array_append_new(arr, coord_node_json(c, (int)i, now));
+        if (!c->nodes[i]->removed)
+            json_array_append_new(arr, coord_node_json(c, (int)i, now));
     pthread_mutex_unlock(&c->mu);
     json_t *o = json_pack("{s:o}", "nodes", arr);
     *out = jsonx_dumps(o);
@@ -468,6 +579,8 @@ void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes
         jobs[c->jobs[i]->st.state]++;
     *nodes_ready = *nodes_lost = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i]->removed)
+            continue;
         if (nodestate_is_up(c->nodes[i]->state))
             (*nodes_ready)++;
         else
@@ -501,6 +614,8 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
     c->opts.metric_cap = 10000;
     c->opts.drain_extra_ms = 10000;
     c->opts.suspect_timeout_ms = 1000;
+    c->opts.max_nodes = 4096;
+    c->opts.max_jobs_per_user = 10000;
     if (opts) {
         if (opts->node_timeout_ms > 0)
             c->opts.node_timeout_ms = opts->node_timeout_ms;
@@ -513,6 +628,10 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
         if (opts->suspect_timeout_ms != 0)
             c->opts.suspect_timeout_ms =
                 opts->suspect_timeout_ms < 0 ? -1 : opts->suspect_timeout_ms;
+        if (opts->max_nodes > 0)
+            c->opts.max_nodes = opts->max_nodes;
+        if (opts->max_jobs_per_user > 0)
+            c->opts.max_jobs_per_user = opts->max_jobs_per_user;
     }
     if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;
@@ -522,9 +641,12 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
     if (rc)
         goto out;
     rc = coord_load(c, now, err);
+    if (!rc)
+        rc = coord_users_load(c, err);
     if (rc)
         goto out;
-    log_info("state loaded db=%s jobs=%zu nodes=%zu", db_path, c->njobs, c->nnodes);
+    log_info("state loaded db=%s jobs=%zu nodes=%zu users=%zu", db_path, c->njobs, c->nnodes,
+             c->nusers);
     *out = c;
     c = NULL;
 out:
@@ -544,6 +666,7 @@ void coord_close(struct coord *c)
     for (size_t i = 0; i < c->nnodes; i++)
         coord_node_free(c->nodes[i]);
     free(c->nodes);
+    free(c->users);
     store_close(c->store);
     coord_batch_release(&c->pending);
     pthread_cond_destroy(&c->data_cond);

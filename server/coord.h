@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "server/auth.h"
 #include "server/jobstate.h"
 
 struct coord;
@@ -33,6 +34,8 @@ struct coord_opts {
      * coord_fault.c): LOST unless it beats within this many ms. 0: the default, 1000; < 0: no
      * suspicion (nodes are LOST only at node_timeout_ms). Never more than node_timeout_ms. */
     int64_t suspect_timeout_ms;
+    int64_t max_nodes;         /* registered nodes at most (0: the default, 4096) */
+    int64_t max_jobs_per_user; /* jobs not yet ended per owner (0: the default, 10000) */
 };
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with
@@ -44,25 +47,59 @@ void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */
 void coord_shutdown(struct coord *c);
 
-int coord_submit(struct coord *c, const json_t *body, int64_t now, char **out, struct ddp_err *err);
+/* Submits a job owned by owner. request_id (the client's Idempotency-Key, or NULL): a
+ * submit with a key the owner used before answers that job instead (*created 0), or 409 when
+ * its spec differs. *created is 1 for a new job. */
+int coord_submit(struct coord *c, const json_t *body, const char *owner, const char *request_id,
+                 int64_t now, char **out, int *created, struct ddp_err *err);
 int coord_get_job(struct coord *c, int64_t id, char **out, struct ddp_err *err);
-/* state < 0: every state. page_token 0: from the newest. */
-int coord_list_jobs(struct coord *c, int state, int page_size, int64_t page_token, char **out,
-                    struct ddp_err *err);
-int coord_cancel(struct coord *c, int64_t id, int64_t now, char **out, struct ddp_err *err);
+/* state < 0: every state. owner NULL: every owner's. page_token 0: from the newest. */
+int coord_list_jobs(struct coord *c, int state, const char *owner, int page_size,
+                    int64_t page_token, char **out, struct ddp_err *err);
+/* 0 when who may read (act 0) or cancel (act 1) job id; DDP_ENOTFOUND when it may not see
+ * the job (the same answer as for an unknown id), DDP_EPERM when it sees but may not act. */
+int coord_job_access(struct coord *c, int64_t id, const struct principal *who, int act,
+                     struct ddp_err *err);
+/* The reason says "cancelled by <by>" (the user's name). */
+int coord_cancel(struct coord *c, int64_t id, const char *by, int64_t now, char **out,
+                 struct ddp_err *err);
 int coord_events(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err);
 int coord_metrics(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err);
 /* rank < 0: every rank. */
 int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, char **out,
                struct ddp_err *err);
 
+/* Registers a node (the caller holds the bootstrap token) and gives it a new node
+ * credential (in the answer, "credential"). A name that is registered and up is taken over
+ * only with its current credential in the body ("credential"); a LOST one by anybody. */
 int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err);
+/* Removes a node (admin): its jobs lose it as if it died, its credential opens nothing. */
+int coord_remove_node(struct coord *c, const char *name, int64_t now, char **out,
+                      struct ddp_err *err);
 /* Handles one heartbeat; may hold the answer up to the beat's wait_ms (real time) while
  * the node's desired set does not change. */
 int coord_beat(struct coord *c, const char *node, const json_t *body, int64_t now, char **out,
                struct ddp_err *err);
 int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *err);
+
+/* Users (coord_users.c). The first start (no users) creates user "admin" (role admin)
+ * holding admin_token; later starts only say whom the token belongs to. */
+int coord_users_bootstrap(struct coord *c, const char *admin_token, int64_t now,
+                          struct ddp_err *err);
+/* Resolves a bearer token to a user or to a node credential (node: the node the path names,
+ * or NULL). 0 with *p set, or DDP_EUNAUTH. The bootstrap token is the caller's to check. */
+int coord_authenticate(struct coord *c, const char *token, const char *node, struct principal *p);
+/* Admin calls: body {"name", "role"?}; the answer {"user": {...}, "token"} carries the only
+ * copy of the new token. */
+int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
+                   struct ddp_err *err);
+int coord_users_list(struct coord *c, char **out, struct ddp_err *err);
+/* Refuses the last admin (DDP_EPRECOND). */
+int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_err *err);
+/* An admin for anyone, a user for itself: a new token, the old one stops working. */
+int coord_user_rotate(struct coord *c, const char *name, const struct principal *who, char **out,
+                      struct ddp_err *err);
 
 /* Node timeouts and confirmed suspicions, runtime limits, hang and restart progress,
  * scheduling, scale-up. */

@@ -23,6 +23,7 @@
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "server/metrics.h"
 
 int64_t coord_marks_floor(const struct job *j)
 {
@@ -52,6 +53,13 @@ struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
     m->rank = rank;
     m->last_seq = 0;
     return m;
+}
+
+void coord_beat_refused(struct coord *c, int ni, const struct job *j, const char *what)
+{
+    metrics_beat_refused();
+    log_warn_limited(1000, "node %s sent %s for a rank of job j-%lld it does not hold; dropped",
+                     c->nodes[ni]->name, what, (long long)j->id);
 }
 
 /* Cuts s to at most LOG_LINE_MAX bytes on a UTF-8 character boundary. */
@@ -87,7 +95,7 @@ void coord_batch_release(struct data_batch *d)
 /* Phase 1 of a beat's logs and metrics, under c->mu: deduplicates by seq, gives the new lines
  * their job-wide seq, advances the marks and counters in memory and lists the rows to write.
  * Returns the number of beat entries that referred to a known job (new or duplicate). */
-static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int64_t now,
+static size_t coord_beat_data_prepare(struct coord *c, int ni, const struct beat *b, int64_t now,
                                       struct data_batch *d)
 {
     int64_t wall = coord_wall(c, now);
@@ -102,6 +110,12 @@ static size_t coord_beat_data_prepare(struct coord *c, const struct beat *b, int
         struct job *j = coord_job(c, jid);
         if (!j || gen > j->st.generation)
             continue;
+        /* only the node that held the rank in that generation speaks for it; metrics are
+         * rank 0's */
+        if (!coord_node_held_rank(j, ni, gen, is_log ? b->logs[i].rank : -1)) {
+            coord_beat_refused(c, ni, j, is_log ? "log lines" : "metrics");
+            continue;
+        }
         known++;
         if (gen < coord_marks_floor(j))
             continue; /* its marks are gone: it could not be deduplicated */
@@ -221,7 +235,7 @@ static void coord_batch_move(struct data_batch *dst, struct data_batch *src)
  * holding its rows - or, for a beat of duplicates only, every batch that may hold them - has
  * committed, so a 200 always means "on disk". A failed commit makes this and every later
  * data beat fail (the marks in memory are then ahead of the disk) until ddpd restarts. */
-int coord_beat_data(struct coord *c, const struct beat *b, int64_t now, struct ddp_err *err)
+int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, struct ddp_err *err)
 {
     struct data_batch d = {0};
     struct ddp_err e;
@@ -230,7 +244,7 @@ int coord_beat_data(struct coord *c, const struct beat *b, int64_t now, struct d
         return err_set(err, DDP_EINTERNAL,
                        "an earlier write of heartbeat data failed; "
                        "restart ddpd");
-    size_t known = coord_beat_data_prepare(c, b, now, &d);
+    size_t known = coord_beat_data_prepare(c, ni, b, now, &d);
     if (d.n > 0) {
         coord_batch_move(&c->pending, &d);
         mine = c->open_batch;

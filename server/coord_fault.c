@@ -26,7 +26,9 @@
 /* The reason a gone node gives its jobs. */
 void coord_lost_why(const struct node *n, int64_t now, char *buf, size_t size)
 {
-    if (n->state == NODE_LOST_CONFIRMED)
+    if (n->removed)
+        snprintf(buf, size, "node %s removed by an admin", n->name);
+    else if (n->state == NODE_LOST_CONFIRMED)
         snprintf(buf, size, "node %s lost (no heartbeat for %.1f s; suspected when %s)", n->name,
                  (double)(now - n->last_seen) / 1000.0, n->suspect_by);
     else
@@ -145,8 +147,11 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         if (j->st.state != JOB_RUNNING && !draining)
             continue;
         int gr = coord_group_rank(j, ni);
-        if (gr < 0 || w->rank / j->spec.nproc != gr || !w->exited ||
-            j->rank_exit[w->rank] != RANK_RUNNING)
+        if (gr < 0 || w->rank / j->spec.nproc != gr) {
+            coord_beat_refused(c, ni, j, "a worker state");
+            continue;
+        }
+        if (!w->exited || j->rank_exit[w->rank] != RANK_RUNNING)
             continue;
         int status = w->signal ? 128 + w->signal : (w->exit_code < 0 ? 1 : w->exit_code);
         j->rank_exit[w->rank] = status;
@@ -208,6 +213,10 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         if (!j || j->st.state != JOB_RUNNING || g->generation != j->st.generation ||
             j->spec.hang_timeout_s <= 0 || g->rank >= j->st.world_size || !j->prog)
             continue;
+        if (!coord_node_held_rank(j, ni, g->generation, g->rank)) {
+            coord_beat_refused(c, ni, j, "progress");
+            continue;
+        }
         struct rank_prog *p = &j->prog[g->rank];
         p->age_ms = g->age_ms;
         p->stopped = g->stopped;

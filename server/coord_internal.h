@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "server/auth.h"
 #include "server/coord.h"
 #include "server/nodestate.h"
 #include "server/store.h"
@@ -56,8 +57,10 @@ struct node {
     int64_t registered_at;
     uint64_t version;
     pthread_cond_t cond;
-    int64_t suspect_since; /* SUSPECT: monotonic ms of the first accusation */
-    char suspect_by[96];   /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
+    int64_t suspect_since;         /* SUSPECT: monotonic ms of the first accusation */
+    char suspect_by[96];           /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
+    char cred_hash[AUTH_HASH_HEX]; /* of the node credential; "" none (must register) */
+    int removed;                   /* removed by an admin: a tombstone until ddpd restarts */
 };
 
 struct job_node {
@@ -92,6 +95,8 @@ struct job {
     struct job_spec spec;
     char *spec_text;
     char token[33];
+    char owner[AUTH_NAME_MAX + 1];
+    char *request_id; /* the submit's Idempotency-Key, or NULL; owned */
     int64_t created_at;
     struct job_st st;
     json_t *last_metrics;
@@ -108,6 +113,17 @@ struct job {
     int hang_node;                /* the node whose beat reported it */
     int64_t drain_deadline;       /* monotonic ms */
     char *json_cache;
+    /* The placement of the generation before the current one (in memory only: after a
+     * restart of ddpd it is empty), so that its nodes may still ship its last lines. */
+    struct job_node *prev_pl; /* owned */
+    int prev_npl;
+};
+
+struct user {
+    char name[AUTH_NAME_MAX + 1];
+    enum role role;
+    char hash[AUTH_HASH_HEX];
+    int64_t created_at;
 };
 
 /* One row of a heartbeat's data transaction (built under c->mu, written without it). */
@@ -145,6 +161,9 @@ struct coord {
     size_t nnodes, capnodes;
     int *nhash;       /* open addressing: node index + 1, 0 = empty */
     size_t nhash_cap; /* a power of two, > 2 * nnodes */
+    size_t nremoved;  /* tombstones in nodes (removed by an admin) */
+    struct user *users;
+    size_t nusers, capusers;
 };
 
 /* coord_model.c */
@@ -170,7 +189,16 @@ void coord_job_free(struct job *j);
 struct node *coord_node_new(struct coord *c, const char *name);
 void coord_node_free(struct node *n);
 void coord_nodes_push(struct coord *c, struct node *n);
+/* Marks node ni removed (by an admin, or a tombstone for a placement naming a node no longer
+ * stored): LOST and gone for its jobs at once, out of the name index, the listings and the
+ * counts, its credential void. */
+void coord_node_removed(struct coord *c, int ni, int64_t now);
 int coord_group_rank(const struct job *j, int ni);
+/* 1 when node ni held rank (< 0: the metrics stream, rank 0's) of generation gen of j: the
+ * current generation or, from prev_pl, the one before. */
+int coord_node_held_rank(const struct job *j, int ni, int64_t gen, int rank);
+/* Jobs of owner that are not terminal. */
+size_t coord_jobs_active_of(struct coord *c, const char *owner);
 
 /* coord_views.c */
 json_t *coord_job_json(struct coord *c, const struct job *j);
@@ -219,7 +247,12 @@ int64_t coord_marks_floor(const struct job *j);
  * that starts a generation, see coord_commit()). */
 void coord_marks_drop(struct job *j);
 void coord_batch_release(struct data_batch *d);
-int coord_beat_data(struct coord *c, const struct beat *b, int64_t now, struct ddp_err *err);
+/* Stores the logs and metrics of node ni's beat b (only for ranks ni holds). */
+int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now,
+                    struct ddp_err *err);
+/* Counts and warns (rate-limited) about an item of node ni's beat for a rank it does not
+ * hold in j. */
+void coord_beat_refused(struct coord *c, int ni, const struct job *j, const char *what);
 int coord_beat_drains(struct coord *c, int ni, const struct beat *b);
 
 /* coord_fault.c */
@@ -230,6 +263,9 @@ void coord_check_hang(struct coord *c, struct job *j, int64_t now);
 /* LOST for nodes silent past node_timeout_ms, LOST_CONFIRMED for suspects whose confirm
  * window closed without a beat. */
 void coord_nodes_expire(struct coord *c, int64_t now);
+
+/* coord_users.c */
+int coord_users_load(struct coord *c, struct ddp_err *err);
 
 /* coord_load.c */
 int coord_load(struct coord *c, int64_t now, struct ddp_err *err);

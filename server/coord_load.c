@@ -9,6 +9,7 @@
 #include "server/coord_internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "common/xalloc.h"
 
@@ -30,6 +31,10 @@ static int coord_load_node(void *ctx, const struct store_node *r)
     n->port_hi = (int)r->port_hi;
     n->registered_at = r->registered_at;
     n->last_beat_wall = r->last_heartbeat;
+    snprintf(n->cred_hash, sizeof(n->cred_hash), "%s",
+             r->credential_hash && strlen(r->credential_hash) == AUTH_HASH_HEX - 1
+                 ? r->credential_hash
+                 : "");
     /* LOST (coord_node_new()): alive again only when it beats again */
     n->last_seen = L->now;
     coord_nodes_push(c, n);
@@ -60,6 +65,9 @@ static int coord_load_job(void *ctx, const struct store_job *r)
         goto out;
     }
     snprintf(j->token, sizeof(j->token), "%s", r->job_token ? r->job_token : "");
+    snprintf(j->owner, sizeof(j->owner), "%s", r->owner ? r->owner : "admin");
+    if (r->request_id)
+        j->request_id = xstrdup(r->request_id);
     j->created_at = r->created_at;
     j->st.state = st;
     j->st.generation = (int)r->generation;
@@ -84,11 +92,19 @@ static int coord_load_job(void *ctx, const struct store_job *r)
     for (size_t i = 0; i < np; i++) {
         json_t *e = json_array_get(nodes, i);
         const char *name = json_string_value(json_object_get(e, "name"));
-        int ni = name ? coord_node_index(c, name) : -1;
-        if (ni < 0) {
-            rc = err_set(L->err, DDP_EINTERNAL, "job j-%lld: unknown node in placement",
+        if (!name || !validate_name(name)) {
+            rc = err_set(L->err, DDP_EINTERNAL, "job j-%lld: bad node in placement",
                          (long long)r->id);
             goto out;
+        }
+        int ni = coord_node_index(c, name);
+        if (ni < 0) { /* an admin removed it: a tombstone, gone for the job */
+            struct node *t = coord_node_new(c, name);
+            t->address = xstrdup("");
+            t->incarnation = xstrdup("");
+            coord_nodes_push(c, t);
+            ni = (int)c->nnodes - 1;
+            coord_node_removed(c, ni, L->now);
         }
         struct job_node *p = &j->st.pl[j->st.npl++];
         p->node = ni;

@@ -85,7 +85,7 @@ int coord_node_set(struct node *n, enum node_state to)
  * suspicion (it counts as gone for jobs). */
 int coord_node_gone(struct coord *c, const struct node *n, int64_t now)
 {
-    return n->state == NODE_LOST_CONFIRMED ||
+    return n->removed || n->state == NODE_LOST_CONFIRMED ||
            (n->state == NODE_LOST && now - n->last_seen >= c->opts.node_timeout_ms);
 }
 
@@ -150,6 +150,8 @@ void coord_job_free(struct job *j)
     validate_spec_release(&j->spec);
     free(j->spec_text);
     free(j->st.pl);
+    free(j->prev_pl);
+    free(j->request_id);
     json_decref(j->last_metrics);
     free(j->marks);
     free(j->rank_exit);
@@ -191,10 +193,29 @@ void coord_nodes_push(struct coord *c, struct node *n)
         c->nhash_cap = c->nhash_cap ? 2 * c->nhash_cap : 128;
         c->nhash = xcalloc(c->nhash_cap, sizeof(*c->nhash));
         for (size_t i = 0; i < c->nnodes; i++)
-            coord_nhash_put(c, (int)i);
+            if (!c->nodes[i]->removed)
+                coord_nhash_put(c, (int)i);
     } else {
         coord_nhash_put(c, (int)c->nnodes - 1);
     }
+}
+
+void coord_node_removed(struct coord *c, int ni, int64_t now)
+{
+    struct node *n = c->nodes[ni];
+    if (n->removed)
+        return;
+    if (n->state != NODE_LOST_CONFIRMED)
+        coord_node_set(n, NODE_LOST);
+    n->removed = 1;
+    n->last_seen = now;
+    n->cred_hash[0] = '\0';
+    c->nremoved++;
+    coord_bump(n); /* wakes its held beat, which then finds no node */
+    memset(c->nhash, 0, c->nhash_cap * sizeof(*c->nhash));
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (!c->nodes[i]->removed)
+            coord_nhash_put(c, (int)i);
 }
 
 /* The group rank of node ni in j's placement, or -1. */
@@ -204,4 +225,21 @@ int coord_group_rank(const struct job *j, int ni)
         if (j->st.pl[p].node == ni)
             return j->st.pl[p].group_rank;
     return -1;
+}
+
+int coord_node_held_rank(const struct job *j, int ni, int64_t gen, int rank)
+{
+    const struct job_node *pl = j->st.pl;
+    int npl = j->st.npl;
+    if (gen == j->st.generation - 1) {
+        pl = j->prev_pl;
+        npl = j->prev_npl;
+    } else if (gen != j->st.generation) {
+        return 0;
+    }
+    int want = rank < 0 ? 0 : rank / (j->spec.nproc > 0 ? j->spec.nproc : 1);
+    for (int p = 0; p < npl; p++)
+        if (pl[p].node == ni && pl[p].group_rank == want)
+            return 1;
+    return 0;
 }

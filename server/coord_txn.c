@@ -68,6 +68,8 @@ static int coord_put_job(struct coord *c, const struct job *j, const struct job_
         .event_seq = st->event_seq,
         .end_kind = st->end_kind,
         .end_reason = st->end_reason,
+        .owner = j->owner,
+        .request_id = j->request_id,
     };
     int rc = store_job_put(c->store, &row, err);
     free(pl);
@@ -122,8 +124,15 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
         log_info("job j-%lld %s -> %s generation=%d reason=\"%s\"", (long long)j->id,
                  jobstate_name(j->st.state), jobstate_name(next->state), next->generation,
                  next->reason);
-    if (j->st.pl != next->pl)
-        free(j->st.pl);
+    if (j->st.pl != next->pl) {
+        if (new_gen) { /* kept so that its nodes may still ship its last lines */
+            free(j->prev_pl);
+            j->prev_pl = j->st.pl;
+            j->prev_npl = j->st.npl;
+        } else {
+            free(j->st.pl);
+        }
+    }
     j->st = *next;
     if (new_gen)
         coord_marks_drop(j);
@@ -153,6 +162,7 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
         .state = ready ? "READY" : "LOST",
         .registered_at = n->registered_at,
         .last_heartbeat = beat_wall,
+        .credential_hash = n->cred_hash,
     };
     struct ddp_err e;
     int rc = coord_txn_run(c, coord_node_write, &row, &e);

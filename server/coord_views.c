@@ -51,6 +51,7 @@ json_t *coord_job_json(struct coord *c, const struct job *j)
         coord_time_json(j->st.started_at), "finished_at", coord_time_json(j->st.finished_at));
     if (!o)
         abort();
+    json_object_set_new(o, "owner", json_string(j->owner));
     return o;
 }
 

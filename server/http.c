@@ -7,8 +7,9 @@
  *   1. A body is never kept past HTTP_BODY_MAX bytes; the rest is read and dropped and the
  *      request is answered 413 RESOURCE_EXHAUSTED (with Content-Length or chunked).
  *   2. The checks, in order: 400 for %00 in the request line, 404 unknown route, 405 (+Allow)
- *      wrong method, 401/403 auth - these answered as soon as the headers are in, before any
- *      body is read -, then (with the whole body read) 413 body size, 400 for a query
+ *      wrong method, 401/403 auth (the bearer token resolved to a principal, server/auth.h,
+ *      and held against the route's need) - these answered as soon as the headers are in,
+ *      before any body is read -, then (with the whole body read) 413 body size, 400 for a query
  *      argument the route does not take or one sent twice, then the handler.
  *   3. Every error body is {"error": {"code", "status", "message"}} from common/err.h.
  *   4. Connections are polled with poll(), not select(): the connection limit is ours, not
@@ -31,9 +32,13 @@
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
+#include "server/coord.h"
 #include "server/metrics.h"
 
-enum route_auth { AUTH_NONE, AUTH_USER, AUTH_AGENT };
+/* Who may call a route (server/auth.h has the roles): nobody needs a token (NONE), a user of
+ * at least that role (VIEWER < USER < ADMIN), the bootstrap token (REGISTER), or the
+ * credential of the node the path names (NODE). Owner checks are the handlers'. */
+enum route_auth { AUTH_NONE, AUTH_VIEWER, AUTH_USER, AUTH_ADMIN, AUTH_REGISTER, AUTH_NODE };
 
 struct route {
     const char *method;
@@ -48,17 +53,23 @@ static const struct route http_routes[] = {
     {"GET", "/metrics", AUTH_NONE, "", api_misc_metrics},
     {"GET", "/", AUTH_NONE, "", api_misc_index},
     {"GET", "/ui/{*}", AUTH_NONE, "", api_misc_ui},
-    {"GET", "/v1/openapi.json", AUTH_USER, "", api_misc_openapi},
+    {"GET", "/v1/openapi.json", AUTH_VIEWER, "", api_misc_openapi},
     {"POST", "/v1/jobs", AUTH_USER, "", api_jobs_submit},
-    {"GET", "/v1/jobs", AUTH_USER, "state page_size page_token", api_jobs_list},
-    {"GET", "/v1/jobs/{}", AUTH_USER, "", api_jobs_get},
-    {"POST", "/v1/jobs/{}:cancel", AUTH_USER, "", api_jobs_cancel},
-    {"GET", "/v1/jobs/{}/events", AUTH_USER, "after", api_jobs_events},
-    {"GET", "/v1/jobs/{}/metrics", AUTH_USER, "after", api_jobs_metrics},
-    {"GET", "/v1/jobs/{}/logs", AUTH_USER, "after limit rank tail", api_jobs_logs},
-    {"GET", "/v1/nodes", AUTH_USER, "", api_nodes_list},
-    {"POST", "/v1/nodes:register", AUTH_AGENT, "", api_nodes_register},
-    {"POST", "/v1/nodes/{}:heartbeat", AUTH_AGENT, "", api_nodes_heartbeat},
+    {"GET", "/v1/jobs", AUTH_VIEWER, "state page_size page_token all", api_jobs_list},
+    {"GET", "/v1/jobs/{}", AUTH_VIEWER, "", api_jobs_get},
+    {"POST", "/v1/jobs/{}:cancel", AUTH_VIEWER, "", api_jobs_cancel},
+    {"GET", "/v1/jobs/{}/events", AUTH_VIEWER, "after", api_jobs_events},
+    {"GET", "/v1/jobs/{}/metrics", AUTH_VIEWER, "after", api_jobs_metrics},
+    {"GET", "/v1/jobs/{}/logs", AUTH_VIEWER, "after limit rank tail", api_jobs_logs},
+    {"GET", "/v1/nodes", AUTH_VIEWER, "", api_nodes_list},
+    {"POST", "/v1/nodes:register", AUTH_REGISTER, "", api_nodes_register},
+    {"POST", "/v1/nodes/{}:heartbeat", AUTH_NODE, "", api_nodes_heartbeat},
+    {"DELETE", "/v1/nodes/{}", AUTH_ADMIN, "", api_nodes_remove},
+    {"GET", "/v1/me", AUTH_VIEWER, "", api_users_me},
+    {"GET", "/v1/users", AUTH_ADMIN, "", api_users_list},
+    {"POST", "/v1/users", AUTH_ADMIN, "", api_users_add},
+    {"DELETE", "/v1/users/{}", AUTH_ADMIN, "", api_users_remove},
+    {"POST", "/v1/users/{}:rotate-token", AUTH_VIEWER, "", api_users_rotate},
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
 
@@ -79,13 +90,18 @@ static const char *const http_route_names[HTTP_NROUTES] = {
     "/v1/nodes",
     "/v1/nodes:register",
     "/v1/nodes/{name}:heartbeat",
+    "/v1/nodes/{name}",
+    "/v1/me",
+    "/v1/users",
+    "/v1/users",
+    "/v1/users/{name}",
+    "/v1/users/{name}:rotate-token",
 };
 
 struct ddpd_server {
     struct MHD_Daemon *d;
     struct coord *coord;
-    char *user_token;
-    char *agent_token;
+    char *bootstrap_token;
     int port;
 };
 
@@ -259,10 +275,29 @@ int api_query_int(struct api_req *r, const char *key, int64_t min, int64_t max, 
     return 0;
 }
 
-/* 0 when authorization carries the token of `need`; else the error code. */
-static int http_auth(enum route_auth need, const char *authorization, const char *user_token,
-                     const char *agent_token, struct ddp_err *err)
+static const char *http_auth_need(enum route_auth need)
 {
+    switch (need) {
+    case AUTH_VIEWER:
+        return "a user token";
+    case AUTH_USER:
+        return "a user token of role user or admin";
+    case AUTH_ADMIN:
+        return "a user token of role admin";
+    case AUTH_REGISTER:
+        return "the bootstrap (agent) token";
+    default:
+        return "the node's own credential";
+    }
+}
+
+/* Resolves the bearer token of authorization to *who and checks it against need (param: the
+ * route's {} part, the node of a heartbeat). 0, or the error code with err set. */
+static int http_auth(struct coord *c, enum route_auth need, const char *param,
+                     const char *authorization, const char *bootstrap, struct principal *who,
+                     struct ddp_err *err)
+{
+    memset(who, 0, sizeof(*who));
     if (need == AUTH_NONE)
         return 0;
     const char *tok = NULL;
@@ -270,22 +305,44 @@ static int http_auth(enum route_auth need, const char *authorization, const char
         tok = authorization + 7;
     if (!tok || !*tok)
         return err_set(err, DDP_EUNAUTH, "missing bearer token (Authorization: Bearer <token>)");
-    int is_user = secret_equal(tok, user_token);
-    int is_agent = secret_equal(tok, agent_token);
-    if ((need == AUTH_USER && is_user) || (need == AUTH_AGENT && is_agent))
+    if (bootstrap && secret_equal(tok, bootstrap))
+        who->kind = PRINCIPAL_BOOTSTRAP;
+    else if (coord_authenticate(c, tok, need == AUTH_NODE ? param : NULL, who) != 0)
+        return err_set(err, DDP_EUNAUTH, "wrong bearer token");
+    int ok = 0;
+    switch (need) {
+    case AUTH_VIEWER:
+    case AUTH_USER:
+    case AUTH_ADMIN:
+        ok = who->kind == PRINCIPAL_USER && (int)who->role >= (need == AUTH_VIEWER ? ROLE_VIEWER
+                                                               : need == AUTH_USER ? ROLE_USER
+                                                                                   : ROLE_ADMIN);
+        break;
+    case AUTH_REGISTER:
+        ok = who->kind == PRINCIPAL_BOOTSTRAP;
+        break;
+    default:
+        ok = who->kind == PRINCIPAL_NODE && strcmp(who->name, param) == 0;
+        break;
+    }
+    if (ok)
         return 0;
-    if (is_user || is_agent)
-        return err_set(err, DDP_EPERM, "this call needs the %s token",
-                       need == AUTH_USER ? "user" : "agent");
-    return err_set(err, DDP_EUNAUTH, "wrong bearer token");
+    if (who->kind == PRINCIPAL_USER)
+        return err_set(err, DDP_EPERM, "this call needs %s; you are %s (role %s)",
+                       http_auth_need(need), who->name, auth_role_name(who->role));
+    if (who->kind == PRINCIPAL_NODE)
+        return err_set(err, DDP_EPERM, "this call needs %s; this is the credential of node %s",
+                       http_auth_need(need), who->name);
+    return err_set(err, DDP_EPERM, "this call needs %s, not the bootstrap token",
+                   http_auth_need(need));
 }
 
 /* Finds r's route and checks its credentials: the index of the route, or -1 with the answer
  * set (400 %00, 404, 405 with Allow, 401/403). *route_out is the route for metrics (-1 none);
  * param receives the route's {} part. Needs only the request line and headers, so the
  * handler runs it as soon as they are in, before any body is read. */
-static int http_resolve(struct api_req *r, const char *authorization, const char *user_token,
-                        const char *agent_token, int *route_out, char *param, size_t psize)
+static int http_resolve(struct api_req *r, const char *authorization, const char *bootstrap,
+                        int *route_out, char *param, size_t psize)
 {
     char allow[64] = "";
     int found = -1, path_known = 0;
@@ -327,19 +384,19 @@ static int http_resolve(struct api_req *r, const char *authorization, const char
     *route_out = found;
     /* re-match to capture the parameter of the chosen route */
     http_match(http_routes[found].pattern, r->path, param, psize);
-    if (http_auth(http_routes[found].auth, authorization, user_token, agent_token, &e) != 0) {
+    if (http_auth(r->coord, http_routes[found].auth, param, authorization, bootstrap, &r->who,
+                  &e) != 0) {
         api_reply_err(r, &e);
         return -1;
     }
     return found;
 }
 
-void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
-                   const char *agent_token, int *route_out)
+void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
+                   int *route_out)
 {
     char param[1024];
-    int found =
-        http_resolve(r, authorization, user_token, agent_token, route_out, param, sizeof(param));
+    int found = http_resolve(r, authorization, bootstrap, route_out, param, sizeof(param));
     if (found < 0)
         return;
     if (r->body_total > HTTP_BODY_MAX) {
@@ -452,8 +509,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         char param[1024];
         int route = -1;
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-        if (http_resolve(&pre, auth, s->user_token, s->agent_token, &route, param, sizeof(param)) <
-            0)
+        if (http_resolve(&pre, auth, s->bootstrap_token, &route, param, sizeof(param)) < 0)
             return http_send(conn, &pre, route, hc);
         return MHD_YES;
     }
@@ -481,10 +537,11 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         .body_len = hc->too_big ? 0 : hc->body.len,
         .body_total = hc->total,
         .now = time_mono_ms(),
+        .idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
     };
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    http_dispatch(&r, auth, s->user_token, s->agent_token, &route);
+    http_dispatch(&r, auth, s->bootstrap_token, &route);
     return http_send(conn, &r, route, hc);
 }
 
@@ -516,8 +573,7 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
         goto out;
     }
     s->coord = c;
-    s->user_token = xstrdup(o->user_token);
-    s->agent_token = xstrdup(o->agent_token);
+    s->bootstrap_token = xstrdup(o->bootstrap_token);
     metrics_set_routes(http_route_names, HTTP_NROUTES);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
@@ -574,7 +630,6 @@ void http_stop(struct ddpd_server *s)
         return;
     if (s->d)
         MHD_stop_daemon(s->d);
-    free(s->user_token);
-    free(s->agent_token);
+    free(s->bootstrap_token);
     free(s);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "server/auth.h"
 
 #define HTTP_BODY_MAX (1024 * 1024)
 
@@ -36,8 +37,10 @@ struct api_req {
     const char *param; /* the {id} / {name} / {file} part of the path, or "" */
     const char *body;  /* NUL-terminated; body_len bytes */
     size_t body_len;
-    size_t body_total; /* bytes the client sent (more than body_len when over the cap) */
-    int64_t now;       /* monotonic ms at dispatch */
+    size_t body_total;           /* bytes the client sent (more than body_len when over the cap) */
+    int64_t now;                 /* monotonic ms at dispatch */
+    struct principal who;        /* the caller, resolved from its bearer token */
+    const char *idempotency_key; /* the Idempotency-Key header, or NULL (borrowed) */
     /* the answer, set by the api_reply_* helpers */
     int status;
     char *out;                       /* owned, freed by http.c */
@@ -82,6 +85,12 @@ void api_jobs_logs(struct api_req *r);
 void api_nodes_register(struct api_req *r);
 void api_nodes_heartbeat(struct api_req *r);
 void api_nodes_list(struct api_req *r);
+void api_nodes_remove(struct api_req *r);
+void api_users_me(struct api_req *r);
+void api_users_list(struct api_req *r);
+void api_users_add(struct api_req *r);
+void api_users_remove(struct api_req *r);
+void api_users_rotate(struct api_req *r);
 void api_misc_healthz(struct api_req *r);
 void api_misc_metrics(struct api_req *r);
 void api_misc_openapi(struct api_req *r);
@@ -91,9 +100,8 @@ void api_misc_ui(struct api_req *r);
 struct http_opts {
     const char *host; /* "" = every address */
     int port;
-    const char *user_token; /* borrowed for the server's life */
-    const char *agent_token;
-    const char *tls_cert_pem; /* NULL: plain HTTP */
+    const char *bootstrap_token; /* the agents' registration token; borrowed for the call */
+    const char *tls_cert_pem;    /* NULL: plain HTTP */
     const char *tls_key_pem;
 };
 
@@ -106,9 +114,10 @@ void http_stop(struct ddpd_server *s);
 
 /* Dispatch without a network (tests, fuzzing): routes method + path with the given
  * Authorization header value (or NULL), query arguments and body; fills r's answer. r->coord
- * must be set. Order of the checks: %00 (400), route (404), method (405), auth (401/403),
- * body size (413), query arguments (400), then the handler. */
-void http_dispatch(struct api_req *r, const char *authorization, const char *user_token,
-                   const char *agent_token, int *route_out);
+ * must be set; user tokens and node credentials are the coordinator's, bootstrap is the
+ * registration token. Order of the checks: %00 (400), route (404), method (405), auth
+ * (401/403), body size (413), query arguments (400), then the handler. */
+void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
+                   int *route_out);
 
 #endif

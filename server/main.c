@@ -38,10 +38,16 @@ static void ddpd_usage(FILE *f)
             "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8470)\n"
             "  --db PATH                 SQLite database (default $DDP_HOME/ddp.db; DDP_HOME\n"
             "                            defaults to ./.ddp and is created)\n"
-            "  --token-file F            user token (default user.token next to the database;\n"
-            "                            created with a random token, mode 0600, if missing)\n"
-            "  --agent-token-file F      agent token (default agent.token next to the database;\n"
-            "                            created like the user token)\n"
+            "  --token-file F            the first admin's token (default user.token next to\n"
+            "                            the database; created with a random token, mode 0600,\n"
+            "                            if missing). The first start makes user 'admin' hold\n"
+            "                            it; later starts only say whose it is\n"
+            "  --agent-token-file F      bootstrap token, with which agents register (default\n"
+            "                            agent.token next to the database; created like the\n"
+            "                            admin's). It can only register: each node then beats\n"
+            "                            with the credential it got at registration\n"
+            "  --max-nodes N             registered nodes at most (default 4096)\n"
+            "  --max-jobs-per-user N     jobs not yet ended per user at most (default 10000)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
             "  --suspect-timeout SECONDS a node accused by a failed rank (an exit 6 naming it,\n"
             "                            or its job's first failure) is LOST unless it beats\n"
@@ -98,6 +104,8 @@ int main(int argc, char **argv)
         O_CERT,
         O_KEY,
         O_LOG,
+        O_MAX_NODES,
+        O_MAX_JOBS,
         O_HELP
     };
     static const struct option opts[] = {
@@ -110,12 +118,14 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, NULL, O_CERT},
         {"tls-key", required_argument, NULL, O_KEY},
         {"log-level", required_argument, NULL, O_LOG},
+        {"max-nodes", required_argument, NULL, O_MAX_NODES},
+        {"max-jobs-per-user", required_argument, NULL, O_MAX_JOBS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
     const char *cert = NULL, *key = NULL;
-    long node_timeout = 5;
+    long node_timeout = 5, max_nodes = 4096, max_jobs = 10000;
     double suspect_timeout = 1.0;
     int suspect_given = 0;
     int level = LOG_INFO;
@@ -167,6 +177,14 @@ int main(int argc, char **argv)
                         "--log-level: '%s' is not debug, info, warn, error or off", optarg);
                 goto usage;
             }
+            break;
+        case O_MAX_NODES:
+            if (args_parse_long("--max-nodes", optarg, 1, 1000000, &max_nodes, &err) != 0)
+                goto usage;
+            break;
+        case O_MAX_JOBS:
+            if (args_parse_long("--max-jobs-per-user", optarg, 1, 1000000, &max_jobs, &err) != 0)
+                goto usage;
             break;
         case O_HELP:
             ddpd_usage(stdout);
@@ -224,11 +242,11 @@ int main(int argc, char **argv)
         token_file = tf_owned = ddpd_beside(db, "user.token");
     if (!agent_file)
         agent_file = af_owned = ddpd_beside(db, "agent.token");
-    if (ddpd_token(token_file, "user", &user_token, &err) != 0 ||
-        ddpd_token(agent_file, "agent", &agent_token, &err) != 0)
+    if (ddpd_token(token_file, "admin", &user_token, &err) != 0 ||
+        ddpd_token(agent_file, "bootstrap (agent)", &agent_token, &err) != 0)
         goto fail;
     if (strcmp(user_token, agent_token) == 0) {
-        err_set(&err, DDP_EINVAL, "the user and agent tokens must differ");
+        err_set(&err, DDP_EINVAL, "the admin and bootstrap (agent) tokens must differ");
         goto fail;
     }
     if (cert && (fs_read_all(cert, 1 << 20, &cert_pem, NULL, &err) != 0 ||
@@ -237,10 +255,13 @@ int main(int argc, char **argv)
 
     int64_t suspect_ms = (int64_t)(suspect_timeout * 1000.0 + 0.5);
     struct coord_opts copts = {.node_timeout_ms = node_timeout * 1000,
-                               .suspect_timeout_ms = suspect_ms > 0 ? suspect_ms : -1};
-    if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0)
+                               .suspect_timeout_ms = suspect_ms > 0 ? suspect_ms : -1,
+                               .max_nodes = max_nodes,
+                               .max_jobs_per_user = max_jobs};
+    if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
+        coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
         goto fail;
-    struct http_opts hopts = {host, port, user_token, agent_token, cert_pem, key_pem};
+    struct http_opts hopts = {host, port, agent_token, cert_pem, key_pem};
     if (http_start(&hopts, coord, &server, &err) != 0)
         goto fail;
     log_info("listening on %s://%s:%d db=%s node_timeout=%lds suspect_timeout_ms=%lld%s",

@@ -36,6 +36,7 @@ static _Atomic uint64_t metrics_req[METRICS_MAX_ROUTES + 1][METRICS_NMETHODS][ME
 static _Atomic uint64_t metrics_lat[METRICS_NBUCKETS + 1];
 static _Atomic uint64_t metrics_lat_ns_sum;
 static _Atomic uint64_t metrics_beats;
+static _Atomic uint64_t metrics_refused;
 
 void metrics_set_routes(const char *const *names, int n)
 {
@@ -73,6 +74,11 @@ void metrics_http(int route, const char *method, int code, int64_t ns)
 void metrics_beat(void)
 {
     atomic_fetch_add_explicit(&metrics_beats, 1, memory_order_relaxed);
+}
+
+void metrics_beat_refused(void)
+{
+    atomic_fetch_add_explicit(&metrics_refused, 1, memory_order_relaxed);
 }
 
 /* Appends printf output to the page. The page has no max, so buf_vprintf() cannot fail (it
@@ -141,5 +147,11 @@ char *metrics_render(struct coord *c)
                 "# HELP ddp_heartbeats_total Heartbeats received from agents.\n"
                 "# TYPE ddp_heartbeats_total counter\nddp_heartbeats_total %llu\n",
                 (unsigned long long)atomic_load_explicit(&metrics_beats, memory_order_relaxed));
+    mbuf_printf(&b,
+                "# HELP ddp_heartbeat_items_refused_total Heartbeat items (worker states, "
+                "progress, log lines, metrics) for a rank the node does not hold, dropped.\n"
+                "# TYPE ddp_heartbeat_items_refused_total counter\n"
+                "ddp_heartbeat_items_refused_total %llu\n",
+                (unsigned long long)atomic_load_explicit(&metrics_refused, memory_order_relaxed));
     return buf_detach(&b, NULL);
 }

@@ -20,6 +20,8 @@ void metrics_set_routes(const char *const *names, int n);
  * which took ns nanoseconds. */
 void metrics_http(int route, const char *method, int code, int64_t ns);
 void metrics_beat(void);
+/* One heartbeat item for a rank its node does not hold (dropped). */
+void metrics_beat_refused(void);
 
 /* The Prometheus text exposition (version 0.0.4); caller frees. */
 char *metrics_render(struct coord *c);

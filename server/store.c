@@ -37,6 +37,9 @@ enum {
     ST_MARK_PUT,
     ST_MARK_DROP,
     ST_NODE_PUT,
+    ST_NODE_DELETE,
+    ST_USER_PUT,
+    ST_USER_DELETE,
     ST_JOB_DATA,
     ST_EVENTS,
     ST_METRICS,
@@ -55,8 +58,9 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_JOB_PUT] = "INSERT OR REPLACE INTO jobs (id, name, spec, state, generation, restarts, "
                    "world_size, master_addr, master_port, nodes, last_metrics, reason, "
                    "created_at, started_at, finished_at, job_token, log_seq, metric_seq, "
-                   "event_seq, end_kind, end_reason) VALUES "
-                   "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
+                   "event_seq, end_kind, end_reason, owner, request_id) VALUES "
+                   "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,"
+                   "?22,?23)",
     [ST_EVENT_ADD] = "INSERT INTO events (job_id, seq, time, generation, state, reason) "
                      "VALUES (?1,?2,?3,?4,?5,?6)",
     [ST_METRIC_ADD] = "INSERT OR REPLACE INTO metrics (job_id, seq, time, generation, metric) "
@@ -69,8 +73,12 @@ static const char *const store_sql[ST_COUNT] = {
                     "VALUES (?1,?2,?3,?4)",
     [ST_MARK_DROP] = "DELETE FROM marks WHERE job_id = ?1 AND generation < ?2",
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
-                    "incarnation, state, registered_at, last_heartbeat) "
-                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                    "incarnation, state, registered_at, last_heartbeat, credential_hash) "
+                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+    [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
+    [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at) "
+                    "VALUES (?1,?2,?3,?4)",
+    [ST_USER_DELETE] = "DELETE FROM users WHERE name = ?1",
     [ST_JOB_DATA] = "UPDATE jobs SET log_seq = MAX(log_seq, ?2), metric_seq = MAX(metric_seq, ?3), "
                     "last_metrics = COALESCE(?4, last_metrics) WHERE id = ?1",
     [ST_EVENTS] = "SELECT seq, time, generation, state, reason FROM events "
@@ -315,6 +323,8 @@ int store_job_put(struct store *st, const struct store_job *j, struct ddp_err *e
     sqlite3_bind_int64(s, 19, j->event_seq);
     sqlite3_bind_int64(s, 20, j->end_kind);
     store_bind_text(s, 21, j->end_reason ? j->end_reason : "");
+    store_bind_text(s, 22, j->owner ? j->owner : "admin");
+    store_bind_text(s, 23, j->request_id);
     return store_step_done(st, ST_JOB_PUT, err);
 }
 
@@ -413,7 +423,30 @@ int store_node_put(struct store *st, const struct store_node *n, struct ddp_err 
     store_bind_text(s, 7, n->state);
     sqlite3_bind_int64(s, 8, n->registered_at);
     store_bind_time(s, 9, n->last_heartbeat);
+    store_bind_text(s, 10, n->credential_hash ? n->credential_hash : "");
     return store_step_done(st, ST_NODE_PUT, err);
+}
+
+int store_node_delete(struct store *st, const char *name, struct ddp_err *err)
+{
+    store_bind_text(st->st[ST_NODE_DELETE], 1, name);
+    return store_step_done(st, ST_NODE_DELETE, err);
+}
+
+int store_user_put(struct store *st, const struct store_user *u, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_USER_PUT];
+    store_bind_text(s, 1, u->name);
+    store_bind_text(s, 2, u->role);
+    store_bind_text(s, 3, u->token_hash);
+    sqlite3_bind_int64(s, 4, u->created_at);
+    return store_step_done(st, ST_USER_PUT, err);
+}
+
+int store_user_delete(struct store *st, const char *name, struct ddp_err *err)
+{
+    store_bind_text(st->st[ST_USER_DELETE], 1, name);
+    return store_step_done(st, ST_USER_DELETE, err);
 }
 
 static const char *store_col_text(sqlite3_stmt *s, int i)
@@ -430,7 +463,7 @@ int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err
                            "SELECT id, name, spec, state, generation, restarts, world_size, "
                            "master_addr, master_port, nodes, last_metrics, reason, created_at, "
                            "started_at, finished_at, job_token, log_seq, metric_seq, event_seq, "
-                           "end_kind, end_reason FROM jobs ORDER BY id",
+                           "end_kind, end_reason, owner, request_id FROM jobs ORDER BY id",
                            -1, &s, NULL) != SQLITE_OK)
         return store_fail(st, err, "prepare");
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
@@ -456,6 +489,8 @@ int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err
             .event_seq = sqlite3_column_int64(s, 18),
             .end_kind = sqlite3_column_int64(s, 19),
             .end_reason = store_col_text(s, 20),
+            .owner = store_col_text(s, 21),
+            .request_id = store_col_text(s, 22),
         };
         rc = fn(ctx, &j);
         if (rc)
@@ -471,10 +506,11 @@ int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_e
 {
     sqlite3_stmt *s = NULL;
     int rc = 0, r;
-    if (sqlite3_prepare_v2(st->db,
-                           "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
-                           "registered_at, last_heartbeat FROM nodes ORDER BY name",
-                           -1, &s, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            st->db,
+            "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
+            "registered_at, last_heartbeat, credential_hash FROM nodes ORDER BY name",
+            -1, &s, NULL) != SQLITE_OK)
         return store_fail(st, err, "prepare");
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
         struct store_node n = {
@@ -487,6 +523,7 @@ int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_e
             .state = store_col_text(s, 6),
             .registered_at = sqlite3_column_int64(s, 7),
             .last_heartbeat = sqlite3_column_int64(s, 8),
+            .credential_hash = store_col_text(s, 9),
         };
         rc = fn(ctx, &n);
         if (rc)
@@ -515,6 +552,31 @@ int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_e
     }
     if (!rc && r != SQLITE_DONE)
         rc = store_fail(st, err, "load marks");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = 0, r;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT name, role, token_hash, created_at FROM users ORDER BY name", -1,
+                           &s, NULL) != SQLITE_OK)
+        return store_fail(st, err, "prepare");
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        struct store_user u = {
+            .name = store_col_text(s, 0),
+            .role = store_col_text(s, 1),
+            .token_hash = store_col_text(s, 2),
+            .created_at = sqlite3_column_int64(s, 3),
+        };
+        rc = fn(ctx, &u);
+        if (rc)
+            break;
+    }
+    if (!rc && r != SQLITE_DONE)
+        rc = store_fail(st, err, "load users");
     sqlite3_finalize(s);
     return rc;
 }

@@ -35,6 +35,8 @@ struct store_job {
     int64_t log_seq, metric_seq, event_seq;
     int64_t end_kind;
     const char *end_reason;
+    const char *owner;      /* the user who submitted it */
+    const char *request_id; /* the submit's Idempotency-Key, or NULL */
 };
 
 /* A nodes row (strings borrowed; last_heartbeat 0 = NULL). */
@@ -45,6 +47,15 @@ struct store_node {
     const char *incarnation;
     const char *state;
     int64_t registered_at, last_heartbeat;
+    const char *credential_hash; /* hex SHA-256 of the node credential; "" none */
+};
+
+/* A users row (strings borrowed). */
+struct store_user {
+    const char *name;
+    const char *role;
+    const char *token_hash;
+    int64_t created_at;
 };
 
 /* Opens (creating) the database at path, sets WAL + synchronous=FULL and applies the
@@ -81,15 +92,21 @@ int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int
 /* Deletes the marks of job for generations below below_gen. */
 int store_marks_drop(struct store *st, int64_t job, int64_t below_gen, struct ddp_err *err);
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
+int store_node_delete(struct store *st, const char *name, struct ddp_err *err);
+/* Inserts or replaces the user of u->name. */
+int store_user_put(struct store *st, const struct store_user *u, struct ddp_err *err);
+int store_user_delete(struct store *st, const char *name, struct ddp_err *err);
 
 /* Loading at start: calls fn once per row (rows borrowed for the call); a non-zero return
  * from fn stops the walk and is returned. */
 typedef int (*store_job_fn)(void *ctx, const struct store_job *j);
 typedef int (*store_node_fn)(void *ctx, const struct store_node *n);
 typedef int (*store_mark_fn)(void *ctx, int64_t job, int64_t gen, int64_t rank, int64_t last_seq);
+typedef int (*store_user_fn)(void *ctx, const struct store_user *u);
 int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err);
 int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_err *err);
 int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_err *err);
+int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_err *err);
 
 /* Reads for the GET calls. Each writes a new JSON array to *out (caller decrefs). Times
  * come out as RFC 3339 strings. rank < 0 means every rank. */

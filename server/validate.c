@@ -298,8 +298,8 @@ static int validate_port_range(const char *s, int *lo, int *hi, struct ddp_err *
 
 int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"name",       "address",     "slots",
-                                       "port_range", "incarnation", NULL};
+    static const char *const keys[] = {"name",        "address",    "slots", "port_range",
+                                       "incarnation", "credential", NULL};
     struct node_reg r = {0};
     int rc;
     if (!json_is_object(body))
@@ -334,6 +334,11 @@ int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *
     size_t ilen = strlen(r.incarnation);
     if (ilen == 0 || ilen > 128)
         return err_set(err, DDP_EINVAL, "field 'incarnation': expected 1..128 bytes");
+    rc = jsonx_get_string(body, "credential", 0, &r.credential, err);
+    if (rc)
+        return rc;
+    if (r.credential && (strlen(r.credential) < 16 || strlen(r.credential) > 256))
+        return err_set(err, DDP_EINVAL, "field 'credential': expected 16..256 bytes");
     *out = r;
     return 0;
 }

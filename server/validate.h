@@ -52,6 +52,7 @@ struct node_reg {
     const char *name;
     const char *address;
     const char *incarnation;
+    const char *credential; /* the node's current credential, to take over a live name; or NULL */
     int slots;
     int port_lo, port_hi;
 };

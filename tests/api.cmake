@@ -21,3 +21,5 @@ ddp_script_test(NAME api_logcap
 # tail=N: the last N lines of 12000 (all ranks, one rank), bad values, following on after.
 ddp_script_test(NAME api_logtail
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_logtail.py TIMEOUT 120 LABELS api)
+ddp_script_test(NAME api_users
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_users.py TIMEOUT 240 LABELS api)

@@ -34,6 +34,7 @@
     var STATES = ['PENDING', 'RUNNING', 'RESTARTING', 'CANCELLING', 'SUCCEEDED', 'FAILED',
                   'CANCELLED'];
     var LIVE = { PENDING: 1, RUNNING: 1, RESTARTING: 1 };
+    var seesAll = true; /* the token may list every user's jobs; false after a 403 */
 
     var $ = function (id) { return document.getElementById(id); };
     var view = null;        /* the mounted view: {poll(), unmount()} */
@@ -181,7 +182,11 @@
                 }
                 var err = (data && data.error) || {};
                 var ae = new ApiError(r.status, err.status || '', err.message || r.statusText);
-                if (r.status === 401 || r.status === 403) {
+                /* 401, or 403 for a token that is no user's (the bootstrap token, a node
+                 * credential): ask for another. A role's 403 (a viewer cancelling, a user
+                 * listing all) keeps the token; the caller shows the message. */
+                if (r.status === 401 ||
+                    (r.status === 403 && /bootstrap|credential of node/.test(ae.message))) {
                     forgetToken();
                     showLogin('The token was refused (' + r.status + ' ' + ae.code + ').');
                 }
@@ -193,6 +198,7 @@
     }
 
     function forgetToken() {
+        seesAll = true;
         try {
             sessionStorage.removeItem(TOKEN_KEY);
         } catch (e) { /* storage disabled: nothing kept */ }
@@ -382,9 +388,9 @@
         var tbody = el('tbody');
         var table = el('table', { id: 'jobs', 'class': 'grid-table' },
                        el('thead', null, el('tr', null,
-                           ['id', 'name', 'state', 'nodes \u00d7 procs', 'gen', 'restarts',
-                            'epoch', 'last loss', 'age', ''].map(function (h, i) {
-                               return el('th', { 'class': i >= 4 && i <= 8 ? 'n' : null }, h);
+                           ['id', 'name', 'owner', 'state', 'nodes \u00d7 procs', 'gen',
+                            'restarts', 'epoch', 'last loss', 'age', ''].map(function (h, i) {
+                               return el('th', { 'class': i >= 5 && i <= 9 ? 'n' : null }, h);
                            }))),
                        tbody);
         root.replaceChildren(
@@ -435,6 +441,7 @@
             return el('tr', { 'data-id': j.id },
                 el('td', null, el('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
                 el('td', { 'class': 'name' }, j.name),
+                el('td', { 'class': 'owner' }, j.owner || ''),
                 el('td', { title: j.reason || '' }, badge(j.state)),
                 el('td', null, jobShape(j)),
                 el('td', { 'class': 'n' }, j.generation),
@@ -450,9 +457,18 @@
 
         return {
             poll: function () {
+                /* every user's jobs for the roles that see them (admin, viewer); a user's
+                 * token is refused all=true (403) and then lists its own */
                 var q = '?page_size=' + pageSize + (state ? '&state=' + state : '') +
-                    (tokens[page] ? '&page_token=' + encodeURIComponent(tokens[page]) : '');
-                return api('GET', '/v1/jobs' + q).then(function (d) {
+                    (tokens[page] ? '&page_token=' + encodeURIComponent(tokens[page]) : '') +
+                    (seesAll ? '&all=true' : '');
+                return api('GET', '/v1/jobs' + q).catch(function (e) {
+                    if (seesAll && e.status === 403) {
+                        seesAll = false;
+                        return api('GET', '/v1/jobs' + q.replace('&all=true', ''));
+                    }
+                    throw e;
+                }).then(function (d) {
                     var jobs = (d && d.jobs) || [];
                     next = (d && d.next_page_token) || '';
                     if (jobs.length) {
@@ -461,7 +477,7 @@
                         rows = {};
                         order = '';
                         tbody.replaceChildren(el('tr', null, el('td', {
-                            colspan: 10, 'class': 'muted empty' }, page ? 'no more jobs' :
+                            colspan: 11, 'class': 'muted empty' }, page ? 'no more jobs' :
                             'no jobs' + (state ? ' in state ' + state : ''))));
                     }
                     prev.disabled = page === 0;

@@ -26,7 +26,8 @@ from cluster import Cluster, wait_for, port_range  # noqa: E402,F401
 import openapi_check  # noqa: E402
 
 STATUS_OF = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-             404: "NOT_FOUND", 405: "INVALID_ARGUMENT", 413: "RESOURCE_EXHAUSTED"}
+             404: "NOT_FOUND", 405: "INVALID_ARGUMENT", 409: "ALREADY_EXISTS",
+             413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED"}
 
 _CHECKER = None
 
@@ -176,9 +177,14 @@ class SimNode:
         self.next_pid = 10000
 
     def register(self, expect=200):
-        a = self.api.post("/v1/nodes:register", {
-            "name": self.name, "address": self.address, "slots": self.slots,
-            "port_range": self.ports, "incarnation": self.incarnation}, token="agent")
+        """Registers with the bootstrap token, showing the credential of the last
+        registration (as the agent does), so that a restart takes the live name over."""
+        body = {"name": self.name, "address": self.address, "slots": self.slots,
+                "port_range": self.ports, "incarnation": self.incarnation}
+        cred = self.api.c.node_creds.get(self.name)
+        if cred:
+            body["credential"] = cred
+        a = self.api.post("/v1/nodes:register", body, token="agent")
         assert a.status == expect, "register %s: %r" % (self.name, a)
         return a
 
@@ -197,7 +203,7 @@ class SimNode:
     def beat(self, version=None, wait_ms=0, expect=200, timeout=30):
         """One heartbeat; on 200 reconciles like the agent and returns the Answer."""
         a = self.api.post("/v1/nodes/%s:heartbeat" % self.name,
-                          self.beat_body(version, wait_ms), token="agent", timeout=timeout)
+                          self.beat_body(version, wait_ms), token="node", timeout=timeout)
         assert a.status == expect, "heartbeat %s: %r" % (self.name, a)
         if a.status == 200:
             self.pending_logs, self.pending_metrics = [], []

@@ -7,6 +7,7 @@ group if it does not stop in time. Binaries come from $DDP_BIN (set by ctest), e
 <repo>/build/bin.
 """
 import json
+import re
 import os
 import random
 import shutil
@@ -104,6 +105,7 @@ class Cluster:
         self.procs = []
         self.user_token = None
         self.agent_token = None
+        self.node_creds = {}  # node name -> the credential of its last registration
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self):
@@ -199,23 +201,34 @@ class Cluster:
     # -- HTTP ------------------------------------------------------------------------------
     def request(self, method, path, body=None, token="user", raw=None, headers=None,
                 timeout=30):
-        """Sends one request. token: "user", "agent", None (no header) or a literal string.
-        body: a Python value sent as JSON; raw: bytes sent as they are."""
+        """Sends one request. token: "user" (the admin's), "agent" (the bootstrap token),
+        "node" (the credential the node named in the path got at its last registration through
+        this Cluster), None (no header) or a literal string. body: a Python value sent as
+        JSON; raw: bytes sent as they are."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None
                                             else None)
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        tok = {"user": self.user_token, "agent": self.agent_token}.get(token, token)
+        if token == "node":
+            m = re.match(r"/v1/nodes/([^/:]+):heartbeat", path)
+            tok = self.node_creds.get(m.group(1), "no-credential-yet") if m else None
+        else:
+            tok = {"user": self.user_token, "agent": self.agent_token}.get(token, token)
         if tok:
             req.add_header("Authorization", "Bearer " + tok)
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
-                return Answer(r.status, r.read().decode(errors="replace"), dict(r.headers))
+                a = Answer(r.status, r.read().decode(errors="replace"), dict(r.headers))
         except urllib.error.HTTPError as e:
             return Answer(e.code, e.read().decode(errors="replace"), dict(e.headers))
+        if path == "/v1/nodes:register" and a.status == 200 and isinstance(body, dict):
+            cred = (a.json or {}).get("credential")
+            if cred:
+                self.node_creds[body.get("name")] = cred
+        return a
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

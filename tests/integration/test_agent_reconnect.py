@@ -110,22 +110,33 @@ def test_agent_registers_again_when_ddpd_forgets_it():
 
 
 def test_agent_registers_again_after_409():
-    """Someone registers the agent's node with another incarnation: the agent's next beat
-    gets 409, it registers again with its own and beats on."""
+    """Without the node's credential nobody takes a live node's name (409 ALREADY_EXISTS, the
+    agent beats on undisturbed). With it (read from the agent's own credential file, as a
+    second agent started with the same --name and --work-dir would), another incarnation takes
+    the name; the agent's next beat is refused, it registers again with its own incarnation
+    once ddpd lets it (the stale credential waits for the intruder's node to be LOST) and
+    beats on."""
     with cluster(node_timeout=3) as c:
         try:
             c.start_agent("node-a", slots=2)
             c.wait_nodes_ready(["node-a"])
-            a = c.post("/v1/nodes:register", {"name": "node-a", "address": "127.0.0.1",
-                                              "slots": 2, "port_range": "30000-30010",
-                                              "incarnation": "0" * 32}, token="agent")
+            reg = {"name": "node-a", "address": "127.0.0.1", "slots": 2,
+                   "port_range": "30000-30010", "incarnation": "0" * 32}
+            a = c.post("/v1/nodes:register", reg, token="agent")
+            assert a.status == 409 and a.json["error"]["status"] == "ALREADY_EXISTS", a
+            assert "registered and up" in a.json["error"]["message"], a
+            time.sleep(1.5)
+            assert c.log("agent-node-a.log").count("registered with ddpd") == 1
+            cred_file = os.path.join(c.tmp, "agent-node-a", "node.credential")
+            assert oct(os.stat(cred_file).st_mode & 0o777) == "0o600", os.stat(cred_file)
+            reg["credential"] = open(cred_file).read().strip()
+            a = c.post("/v1/nodes:register", reg, token="agent")
             assert a.status == 200, a
             wait_for("the agent registers again",
-                     lambda: "another incarnation of node node-a" in c.log("agent-node-a.log"),
-                     timeout=20)
+                     lambda: "registering again" in c.log("agent-node-a.log"), timeout=20)
             wait_for("its own registration back",
                      lambda: c.log("agent-node-a.log").count("registered with ddpd") == 2,
-                     timeout=20)
+                     timeout=30)
             c.wait_nodes_ready(["node-a"])
             nodes = c.get("/v1/nodes").json["nodes"]
             assert [n["port_range"] for n in nodes if n["name"] == "node-a"] != ["30000-30010"]

@@ -54,7 +54,7 @@ def test_durability_kill9_during_submits():
                                  "lines": ["L%d" % i for i in range(seq, seq + 10)]}]
                 try:
                     a = c.request("POST", "/v1/nodes/dur-a:heartbeat", body=body,
-                                  token="agent", timeout=20)
+                                  token="node", timeout=20)
                 except Exception:  # ddpd killed: the lines were not acknowledged
                     return
                 if a.status != 200:

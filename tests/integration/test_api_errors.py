@@ -207,7 +207,7 @@ def test_errors_all():
 
         def bad_agent(case):
             what, path, body, status, field = case
-            a = api.post(path, body, token="agent")
+            a = api.post(path, body, token="node" if ":heartbeat" in path else "agent")
             if status == 409:
                 assert a.status == 409 and a.json["error"]["status"] == "ABORTED", \
                     "%s: expected 409 ABORTED, got %r" % (what, a)
@@ -216,7 +216,7 @@ def test_errors_all():
             check_unchanged(ctx, what)
         def not_json_beat(case):
             what, path, _, status, _ = case
-            a = api.request("POST", path, raw=b"{nope", token="agent")
+            a = api.request("POST", path, raw=b"{nope", token="node")
             expect_error(a, status, None, what)
             check_unchanged(ctx, what)
 
@@ -224,8 +224,9 @@ def test_errors_all():
                "incarnation": "abc"}
         beat = {"incarnation": node.incarnation, "version": 0, "wait_ms": 0, "workers": []}
         run("agent", [
-            ("heartbeat of an unregistered node", "/v1/nodes/ghost:heartbeat",
-             {"incarnation": "x", "version": 0, "workers": []}, 404, "ghost"),
+            ("heartbeat of an unregistered node (no credential is its)",
+             "/v1/nodes/ghost:heartbeat", {"incarnation": "x", "version": 0, "workers": []}, 401,
+             None),
             ("heartbeat with another incarnation", "/v1/nodes/err-node:heartbeat",
              dict(beat, incarnation="other"), 409, None),
             ("heartbeat not JSON", "/v1/nodes/err-node:heartbeat", None, 400, None),

@@ -48,7 +48,7 @@ def test_nodes_register_list_incarnation():
         assert any("node-a" in e["reason"] and "restart" in e["reason"] for e in ev), ev
         # The old incarnation beating now is refused with 409 ABORTED.
         a = api.post("/v1/nodes/node-a:heartbeat", {"incarnation": "stale-incarnation",
-                                                    "version": 0}, token="agent")
+                                                    "version": 0}, token="node")
         assert a.status == 409 and a.json["error"]["status"] == "ABORTED", a
 
 
@@ -116,7 +116,7 @@ def test_nodes_elastic_edges():
         member.exit_workers(job["id"], 1)
         body = member.beat_body()
         for _ in range(2):
-            a = api.post("/v1/nodes/%s:heartbeat" % member.name, body, token="agent")
+            a = api.post("/v1/nodes/%s:heartbeat" % member.name, body, token="node")
             assert a.status == 200, a
         member.reconcile(a.json)
         wait_for("generation 2", lambda: beat_all(ns) or
@@ -181,7 +181,7 @@ def test_nodes_long_poll():
         def poll():
             t = time.monotonic()
             box["a"] = api.post("/v1/nodes/lp:heartbeat", n.beat_body(wait_ms=2000),
-                                token="agent")
+                                token="node")
             box["t"] = time.monotonic() - t
         th = threading.Thread(target=poll)
         th.start()

@@ -44,7 +44,7 @@ def test_openapi_components_and_operations_complete():
                  "HeartbeatAnswer", "Assignment", "Error"):
         assert name in schemas, "components.schemas lacks " + name
     sec = DOC["components"]["securitySchemes"]
-    assert {s["scheme"] for s in sec.values()} == {"bearer"} and len(sec) == 2, sec
+    assert {s["scheme"] for s in sec.values()} == {"bearer"} and len(sec) == 3, sec
     for path, item in DOC["paths"].items():
         for method, op in item.items():
             if method == "parameters":
@@ -61,9 +61,11 @@ def test_openapi_components_and_operations_complete():
     job = {"id": "j-1", "name": "job", "spec": {"command": ["x"]}, "state": "PENDING",
            "generation": 0, "restarts": 0, "world_size": 0, "master_addr": None,
            "master_port": None, "nodes": [], "last_metrics": None, "reason": "submitted",
-           "created_at": "2026-11-29T13:58:16.123Z", "started_at": None, "finished_at": None}
+           "created_at": "2026-11-29T13:58:16.123Z", "started_at": None, "finished_at": None,
+           "owner": "admin"}
     chk.validate("Job", job)
     for field, bad in (("state", "WEIRD"), ("created_at", None), ("spec", {"bogus": 1}),
+                       ("owner", "a b"),
                        ("created_at", "2026-11-29 13:58")):
         j = dict(job, **{field: bad})
         try:

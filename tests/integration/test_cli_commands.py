@@ -147,7 +147,8 @@ def test_cli_submit_list_status_cancel():
         r = ctl(c, "list")
         assert r.rc == 0, r
         lines = r.out.splitlines()
-        assert lines[0].split()[:3] == ["ID", "NAME", "STATE"], r
+        assert lines[0].split()[:4] == ["ID", "NAME", "OWNER", "STATE"], r
+        assert lines[1].split()[2] == "admin", r
         assert [ln.split()[0] for ln in lines[1:]] == ["j-3", "j-2", "j-1"], r
         assert "probe.2" in lines[2] and "PENDING" in lines[2], r
 

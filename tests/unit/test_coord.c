@@ -27,6 +27,12 @@
 #include "server/coord.h"
 #include "server/coord_internal.h" /* the marks held in memory, for the marks test */
 
+/* The credential each node got at its last registration, as its agent keeps it. */
+static struct {
+    char name[64];
+    char cred[80];
+} creds[16];
+
 struct fx {
     char dir[64];
     char *db;
@@ -38,6 +44,7 @@ struct fx {
 static int setup(void **state)
 {
     struct fx *f = xcalloc(1, sizeof(*f));
+    memset(creds, 0, sizeof(creds));
     log_init("test", LOG_WARN);
     snprintf(f->dir, sizeof(f->dir), "/tmp/ddp-test-coord-XXXXXX");
     if (!mkdtemp(f->dir))
@@ -74,7 +81,8 @@ static int64_t submit(struct fx *f, const char *spec)
     json_t *body = parse(spec);
     char *out = NULL;
     struct ddp_err e;
-    if (coord_submit(f->c, body, f->now, &out, &e) != 0)
+    int created = 0;
+    if (coord_submit(f->c, body, "admin", NULL, f->now, &out, &created, &e) != 0 || !created)
         fail_msg("submit %s: %s", spec, e.msg);
     json_decref(body);
     json_t *j = parse(out);
@@ -84,20 +92,47 @@ static int64_t submit(struct fx *f, const char *spec)
     return id;
 }
 
-static void reg(struct fx *f, const char *name, int slots, const char *inc)
+static char *cred_of(const char *name)
 {
-    char text[256];
+    for (size_t i = 0; i < 16; i++)
+        if (strcmp(creds[i].name, name) == 0 || !creds[i].name[0]) {
+            snprintf(creds[i].name, sizeof(creds[i].name), "%s", name);
+            return creds[i].cred;
+        }
+    fail_msg("too many nodes");
+    return NULL;
+}
+
+/* Registers (again) as the node's agent would: with the credential it holds, if any. */
+static int reg_rc(struct fx *f, const char *name, int slots, const char *inc, const char *cred,
+                  struct ddp_err *e)
+{
+    char text[512];
     snprintf(text, sizeof(text),
              "{\"name\":\"%s\",\"address\":\"10.0.0.%c\",\"slots\":%d,\"incarnation\":\"%s\","
-             "\"port_range\":\"30000-30010\"}",
-             name, name[strlen(name) - 1], slots, inc);
+             "\"port_range\":\"30000-30010\"%s%s%s}",
+             name, name[strlen(name) - 1], slots, inc, cred && *cred ? ",\"credential\":\"" : "",
+             cred && *cred ? cred : "", cred && *cred ? "\"" : "");
     json_t *body = parse(text);
     char *out = NULL;
-    struct ddp_err e;
-    if (coord_register(f->c, body, f->now, &out, &e) != 0)
-        fail_msg("register %s: %s", name, e.msg);
+    int rc = coord_register(f->c, body, f->now, &out, e);
     json_decref(body);
-    free(out);
+    if (rc == 0) {
+        json_t *o = parse(out);
+        const char *c = json_string_value(json_object_get(o, "credential"));
+        assert_non_null(c);
+        snprintf(cred_of(name), 80, "%s", c);
+        json_decref(o);
+        free(out);
+    }
+    return rc;
+}
+
+static void reg(struct fx *f, const char *name, int slots, const char *inc)
+{
+    struct ddp_err e;
+    if (reg_rc(f, name, slots, inc, cred_of(name), &e) != 0)
+        fail_msg("register %s: %s", name, e.msg);
 }
 
 /* One heartbeat; returns the answer (caller decrefs) or NULL with *code set. */
@@ -356,25 +391,25 @@ static void test_coord_cancel_idempotent(void **state)
     struct fx *f = *state;
     int64_t p = submit(f, "{\"command\":[\"w\"]}");
     char *out = NULL;
-    assert_int_equal(coord_cancel(f->c, p, f->now, &out, NULL), 0);
+    assert_int_equal(coord_cancel(f->c, p, "admin", f->now, &out, NULL), 0);
     free(out);
     expect_state(f, p, "CANCELLED", NULL);
     reg(f, "node-a", 1, "inc-1");
     int64_t r = submit(f, "{\"command\":[\"w\"]}");
     expect_state(f, r, "RUNNING", NULL);
-    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    assert_int_equal(coord_cancel(f->c, r, "admin", f->now, &out, NULL), 0);
     free(out);
-    expect_state(f, r, "CANCELLING", "cancelled by user");
-    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    expect_state(f, r, "CANCELLING", "cancelled by admin");
+    assert_int_equal(coord_cancel(f->c, r, "admin", f->now, &out, NULL), 0);
     free(out);
     expect_state(f, r, "CANCELLING", NULL);
     beat0(f, "node-a", NULL);
     expect_state(f, r, "CANCELLED", NULL);
-    assert_int_equal(coord_cancel(f->c, r, f->now, &out, NULL), 0);
+    assert_int_equal(coord_cancel(f->c, r, "admin", f->now, &out, NULL), 0);
     free(out);
     expect_state(f, r, "CANCELLED", NULL);
     struct ddp_err e;
-    assert_int_equal(coord_cancel(f->c, 99, f->now, &out, &e), DDP_ENOTFOUND);
+    assert_int_equal(coord_cancel(f->c, 99, "admin", f->now, &out, &e), DDP_ENOTFOUND);
     assert_string_equal(e.msg, "job j-99 not found");
     char *ev = NULL;
     assert_int_equal(coord_events(f->c, r, 0, &ev, NULL), 0);
@@ -455,8 +490,8 @@ static void test_coord_restart_then_node_silent(void **state)
 static void test_coord_logs_dedup_and_cap(void **state)
 {
     struct fx *f = *state;
-    reg(f, "node-a", 1, "inc-1");
-    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    reg(f, "node-a", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2}");
     const char *l1 = "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
                      "\"lines\":[\"a\",\"b\",\"c\"]}],\"metrics\":[{\"job_id\":\"j-1\","
                      "\"generation\":1,\"seq\":1,\"metric\":{\"epoch\":1,\"loss\":0.5}}]";
@@ -504,6 +539,47 @@ static void test_coord_logs_dedup_and_cap(void **state)
     json_decref(o);
 }
 
+/* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
+ * exits for the job are dropped, and the job runs on. */
+static void test_coord_beat_only_for_held_ranks(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"hang_timeout_s\":5}");
+    expect_state(f, id, "RUNNING", NULL);
+    reg(f, "node-b", 1, "inc-1");
+    beat0(f, "node-b",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+          "\"lines\":[\"fake\"]},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":7,"
+          "\"seq\":1000000000000000,\"lines\":[\"beyond\"]}],"
+          "\"metrics\":[{\"job_id\":\"j-1\",\"generation\":1,\"seq\":1,"
+          "\"metric\":{\"epoch\":1,\"loss\":9}}],"
+          "\"progress\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+          "\"age_ms\":60000,\"stopped\":true}],"
+          "\"workers\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+          "\"local_rank\":0,\"pid\":1,\"state\":\"exited\",\"exit_code\":1}]");
+    char *out = NULL;
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "lines")), 0);
+    json_decref(o);
+    json_t *j = job(f, id);
+    assert_true(json_is_null(json_object_get(j, "last_metrics")));
+    json_decref(j);
+    tick(f, 1000);
+    expect_state(f, id, "RUNNING", NULL);
+    /* the holder's own line is stored (seq 1: the fake mark did not advance) */
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+          "\"lines\":[\"real\"]}]");
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 100, &out, NULL), 0);
+    o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "lines")), 1);
+    json_decref(o);
+}
+
 static void test_coord_beat_errors_and_new_incarnation(void **state)
 {
     struct fx *f = *state;
@@ -517,6 +593,12 @@ static void test_coord_beat_errors_and_new_incarnation(void **state)
     expect_state(f, id, "RUNNING", NULL);
     reg(f, "node-a", 1, "inc-1"); /* same incarnation: nothing happens */
     expect_state(f, id, "RUNNING", NULL);
+    /* without the node's credential, its live name cannot be taken */
+    struct ddp_err e;
+    assert_int_equal(reg_rc(f, "node-a", 1, "inc-evil", NULL, &e), DDP_EEXIST);
+    assert_non_null(strstr(e.msg, "registered and up"));
+    assert_int_equal(reg_rc(f, "node-a", 1, "inc-evil", "0123456789abcdef0123", &e), DDP_EEXIST);
+    expect_state(f, id, "RUNNING", NULL);
     reg(f, "node-a", 1, "inc-2");
     /* the old workers died with the agent: no drain to wait for */
     expect_event(f, id, "RESTARTING", "node node-a restarted");
@@ -529,7 +611,7 @@ static void test_coord_list_pages(void **state)
     for (int i = 0; i < 5; i++)
         submit(f, "{\"command\":[\"w\"]}");
     char *out = NULL;
-    assert_int_equal(coord_list_jobs(f->c, -1, 2, 0, &out, NULL), 0);
+    assert_int_equal(coord_list_jobs(f->c, -1, NULL, 2, 0, &out, NULL), 0);
     json_t *o = parse(out);
     free(out);
     json_t *jobs = json_object_get(o, "jobs");
@@ -537,13 +619,13 @@ static void test_coord_list_pages(void **state)
     assert_string_equal(json_string_value(json_object_get(json_array_get(jobs, 0), "id")), "j-5");
     assert_string_equal(json_string_value(json_object_get(o, "next_page_token")), "3");
     json_decref(o);
-    assert_int_equal(coord_list_jobs(f->c, -1, 10, 3, &out, NULL), 0);
+    assert_int_equal(coord_list_jobs(f->c, -1, NULL, 10, 3, &out, NULL), 0);
     o = parse(out);
     free(out);
     assert_int_equal(json_array_size(json_object_get(o, "jobs")), 3);
     assert_string_equal(json_string_value(json_object_get(o, "next_page_token")), "");
     json_decref(o);
-    assert_int_equal(coord_list_jobs(f->c, JOB_RUNNING, 10, 0, &out, NULL), 0);
+    assert_int_equal(coord_list_jobs(f->c, JOB_RUNNING, NULL, 10, 0, &out, NULL), 0);
     o = parse(out);
     free(out);
     assert_int_equal(json_array_size(json_object_get(o, "jobs")), 0);
@@ -1101,6 +1183,7 @@ int main(void)
         T(test_coord_restart_then_node_silent),
         T(test_coord_logs_dedup_and_cap),
         T(test_coord_beat_errors_and_new_incarnation),
+        T(test_coord_beat_only_for_held_ranks),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),

@@ -38,7 +38,8 @@ static int setup(void **state)
     if (!mkdtemp(f->dir))
         return -1;
     f->db = xasprintf("%s/ddp.db", f->dir);
-    if (coord_open(f->db, NULL, 1000, &f->c, NULL) != 0)
+    if (coord_open(f->db, NULL, 1000, &f->c, NULL) != 0 ||
+        coord_users_bootstrap(f->c, USER, 1000, NULL) != 0)
         return -1;
     *state = f;
     return 0;
@@ -70,7 +71,7 @@ static int call(struct fx *f, struct api_req *r, const char *method, const char 
     if (token)
         snprintf(auth, sizeof(auth), "Bearer %s", token);
     int route = -2;
-    http_dispatch(r, token ? auth : NULL, USER, AGENT, &route);
+    http_dispatch(r, token ? auth : NULL, AGENT, &route);
     return r->status;
 }
 
@@ -117,7 +118,7 @@ static void test_http_auth(void **state)
     call(f, &r, "GET", "/v1/jobs", AGENT, NULL);
     expect_error(&r, 403, "PERMISSION_DENIED", "user token");
     call(f, &r, "POST", "/v1/nodes:register", USER, "{}");
-    expect_error(&r, 403, "PERMISSION_DENIED", "agent token");
+    expect_error(&r, 403, "PERMISSION_DENIED", "bootstrap (agent) token; you are admin");
     call(f, &r, "GET", "/v1/openapi.json", NULL, NULL);
     expect_error(&r, 401, "UNAUTHENTICATED", "missing");
     /* open routes */
@@ -139,7 +140,7 @@ static void test_http_body_cap(void **state)
     r.body = "";
     r.body_total = 2 * 1024 * 1024;
     int route;
-    http_dispatch(&r, "Bearer " USER, USER, AGENT, &route);
+    http_dispatch(&r, "Bearer " USER, AGENT, &route);
     expect_error(&r, 413, "RESOURCE_EXHAUSTED", "over the limit");
     /* nothing was stored */
     assert_int_equal(call(f, &r, "GET", "/v1/jobs/j-1", USER, NULL), 404);
@@ -167,7 +168,7 @@ static void test_http_jobs_round_trip(void **state)
     assert_non_null(strstr(r.out, "\"CANCELLED\""));
     free(r.out);
     call(f, &r, "POST", "/v1/nodes/ghost:heartbeat", AGENT, "{\"incarnation\":\"x\"}");
-    expect_error(&r, 404, "NOT_FOUND", "node ghost not registered");
+    expect_error(&r, 403, "PERMISSION_DENIED", "the node's own credential");
 }
 
 static void test_http_embedded_documents(void **state)
@@ -211,7 +212,7 @@ static int call_args(struct fx *f, struct api_req *r, const char *path, const st
     r->now = 2000;
     snprintf(auth, sizeof(auth), "Bearer %s", USER);
     int route = -2;
-    http_dispatch(r, auth, USER, AGENT, &route);
+    http_dispatch(r, auth, AGENT, &route);
     return r->status;
 }
 

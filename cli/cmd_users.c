@@ -1,0 +1,162 @@
+/*
+ * cmd_users.c - `ddpctl users ...` (admins manage users over /v1/users) and `ddpctl whoami`
+ * (GET /v1/me). A new token is written to a file of mode 0600, never printed: the answer that
+ * made it is the only copy ddpd ever hands out.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "common/fsutil.h"
+#include "common/xalloc.h"
+
+/* Writes the token of answer ans to path (mode 0600) and says so. */
+static int cli_users_keep_token(const json_t *ans, const char *name, const char *path)
+{
+    const char *tok = cli_str(ans, "token", NULL);
+    if (!tok)
+        return cli_failf("ddpd's answer carries no token");
+    char *line = xasprintf("%s\n", tok);
+    struct ddp_err err;
+    int rc = fs_write_atomic(path, line, strlen(line), 0600, &err);
+    free(line);
+    if (rc != 0)
+        return cli_failf("cannot write the token of %s: %s (the token is lost: rotate it again "
+                         "with 'ddpctl users rotate-token %s --token-out F')",
+                         name, err.msg, name);
+    printf("token of %s written to %s (mode 0600); hand it over and use it with "
+           "'ddpctl --token-file %s'\n",
+           name, path, path);
+    return CLI_OK;
+}
+
+static int cli_users_table(const json_t *ans)
+{
+    static const char *const hdr[] = {"NAME", "ROLE", "CREATED"};
+    struct table *t = table_new(3, hdr);
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(ans, "users"), i, u)
+    {
+        table_row(t);
+        table_cell(t, "%s", cli_str(u, "name", "?"));
+        table_cell(t, "%s", cli_str(u, "role", "?"));
+        table_cell(t, "%s", cli_str(u, "created_at", ""));
+    }
+    table_print(t, stdout);
+    table_free(t);
+    return CLI_OK;
+}
+
+int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum { O_ROLE = 1, O_TOKEN_OUT };
+    static const struct option longopts[] = {{"role", required_argument, NULL, O_ROLE},
+                                             {"token-out", required_argument, NULL, O_TOKEN_OUT},
+                                             CLI_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    const char *role = NULL, *token_out = NULL;
+    int rc = CLI_OK;
+    json_t *ans = NULL, *body = NULL;
+    char *path = NULL, *esc = NULL, *out_default = NULL;
+    struct ddp_err err;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            return rc;
+        if (h > 0)
+            continue;
+        if (c == O_ROLE)
+            role = optarg;
+        else if (c == O_TOKEN_OUT)
+            token_out = optarg;
+        else
+            return cli_usage_error(cmd, "unexpected option");
+    }
+    if (optind >= argc)
+        return cli_usage_error(cmd, "missing what to do: list, add, remove or rotate-token");
+    const char *verb = argv[optind];
+    int list = strcmp(verb, "list") == 0, add = strcmp(verb, "add") == 0,
+        remove = strcmp(verb, "remove") == 0, rotate = strcmp(verb, "rotate-token") == 0;
+    if (!list && !add && !remove && !rotate)
+        return cli_usage_error(cmd, "'%s' is not list, add, remove or rotate-token", verb);
+    int want = list ? 1 : 2;
+    if (argc - optind < want)
+        return cli_usage_error(cmd, "%s: missing the user name", verb);
+    if (argc - optind > want)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + want]);
+    if (role && !add)
+        return cli_usage_error(cmd, "--role goes with add");
+    if (token_out && !add && !rotate)
+        return cli_usage_error(cmd, "--token-out goes with add and rotate-token");
+    const char *name = list ? NULL : argv[optind + 1];
+    if (name) {
+        esc = cli_escape(name);
+        if (!token_out)
+            token_out = out_default = xasprintf("%s.token", name);
+    }
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        goto out;
+    int r;
+    if (list) {
+        r = cli_call(cli, "GET", "/v1/users", NULL, &ans, &err);
+    } else if (add) {
+        body = json_pack("{s:s}", "name", name);
+        if (role)
+            json_object_set_new(body, "role", json_string(role));
+        r = cli_call(cli, "POST", "/v1/users", body, &ans, &err);
+    } else if (remove) {
+        path = xasprintf("/v1/users/%s", esc);
+        r = cli_call(cli, "DELETE", path, NULL, &ans, &err);
+    } else {
+        path = xasprintf("/v1/users/%s:rotate-token", esc);
+        r = cli_call(cli, "POST", path, NULL, &ans, &err);
+    }
+    if (r < 0) {
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    if (add || rotate)
+        rc = cli_users_keep_token(ans, name, token_out);
+    else if (cli->json)
+        cli_print_json(ans);
+    else if (list)
+        rc = cli_users_table(ans);
+    else
+        printf("removed user %s (its jobs stay, owned by it)\n", name);
+out:
+    json_decref(ans);
+    json_decref(body);
+    free(path);
+    free(esc);
+    free(out_default);
+    return rc;
+}
+
+int cmd_whoami(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    int rc = CLI_OK;
+    json_t *ans = NULL;
+    struct ddp_err err;
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        return rc;
+    if (optind < argc)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    if (cli_call(cli, "GET", "/v1/me", NULL, &ans, &err) < 0)
+        rc = cli_fail(cli, &err);
+    else if (cli->json)
+        cli_print_json(ans);
+    else
+        printf("%s (role %s)\n", cli_str(ans, "name", "?"), cli_str(ans, "role", "?"));
+    json_decref(ans);
+    return rc;
+}

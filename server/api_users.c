@@ -1,0 +1,81 @@
+/*
+ * api_users.c - /v1/me and /v1/users*: who am I, and the admins' user management (add, list,
+ * remove, rotate a token). A new token appears once, in the answer that made it.
+ */
+#include <stdlib.h>
+
+#include "common/jsonx.h"
+#include "server/coord.h"
+#include "server/http.h"
+#include "server/validate.h"
+
+static void api_answer(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e)
+{
+    if (rc)
+        api_reply_err(r, e);
+    else
+        api_reply_json(r, status, out);
+}
+
+void api_users_me(struct api_req *r)
+{
+    json_t *o = json_pack("{s:s, s:s}", "name", r->who.name, "role", auth_role_name(r->who.role));
+    char *out = jsonx_dumps(o);
+    json_decref(o);
+    api_reply_json(r, 200, out);
+}
+
+void api_users_list(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    int rc = coord_users_list(r->coord, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_users_add(struct api_req *r)
+{
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_user_add(r->coord, body, r->now, &out, &e);
+    json_decref(body);
+    api_answer(r, rc, 201, out, &e);
+}
+
+void api_users_remove(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "user %.64s not found", r->param);
+        return;
+    }
+    int rc = coord_user_remove(r->coord, r->param, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_users_rotate(struct api_req *r)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "user %.64s not found", r->param);
+        return;
+    }
+    if (r->body_len > 0) {
+        json_t *body = NULL;
+        if (api_parse_body(r, &body) != 0)
+            return;
+        int keys = (int)json_object_size(body);
+        json_decref(body);
+        if (keys) {
+            api_reply_errf(r, DDP_EINVAL, "rotate-token takes no fields");
+            return;
+        }
+    }
+    int rc = coord_user_rotate(r->coord, r->param, &r->who, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}

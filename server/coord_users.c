@@ -1,0 +1,302 @@
+/*
+ * coord_users.c - users and who may see what: the users table (loaded at start, changed by
+ * admins), resolving a bearer token to a principal, the first admin, and the owner checks
+ * of a job.
+ *
+ * Invariants:
+ *   1. A token is never kept: users hold the hex SHA-256 of theirs, nodes of their
+ *      credential. Hashes are compared in constant time, against every user, so the time of a
+ *      lookup says nothing about which user (if any) matched.
+ *   2. There is always at least one admin once coord_users_bootstrap() has run: removing the
+ *      last admin is refused.
+ *   3. A job that a principal may not read does not exist for it (404, the same answer as
+ *      for an id never used); one it may read but not act on answers 403.
+ */
+#include "server/coord_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonx.h"
+#include "common/log.h"
+#include "common/randutil.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+
+#define USERS_MAX 10000
+
+static int coord_user_index(struct coord *c, const char *name)
+{
+    for (size_t i = 0; i < c->nusers; i++)
+        if (strcmp(c->users[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int coord_user_load(void *ctx, const struct store_user *u)
+{
+    struct coord *c = ctx;
+    enum role role;
+    if (!u->name || !validate_name(u->name) || auth_role_parse(u->role, &role) != 0 ||
+        !u->token_hash || strlen(u->token_hash) != AUTH_HASH_HEX - 1) {
+        log_error("users table: skipping the malformed row of '%.64s'", u->name ? u->name : "");
+        return 0;
+    }
+    XGROW(c->users, c->nusers + 1, c->capusers, 8);
+    struct user *d = &c->users[c->nusers++];
+    snprintf(d->name, sizeof(d->name), "%s", u->name);
+    d->role = role;
+    snprintf(d->hash, sizeof(d->hash), "%s", u->token_hash);
+    d->created_at = u->created_at;
+    return 0;
+}
+
+int coord_users_load(struct coord *c, struct ddp_err *err)
+{
+    return store_load_users(c->store, coord_user_load, c, err);
+}
+
+static int coord_user_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    const struct user *u = ctx;
+    struct store_user row = {u->name, auth_role_name(u->role), u->hash, u->created_at};
+    return store_user_put(c->store, &row, e);
+}
+
+static int coord_user_delete(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    return store_user_delete(c->store, ctx, e);
+}
+
+/* Stores u (new or changed) and then applies it to memory at index i (-1: appended). */
+static int coord_user_put(struct coord *c, const struct user *u, int i, struct ddp_err *err)
+{
+    struct ddp_err e;
+    if (coord_txn_run(c, coord_user_write, (void *)u, &e) != 0) {
+        log_error("cannot record user %s: %s", u->name, e.msg);
+        return err_set(err, DDP_EINTERNAL, "cannot record the user: %s", e.msg);
+    }
+    if (i < 0) {
+        XGROW(c->users, c->nusers + 1, c->capusers, 8);
+        i = (int)c->nusers++;
+    }
+    c->users[i] = *u;
+    return 0;
+}
+
+int coord_users_bootstrap(struct coord *c, const char *admin_token, int64_t now,
+                          struct ddp_err *err)
+{
+    char hash[AUTH_HASH_HEX];
+    auth_hash(admin_token, hash);
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    int held_by = -1;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (secret_equal(c->users[i].hash, hash))
+            held_by = (int)i;
+    if (c->nusers == 0) {
+        struct user u = {.role = ROLE_ADMIN, .created_at = coord_wall(c, now)};
+        snprintf(u.name, sizeof(u.name), "admin");
+        snprintf(u.hash, sizeof(u.hash), "%s", hash);
+        rc = coord_user_put(c, &u, -1, err);
+        if (!rc)
+            log_info("created user admin (role admin) holding the admin token file");
+    } else if (held_by < 0) {
+        log_warn("the admin token file belongs to no user (rotated?): it opens nothing; "
+                 "%zu users are known",
+                 c->nusers);
+    } else {
+        log_info("admin token file belongs to user %s (role %s)", c->users[held_by].name,
+                 auth_role_name(c->users[held_by].role));
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_authenticate(struct coord *c, const char *token, const char *node, struct principal *p)
+{
+    char hash[AUTH_HASH_HEX];
+    auth_hash(token, hash);
+    memset(p, 0, sizeof(*p));
+    pthread_mutex_lock(&c->mu);
+    int found = -1;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (secret_equal(c->users[i].hash, hash))
+            found = (int)i;
+    if (found >= 0) {
+        p->kind = PRINCIPAL_USER;
+        p->role = c->users[found].role;
+        snprintf(p->name, sizeof(p->name), "%s", c->users[found].name);
+    } else {
+        /* a node credential: the node of the path first, then any (for a clear 403) */
+        int ni = node ? coord_node_index(c, node) : -1;
+        if (ni >= 0 && c->nodes[ni]->cred_hash[0] && secret_equal(c->nodes[ni]->cred_hash, hash))
+            found = ni;
+        for (size_t i = 0; found < 0 && i < c->nnodes; i++)
+            if (!c->nodes[i]->removed && c->nodes[i]->cred_hash[0] &&
+                secret_equal(c->nodes[i]->cred_hash, hash))
+                found = (int)i;
+        if (found >= 0) {
+            p->kind = PRINCIPAL_NODE;
+            snprintf(p->name, sizeof(p->name), "%s", c->nodes[found]->name);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found >= 0 ? 0 : DDP_EUNAUTH;
+}
+
+static json_t *coord_user_json(struct coord *c, const struct user *u)
+{
+    char t[40];
+    time_format_rfc3339(u->created_at, t, sizeof(t));
+    (void)c;
+    return json_pack("{s:s, s:s, s:s}", "name", u->name, "role", auth_role_name(u->role),
+                     "created_at", t);
+}
+
+/* {"user": {...}, "token": token} */
+static char *coord_user_token_text(struct coord *c, const struct user *u, const char *token)
+{
+    json_t *o = json_pack("{s:o, s:s}", "user", coord_user_json(c, u), "token", token);
+    char *s = jsonx_dumps(o);
+    json_decref(o);
+    return s;
+}
+
+int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
+                   struct ddp_err *err)
+{
+    const char *name = NULL, *role_s = NULL;
+    enum role role = ROLE_USER;
+    static const char *const keys[] = {"name", "role", NULL};
+    int rc = jsonx_check_keys(body, keys, "user", err);
+    if (!rc)
+        rc = jsonx_get_string(body, "name", 1, &name, err);
+    if (!rc)
+        rc = jsonx_get_string(body, "role", 0, &role_s, err);
+    if (rc)
+        return rc;
+    if (!validate_name(name))
+        return err_set(err, DDP_EINVAL, "field 'name': must be 1..63 characters of [A-Za-z0-9._-]");
+    if (role_s && auth_role_parse(role_s, &role) != 0)
+        return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer",
+                       role_s);
+    char token[AUTH_TOKEN_HEX];
+    if (auth_new_token(token) != 0)
+        return err_set(err, DDP_EINTERNAL, "no randomness for the token");
+    struct user u = {.role = role};
+    snprintf(u.name, sizeof(u.name), "%s", name);
+    auth_hash(token, u.hash);
+    pthread_mutex_lock(&c->mu);
+    u.created_at = coord_wall(c, now);
+    if (coord_user_index(c, name) >= 0)
+        rc = err_set(err, DDP_EEXIST, "user %s already exists", name);
+    else if (c->nusers >= USERS_MAX)
+        rc = err_set(err, DDP_ELIMIT, "at most %d users", USERS_MAX);
+    else
+        rc = coord_user_put(c, &u, -1, err);
+    if (!rc) {
+        *out = coord_user_token_text(c, &u, token);
+        log_info("user added name=%s role=%s", u.name, auth_role_name(u.role));
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_users_list(struct coord *c, char **out, struct ddp_err *err)
+{
+    (void)err;
+    json_t *arr = json_array();
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nusers; i++)
+        json_array_append_new(arr, coord_user_json(c, &c->users[i]));
+    pthread_mutex_unlock(&c->mu);
+    json_t *o = json_pack("{s:o}", "users", arr);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    return 0;
+}
+
+int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_err *err)
+{
+    int rc = 0;
+    struct ddp_err e;
+    pthread_mutex_lock(&c->mu);
+    int i = coord_user_index(c, name);
+    size_t admins = 0;
+    for (size_t k = 0; k < c->nusers; k++)
+        admins += c->users[k].role == ROLE_ADMIN;
+    if (i < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
+    } else if (c->users[i].role == ROLE_ADMIN && admins == 1) {
+        rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
+    } else if (coord_txn_run(c, coord_user_delete, c->users[i].name, &e) != 0) {
+        log_error("cannot remove user %s: %s", name, e.msg);
+        rc = err_set(err, DDP_EINTERNAL, "cannot remove the user: %s", e.msg);
+    } else {
+        json_t *o = json_pack("{s:o}", "user", coord_user_json(c, &c->users[i]));
+        *out = jsonx_dumps(o);
+        json_decref(o);
+        log_info("user removed name=%s (its jobs keep running, still owned by it)", name);
+        memmove(&c->users[i], &c->users[i + 1], (c->nusers - (size_t)i - 1) * sizeof(*c->users));
+        c->nusers--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_user_rotate(struct coord *c, const char *name, const struct principal *who, char **out,
+                      struct ddp_err *err)
+{
+    int rc = 0;
+    char token[AUTH_TOKEN_HEX];
+    if (auth_new_token(token) != 0)
+        return err_set(err, DDP_EINTERNAL, "no randomness for the token");
+    pthread_mutex_lock(&c->mu);
+    int i = coord_user_index(c, name);
+    int self = who->kind == PRINCIPAL_USER && strcmp(who->name, name) == 0;
+    int admin = who->kind == PRINCIPAL_USER && who->role == ROLE_ADMIN;
+    if (!admin && !self) {
+        /* a non-admin learns nothing about other users */
+        rc = err_set(err, DDP_EPERM, "only an admin may rotate another user's token");
+    } else if (i < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
+    } else {
+        struct user u = c->users[i];
+        auth_hash(token, u.hash);
+        rc = coord_user_put(c, &u, i, err);
+        if (!rc) {
+            *out = coord_user_token_text(c, &u, token);
+            log_info("token rotated for user %s (the old one no longer opens anything)", name);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_job_access(struct coord *c, int64_t id, const struct principal *who, int act,
+                     struct ddp_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    struct job *j = coord_job(c, id);
+    if (!j || !auth_may_read(who, j->owner))
+        rc = err_set(err, DDP_ENOTFOUND, "job j-%lld not found", (long long)id);
+    else if (act && !auth_may_act(who, j->owner))
+        rc = err_set(err, DDP_EPERM, "job j-%lld belongs to %s; role %s may not change it",
+                     (long long)id, j->owner, auth_role_name(who->role));
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+size_t coord_jobs_active_of(struct coord *c, const char *owner)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->nlive; i++)
+        if (!jobstate_is_terminal(c->live[i]->st.state) && strcmp(c->live[i]->owner, owner) == 0)
+            n++;
+    return n;
+}
