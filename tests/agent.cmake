@@ -5,6 +5,8 @@ ddp_unit_test(NAME test_logship SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lo
 ddp_unit_test(NAME test_assign SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_assign.c
               LIBS ddpagent)
 ddp_unit_test(NAME test_spawn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_spawn.c LIBS ddpagent)
+ddp_unit_test(NAME test_cgroup SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cgroup.c
+              LIBS ddpagent)
 
 set(DDP_AGENT_PY ${PROJECT_SOURCE_DIR}/tests/integration)
 foreach(t env cancel kill reconnect orphan)
