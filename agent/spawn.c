@@ -5,6 +5,8 @@
  * Invariants:
  *   - between fork and execve the child only calls async-signal-safe functions; every
  *     string it may write was formatted by the parent before fork;
+ *   - a worker joins its cgroup (write(2) of "0" to cgroup.procs) before it can start any
+ *     process, so nothing it starts is outside the cgroup;
  *   - a worker's process group is signalled only while its leader is unreaped (alive or a
  *     zombie), so the group id cannot have been reused by another process;
  *   - spawn_proc_reap() kills what is left of the group before it reaps the leader, so no
@@ -156,8 +158,8 @@ char *spawn_resolve(const char *file, char *const *env)
 
 /* ---- fork and exec -------------------------------------------------------------------- */
 
-/* A fixed text for errno (strerror is not async-signal-safe). */
-static const char *spawn_errno_text(int e)
+/* A fixed text for errno (strerror is not async-signal-safe); dflt for the others. */
+static const char *spawn_errno_text(int e, const char *dflt)
 {
     switch (e) {
     case ENOENT:
@@ -180,8 +182,18 @@ static const char *spawn_errno_text(int e)
         return "is a directory";
     case ENAMETOOLONG:
         return "name too long";
+    case EBUSY:
+        return "device or resource busy";
+    case EAGAIN:
+        return "resource temporarily unavailable";
+    case EINVAL:
+        return "invalid argument";
+    case EPERM:
+        return "operation not permitted";
+    case ENODEV:
+        return "no such device";
     default:
-        return "exec failed";
+        return dflt;
     }
 }
 
@@ -195,11 +207,14 @@ static void spawn_child_say(int fd, const char *a, const char *b)
 
 /* The child, after fork. Never returns. */
 static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, const char *run_msg,
-                        const char *cwd_msg)
+                        const char *cwd_msg, const char *cg_msg)
 {
     setpgid(0, 0);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
         _exit(127); /* the agent is already gone */
+    int cg_errno = 0;
+    if (req->cgroup_path && write(req->cgroup_fd, "0", 1) != 1)
+        cg_errno = errno ? errno : EIO;
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
@@ -218,12 +233,14 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, 
     if (dup2(dn, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 ||
         (met >= 0 && dup2(met, SPAWN_METRICS_FD) < 0))
         _exit(127);
+    if (cg_errno)
+        spawn_child_say(2, cg_msg, spawn_errno_text(cg_errno, "write failed"));
     int first_closed = met >= 0 ? SPAWN_METRICS_FD + 1 : SPAWN_METRICS_FD;
     if (close_range((unsigned)first_closed, ~0U, 0) != 0)
         for (int fd = first_closed; fd < 4096; fd++)
             close(fd);
     if (req->cwd && *req->cwd && chdir(req->cwd) != 0) {
-        spawn_child_say(2, cwd_msg, spawn_errno_text(errno));
+        spawn_child_say(2, cwd_msg, spawn_errno_text(errno, "exec failed"));
         _exit(127);
     }
     if (!req->path) {
@@ -231,7 +248,7 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, 
         _exit(127);
     }
     execve(req->path, req->argv, req->envp);
-    spawn_child_say(2, run_msg, spawn_errno_text(errno));
+    spawn_child_say(2, run_msg, spawn_errno_text(errno, "exec failed"));
     _exit(127);
 }
 
@@ -242,6 +259,11 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
     char *cwd_msg =
         xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s': ", req->argv[0],
                   req->cwd ? req->cwd : "");
+    char *cg_msg = req->cgroup_path
+                       ? xasprintf("ddp-agent: cannot join cgroup '%s' (processes this worker "
+                                   "detaches may outlive its job): ",
+                                   req->cgroup_path)
+                       : NULL;
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) {
         rc = err_set(err, DDP_EINTERNAL, "cannot open /dev/null: %s", strerror(errno));
@@ -254,7 +276,7 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
         goto out;
     }
     if (child == 0)
-        spawn_child(req, parent, devnull, run_msg, cwd_msg);
+        spawn_child(req, parent, devnull, run_msg, cwd_msg, cg_msg);
     /* Both sides set the group so that it exists before either goes on; after the
      * child's exec this may fail with EACCES, which is fine. */
     setpgid(child, child);
@@ -264,6 +286,7 @@ out:
         close(devnull);
     free(run_msg);
     free(cwd_msg);
+    free(cg_msg);
     return rc;
 }
 

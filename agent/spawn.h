@@ -53,11 +53,18 @@ struct spawn_req {
     const char *cwd;   /* borrowed, or NULL */
     int out_fd;        /* becomes the child's stdout and stderr */
     int metrics_fd;    /* becomes the child's fd SPAWN_METRICS_FD, or -1 */
+    /* The worker's cgroup (cgroup.h), or NULL for none: the child writes "0" to cgroup_fd
+     * (its cgroup.procs, borrowed) before anything else, so that it is in the cgroup before
+     * it can start a process. cgroup_fd is read only when cgroup_path is set. */
+    const char *cgroup_path; /* borrowed, for the message when the write fails */
+    int cgroup_fd;
 };
 
 /*
  * Forks a worker: own process group (pgid = pid), PR_SET_PDEATHSIG(SIGKILL) checked
- * against getppid(), default signal dispositions and an empty signal mask, stdin from
+ * against getppid(), its cgroup joined (when req has one; should that fail, the worker
+ * writes "ddp-agent: cannot join cgroup ..." to out_fd and runs outside it), default signal
+ * dispositions and an empty signal mask, stdin from
  * /dev/null, no other inherited fds, cwd, then execve. When the program cannot run (not
  * found, cwd missing, exec refused), the child writes "ddp-agent: cannot run ..." to out_fd
  * and exits 127. Returns 0 and *pid, or DDP_EINTERNAL (fork or /dev/null failed) with err.
