@@ -16,7 +16,10 @@
  *      was created (under a->mu, by whichever thread applied the answer).
  *   2. Shutdown order: the I/O thread sets a->done once shutting down and no worker runs;
  *      the heartbeat loop then sends its final beat and returns; the report thread is told
- *      done and joined, then the I/O thread; only then are workers freed here.
+ *      done and joined, then the I/O thread; only then are workers freed here, and the job
+ *      cgroups swept and the agent's parent cgroup removed.
+ *   3. a->cg is opened, and the stale job cgroups of a previous agent of this name swept,
+ *      before any thread starts or any worker is spawned.
  */
 #include "agent/agent.h"
 
@@ -69,6 +72,52 @@ void agent_note_change(struct agent *a)
     pthread_cond_broadcast(&a->cond);
 }
 
+/* ---- job cgroups --------------------------------------------------------------------- */
+
+/* Finds the node's hierarchy and says which in one line; then kills and removes the job
+ * cgroups a previous agent of this name left (killed with SIGKILL, its workers died with it
+ * by PDEATHSIG, but what they detached lives on under init). Nothing of a previous agent is
+ * adopted, so nothing there is meant to live. Before the threads start. */
+static struct cgroup *agent_cgroup_open(const struct agent_config *cfg)
+{
+    struct ddp_err err;
+    err_clear(&err);
+    struct cgroup *cg = cgroup_open(cfg->cgroup, cfg->name, cfg->work_dir, &err);
+    if (cgroup_kind_of(cg) == CGROUP_NONE) {
+        if (cfg->cgroup == CGROUP_NONE)
+            log_info("job cgroups: none (--cgroup off): processes a job detaches from its "
+                     "process group (setsid) may outlive it");
+        else
+            log_warn("job cgroups: none (%s): processes a job detaches from its process "
+                     "group (setsid) may outlive it",
+                     err.msg);
+        return cg;
+    }
+    log_info("job cgroups: %s in %s", cgroup_kind_name(cgroup_kind_of(cg)), cgroup_parent(cg));
+    size_t removed = 0, found = 0;
+    err_clear(&err);
+    if (cgroup_sweep(cg, &removed, &found, &err) < 0)
+        log_warn("cannot remove every job cgroup a previous agent left: %s", err.msg);
+    if (removed > 0)
+        log_info("removed %zu job cgroups a previous agent left, killing %zu processes", removed,
+                 found);
+    return cg;
+}
+
+/* After the threads were joined: every worker was reaped, each job cgroup was killed at its
+ * last worker's reap; what could not be emptied then is tried once more. */
+static void agent_cgroup_close(struct cgroup *cg)
+{
+    struct ddp_err err;
+    err_clear(&err);
+    size_t removed = 0, found = 0;
+    if (cgroup_sweep(cg, &removed, &found, &err) < 0)
+        log_warn("job cgroups left at exit: %s", err.msg);
+    else if (removed > 0)
+        log_info("removed %zu job cgroups at exit, killing %zu processes", removed, found);
+    cgroup_close(cg);
+}
+
 /* ---- run ------------------------------------------------------------------------------ */
 
 int agent_run(const struct agent_config *cfg)
@@ -97,6 +146,7 @@ int agent_run(const struct agent_config *cfg)
         log_error("cannot draw an incarnation id");
         goto out;
     }
+    a.cg = agent_cgroup_open(cfg);
     if (pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         log_error("pipe: %s", strerror(errno));
         goto out;
@@ -143,6 +193,8 @@ out:
         agent_worker_free(a.workers[i]);
     }
     free(a.workers);
+    if (a.cg)
+        agent_cgroup_close(a.cg);
     for (size_t i = 0; i < a.ndesired; i++)
         assign_release(&a.desired[i]);
     free(a.desired);

@@ -14,6 +14,8 @@
 #ifndef DDP_AGENT_AGENT_H
 #define DDP_AGENT_AGENT_H
 
+#include "agent/cgroup.h"
+
 struct agent_config {
     const char *server; /* base URL of ddpd */
     const char *token;  /* agent token, or NULL: read token_file (waiting for it) */
@@ -21,18 +23,21 @@ struct agent_config {
     const char *name;
     const char *address;
     int slots;
-    int gpus;               /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
-    const char *port_range; /* "A-B" */
-    const char *work_dir;   /* absolute, exists */
-    int grace_s;            /* stop grace when an assignment gives none */
-    int orphan_timeout_s;   /* no answer from ddpd for this long: stop the running workers
+    int gpus;                /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
+    const char *port_range;  /* "A-B" */
+    const char *work_dir;    /* absolute, exists */
+    int grace_s;             /* stop grace when an assignment gives none */
+    int orphan_timeout_s;    /* no answer from ddpd for this long: stop the running workers
                                 (their job cannot be confirmed); 0 = never */
+    enum cgroup_kind cgroup; /* the hierarchy for job cgroups; CGROUP_AUTO detects one */
 };
 
 /*
  * Runs the agent until SIGTERM or SIGINT (the caller must have blocked SIGCHLD, SIGTERM and
- * SIGINT in every thread before calling). On those it stops every worker (SIGTERM, then
- * SIGKILL after the grace period), reports their exits if ddpd answers, and returns 0.
+ * SIGINT in every thread before calling). At start it kills and removes the job cgroups a
+ * previous agent of this name left. On SIGTERM/SIGINT it stops every worker (SIGTERM, then
+ * SIGKILL after the grace period), kills what is left in their cgroups, reports their exits
+ * if ddpd answers, and returns 0.
  * Returns 1 when it cannot start (its threads, the signalfd).
  */
 int agent_run(const struct agent_config *cfg);

@@ -5,7 +5,8 @@
  * Files, by thread (each opens with its own locking rule):
  *   agent.c   agent_run(): creates and joins the threads, owns struct agent; small helpers
  *             every thread uses;
- *   worker.c  worker lifecycle: start (spawn), reconcile, stop with grace, orphan stop; called
+ *   worker.c  worker lifecycle: start (spawn, into the job's cgroup), reconcile, stop with
+ *             grace, orphan stop, the job cgroup's end; called
  *             by whichever thread holds a->mu (beat threads apply answers, the I/O thread
  *             handles signals and the orphan timeout);
  *   io.c      the I/O thread: worker pipes, reaping, the SIGTERM -> SIGKILL deadlines, signals;
@@ -101,6 +102,7 @@ struct agent {
      * in cred_path (mode 0600) so that a restarted agent takes over at once. Under mu. */
     char credential[AGENT_CRED_MAX];
     char *cred_path;
+    struct cgroup *cg; /* job cgroups; set before the threads start and never changed */
 };
 
 /* ---- agent.c: helpers of every thread ----------------------------------------------- */
@@ -137,6 +139,10 @@ void agent_on_stop_signal(struct agent *a, int signo);
 /* Stops the running workers once ddpd has not answered for cfg->orphan_timeout_s. Holds
  * a->mu. */
 void agent_check_orphaned(struct agent *a, int64_t now);
+/* Once no worker of (job_id, generation) runs any more: kills what is left in its cgroup
+ * and removes it (bounded by CGROUP_DRAIN_MS), logging what it killed or why it could not.
+ * job_id is borrowed. Holds a->mu. */
+void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation);
 
 /* ---- io.c: the I/O thread ------------------------------------------------------------- */
 

@@ -2,7 +2,8 @@
  * io.c - the agent's I/O thread: reads the workers' output and metrics pipes into their
  * splitters (and the local rank log), reaps children through the signalfd (workers and, as
  * subreaper, adopted orphans), drives each stopping worker's SIGTERM -> SIGKILL deadline,
- * handles SIGTERM/SIGINT, and frees forgotten workers.
+ * kills a job's cgroup once its last worker here was reaped, handles SIGTERM/SIGINT, and
+ * frees forgotten workers.
  *
  * Thread: only the I/O thread (agent_io_main) runs this file, apart from agent_close_fds(),
  * which agent_run() also calls after joining it.
@@ -136,6 +137,7 @@ static void agent_reap(struct agent *a)
         log_info("worker exited job=%s generation=%" PRId64 " rank=%d pid=%d code=%d signal=%d",
                  w->job_id, w->generation, w->rank, (int)w->proc.pid, w->proc.exit_code,
                  w->proc.sig);
+        agent_cgroup_done(a, w->job_id, w->generation);
     }
 }
 

@@ -31,7 +31,8 @@
 static const char usage_line[] =
     "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
     "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
-    "                 [--orphan-timeout SECONDS] [--log-level debug|info|warn|error]\n";
+    "                 [--orphan-timeout SECONDS] [--cgroup auto|v2|freezer|pids|off]\n"
+    "                 [--log-level debug|info|warn|error]\n";
 
 static void usage_help(void)
 {
@@ -53,6 +54,9 @@ static void usage_help(void)
           "                     no answer from ddpd for this long: stop the running workers,\n"
           "                     whose jobs have likely moved to other nodes (default 30;\n"
           "                     0 = keep them running however long ddpd is away)\n"
+          "  --cgroup KIND      a cgroup per job, killed with the job: auto (default: v2,\n"
+          "                     else v1 freezer, else v1 pids, else none), v2, freezer,\n"
+          "                     pids, or off\n"
           "  --log-level L      debug, info, warn or error (default info)\n",
           stdout);
 }
@@ -205,6 +209,7 @@ int main(int argc, char **argv)
         {"work-dir", required_argument, NULL, 'w'},
         {"grace", required_argument, NULL, 'g'},
         {"orphan-timeout", required_argument, NULL, 'o'},
+        {"cgroup", required_argument, NULL, 'c'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -214,6 +219,7 @@ int main(int argc, char **argv)
     const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL, *address = NULL,
                *work_dir = NULL, *port_range = "29500-29999";
     long slots = -1, grace = 30, orphan = 30;
+    enum cgroup_kind cgroup = CGROUP_AUTO;
     int level = LOG_INFO;
     char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
     char *token = NULL, *abs_work = NULL;
@@ -258,6 +264,12 @@ int main(int argc, char **argv)
             break;
         case 'o':
             if (args_parse_long("--orphan-timeout", optarg, 0, 86400, &orphan, &err) < 0) {
+                rc = usage_error("%s", err.msg);
+                goto out;
+            }
+            break;
+        case 'c':
+            if (cgroup_kind_parse(optarg, &cgroup, &err) < 0) {
                 rc = usage_error("%s", err.msg);
                 goto out;
             }
@@ -378,6 +390,7 @@ int main(int argc, char **argv)
     cfg.work_dir = abs_work;
     cfg.grace_s = (int)grace;
     cfg.orphan_timeout_s = (int)orphan;
+    cfg.cgroup = cgroup;
     rc = agent_run(&cfg);
 out:
     free(own_name);

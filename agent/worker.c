@@ -1,9 +1,10 @@
 /*
  * worker.c - a worker's lifecycle on this node: created for a local rank of an assignment,
- * started (its pipes, rank log, GPU, environment, then spawn), stopped with its grace
- * (SIGTERM now, SIGKILL when the grace ends, which the I/O thread drives), forgotten once
- * ddpd saw its exit; and the reconciliation of the desired set against the workers that
- * decides which of these happen.
+ * started (its pipes, rank log, GPU, environment, its job's cgroup, then spawn), stopped
+ * with its grace (SIGTERM now, SIGKILL when the grace ends, which the I/O thread drives),
+ * forgotten once ddpd saw its exit; the end of a job's cgroup once none of its workers runs
+ * here; and the reconciliation of the desired set against the workers that decides which of
+ * these happen.
  *
  * Threads: any. The beat threads reconcile when they apply an answer; the I/O thread stops
  * workers on SIGTERM/SIGINT and on the orphan timeout, and queues lines through the emit
@@ -19,6 +20,9 @@
  *      stop), so a worker stopped after another still gets its whole grace.
  *   3. An exit ddpd has not seen yet keeps its worker running in the reconciler's eyes, so
  *      that the next beat reports it before anything replaces it.
+ *   4. A job generation's cgroup is killed and removed when its last worker on this node was
+ *      reaped (or failed to start): whatever the workers left behind, detached or not, dies
+ *      with them, after their own SIGTERM, grace and SIGKILL.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -167,8 +171,8 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                      : xasprintf("%s/jobs/%s/ckpt", cfg->work_dir, as->job_id);
     const char *cwd = as->workdir && *as->workdir ? as->workdir : cfg->work_dir;
     char **env = NULL;
-    char *path = NULL;
-    int out[2] = {-1, -1}, met[2] = {-1, -1};
+    char *path = NULL, *cg_path = NULL;
+    int out[2] = {-1, -1}, met[2] = {-1, -1}, cg_fd = -1;
 
     w->hb_file = xasprintf("%s/rank-%d.heartbeat", gen_dir, w->rank);
     if (fs_mkdir_p(gen_dir, 0755, &err) < 0) {
@@ -195,12 +199,20 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                                 .heartbeat_file = w->hb_file};
     env = spawn_env_build(environ, &ea);
     path = spawn_resolve(as->argv[0], env);
+    if (cgroup_job_open(a->cg, as->job_id, as->generation, &cg_fd, &cg_path, &err) < 0) {
+        /* The worker runs as without cgroups: what it detaches may outlive it. */
+        log_warn("worker job=%s generation=%" PRId64 " rank=%d runs outside a cgroup: %s",
+                 w->job_id, w->generation, w->rank, err.msg);
+        err_clear(&err);
+    }
     struct spawn_req req = {.argv = as->argv,
                             .envp = env,
                             .path = path,
                             .cwd = cwd,
                             .out_fd = out[1],
-                            .metrics_fd = met[1]};
+                            .metrics_fd = met[1],
+                            .cgroup_path = cg_path,
+                            .cgroup_fd = cg_fd};
     pid_t pid;
     if (spawn_start(&req, &pid, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
@@ -215,6 +227,8 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
              w->generation, w->rank, lr, (int)pid);
     agent_wake_io(a);
 out:
+    if (cg_fd >= 0)
+        close(cg_fd);
     if (w->proc.exited) {
         if (w->log_fd >= 0)
             close(w->log_fd);
@@ -222,6 +236,8 @@ out:
         if (w->gpu >= 0)
             a->gpu_used[w->gpu]--;
         w->gpu = -1;
+        if (cg_path) /* no other rank of the job may run here: then the cgroup goes */
+            agent_cgroup_done(a, w->job_id, w->generation);
     }
     for (int i = 0; i < 2; i++) {
         if (out[i] >= 0)
@@ -231,9 +247,33 @@ out:
     }
     spawn_env_free(env);
     free(path);
+    free(cg_path);
     free(ckpt);
     free(log_path);
     free(gen_dir);
+}
+
+void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation)
+{
+    if (cgroup_kind_of(a->cg) == CGROUP_NONE)
+        return;
+    for (size_t i = 0; i < a->nworkers; i++) {
+        const struct worker *o = a->workers[i];
+        if (!o->proc.exited && o->generation == generation && strcmp(o->job_id, job_id) == 0)
+            return; /* another rank of it still runs here */
+    }
+    struct ddp_err err;
+    err_clear(&err);
+    size_t found = 0;
+    int64_t t0 = time_mono_ms();
+    if (cgroup_job_kill(a->cg, job_id, generation, &found, &err) < 0)
+        log_warn("cannot empty the cgroup of job=%s generation=%" PRId64
+                 " (the next sweep tries again): %s",
+                 job_id, generation, err.msg);
+    else if (found > 0)
+        log_info("killed %zu processes left in the cgroup of job=%s generation=%" PRId64
+                 " in %" PRId64 " ms",
+                 found, job_id, generation, time_mono_ms() - t0);
 }
 
 /* Reconciles the desired set against the workers and applies the actions. Holds a->mu. */
