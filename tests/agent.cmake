@@ -13,6 +13,10 @@ foreach(t env cancel kill reconnect orphan)
   ddp_script_test(NAME agent_${t}
     COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_${t}.py TIMEOUT 240 LABELS agent)
 endforeach()
+# Job cgroups, for each writable hierarchy (skipped, exit 77, when not root or none is).
+ddp_script_test(NAME agent_cgroup
+  COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_cgroup.py TIMEOUT 240 LABELS agent)
+set_tests_properties(agent_cgroup PROPERTIES SKIP_RETURN_CODE 77)
 
 # Fuzz target: the agent's parsers compiled into the target for coverage and sanitizers.
 if(DDP_FUZZ)

@@ -61,6 +61,39 @@ def wait_for(what, fn, timeout=30.0, interval=0.05):
     raise AssertionError("timed out after %.1fs waiting for %s (last: %r)" % (timeout, what, last))
 
 
+CGROUP_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/freezer",
+                 "/sys/fs/cgroup/pids")
+
+
+def agent_cgroup_name(name, work_dir):
+    """The name of an agent's parent cgroup (agent/cgroup.c, cgroup_parent_name): its node
+    name and the FNV-1a hash of its absolute work dir."""
+    h = 2166136261
+    for b in os.path.realpath(work_dir).encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return "ddp-agent-%s-%08x" % (name, h)
+
+
+def remove_empty_cgroups(name, work_dir):
+    """Removes the parent cgroup an agent left (one killed with SIGKILL cannot remove its
+    own) and its job cgroups, where they are empty: rmdir only, nothing is killed."""
+    cg = agent_cgroup_name(name, work_dir)
+    for mnt in CGROUP_MOUNTS:
+        parent = os.path.join(mnt, cg)
+        if not os.path.isdir(parent):
+            continue
+        for d in os.listdir(parent)[:1000]:
+            if d.startswith("job-"):
+                try:
+                    os.rmdir(os.path.join(parent, d))
+                except OSError:
+                    pass
+        try:
+            os.rmdir(parent)
+        except OSError:
+            pass
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -102,6 +135,7 @@ class Cluster:
         self.ddpd_args = list(ddpd_args)
         self.ddpd = None
         self.agents = {}
+        self.agent_work = {}
         self.procs = []
         self.user_token = None
         self.agent_token = None
@@ -158,6 +192,7 @@ class Cluster:
         argv += list(extra)
         p = self._spawn(argv, "agent-%s.log" % name, env=env)
         self.agents[name] = p
+        self.agent_work[name] = work
         return p
 
     def wait_nodes_ready(self, names, timeout=20):
@@ -186,6 +221,8 @@ class Cluster:
                 except ProcessLookupError:
                     pass
                 p.wait(timeout=10)
+        for name, work in self.agent_work.items():
+            remove_empty_cgroups(name, work)
         if os.environ.get("DDP_TEST_KEEP"):
             print("kept test folder", self.tmp)
         else:
