@@ -1,17 +1,39 @@
 /*
- * api_misc.c - /healthz, /metrics, /v1/openapi.json and the dashboard files (/ and /ui/<file>),
- * all served from memory (the documents are embedded at build time).
+ * api_misc.c - /healthz, /readyz, /metrics, /v1/openapi.json and the dashboard files (/ and
+ * /ui/<file>), all served from memory (the documents are embedded at build time).
  */
 #include <string.h>
 
+#include "common/jsonx.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
+#include "server/coord.h"
 #include "server/embed.h"
 #include "server/http.h"
 #include "server/metrics.h"
 
+/* Liveness: the process is up and answers. */
 void api_misc_healthz(struct api_req *r)
 {
     api_reply_json(r, 200, xstrdup("{\"status\":\"ok\"}"));
+}
+
+/* Readiness: 503 naming the part that fails (today the one part is the store) while the last
+ * write of the store failed and none succeeded since. */
+void api_misc_readyz(struct api_req *r)
+{
+    struct coord_health h;
+    coord_health(r->coord, &h);
+    if (!h.store_ok) {
+        char when[40];
+        time_format_rfc3339(h.store_failed_at, when, sizeof(when));
+        api_reply_errf(r, DDP_EUNAVAIL, "storage: last write failed at %s: %.400s", when,
+                       h.store_error);
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s}", "status", "ok", "storage", "ok");
+    api_reply_json(r, 200, jsonx_dumps(o));
+    json_decref(o);
 }
 
 void api_misc_metrics(struct api_req *r)

@@ -607,6 +607,7 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
     int rc;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->store_mu, NULL);
+    pthread_mutex_init(&c->health_mu, NULL);
     pthread_cond_init(&c->data_cond, NULL);
     c->open_batch = 1;
     c->opts.node_timeout_ms = 5000;
@@ -670,6 +671,7 @@ void coord_close(struct coord *c)
     store_close(c->store);
     coord_batch_release(&c->pending);
     pthread_cond_destroy(&c->data_cond);
+    pthread_mutex_destroy(&c->health_mu);
     pthread_mutex_destroy(&c->store_mu);
     pthread_mutex_destroy(&c->mu);
     free(c);

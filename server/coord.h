@@ -109,4 +109,15 @@ void coord_tick(struct coord *c, int64_t now);
 void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes_ready,
                   int64_t *nodes_lost);
 
+/* The health of the store, for /readyz and /metrics. */
+struct coord_health {
+    int store_ok;            /* 0 while the last write failed and no write succeeded since */
+    uint64_t store_failures; /* write transactions that failed since ddpd started */
+    int64_t store_failed_at; /* wall ms of the last failure; 0: none */
+    char store_error[DDP_ERR_MSG_MAX]; /* its message ("" when none) */
+};
+/* Fills *out. Takes neither the coordinator's mutex nor the store's, so it answers while a
+ * write hangs on the disk. */
+void coord_health(struct coord *c, struct coord_health *out);
+
 #endif

@@ -149,6 +149,11 @@ struct coord {
     int flushing;              /* a leader is committing a batch now */
     int data_broken;
     struct store *store;
+    pthread_mutex_t health_mu;         /* the four below; taken inside store_mu, or alone */
+    uint64_t store_failures;           /* write transactions that failed since the start */
+    int store_failing;                 /* the last one failed and none succeeded since */
+    int64_t store_failed_wall;         /* wall ms of the last failure */
+    char store_error[DDP_ERR_MSG_MAX]; /* its message */
     struct coord_opts opts;
     int64_t wall_offset; /* wall ms = now + wall_offset */
     uint64_t version_base;
@@ -212,7 +217,8 @@ typedef int (*coord_txn_fn)(struct coord *c, void *ctx, struct ddp_err *e);
 /* The transaction runner (GNU Taler's TEH_DB_run_transaction): takes c->store_mu, begins,
  * runs fn(c, ctx, e), commits, and rolls back when begin, fn or commit fails. Returns 0, or
  * the first error with e filled (the store then holds nothing of fn's writes). Needs no
- * c->mu (the heartbeat group commit runs it without). */
+ * c->mu (the heartbeat group commit runs it without). Every store write goes through here, so
+ * it also keeps the storage health of coord_health(). */
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e);
 /* A job's row as it will be with status *st, the event of the change (time wall), and the
  * marks of generations below marks_below dropped (0: none). */

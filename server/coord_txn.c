@@ -5,15 +5,18 @@
  * Invariant (1 of coord.c): a change is committed to the store first and applied to memory
  * only after the commit returned; a failed commit leaves memory as it was. c->mu is held by
  * the caller; c->store_mu is taken by coord_txn_run(), the one place that begins, commits
- * and rolls back a transaction.
+ * and rolls back a transaction, and so the one place that sees whether the store takes
+ * writes (coord_health()).
  */
 #include "server/coord_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 
 static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
 {
@@ -26,6 +29,27 @@ static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
     return s;
 }
 
+/* Records the outcome of one write transaction for coord_health(). Called under
+ * c->store_mu, so that the outcomes are recorded in the order the writes ran. */
+static void coord_health_note(struct coord *c, int rc, const struct ddp_err *e)
+{
+    pthread_mutex_lock(&c->health_mu);
+    if (rc) {
+        if (!c->store_failing)
+            log_error("storage: a write failed (/readyz answers 503 until one succeeds): %s",
+                      e->msg);
+        c->store_failures++;
+        c->store_failing = 1;
+        c->store_failed_wall = time_wall_ms();
+        snprintf(c->store_error, sizeof(c->store_error), "%s", e->msg);
+    } else if (c->store_failing) {
+        c->store_failing = 0;
+        log_info("storage: writes succeed again (%llu failed since ddpd started)",
+                 (unsigned long long)c->store_failures);
+    }
+    pthread_mutex_unlock(&c->health_mu);
+}
+
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e)
 {
     pthread_mutex_lock(&c->store_mu);
@@ -36,8 +60,19 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
         rc = store_commit(c->store, e);
     if (rc)
         store_rollback(c->store);
+    coord_health_note(c, rc, e);
     pthread_mutex_unlock(&c->store_mu);
     return rc;
+}
+
+void coord_health(struct coord *c, struct coord_health *out)
+{
+    pthread_mutex_lock(&c->health_mu);
+    out->store_ok = !c->store_failing;
+    out->store_failures = c->store_failures;
+    out->store_failed_at = c->store_failures ? c->store_failed_wall : 0;
+    snprintf(out->store_error, sizeof(out->store_error), "%s", c->store_error);
+    pthread_mutex_unlock(&c->health_mu);
 }
 
 /* Writes the jobs row of j as it would be with status st (in the open transaction). */

@@ -50,6 +50,7 @@ struct route {
 
 static const struct route http_routes[] = {
     {"GET", "/healthz", AUTH_NONE, "", api_misc_healthz},
+    {"GET", "/readyz", AUTH_NONE, "", api_misc_readyz},
     {"GET", "/metrics", AUTH_NONE, "", api_misc_metrics},
     {"GET", "/", AUTH_NONE, "", api_misc_index},
     {"GET", "/ui/{*}", AUTH_NONE, "", api_misc_ui},
@@ -76,6 +77,7 @@ static const struct route http_routes[] = {
 /* Route names for metrics: the patterns, with {} shown as {id}. */
 static const char *const http_route_names[HTTP_NROUTES] = {
     "/healthz",
+    "/readyz",
     "/metrics",
     "/",
     "/ui/{file}",

@@ -92,6 +92,7 @@ void api_users_add(struct api_req *r);
 void api_users_remove(struct api_req *r);
 void api_users_rotate(struct api_req *r);
 void api_misc_healthz(struct api_req *r);
+void api_misc_readyz(struct api_req *r);
 void api_misc_metrics(struct api_req *r);
 void api_misc_openapi(struct api_req *r);
 void api_misc_index(struct api_req *r);

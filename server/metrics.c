@@ -153,5 +153,17 @@ char *metrics_render(struct coord *c)
                 "# TYPE ddp_heartbeat_items_refused_total counter\n"
                 "ddp_heartbeat_items_refused_total %llu\n",
                 (unsigned long long)atomic_load_explicit(&metrics_refused, memory_order_relaxed));
+    struct coord_health h;
+    coord_health(c, &h);
+    mbuf_printf(&b,
+                "# HELP ddp_store_write_failures_total Write transactions of the database that "
+                "failed.\n# TYPE ddp_store_write_failures_total counter\n"
+                "ddp_store_write_failures_total %llu\n",
+                (unsigned long long)h.store_failures);
+    mbuf_printf(&b,
+                "# HELP ddp_store_healthy 0 while the last write of the database failed and "
+                "none succeeded since, else 1.\n# TYPE ddp_store_healthy gauge\n"
+                "ddp_store_healthy %d\n",
+                h.store_ok ? 1 : 0);
     return buf_detach(&b, NULL);
 }

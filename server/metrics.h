@@ -1,6 +1,7 @@
 /*
  * metrics.h - ddpd's own Prometheus counters (HTTP requests by route, method and code, a request
- * latency histogram, heartbeats received) and the /metrics text. Lock-free: counters are
+ * latency histogram, heartbeats received) and the /metrics text, which also carries the
+ * coordinator's counts (jobs, nodes) and the store's health (coord_health()). Lock-free: counters are
  * C11 atomics, safe from any thread.
  */
 #ifndef DDP_SERVER_METRICS_H
