@@ -75,7 +75,9 @@ void coord_health(struct coord *c, struct coord_health *out)
     pthread_mutex_unlock(&c->health_mu);
 }
 
-/* Writes the jobs row of j as it would be with status st (in the open transaction). */
+/* Writes the jobs row of j as it would be with status st (in the open transaction). Its
+ * log_seq, metric_seq and last_metrics count only for a new row: later the heartbeat data's
+ * batches alone write them (store_job_data()), as memory may be ahead of their commit. */
 static int coord_put_job(struct coord *c, const struct job *j, const struct job_st *st,
                          struct ddp_err *err)
 {

@@ -55,12 +55,24 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_JOB_PUT] = "INSERT OR REPLACE INTO jobs (id, name, spec, state, generation, restarts, "
+    /* An existing row keeps its log_seq, metric_seq and last_metrics: after the insert they
+     * belong to the heartbeat data (ST_JOB_DATA), committed in batches of their own. */
+    [ST_JOB_PUT] = "INSERT INTO jobs (id, name, spec, state, generation, restarts, "
                    "world_size, master_addr, master_port, nodes, last_metrics, reason, "
                    "created_at, started_at, finished_at, job_token, log_seq, metric_seq, "
                    "event_seq, end_kind, end_reason, owner, request_id) VALUES "
                    "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,"
-                   "?22,?23)",
+                   "?22,?23) "
+                   "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
+                   "state = excluded.state, generation = excluded.generation, "
+                   "restarts = excluded.restarts, world_size = excluded.world_size, "
+                   "master_addr = excluded.master_addr, master_port = excluded.master_port, "
+                   "nodes = excluded.nodes, reason = excluded.reason, "
+                   "created_at = excluded.created_at, started_at = excluded.started_at, "
+                   "finished_at = excluded.finished_at, job_token = excluded.job_token, "
+                   "event_seq = excluded.event_seq, end_kind = excluded.end_kind, "
+                   "end_reason = excluded.end_reason, owner = excluded.owner, "
+                   "request_id = excluded.request_id",
     [ST_EVENT_ADD] = "INSERT INTO events (job_id, seq, time, generation, state, reason) "
                      "VALUES (?1,?2,?3,?4,?5,?6)",
     [ST_METRIC_ADD] = "INSERT OR REPLACE INTO metrics (job_id, seq, time, generation, metric) "

@@ -72,6 +72,8 @@ int store_commit(struct store *st, struct ddp_err *err);
 /* Rolls back the open transaction, if any; never fails from the caller's view. */
 void store_rollback(struct store *st);
 
+/* Inserts job j's row, or updates an existing one except for log_seq, metric_seq and
+ * last_metrics: those are written once by the insert and then only by store_job_data(). */
 int store_job_put(struct store *st, const struct store_job *j, struct ddp_err *err);
 int store_event_add(struct store *st, int64_t job, int64_t seq, int64_t time, int64_t gen,
                     const char *state, const char *reason, struct ddp_err *err);

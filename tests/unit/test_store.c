@@ -1,6 +1,7 @@
 /*
  * test_store.c - migrations on a fresh database and on re-open, and durability: what was
- * committed is read back after closing and re-opening; what was rolled back is not.
+ * committed is read back after closing and re-opening; what was rolled back is not; a
+ * transition's row leaves the heartbeat data's columns alone.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,6 +212,34 @@ static void test_store_trim_and_last_lines(void **state)
     store_close(st);
 }
 
+/* A transition rewrites the jobs row but leaves its data columns (log_seq, metric_seq,
+ * last_metrics) to store_job_data(): they move with the heartbeat data, in transactions of
+ * their own, and a transition must neither move them back nor ahead of the stored lines. */
+static void test_store_job_put_keeps_data_columns(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = NULL;
+    struct ddp_err e;
+    assert_int_equal(store_open(f->db, &st, &e), 0);
+    struct store_job j = job_row(1, "RUNNING");
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_job_put(st, &j, &e), 0);
+    assert_int_equal(store_job_data(st, 1, 9, 2, "{\"loss\":1}", &e), 0);
+    assert_int_equal(store_commit(st, &e), 0);
+    j.state = "RESTARTING";
+    j.log_seq = 12; /* ahead of the disk: a batch of lines not committed (yet) */
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_job_put(st, &j, &e), 0);
+    assert_int_equal(store_commit(st, &e), 0);
+    struct seen s = {0};
+    assert_int_equal(store_load_jobs(st, on_job, &s, &e), 0);
+    assert_int_equal(s.jobs, 1);
+    assert_string_equal(s.state, "RESTARTING");
+    assert_int_equal(s.log_seq, 9);
+    assert_false(s.metrics_null);
+    store_close(st);
+}
+
 static void test_store_open_fails_cleanly(void **state)
 {
     struct store *st = (struct store *)0x1;
@@ -227,6 +256,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_migrates_fresh_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_durable_across_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_trim_and_last_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_job_put_keeps_data_columns, setup, teardown),
         cmocka_unit_test(test_store_open_fails_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
