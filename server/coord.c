@@ -609,7 +609,6 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
     pthread_mutex_init(&c->store_mu, NULL);
     pthread_mutex_init(&c->health_mu, NULL);
     pthread_cond_init(&c->data_cond, NULL);
-    c->open_batch = 1;
     c->opts.node_timeout_ms = 5000;
     c->opts.log_cap = 100000;
     c->opts.metric_cap = 10000;
@@ -669,7 +668,10 @@ void coord_close(struct coord *c)
     free(c->nodes);
     free(c->users);
     store_close(c->store);
-    coord_batch_release(&c->pending);
+    if (c->open) { /* none without a beat waiting for it: only when a caller broke the rule */
+        coord_batch_release(c->open);
+        free(c->open);
+    }
     pthread_cond_destroy(&c->data_cond);
     pthread_mutex_destroy(&c->health_mu);
     pthread_mutex_destroy(&c->store_mu);

@@ -4,15 +4,26 @@
  * beats' rows in one transaction without holding c->mu (invariant 1 of coord.c); and the
  * drains a beat ends.
  *
- * Invariants: a mark is advanced in memory when its rows join the open batch; a beat is
- * answered only once the batch holding its rows has committed, and after a failed commit
- * every later data beat fails (memory is then ahead of the disk). Marks are kept for the
- * job's current and previous generation only (coord_marks_floor(): the previous one's
- * workers may still ship their last lines while the next generation runs); the transition
- * that starts a generation drops the older ones in memory and in the store, and data of a
- * generation below the floor, which could no longer be deduplicated, is acknowledged and
- * not stored. So marks, the marks table and the search in every beat stay bounded by two
- * generations' ranks, however often a job restarts.
+ * Invariants:
+ *   1. A mark, and a job's log_seq, metric_seq and last_metrics, advance in memory when
+ *      their rows join the open batch; their disk_* twins hold the values as last committed
+ *      and advance when the batch that wrote them committed.
+ *   2. At most two batches are uncommitted: the one a leader commits (c->flush) and the open
+ *      one (c->open), prepared on top of it. Batches commit in the order they were opened.
+ *   3. A beat is answered 200 only once the batch holding its rows - or, for a beat of
+ *      duplicates only, the newest batch that may hold them - has committed.
+ *   4. A failed commit fails its batch and the open one on top of it (its marks were
+ *      advanced past the failed rows), and puts every job they touched back to its disk_*
+ *      values; with nothing else uncommitted, memory then equals the disk again. Their beats
+ *      are answered 500, their agents keep the data and send it again, and the next batch
+ *      stores it: one failed commit (a disk full for a while) costs a re-send, no restart.
+ *   5. Marks are kept for the job's current and previous generation only
+ *      (coord_marks_floor(): the previous one's workers may still ship their last lines while
+ *      the next generation runs); the transition that starts a generation drops the older
+ *      ones in memory and in the store, and data of a generation below the floor, which
+ *      could no longer be deduplicated, is acknowledged and not stored. So marks, the marks
+ *      table and the search in every beat stay bounded by two generations' ranks, however
+ *      often a job restarts.
  */
 #include "server/coord_internal.h"
 
@@ -52,6 +63,7 @@ struct mark *coord_mark(struct job *j, int64_t gen, int rank, int create)
     m->gen = gen;
     m->rank = rank;
     m->last_seq = 0;
+    m->disk_seq = 0;
     return m;
 }
 
@@ -86,10 +98,13 @@ static struct data_row *coord_row(struct data_batch *d, int kind, int64_t job)
 
 void coord_batch_release(struct data_batch *d)
 {
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = 0; i < d->n; i++) {
         free(d->rows[i].text);
+        json_decref(d->rows[i].metrics);
+    }
     free(d->rows);
-    memset(d, 0, sizeof(*d));
+    d->rows = NULL;
+    d->n = d->cap = 0;
 }
 
 /* Phase 1 of a beat's logs and metrics, under c->mu: deduplicates by seq, gives the new lines
@@ -178,7 +193,10 @@ static size_t coord_beat_data_prepare(struct coord *c, int ni, const struct beat
         struct data_row *r = coord_row(d, ROW_JOB_DATA, j->id);
         r->seq = j->log_seq;
         r->metric_seq = j->metric_seq;
-        r->text = touched_metrics[t] && j->last_metrics ? jsonx_dumps(j->last_metrics) : NULL;
+        if (touched_metrics[t] && j->last_metrics) {
+            r->text = jsonx_dumps(j->last_metrics);
+            r->metrics = json_incref(j->last_metrics);
+        }
     }
     free(touched);
     free(touched_metrics);
@@ -228,56 +246,139 @@ static void coord_batch_move(struct data_batch *dst, struct data_batch *src)
     memset(src, 0, sizeof(*src));
 }
 
+/* Batch d committed: the disk_* values of what it wrote advance (invariant 1). */
+static void coord_batch_committed(struct coord *c, const struct data_batch *d)
+{
+    for (size_t i = 0; i < d->n; i++) {
+        const struct data_row *r = &d->rows[i];
+        struct job *j = coord_job(c, r->job);
+        if (!j)
+            continue;
+        if (r->kind == ROW_MARK) {
+            /* NULL: a generation that started meanwhile dropped it */
+            struct mark *m = coord_mark(j, r->gen, (int)r->rank, 0);
+            if (m && r->seq > m->disk_seq)
+                m->disk_seq = r->seq;
+        } else if (r->kind == ROW_JOB_DATA) {
+            if (r->seq > j->disk_log_seq)
+                j->disk_log_seq = r->seq;
+            if (r->metric_seq > j->disk_metric_seq)
+                j->disk_metric_seq = r->metric_seq;
+            if (r->metrics) {
+                json_decref(j->disk_metrics);
+                j->disk_metrics = json_incref(r->metrics);
+            }
+        }
+    }
+}
+
+/* Batch d failed, or was prepared on a batch that failed: every job it touched goes back
+ * to what the disk holds (invariant 4). Each touched job has a ROW_JOB_DATA row in d. */
+static void coord_batch_undo(struct coord *c, const struct data_batch *d)
+{
+    for (size_t i = 0; i < d->n; i++) {
+        struct job *j = d->rows[i].kind == ROW_JOB_DATA ? coord_job(c, d->rows[i].job) : NULL;
+        if (!j)
+            continue;
+        j->log_seq = j->disk_log_seq;
+        j->metric_seq = j->disk_metric_seq;
+        if (j->last_metrics != j->disk_metrics) {
+            json_decref(j->last_metrics);
+            j->last_metrics = json_incref(j->disk_metrics);
+            coord_job_dirty(j);
+        }
+        size_t k = 0;
+        for (size_t m = 0; m < j->nmarks; m++) {
+            if (!j->marks[m].disk_seq)
+                continue; /* made by the failed rows: the disk has none */
+            j->marks[k] = j->marks[m];
+            j->marks[k++].last_seq = j->marks[m].disk_seq;
+        }
+        j->nmarks = k;
+    }
+}
+
+/* Settles batch d as failed with message why (its rows are freed, waiters woken later). */
+static void coord_batch_fail(struct coord *c, struct data_batch *d, const char *why)
+{
+    coord_batch_undo(c, d);
+    d->state = BATCH_FAILED;
+    snprintf(d->why, sizeof(d->why), "%s", why);
+    coord_batch_release(d);
+}
+
+/* The leader's part: takes the open batch, commits it without c->mu (under c->store_mu)
+ * and settles it, and the open batch prepared on top of it when it failed. Called and
+ * returns with c->mu held, c->open set and c->flush NULL. */
+static void coord_batch_flush(struct coord *c)
+{
+    struct data_batch *take = c->open;
+    struct ddp_err e;
+    c->open = NULL;
+    c->flush = take;
+    pthread_mutex_unlock(&c->mu);
+    int rc = coord_txn_run(c, coord_batch_write, take, &e);
+    pthread_mutex_lock(&c->mu);
+    if (!rc) {
+        coord_batch_committed(c, take);
+        take->state = BATCH_DONE;
+        coord_batch_release(take);
+    } else {
+        size_t lines = 0;
+        for (size_t i = 0; i < take->n; i++)
+            lines += take->rows[i].kind == ROW_LOG || take->rows[i].kind == ROW_METRIC;
+        log_warn_limited(1000,
+                         "cannot store %zu log lines and metrics of heartbeats (their beats "
+                         "fail, the agents send them again): %s",
+                         lines, e.msg);
+        struct data_batch *above = c->open;
+        c->open = NULL;
+        coord_batch_fail(c, take, e.msg);
+        if (above)
+            coord_batch_fail(c, above, e.msg);
+    }
+    c->flush = NULL;
+    pthread_cond_broadcast(&c->data_cond);
+}
+
 /* Stores the beat's new log lines and metrics with group commit. Called and returns with
- * c->mu held. The rows join the open batch (c->pending); one waiting beat at a time becomes
+ * c->mu held. The rows join the open batch (c->open); one waiting beat at a time becomes
  * the leader, takes the whole batch and commits it without c->mu (under c->store_mu), so the
  * fsync neither stalls the readers nor is paid once per beat. A beat returns when the batch
- * holding its rows - or, for a beat of duplicates only, every batch that may hold them - has
- * committed, so a 200 always means "on disk". A failed commit makes this and every later
- * data beat fail (the marks in memory are then ahead of the disk) until ddpd restarts. */
-int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, struct ddp_err *err)
+ * holding its rows - or, for a beat of duplicates only, the newest batch that may hold them
+ * (batches commit in order) - has settled, so a 200 always means "on disk". When that batch
+ * failed (invariant 4) the beat fails with DDP_EINTERNAL, and its data is stored when the
+ * agent sends it again. */
+int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now,
+                    struct ddp_err *err)
 {
     struct data_batch d = {0};
-    struct ddp_err e;
-    uint64_t mine = 0;
-    if (c->data_broken)
-        return err_set(err, DDP_EINTERNAL,
-                       "an earlier write of heartbeat data failed; "
-                       "restart ddpd");
+    struct data_batch *mine = NULL;
+    int rc = 0;
     size_t known = coord_beat_data_prepare(c, ni, b, now, &d);
     if (d.n > 0) {
-        coord_batch_move(&c->pending, &d);
-        mine = c->open_batch;
+        if (!c->open)
+            c->open = xcalloc(1, sizeof(*c->open));
+        coord_batch_move(c->open, &d);
+        mine = c->open;
     } else if (known) {
-        mine = c->pending.n ? c->open_batch : c->open_batch - 1;
+        mine = c->open ? c->open : c->flush;
     }
-    while (c->done_batch < mine && !c->data_broken) {
-        if (c->flushing || c->pending.n == 0) {
+    if (!mine)
+        return 0;
+    mine->refs++;
+    while (mine->state == BATCH_OPEN) {
+        if (c->flush || c->open != mine)
             pthread_cond_wait(&c->data_cond, &c->mu);
-            continue;
-        }
-        struct data_batch take = c->pending;
-        memset(&c->pending, 0, sizeof(c->pending));
-        uint64_t id = c->open_batch++;
-        c->flushing = 1;
-        pthread_mutex_unlock(&c->mu);
-        int rc = coord_txn_run(c, coord_batch_write, &take, &e);
-        pthread_mutex_lock(&c->mu);
-        if (rc) {
-            log_error("cannot store heartbeat data (later data beats fail until ddpd "
-                      "restarts): %s",
-                      e.msg);
-            c->data_broken = 1;
-        } else {
-            c->done_batch = id;
-        }
-        c->flushing = 0;
-        pthread_cond_broadcast(&c->data_cond);
-        coord_batch_release(&take);
+        else
+            coord_batch_flush(c);
     }
-    if (c->done_batch < mine)
-        return err_set(err, DDP_EINTERNAL, "cannot store logs and metrics");
-    return 0;
+    if (mine->state == BATCH_FAILED)
+        rc = err_set(err, DDP_EINTERNAL, "cannot store logs and metrics (send them again): %s",
+                     mine->why);
+    if (--mine->refs == 0)
+        free(mine);
+    return rc;
 }
 
 /* Clears the drains of node ni for jobs whose old workers the beat no longer reports

@@ -88,6 +88,7 @@ struct mark {
     int64_t gen;
     int rank; /* -1: metrics */
     int64_t last_seq;
+    int64_t disk_seq; /* last_seq as last committed (0: none); see coord_beat.c */
 };
 
 struct job {
@@ -101,6 +102,9 @@ struct job {
     struct job_st st;
     json_t *last_metrics;
     int64_t log_seq, metric_seq;
+    /* the three above as last committed: a failed batch of heartbeat data goes back to them */
+    json_t *disk_metrics;
+    int64_t disk_log_seq, disk_metric_seq;
     struct mark *marks;
     size_t nmarks, capmarks;
     int *rank_exit;               /* world_size entries: RANK_RUNNING or the exit status */
@@ -133,21 +137,24 @@ struct data_row {
     int64_t job, seq, gen, rank, time;
     char *text; /* owned: line, metric JSON, or last_metrics JSON (NULL: unchanged) */
     int64_t metric_seq;
+    json_t *metrics; /* ROW_JOB_DATA: a reference to the last_metrics of text, or NULL */
 };
+/* A batch of rows committed in one transaction (coord_beat.c). */
+enum { BATCH_OPEN, BATCH_DONE, BATCH_FAILED };
 struct data_batch {
     struct data_row *rows;
     size_t n, cap;
+    int state; /* BATCH_OPEN until its commit returned (or a commit below it failed) */
+    int refs;  /* beats waiting for it; the last one frees it */
+    char why[DDP_ERR_MSG_MAX]; /* BATCH_FAILED: the store's message */
 };
 
 struct coord {
     pthread_mutex_t mu;
-    pthread_mutex_t store_mu;  /* the SQLite connection; taken after mu, or alone */
-    pthread_cond_t data_cond;  /* with mu: heartbeat data batches, see coord_beat_data */
-    struct data_batch pending; /* rows of the open batch */
-    uint64_t open_batch;       /* id of the batch that takes new rows */
-    uint64_t done_batch;       /* every batch with an id <= this has committed */
-    int flushing;              /* a leader is committing a batch now */
-    int data_broken;
+    pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
+    pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
+    struct data_batch *open;  /* the batch that takes new rows (never empty), or NULL */
+    struct data_batch *flush; /* the batch a leader commits now, or NULL */
     struct store *store;
     pthread_mutex_t health_mu;         /* the four below; taken inside store_mu, or alone */
     uint64_t store_failures;           /* write transactions that failed since the start */
@@ -252,6 +259,7 @@ int64_t coord_marks_floor(const struct job *j);
 /* Drops j's marks below coord_marks_floor() from memory (the store's go with the transition
  * that starts a generation, see coord_commit()). */
 void coord_marks_drop(struct job *j);
+/* Frees the rows of d (d itself stays, empty). */
 void coord_batch_release(struct data_batch *d);
 /* Stores the logs and metrics of node ni's beat b (only for ranks ni holds). */
 int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now,

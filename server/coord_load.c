@@ -82,10 +82,11 @@ static int coord_load_job(void *ctx, const struct store_job *r)
     j->st.started_at = r->started_at;
     j->st.finished_at = r->finished_at;
     j->st.event_seq = r->event_seq;
-    j->log_seq = r->log_seq;
-    j->metric_seq = r->metric_seq;
+    j->log_seq = j->disk_log_seq = r->log_seq;
+    j->metric_seq = j->disk_metric_seq = r->metric_seq;
     if (r->last_metrics)
         j->last_metrics = json_loads(r->last_metrics, 0, NULL);
+    j->disk_metrics = json_incref(j->last_metrics);
     nodes = json_loads(r->nodes ? r->nodes : "[]", 0, NULL);
     size_t np = json_array_size(nodes);
     j->st.pl = xcalloc(np + 1, sizeof(*j->st.pl));
@@ -132,8 +133,10 @@ static int coord_load_mark(void *ctx, int64_t job, int64_t gen, int64_t rank, in
 {
     struct coord_load *L = ctx;
     struct job *j = coord_job(L->c, job);
-    if (j && gen >= coord_marks_floor(j)) /* older ones may be left from before a crash */
-        coord_mark(j, gen, (int)rank, 1)->last_seq = last;
+    if (j && gen >= coord_marks_floor(j)) { /* older ones may be left from before a crash */
+        struct mark *m = coord_mark(j, gen, (int)rank, 1);
+        m->last_seq = m->disk_seq = last;
+    }
     return 0;
 }
 

@@ -153,6 +153,7 @@ void coord_job_free(struct job *j)
     free(j->prev_pl);
     free(j->request_id);
     json_decref(j->last_metrics);
+    json_decref(j->disk_metrics);
     free(j->marks);
     free(j->rank_exit);
     free(j->prog);

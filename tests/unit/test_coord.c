@@ -2,8 +2,9 @@
  * test_coord.c - the elastic rules of ddpd's coordinator, driven through coord_* with a
  * clock of our own (no sleeping): start, success, failure and restart budget, node loss
  * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap,
- * and "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
- * LOST unless it beats within the confirm window).
+ * "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
+ * LOST unless it beats within the confirm window), and a failed commit of heartbeat data
+ * (on a real SQLite file whose writes fail), which must cost a re-send and nothing else.
  *
  * Why one file of ~1,100 lines: one cmocka binary per module (docs/style.md), and every case
  * drives the same coordinator through the same clock and fixture helpers at the top.
@@ -18,11 +19,14 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include "common/fsutil.h"
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
 #include "server/coord_internal.h" /* the marks held in memory, for the marks test */
@@ -39,7 +43,26 @@ struct fx {
     struct coord *c;
     int64_t now;
     struct coord_opts opts;
+    int writes_fail; /* writes_fail() is on: teardown lifts it */
+    struct rlimit fsize;
 };
+
+/* on: from now every write of this process to a file fails (EFBIG, RLIMIT_FSIZE 0; SIGXFSZ
+ * ignored), as writes fail on a full disk: SQLite really fails, with no fake store. off: as
+ * before. */
+static void writes_fail(struct fx *f, int on)
+{
+    if (on && !f->writes_fail) {
+        assert_int_equal(getrlimit(RLIMIT_FSIZE, &f->fsize), 0);
+        assert_true(signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+        struct rlimit none = {0, f->fsize.rlim_max};
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &none), 0);
+        f->writes_fail = 1;
+    } else if (!on && f->writes_fail) {
+        assert_int_equal(setrlimit(RLIMIT_FSIZE, &f->fsize), 0);
+        f->writes_fail = 0;
+    }
+}
 
 static int setup(void **state)
 {
@@ -62,6 +85,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
+    if (f->writes_fail)
+        setrlimit(RLIMIT_FSIZE, &f->fsize);
     coord_close(f->c);
     fs_remove_tree(f->dir, NULL);
     free(f->db);
@@ -1168,6 +1193,194 @@ static void test_coord_marks_of_ended_generations_dropped(void **state)
         fail_msg("%zu marks loaded, expected at most 4", in_memory);
 }
 
+/* Every stored log line of job id as "seq:text" separated by spaces (caller frees). */
+static char *log_lines(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    assert_int_equal(coord_logs(f->c, id, -1, 0, 1000, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    json_t *lines = json_object_get(o, "lines");
+    char *s = xstrdup("");
+    for (size_t i = 0; i < json_array_size(lines); i++) {
+        json_t *l = json_array_get(lines, i);
+        char *t = xasprintf("%s%s%lld:%s", s, i ? " " : "",
+                            (long long)json_integer_value(json_object_get(l, "seq")),
+                            json_string_value(json_object_get(l, "text")));
+        free(s);
+        s = t;
+    }
+    json_decref(o);
+    return s;
+}
+
+static void expect_lines(struct fx *f, int64_t id, const char *want)
+{
+    char *got = log_lines(f, id);
+    if (strcmp(got, want) != 0)
+        fail_msg("job j-%lld logs '%s', expected '%s'", (long long)id, got, want);
+    free(got);
+}
+
+/* One failed commit of heartbeat data (the disk full for a moment) used to make every later
+ * data beat fail until ddpd restarted. Now the beat fails, the marks, seqs and last_metrics
+ * go back to what the disk holds, /readyz's state says the store fails, and the agent's
+ * re-send after the disk recovered stores every line once, without a gap in seq. */
+static void test_coord_failed_data_commit_rolls_back(void **state)
+{
+    struct fx *f = *state;
+    f->opts.log_cap = 1000;
+    reopen(f);
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, id, "RUNNING", NULL);
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+          "\"lines\":[\"a\",\"b\",\"c\"]}],\"metrics\":[{\"job_id\":\"j-1\","
+          "\"generation\":1,\"seq\":1,\"metric\":{\"epoch\":1}}]");
+    const char *next = "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":4,"
+                       "\"lines\":[\"d\",\"e\",\"f\"]}],\"metrics\":[{\"job_id\":\"j-1\","
+                       "\"generation\":1,\"seq\":2,\"metric\":{\"epoch\":2}}]";
+    struct coord_health h;
+    coord_health(f->c, &h);
+    assert_true(h.store_ok);
+    assert_int_equal(h.store_failures, 0);
+
+    writes_fail(f, 1);
+    int code = 0;
+    assert_null(beat_rc(f, "node-a", "inc-1", next, &code));
+    writes_fail(f, 0);
+    assert_int_equal(code, DDP_EINTERNAL);
+    coord_health(f->c, &h);
+    assert_false(h.store_ok);
+    assert_int_equal(h.store_failures, 1);
+    assert_true(h.store_failed_at > 0);
+    assert_true(strlen(h.store_error) > 0);
+    /* memory is what the disk holds again */
+    pthread_mutex_lock(&f->c->mu);
+    struct job *j = coord_job(f->c, id);
+    int64_t log_seq = j->log_seq, metric_seq = j->metric_seq;
+    int64_t epoch = json_integer_value(json_object_get(j->last_metrics, "epoch"));
+    struct mark *m = coord_mark(j, 1, 0, 0), *mm = coord_mark(j, 1, -1, 0);
+    int64_t mark = m ? m->last_seq : -1, metric_mark = mm ? mm->last_seq : -1;
+    pthread_mutex_unlock(&f->c->mu);
+    assert_int_equal(log_seq, 3);
+    assert_int_equal(metric_seq, 1);
+    assert_int_equal(epoch, 1);
+    assert_int_equal(mark, 3);
+    assert_int_equal(metric_mark, 1);
+    expect_lines(f, id, "1:a 2:b 3:c");
+
+    /* the disk takes writes again: the agent's re-send is stored, once, and nothing else
+     * needed a restart */
+    beat0(f, "node-a", next);
+    beat0(f, "node-a", next); /* its answer was lost: sent again, stored once */
+    expect_lines(f, id, "1:a 2:b 3:c 4:d 5:e 6:f");
+    json_t *jj = job(f, id);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(jj, "last_metrics"), "epoch")), 2);
+    json_decref(jj);
+    char *out = NULL;
+    assert_int_equal(coord_metrics(f->c, id, 0, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    assert_int_equal(json_array_size(json_object_get(o, "metrics")), 2);
+    json_decref(o);
+    coord_health(f->c, &h);
+    assert_true(h.store_ok);
+    assert_int_equal(h.store_failures, 1);
+    /* and the disk agrees: a restart of ddpd loads the same marks and seqs */
+    reopen(f);
+    reg(f, "node-a", 1, "inc-1");
+    beat0(f, "node-a", next);
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":7,"
+          "\"lines\":[\"g\"]}]");
+    expect_lines(f, id, "1:a 2:b 3:c 4:d 5:e 6:f 7:g");
+}
+
+struct racer {
+    struct fx *f;
+    const char *node, *extra;
+    int code;
+};
+
+static void *racer_main(void *arg)
+{
+    struct racer *r = arg;
+    json_decref(beat_rc(r->f, r->node, "inc-1", r->extra, &r->code));
+    return NULL;
+}
+
+/* Polls (5000 times, 1 ms apart) until a leader commits a batch and, with open, a batch
+ * on top of it holds rows. */
+static void wait_batches(struct fx *f, int open)
+{
+    for (int i = 0; i < 5000; i++) {
+        pthread_mutex_lock(&f->c->mu);
+        int there = f->c->flush && (!open || f->c->open);
+        pthread_mutex_unlock(&f->c->mu);
+        if (there)
+            return;
+        time_sleep_ms(1);
+    }
+    fail_msg("no batch being committed%s within 5 s", open ? " with one on top" : "");
+}
+
+/* Several beats' rows in one batch, and a batch prepared on top of it while it commits: when
+ * the commit fails, both batches' beats fail (the one on top had advanced the marks past the
+ * failed rows) and both jobs go back to the disk's marks, so both re-sends store every line
+ * once without a gap. */
+static void test_coord_failed_commit_fails_the_batch_on_top(void **state)
+{
+    struct fx *f = *state;
+    f->opts.log_cap = 1000;
+    reopen(f);
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t j1 = submit(f, "{\"command\":[\"w\"]}");
+    int64_t j2 = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, j2, "RUNNING", NULL);
+    const char *la = "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+                     "\"lines\":[\"a1\",\"a2\"]}]";
+    const char *lb = "\"logs\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,\"seq\":1,"
+                     "\"lines\":[\"b1\",\"b2\"]}]";
+    /* The store's mutex held: a's beat becomes the leader and waits in its commit, b's rows
+     * open the next batch. Then writes fail and the commit goes on. */
+    struct racer ra = {f, "node-a", la, 0}, rb = {f, "node-b", lb, 0};
+    pthread_t ta, tb;
+    pthread_mutex_lock(&f->c->store_mu);
+    assert_int_equal(pthread_create(&ta, NULL, racer_main, &ra), 0);
+    wait_batches(f, 0);
+    assert_int_equal(pthread_create(&tb, NULL, racer_main, &rb), 0);
+    wait_batches(f, 1);
+    writes_fail(f, 1);
+    pthread_mutex_unlock(&f->c->store_mu);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_int_equal(pthread_join(tb, NULL), 0);
+    writes_fail(f, 0);
+    assert_int_equal(ra.code, DDP_EINTERNAL);
+    assert_int_equal(rb.code, DDP_EINTERNAL);
+    pthread_mutex_lock(&f->c->mu);
+    int64_t s1 = coord_job(f->c, j1)->log_seq, s2 = coord_job(f->c, j2)->log_seq;
+    size_t m1 = coord_job(f->c, j1)->nmarks, m2 = coord_job(f->c, j2)->nmarks;
+    pthread_mutex_unlock(&f->c->mu);
+    assert_int_equal(s1, 0);
+    assert_int_equal(s2, 0);
+    assert_int_equal(m1, 0);
+    assert_int_equal(m2, 0);
+    expect_lines(f, j1, "");
+    expect_lines(f, j2, "");
+    /* the agents send the same again, and more */
+    beat0(f, "node-b", lb);
+    beat0(f, "node-a", la);
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":2,"
+          "\"lines\":[\"a2\",\"a3\"]}]");
+    expect_lines(f, j1, "1:a1 2:a2 3:a3");
+    expect_lines(f, j2, "1:b1 2:b2");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1198,6 +1411,8 @@ int main(void)
         T(test_coord_no_suspicion_after_restart),
         T(test_coord_marks_of_ended_generations_dropped),
         T(test_coord_start_without_tick),
+        T(test_coord_failed_data_commit_rolls_back),
+        T(test_coord_failed_commit_fails_the_batch_on_top),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
