@@ -452,9 +452,10 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
     }
     n->last_seen = now;
     n->last_beat_wall = wall;
-    rc = coord_beat_data(c, ni, &b, now, err);
-    if (rc)
-        goto out;
+    /* The data goes first, so that an exit's reason can quote the rank's last lines; but
+     * the worker states do not depend on it: a job whose ranks exit ends even while its
+     * logs cannot be stored. A failed data part fails the beat below, after them. */
+    int data_rc = coord_beat_data(c, ni, &b, now, err);
     if (strcmp(n->incarnation, b.incarnation) != 0) { /* re-registered meanwhile */
         rc = err_set(err, DDP_EABORTED,
                      "node %s: incarnation differs from the registered one; register again", name);
@@ -479,6 +480,10 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         for (size_t i = 0; i < c->nlive; i++)
             coord_progress(c, c->live[i], now);
         coord_schedule(c, now);
+    }
+    if (data_rc) { /* err is filled; the agent keeps the data and sends it again */
+        rc = data_rc;
+        goto out;
     }
     if (!changed && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
         /* time_mono_ms() reads CLOCK_MONOTONIC, the clock of n->cond (coord_node_new()) */

@@ -1299,6 +1299,37 @@ static void test_coord_failed_data_commit_rolls_back(void **state)
     expect_lines(f, id, "1:a 2:b 3:c 4:d 5:e 6:f 7:g");
 }
 
+/* The worker states of a beat whose data cannot be stored still count: the job whose rank
+ * exited ends (its transition waits for the disk like any other write), and the beat fails so
+ * that the agent sends its lines again. */
+static void test_coord_failed_data_commit_still_ends_the_job(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, id, "RUNNING", NULL);
+    char *done = worker("j-1", 1, 0, "exited", 0);
+    char extra[1024];
+    snprintf(extra, sizeof(extra),
+             "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+             "\"lines\":[\"last words\"]}],\"workers\":[%s]",
+             done);
+    free(done);
+    writes_fail(f, 1);
+    int code = 0;
+    assert_null(beat_rc(f, "node-a", "inc-1", extra, &code));
+    tick(f, 200); /* the transition fails too, and is tried again at the next tick */
+    writes_fail(f, 0);
+    assert_int_equal(code, DDP_EINTERNAL);
+    expect_state(f, id, "RUNNING", NULL);
+    tick(f, 200);
+    expect_state(f, id, "SUCCEEDED", "all 1 ranks exited 0");
+    expect_lines(f, id, "");
+    beat0(f, "node-a", extra); /* the agent's re-send */
+    expect_lines(f, id, "1:last words");
+    expect_state(f, id, "SUCCEEDED", NULL);
+}
+
 struct racer {
     struct fx *f;
     const char *node, *extra;
@@ -1413,6 +1444,7 @@ int main(void)
         T(test_coord_start_without_tick),
         T(test_coord_failed_data_commit_rolls_back),
         T(test_coord_failed_commit_fails_the_batch_on_top),
+        T(test_coord_failed_data_commit_still_ends_the_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
