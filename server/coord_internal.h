@@ -3,7 +3,9 @@
  * functions its files share. Only server/coord*.c include this; everything else uses coord.h.
  *
  * Ownership: the coordinator owns every job and node (freed by coord_close()); a job owns its
- * spec, placement (job->st.pl), marks, rank tables and JSON cache. Every function declared
+ * spec, placement (job->st.pl), marks, rank tables, JSON cache and one reference each to
+ * last_metrics and disk_metrics (often the same object); a batch of heartbeat data is freed
+ * by the last beat that waits for it. Every function declared
  * here expects c->mu held unless its comment says otherwise, and none of them frees what its
  * caller passed in except where it says "takes ownership".
  */
