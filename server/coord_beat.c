@@ -349,8 +349,7 @@ static void coord_batch_flush(struct coord *c)
  * (batches commit in order) - has settled, so a 200 always means "on disk". When that batch
  * failed (invariant 4) the beat fails with DDP_EINTERNAL, and its data is stored when the
  * agent sends it again. */
-int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now,
-                    struct ddp_err *err)
+int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, struct ddp_err *err)
 {
     struct data_batch d = {0};
     struct data_batch *mine = NULL;

@@ -13,7 +13,9 @@
  *      argument the route does not take or one sent twice, then the handler.
  *   3. Every error body is {"error": {"code", "status", "message"}} from common/err.h.
  *   4. Connections are polled with poll(), not select(): the connection limit is ours, not
- *      FD_SETSIZE's 1,024 descriptors.
+ *      FD_SETSIZE's 1,024 descriptors. Limits: max_connections at once, per_ip from one
+ *      address, and idle_timeout_s of silence closes a connection (a stalled request head
+ *      or body, or keep-alive), so idle connections cannot lock clients out.
  */
 #include "server/http.h"
 
@@ -588,23 +590,28 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
         }
         flags |= MHD_USE_TLS;
     }
+    unsigned max_conn = o->max_connections ? o->max_connections : 16384;
+    unsigned per_ip = o->per_ip ? o->per_ip : 512;
+    unsigned idle = o->idle_timeout_s ? o->idle_timeout_s : 10;
+    /* One thread per connection: a stack is reserved, not committed, so 10,000 idle
+     * connections cost their touched pages only. */
     if (o->tls_cert_pem)
         s->d = MHD_start_daemon(
             flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
-            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_URI_LOG_CALLBACK,
-            http_uri_seen, s, MHD_OPTION_HTTPS_MEM_CERT, o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY,
-            o->tls_key_pem, MHD_OPTION_END);
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE,
+            (unsigned)4096, MHD_OPTION_NOTIFY_COMPLETED, http_completed, s,
+            MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, s, MHD_OPTION_HTTPS_MEM_CERT,
+            o->tls_cert_pem, MHD_OPTION_HTTPS_MEM_KEY, o->tls_key_pem, MHD_OPTION_END);
     else
         s->d = MHD_start_daemon(
             flags, 0, NULL, NULL, http_handler, s, MHD_OPTION_EXTERNAL_LOGGER, http_mhd_log, s,
-            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_THREAD_STACK_SIZE,
-            (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-            MHD_OPTION_NOTIFY_COMPLETED, http_completed, s, MHD_OPTION_URI_LOG_CALLBACK,
-            http_uri_seen, s, MHD_OPTION_END);
+            MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1024 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE,
+            (unsigned)4096, MHD_OPTION_NOTIFY_COMPLETED, http_completed, s,
+            MHD_OPTION_URI_LOG_CALLBACK, http_uri_seen, s, MHD_OPTION_END);
     if (!s->d) {
         rc = err_set(err, DDP_EUNAVAIL, "cannot listen on %s:%d (in use or not allowed)", o->host,
                      o->port);

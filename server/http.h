@@ -104,6 +104,10 @@ struct http_opts {
     const char *bootstrap_token; /* the agents' registration token; borrowed for the call */
     const char *tls_cert_pem;    /* NULL: plain HTTP */
     const char *tls_key_pem;
+    unsigned max_connections; /* at once, in all (0: 16384) */
+    unsigned per_ip;          /* at once from one address (0: 512) */
+    unsigned idle_timeout_s;  /* a connection silent this long is closed: a request head or
+                               * body that stalls, or keep-alive between requests (0: 10) */
 };
 
 /* Starts the daemon; *out is stopped with http_stop(). */

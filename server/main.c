@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +47,12 @@ static void ddpd_usage(FILE *f)
             "                            agent.token next to the database; created like the\n"
             "                            admin's). It can only register: each node then beats\n"
             "                            with the credential it got at registration\n"
+            "  --max-connections N       HTTP connections at once (default 16384; the soft\n"
+            "                            RLIMIT_NOFILE is raised to the hard one at start)\n"
+            "  --max-connections-per-ip N  from one address at once (default 512)\n"
+            "  --idle-timeout SECONDS    close a connection silent this long: a stalled request\n"
+            "                            head or body, or keep-alive (default 10, 3..3600: above\n"
+            "                            a held heartbeat's 2 s)\n"
             "  --max-nodes N             registered nodes at most (default 4096)\n"
             "  --max-jobs-per-user N     jobs not yet ended per user at most (default 10000)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
@@ -83,6 +90,25 @@ static int ddpd_token(const char *path, const char *what, char **out, struct ddp
     return 0;
 }
 
+/* Raises the soft limit of open files toward want (at most the hard limit), so that
+ * --max-connections is ours and not the shell's 1,024; says so when it stays below. */
+static void ddpd_raise_nofile(rlim_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    if (to > rl.rlim_cur) {
+        rl.rlim_cur = to;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_warn("cannot raise the open-file limit to %llu", (unsigned long long)to);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+        log_warn("open-file limit %llu is below --max-connections + 256 = %llu: connections "
+                 "past it are refused (raise LimitNOFILE / ulimit -Hn)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)want);
+}
+
 static char *ddpd_beside(const char *db, const char *name)
 {
     char *copy = xstrdup(db);
@@ -106,6 +132,9 @@ int main(int argc, char **argv)
         O_LOG,
         O_MAX_NODES,
         O_MAX_JOBS,
+        O_MAX_CONN,
+        O_MAX_CONN_IP,
+        O_IDLE,
         O_HELP
     };
     static const struct option opts[] = {
@@ -120,12 +149,16 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, O_LOG},
         {"max-nodes", required_argument, NULL, O_MAX_NODES},
         {"max-jobs-per-user", required_argument, NULL, O_MAX_JOBS},
+        {"max-connections", required_argument, NULL, O_MAX_CONN},
+        {"max-connections-per-ip", required_argument, NULL, O_MAX_CONN_IP},
+        {"idle-timeout", required_argument, NULL, O_IDLE},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
     const char *cert = NULL, *key = NULL;
     long node_timeout = 5, max_nodes = 4096, max_jobs = 10000;
+    long max_conn = 16384, max_conn_ip = 512, idle_s = 10;
     double suspect_timeout = 1.0;
     int suspect_given = 0;
     int level = LOG_INFO;
@@ -184,6 +217,19 @@ int main(int argc, char **argv)
             break;
         case O_MAX_JOBS:
             if (args_parse_long("--max-jobs-per-user", optarg, 1, 1000000, &max_jobs, &err) != 0)
+                goto usage;
+            break;
+        case O_MAX_CONN:
+            if (args_parse_long("--max-connections", optarg, 1, 1000000, &max_conn, &err) != 0)
+                goto usage;
+            break;
+        case O_MAX_CONN_IP:
+            if (args_parse_long("--max-connections-per-ip", optarg, 1, 1000000, &max_conn_ip,
+                                &err) != 0)
+                goto usage;
+            break;
+        case O_IDLE:
+            if (args_parse_long("--idle-timeout", optarg, 3, 3600, &idle_s, &err) != 0)
                 goto usage;
             break;
         case O_HELP:
@@ -261,7 +307,15 @@ int main(int argc, char **argv)
     if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
         coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
         goto fail;
-    struct http_opts hopts = {host, port, agent_token, cert_pem, key_pem};
+    ddpd_raise_nofile((rlim_t)max_conn + 256);
+    struct http_opts hopts = {host,
+                              port,
+                              agent_token,
+                              cert_pem,
+                              key_pem,
+                              (unsigned)max_conn,
+                              (unsigned)max_conn_ip,
+                              (unsigned)idle_s};
     if (http_start(&hopts, coord, &server, &err) != 0)
         goto fail;
     log_info("listening on %s://%s:%d db=%s node_timeout=%lds suspect_timeout_ms=%lld%s",

@@ -210,8 +210,7 @@ def test_auth_tls():
 
 def test_auth_answered_before_the_body():
     """A request without a valid token is answered from its headers alone: ddpd never waits for
-    (or buffers) the body of a stranger. And ddpd holds more connections than select() could
-    (1,100 idle ones here) while /healthz still answers."""
+    (or buffers) the body of a stranger. (Holding 10,000 idle connections is api_flood's.)"""
     import socket
     import time
     with cluster(node_timeout=300) as c:
@@ -242,18 +241,6 @@ def test_auth_answered_before_the_body():
             data = b""
         s.close()
         assert data == b"", "answered a valid request before its body: %r" % data[:200]
-        # Over FD_SETSIZE idle connections, and a fresh client is still answered.
-        idle = []
-        try:
-            for _ in range(1100):
-                idle.append(socket.create_connection(("127.0.0.1", c.port), timeout=10))
-            t0 = time.monotonic()
-            a = c.get("/healthz", token=None)
-            assert a.status == 200, a
-            assert time.monotonic() - t0 < 5, time.monotonic() - t0
-        finally:
-            for s in idle:
-                s.close()
 
 
 if __name__ == "__main__":
