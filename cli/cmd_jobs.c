@@ -83,6 +83,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_RUNTIME,
         O_GRACE,
         O_HANG,
+        O_PRIORITY,
         O_PARSABLE
     };
     static const struct option longopts[] = {{"name", required_argument, NULL, O_NAME},
@@ -95,6 +96,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                                              {"max-runtime", required_argument, NULL, O_RUNTIME},
                                              {"grace", required_argument, NULL, O_GRACE},
                                              {"hang-timeout", required_argument, NULL, O_HANG},
+                                             {"priority", required_argument, NULL, O_PRIORITY},
                                              {"parsable", no_argument, NULL, O_PARSABLE},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -109,6 +111,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         {O_RUNTIME, "--max-runtime", "max_runtime_s", 31536000},
         {O_GRACE, "--grace", "grace_period_s", 3600},
         {O_HANG, "--hang-timeout", "hang_timeout_s", 86400},
+        {O_PRIORITY, "--priority", "priority", 1000},
     };
     json_t *spec = json_object();
     json_t *env = json_object();
@@ -178,7 +181,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                 goto out;
             }
             long v;
-            long min = c == O_NPROC ? 1 : 0;
+            long min = c == O_NPROC ? 1 : c == O_PRIORITY ? -1000 : 0;
             if (args_parse_long(ints[i].flag, optarg, min, ints[i].max, &v, &err) < 0) {
                 rc = cli_usage_error(cmd, "%s", err.msg);
                 goto out;
@@ -237,6 +240,15 @@ out:
 static void cli_progress_short(const json_t *job, char *buf, size_t size)
 {
     const json_t *m = json_object_get(job, "last_metrics");
+    const json_t *pend = json_object_get(job, "pending");
+    if (json_is_object(pend)) {
+        int64_t pos = cli_int(pend, "position", 0);
+        if (pos > 0)
+            snprintf(buf, size, "%s (#%lld)", cli_str(pend, "reason", "?"), (long long)pos);
+        else
+            snprintf(buf, size, "%s", cli_str(pend, "reason", "?"));
+        return;
+    }
     double loss;
     int64_t epoch = cli_int(m, "epoch", -1), epochs = cli_int(m, "epochs", -1);
     size_t o = 0;
@@ -414,6 +426,17 @@ int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     const char *reason = cli_str(job, "reason", "");
     if (reason[0])
         printf("reason:      %s\n", reason);
+    const json_t *pend = json_object_get(job, "pending");
+    if (json_is_object(pend)) {
+        int64_t pos = cli_int(pend, "position", 0);
+        char where[48] = "";
+        if (pos > 0)
+            snprintf(where, sizeof(where), " (#%lld in the queue)", (long long)pos);
+        printf("pending:     %s%s, %s\n", cli_str(pend, "reason", "?"), where,
+               cli_str(pend, "message", ""));
+    }
+    printf("owner:       %s\n", cli_str(job, "owner", "?"));
+    printf("priority:    %lld\n", (long long)cli_int(json_object_get(job, "spec"), "priority", 0));
     cli_format_command(spec, line, sizeof(line));
     printf("command:     %s\n", line);
     json_t *nn = json_object_get(spec, "nnodes");
@@ -581,5 +604,51 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     rc = strcmp(state, "SUCCEEDED") == 0 ? CLI_OK : CLI_FAIL;
 out:
     json_decref(job);
+    return rc;
+}
+
+int cmd_update(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    enum { O_PRIORITY = 1 };
+    static const struct option longopts[] = {
+        {"priority", required_argument, NULL, O_PRIORITY}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    long prio = 0;
+    int have = 0, rc = CLI_OK;
+    json_t *ans = NULL;
+    struct ddp_err err;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            return rc;
+        if (h > 0)
+            continue;
+        if (c != O_PRIORITY)
+            return cli_usage_error(cmd, "unexpected option");
+        if (args_parse_long("--priority", optarg, -1000, 1000, &prio, &err) < 0)
+            return cli_usage_error(cmd, "%s", err.msg);
+        have = 1;
+    }
+    const char *id = NULL;
+    rc = cli_job_arg(cmd, argc, argv, &id);
+    if (rc != CLI_OK)
+        return rc;
+    if (!have)
+        return cli_usage_error(cmd, "nothing to change: give --priority N");
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    json_t *body = json_pack("{s:I}", "priority", (json_int_t)prio);
+    if (cli_job_call(cli, "PATCH", id, NULL, body, &ans, &err) < 0)
+        rc = cli_fail(cli, &err);
+    else if (cli->json)
+        cli_print_json(ans);
+    else
+        printf("job %s: priority %lld\n", id,
+               (long long)cli_int(json_object_get(ans, "spec"), "priority", 0));
+    json_decref(body);
+    json_decref(ans);
     return rc;
 }

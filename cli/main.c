@@ -32,7 +32,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"submit",
      "submit [--name N] [--nnodes MIN:MAX] [--nproc-per-node N] [--max-restarts N] "
      "[--env K=V]... [--workdir D] [--checkpoint-dir D] [--max-runtime S] [--grace S] "
-     "[--hang-timeout S] [--parsable] -- CMD ARGS...",
+     "[--hang-timeout S] [--priority N] [--parsable] -- CMD ARGS...",
      "submit a job; prints its id",
      "  --name N            job name, 1..63 of [A-Za-z0-9._-] (default \"job\")\n"
      "  --nnodes MIN:MAX    nodes, or one number N (default 1)\n"
@@ -44,6 +44,8 @@ static const struct cli_cmd cli_cmds[] = {
      "  --max-runtime S     stop the job after S seconds (default 0: no limit)\n"
      "  --grace S           seconds between SIGTERM and SIGKILL on stop (default 30)\n"
      "  --hang-timeout S    no progress for S seconds = failed (default 0: off)\n"
+     "  --priority N        -1000..1000, higher first (default 0; above 0 needs an admin\n"
+     "                      unless ddpd's --max-user-priority allows it)\n"
      "  --parsable          print only the job id\n"
      "The command is an argv (never a shell string); put it after '--'.\n",
      cmd_submit},
@@ -55,6 +57,9 @@ static const struct cli_cmd cli_cmds[] = {
     {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events", "",
      cmd_status},
     {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
+    {"update", "update JOB --priority N", "change a live job's priority (admin)",
+     "  --priority N  -1000..1000; the queue is ordered anew (a running job is not disturbed)\n",
+     cmd_update},
     {"logs", "logs JOB [--rank R] [--tail N] [-f]", "print a job's worker output",
      "  --rank R      only rank R's lines\n"
      "  --tail N      only the last N lines (1..10000; of rank R with --rank); with -f,\n"

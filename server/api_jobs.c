@@ -72,7 +72,7 @@ void api_jobs_submit(struct api_req *r)
     int created = 0;
     if (api_idempotency_key(r, &key) != 0 || api_parse_body(r, &body) != 0)
         return;
-    int rc = coord_submit(r->coord, body, r->who.name, key, r->now, &out, &created, &e);
+    int rc = coord_submit(r->coord, body, &r->who, key, r->now, &out, &created, &e);
     json_decref(body);
     api_answer(r, rc, created ? 201 : 200, out, &e);
 }
@@ -196,5 +196,18 @@ void api_jobs_logs(struct api_req *r)
     }
     int rc =
         coord_logs(r->coord, id, (int)rank, after, tail > 0 ? -(int)tail : (int)limit, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+void api_jobs_update(struct api_req *r)
+{
+    int64_t id;
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id_for(r, 1, &id) != 0 || api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_update_job(r->coord, id, body, r->who.name, r->now, &out, &e);
+    json_decref(body);
     api_answer(r, rc, 200, out, &e);
 }

@@ -60,15 +60,23 @@ static struct job *coord_job_by_request(struct coord *c, const char *owner, cons
     return NULL;
 }
 
-int coord_submit(struct coord *c, const json_t *body, const char *owner, const char *request_id,
-                 int64_t now, char **out, int *created, struct ddp_err *err)
+int coord_submit(struct coord *c, const json_t *body, const struct principal *who,
+                 const char *request_id, int64_t now, char **out, int *created, struct ddp_err *err)
 {
     struct job *j = xcalloc(1, sizeof(*j));
     struct ddp_err e;
+    const char *owner = who->name;
     *created = 0;
     int rc = validate_job_spec(body, &j->spec, err);
     if (rc)
         goto out;
+    if (who->role != ROLE_ADMIN && j->spec.priority > c->opts.max_user_priority) {
+        rc = err_set(err, DDP_EPERM,
+                     "field 'priority': %d is above %d, the most role %s may ask "
+                     "(--max-user-priority); an admin may raise it with ddpctl update",
+                     j->spec.priority, c->opts.max_user_priority, auth_role_name(who->role));
+        goto out;
+    }
     j->spec_text = jsonx_dumps(j->spec.json);
     snprintf(j->owner, sizeof(j->owner), "%s", owner);
     if (request_id)
@@ -205,6 +213,56 @@ int coord_cancel(struct coord *c, int64_t id, const char *by, int64_t now, char 
         if (rc)
             goto out;
         coord_progress(c, j, now);
+        coord_schedule(c, now);
+    }
+    *out = coord_job_text(c, j);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int coord_update_job(struct coord *c, int64_t id, const json_t *body, const char *by, int64_t now,
+                     char **out, struct ddp_err *err)
+{
+    static const char *const keys[] = {"priority", NULL};
+    int64_t prio = 0;
+    int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
+    if (!rc)
+        rc = jsonx_check_keys(body, keys, NULL, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "priority", 1, SPEC_PRIORITY_MIN, SPEC_PRIORITY_MAX, &prio, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    struct job *j = coord_job(c, id);
+    if (!j) {
+        rc = coord_not_found(id, err);
+        goto out;
+    }
+    if (!jobstate_is_live(j->st.state)) {
+        rc = err_set(err, DDP_EPRECOND, "job j-%lld is %s: only a live job's priority changes",
+                     (long long)id, jobstate_name(j->st.state));
+        goto out;
+    }
+    int was = j->spec.priority;
+    if (was != (int)prio) {
+        char *old_text = j->spec_text;
+        json_object_set_new(j->spec.json, "priority", json_integer(prio));
+        j->spec.priority = (int)prio;
+        j->spec_text = jsonx_dumps(j->spec.json);
+        struct job_st next = j->st;
+        snprintf(next.reason, sizeof(next.reason), "priority %d -> %lld by %s", was,
+                 (long long)prio, by);
+        rc = coord_commit(c, j, &next, now, err);
+        if (rc) { /* memory back as it was: the store holds nothing of it */
+            free(j->spec_text);
+            j->spec_text = old_text;
+            j->spec.priority = was;
+            json_object_set_new(j->spec.json, "priority", json_integer(was));
+            goto out;
+        }
+        free(old_text);
+        coord_job_dirty(j);
         coord_schedule(c, now);
     }
     *out = coord_job_text(c, j);
@@ -637,6 +695,7 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
             c->opts.max_nodes = opts->max_nodes;
         if (opts->max_jobs_per_user > 0)
             c->opts.max_jobs_per_user = opts->max_jobs_per_user;
+        c->opts.max_user_priority = opts->max_user_priority;
     }
     if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;

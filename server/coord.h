@@ -36,6 +36,7 @@ struct coord_opts {
     int64_t suspect_timeout_ms;
     int64_t max_nodes;         /* registered nodes at most (0: the default, 4096) */
     int64_t max_jobs_per_user; /* jobs not yet ended per owner (0: the default, 10000) */
+    int max_user_priority;     /* the highest priority a non-admin may ask (default 0) */
 };
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with
@@ -47,11 +48,17 @@ void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */
 void coord_shutdown(struct coord *c);
 
-/* Submits a job owned by owner. request_id (the client's Idempotency-Key, or NULL): a
+/* Submits a job owned by who (a user; only an admin may ask a priority above
+ * max_user_priority). request_id (the client's Idempotency-Key, or NULL): a
  * submit with a key the owner used before answers that job instead (*created 0), or 409 when
  * its spec differs. *created is 1 for a new job. */
-int coord_submit(struct coord *c, const json_t *body, const char *owner, const char *request_id,
-                 int64_t now, char **out, int *created, struct ddp_err *err);
+int coord_submit(struct coord *c, const json_t *body, const struct principal *who,
+                 const char *request_id, int64_t now, char **out, int *created,
+                 struct ddp_err *err);
+/* Changes a live job's priority (body {"priority": N}; admin): the next scheduling pass
+ * orders it anew; an event says who changed it. */
+int coord_update_job(struct coord *c, int64_t id, const json_t *body, const char *by, int64_t now,
+                     char **out, struct ddp_err *err);
 int coord_get_job(struct coord *c, int64_t id, char **out, struct ddp_err *err);
 /* state < 0: every state. owner NULL: every owner's. page_token 0: from the newest. */
 int coord_list_jobs(struct coord *c, int state, const char *owner, int page_size,

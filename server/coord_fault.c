@@ -204,8 +204,8 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         }
         if (draining)
             coord_refine(c, j, prio, why, now);
-        else
-            coord_fail(j, prio, why);
+        else if (coord_fail(j, prio, why))
+            j->fail_port = status == DDP_EXIT_PORT_IN_USE;
     }
     for (size_t i = 0; i < b->nprogress; i++) {
         const struct beat_progress *g = &b->progress[i];

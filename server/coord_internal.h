@@ -112,6 +112,8 @@ struct job {
     int *rank_exit;               /* world_size entries: RANK_RUNNING or the exit status */
     char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
     int fail_prio;                /* its enum cause_prio */
+    int fail_port;                /* fail_reason is an exit 5 (port in use): ddp's, not the job's */
+    int end_port;                 /* the generation that ended did so for fail_port */
     int cause_prio;               /* of end_reason while RESTARTING after a failure */
     int64_t ended_at;             /* monotonic ms the generation ended */
     struct rank_prog *prog;       /* world_size entries */
@@ -123,6 +125,11 @@ struct job {
      * restart of ddpd it is empty), so that its nodes may still ship its last lines. */
     struct job_node *prev_pl; /* owned */
     int prev_npl;
+    /* Why a job that wants a generation waits (coord_schedule(), in memory): a reason of
+     * Slurm's vocabulary ("" while not waiting), what it needs, its place in the queue. */
+    char wait_code[16];
+    char wait_msg[200];
+    int wait_pos;
 };
 
 struct user {
@@ -249,7 +256,14 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
 int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason, int64_t now,
                          struct ddp_err *err);
 void coord_refine(struct coord *c, struct job *j, int prio, const char *cause, int64_t now);
-void coord_fail(struct job *j, int prio, const char *reason);
+/* 1 when reason became the recorded failure (a likelier or first root cause). */
+int coord_fail(struct job *j, int prio, const char *reason);
+/* 1 when the generation j ended for counts against max_restarts: a failure of the job's
+ * own, not a node's (lost, restarted, removed) nor ddp's (exit 5, port in use). */
+int coord_failure_charged(const struct job *j);
+/* The wait before the next generation after a charged failure: 0 after the first, then
+ * 1 s, 2 s, 4 s, ... up to 60 s. */
+int64_t coord_backoff_ms(const struct job *j);
 void coord_progress(struct coord *c, struct job *j, int64_t now);
 void coord_schedule(struct coord *c, int64_t now);
 int coord_check_ranks(struct coord *c, struct job *j, int64_t now);

@@ -11,8 +11,10 @@
 #include "server/coord_internal.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/xalloc.h"
 #include "server/sched.h"
@@ -35,6 +37,7 @@ int coord_end_generation(struct coord *c, struct job *j, int kind, const char *r
         return rc;
     if (kind != END_CANCEL) {
         j->cause_prio = kind == END_FAILURE ? j->fail_prio : CAUSE_NODE + 1;
+        j->end_port = kind == END_FAILURE && j->fail_port;
         j->ended_at = now;
     }
     for (int i = 0; i < j->st.npl; i++) {
@@ -65,12 +68,28 @@ void coord_refine(struct coord *c, struct job *j, int prio, const char *cause, i
 
 /* Records a failure of the current generation of a RUNNING job; the likeliest root cause
  * wins (then the earliest). */
-void coord_fail(struct job *j, int prio, const char *reason)
+int coord_fail(struct job *j, int prio, const char *reason)
 {
     if (j->fail_reason[0] && prio <= j->fail_prio)
-        return;
+        return 0;
     snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
     j->fail_prio = prio;
+    j->fail_port = 0;
+    return 1;
+}
+
+int coord_failure_charged(const struct job *j)
+{
+    return j->st.end_kind == END_FAILURE && j->cause_prio != CAUSE_NODE && !j->end_port;
+}
+
+int64_t coord_backoff_ms(const struct job *j)
+{
+    if (!coord_failure_charged(j) || j->st.restarts == 0)
+        return 0;
+    int shift = j->st.restarts - 1 < 6 ? j->st.restarts - 1 : 6;
+    int64_t ms = (int64_t)1000 << shift;
+    return ms < 60000 ? ms : 60000;
 }
 
 /* RESTARTING / CANCELLING: clears drains that are over and finishes the job when it is
@@ -90,7 +109,7 @@ void coord_progress(struct coord *c, struct job *j, int64_t now)
         next.state = JOB_CANCELLED;
         snprintf(next.reason, sizeof(next.reason), "cancelled");
     } else if (j->st.end_kind == END_FINAL ||
-               (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)) {
+               (coord_failure_charged(j) && j->st.restarts >= j->spec.max_restarts)) {
         next.state = JOB_FAILED;
         snprintf(next.reason, sizeof(next.reason), "%s", j->st.end_reason);
     } else {
@@ -110,7 +129,7 @@ static int coord_wants_start(const struct job *j)
         return 0;
     if (j->st.end_kind == END_FINAL)
         return 0;
-    if (j->st.end_kind == END_FAILURE && j->st.restarts >= j->spec.max_restarts)
+    if (coord_failure_charged(j) && j->st.restarts >= j->spec.max_restarts)
         return 0;
     return 1;
 }
@@ -198,7 +217,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
     }
     next.state = JOB_RUNNING;
     next.generation = j->st.generation + 1;
-    if (!first && j->st.end_kind == END_FAILURE)
+    if (!first && coord_failure_charged(j))
         next.restarts = j->st.restarts + 1;
     next.world_size = (int)pl.n * j->spec.nproc;
     snprintf(next.master_addr, sizeof(next.master_addr), "%s", c->nodes[pl.idx[0]]->address);
@@ -222,6 +241,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
     free(j->rank_exit);
     j->fail_reason[0] = '\0';
     j->fail_prio = CAUSE_NONE;
+    j->fail_port = 0;
     j->hang_first = 0;
     free(j->prog);
     j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
@@ -237,23 +257,119 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t n
     return 0;
 }
 
-/* FIFO over the jobs that want a generation (submit order); a job that does not fit does
- * not block later ones. Then scale-up of RUNNING jobs below MAX onto READY nodes that no
- * waiting job (PENDING, or RESTARTING below MIN) can use. */
+/* Sets why j waits (coord_internal.h: wait_code etc.); marks its JSON dirty on a change. */
+static void coord_wait_set(struct job *j, const char *code, int pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void coord_wait_set(struct job *j, const char *code, int pos, const char *fmt, ...)
+{
+    char msg[sizeof(j->wait_msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (strcmp(j->wait_code, code) == 0 && strcmp(j->wait_msg, msg) == 0 && j->wait_pos == pos)
+        return;
+    snprintf(j->wait_code, sizeof(j->wait_code), "%s", code);
+    snprintf(j->wait_msg, sizeof(j->wait_msg), "%s", msg);
+    j->wait_pos = pos;
+    coord_job_dirty(j);
+}
+
+/* Queue order: higher priority first, then submit order (id). */
+static int coord_queue_cmp(const void *pa, const void *pb)
+{
+    const struct job *a = *(const struct job *const *)pa, *b = *(const struct job *const *)pb;
+    if (a->spec.priority != b->spec.priority)
+        return a->spec.priority > b->spec.priority ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* Ready nodes of k with at least nproc free slots; with reserved (may be NULL), only those
+ * no waiting job of a higher priority than prio holds back. */
+static int coord_fitting(const struct cand *k, const int *reserved, int nproc, int prio)
+{
+    int n = 0;
+    for (size_t i = 0; i < k->n; i++)
+        if (k->sn[i].free_slots >= nproc && (!reserved || reserved[i] <= prio))
+            n++;
+    return n;
+}
+
+/* The jobs that want a generation, in queue order (priority, then submit order). A job that
+ * does not fit does not block later ones of its priority (backfill), but it holds back the
+ * nodes it could use from every job of a lower priority, so a big important job is not
+ * starved by a stream of small ones. A failure's restart waits out its backoff. Then
+ * scale-up of RUNNING jobs below MAX onto READY nodes that no waiting job (PENDING, or
+ * RESTARTING below MIN) can use. Each job left waiting says why (wait_code). */
 void coord_schedule(struct coord *c, int64_t now)
 {
     struct cand k;
     coord_cand_build(c, &k);
     int pending_min_nproc = INT_MAX;
+    struct job **q = xcalloc(c->nlive + 1, sizeof(*q));
+    int *reserved = xcalloc(k.n + 1, sizeof(int)); /* highest priority holding the node */
+    for (size_t i = 0; i < k.n; i++)
+        reserved[i] = INT_MIN;
+    size_t nq = 0;
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
-        if (!coord_wants_start(j))
-            continue;
-        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
-         * from being taken by a scale-up */
-        if (coord_start(c, j, &k, now) != 0 && j->spec.nproc < pending_min_nproc)
-            pending_min_nproc = j->spec.nproc;
+        if (coord_wants_start(j))
+            q[nq++] = j;
+        else if (j->wait_code[0])
+            coord_wait_set(j, "", 0, "%s", "");
     }
+    qsort(q, nq, sizeof(*q), coord_queue_cmp);
+    int pos = 0;
+    for (size_t i = 0; i < nq; i++) {
+        struct job *j = q[i];
+        int64_t wait = j->st.state == JOB_RESTARTING ? j->ended_at + coord_backoff_ms(j) - now : 0;
+        if (wait > 0) {
+            coord_wait_set(
+                j, "Backoff", 0, "restart %d of %d after a backoff of %.0f s (failures of the job)",
+                j->st.restarts + 1, j->spec.max_restarts, (double)coord_backoff_ms(j) / 1000.0);
+            continue;
+        }
+        /* hide the nodes held back for higher priorities */
+        int *saved = xcalloc(k.n + 1, sizeof(int));
+        for (size_t n = 0; n < k.n; n++) {
+            saved[n] = k.sn[n].free_slots;
+            if (reserved[n] > j->spec.priority)
+                k.sn[n].free_slots = -1;
+        }
+        int rc = coord_start(c, j, &k, now);
+        for (size_t n = 0; n < k.n; n++)
+            if (reserved[n] > j->spec.priority)
+                k.sn[n].free_slots = saved[n];
+        free(saved);
+        if (rc == 0) {
+            if (j->wait_code[0])
+                coord_wait_set(j, "", 0, "%s", "");
+            continue;
+        }
+        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
+         * from being taken by a scale-up or by lower priorities */
+        if (j->spec.nproc < pending_min_nproc)
+            pending_min_nproc = j->spec.nproc;
+        int all = coord_fitting(&k, NULL, j->spec.nproc, j->spec.priority);
+        int open = coord_fitting(&k, reserved, j->spec.nproc, j->spec.priority);
+        pos++;
+        if (all >= j->spec.nmin && open < j->spec.nmin)
+            coord_wait_set(j, "Priority", pos,
+                           "needs %d node%s x %d slots; %d fit%s but are held for jobs of a "
+                           "higher priority",
+                           j->spec.nmin, j->spec.nmin == 1 ? "" : "s", j->spec.nproc, all,
+                           all == 1 ? "s" : "");
+        else
+            coord_wait_set(j, "Resources", pos,
+                           "needs %d node%s x %d free slots; %d node%s fit%s now", j->spec.nmin,
+                           j->spec.nmin == 1 ? "" : "s", j->spec.nproc, open, open == 1 ? "" : "s",
+                           open == 1 ? "s" : "");
+        for (size_t n = 0; n < k.n; n++)
+            if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority)
+                reserved[n] = j->spec.priority;
+    }
+    free(q);
+    free(reserved);
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING || j->st.npl >= j->spec.nmax)

@@ -52,6 +52,10 @@ json_t *coord_job_json(struct coord *c, const struct job *j)
     if (!o)
         abort();
     json_object_set_new(o, "owner", json_string(j->owner));
+    json_object_set_new(o, "pending",
+                        j->wait_code[0] ? json_pack("{s:s, s:s, s:i}", "reason", j->wait_code,
+                                                    "message", j->wait_msg, "position", j->wait_pos)
+                                        : json_null());
     return o;
 }
 

@@ -79,6 +79,7 @@ void api_jobs_submit(struct api_req *r);
 void api_jobs_list(struct api_req *r);
 void api_jobs_get(struct api_req *r);
 void api_jobs_cancel(struct api_req *r);
+void api_jobs_update(struct api_req *r);
 void api_jobs_events(struct api_req *r);
 void api_jobs_metrics(struct api_req *r);
 void api_jobs_logs(struct api_req *r);

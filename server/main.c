@@ -53,6 +53,8 @@ static void ddpd_usage(FILE *f)
             "  --idle-timeout SECONDS    close a connection silent this long: a stalled request\n"
             "                            head or body, or keep-alive (default 10, 3..3600: above\n"
             "                            a held heartbeat's 2 s)\n"
+            "  --max-user-priority N     the highest job priority a non-admin may ask (default\n"
+            "                            0: users may lower theirs; -1000..1000)\n"
             "  --max-nodes N             registered nodes at most (default 4096)\n"
             "  --max-jobs-per-user N     jobs not yet ended per user at most (default 10000)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
@@ -135,6 +137,7 @@ int main(int argc, char **argv)
         O_MAX_CONN,
         O_MAX_CONN_IP,
         O_IDLE,
+        O_MAX_PRIO,
         O_HELP
     };
     static const struct option opts[] = {
@@ -152,13 +155,14 @@ int main(int argc, char **argv)
         {"max-connections", required_argument, NULL, O_MAX_CONN},
         {"max-connections-per-ip", required_argument, NULL, O_MAX_CONN_IP},
         {"idle-timeout", required_argument, NULL, O_IDLE},
+        {"max-user-priority", required_argument, NULL, O_MAX_PRIO},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
     const char *cert = NULL, *key = NULL;
     long node_timeout = 5, max_nodes = 4096, max_jobs = 10000;
-    long max_conn = 16384, max_conn_ip = 512, idle_s = 10;
+    long max_conn = 16384, max_conn_ip = 512, idle_s = 10, max_prio = 0;
     double suspect_timeout = 1.0;
     int suspect_given = 0;
     int level = LOG_INFO;
@@ -226,6 +230,10 @@ int main(int argc, char **argv)
         case O_MAX_CONN_IP:
             if (args_parse_long("--max-connections-per-ip", optarg, 1, 1000000, &max_conn_ip,
                                 &err) != 0)
+                goto usage;
+            break;
+        case O_MAX_PRIO:
+            if (args_parse_long("--max-user-priority", optarg, -1000, 1000, &max_prio, &err) != 0)
                 goto usage;
             break;
         case O_IDLE:
@@ -303,7 +311,8 @@ int main(int argc, char **argv)
     struct coord_opts copts = {.node_timeout_ms = node_timeout * 1000,
                                .suspect_timeout_ms = suspect_ms > 0 ? suspect_ms : -1,
                                .max_nodes = max_nodes,
-                               .max_jobs_per_user = max_jobs};
+                               .max_jobs_per_user = max_jobs,
+                               .max_user_priority = (int)max_prio};
     if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
         coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
         goto fail;

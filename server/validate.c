@@ -134,10 +134,19 @@ static int validate_path(const json_t *body, const char *key, const char **out, 
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err)
 {
     static const char *const keys[] = {
-        "command",       "name",           "env",
-        "nnodes",        "nproc_per_node", "max_restarts",
-        "max_runtime_s", "grace_period_s", "hang_timeout_s",
-        "workdir",       "checkpoint_dir", NULL,
+        "command",
+        "name",
+        "env",
+        "nnodes",
+        "nproc_per_node",
+        "max_restarts",
+        "max_runtime_s",
+        "grace_period_s",
+        "hang_timeout_s",
+        "workdir",
+        "checkpoint_dir",
+        "priority",
+        NULL,
     };
     int rc;
     json_t *canon = NULL;
@@ -228,7 +237,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         if (rc)
             goto out;
     }
-    int64_t nproc = 1, max_restarts = 3, max_runtime = 0, grace = 30, hang = 0;
+    int64_t nproc = 1, max_restarts = 3, max_runtime = 0, grace = 30, hang = 0, prio = 0;
     rc = jsonx_get_int(body, "nproc_per_node", 0, 1, SPEC_MAX_NPROC, &nproc, err);
     if (!rc)
         rc = jsonx_get_int(body, "max_restarts", 0, 0, 1000, &max_restarts, err);
@@ -238,6 +247,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         rc = jsonx_get_int(body, "grace_period_s", 0, 0, 3600, &grace, err);
     if (!rc)
         rc = jsonx_get_int(body, "hang_timeout_s", 0, 0, 86400, &hang, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "priority", 0, SPEC_PRIORITY_MIN, SPEC_PRIORITY_MAX, &prio, err);
     if (rc)
         goto out;
     const char *workdir = "", *ckpt = "";
@@ -249,12 +260,12 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
 
     char nnodes[32];
     snprintf(nnodes, sizeof(nnodes), "%d:%d", nmin, nmax);
-    canon = json_pack("{s:s, s:O, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}", "name", name,
+    canon = json_pack("{s:s, s:O, s:o, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I}", "name", name,
                       "command", command, "env", env ? json_deep_copy(env) : json_object(),
                       "nnodes", nnodes, "nproc_per_node", (json_int_t)nproc, "max_restarts",
                       (json_int_t)max_restarts, "max_runtime_s", (json_int_t)max_runtime,
                       "grace_period_s", (json_int_t)grace, "hang_timeout_s", (json_int_t)hang,
-                      "workdir", workdir, "checkpoint_dir", ckpt);
+                      "workdir", workdir, "checkpoint_dir", ckpt, "priority", (json_int_t)prio);
     if (!canon)
         abort(); /* only out of memory */
     /* command is shared by reference; give the canonical spec its own copy */
@@ -268,6 +279,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     out->max_runtime_s = max_runtime;
     out->grace_period_s = (int)grace;
     out->hang_timeout_s = (int)hang;
+    out->priority = (int)prio;
     canon = NULL;
     rc = 0;
 out:

@@ -40,7 +40,11 @@ struct job_spec {
     int64_t max_runtime_s;
     int grace_period_s;
     int hang_timeout_s;
+    int priority; /* -1000..1000, higher first; 0 by default */
 };
+
+#define SPEC_PRIORITY_MIN (-1000)
+#define SPEC_PRIORITY_MAX 1000
 
 /* Validates a job spec object. On success *out owns a new canonical json. */
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err);

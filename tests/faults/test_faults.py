@@ -157,7 +157,8 @@ def s_agent_kill(c, rep):
               j["state"] == "RUNNING" and j["generation"] == 2)
     rep.check("generation 2 runs on node a only, world size 2: %s" % j["nodes"],
               [n["name"] for n in j["nodes"]] == ["a"] and j["world_size"] == 2)
-    rep.check("restarts == 1 (%d)" % j["restarts"], j["restarts"] == 1)
+    rep.check("restarts == 0, a lost node is no failure of the job's (%d)" % j["restarts"],
+              j["restarts"] == 0)
     r2 = [e for e in c.events(jid) if e["generation"] == 2 and e["state"] == "RUNNING"]
     reform = parse_time(r2[0]["time"]) - t0 if r2 else None
     rep.check("re-formed within suspect-timeout + %.0f s (%.1f s <= %.1f), not at the node "
@@ -337,9 +338,10 @@ def s_ddpd_restart(c, rep):
     generation finishes, restarts 0, every epoch's metrics arrive."""
     epochs, data, target = training(True)
     # The outage (2 s, then ~1-2 s until both nodes are READY again) must fall inside the
-    # training, not after its end: at ~1.9 s per epoch on a quiet host 3 epochs were over
-    # before ddpd was back; 6 leave >= 9 s after epoch 1 (and take ~28 s under load).
-    epochs = max(epochs, 6)
+    # training, not after its end: at ~1.9 s per epoch on a loaded host 3 epochs were over
+    # before ddpd was back, and at ~0.4 s on a quiet one even 6 were; 14 leave >= 5 s after
+    # epoch 1 at the quiet pace (and take ~60 s under load).
+    epochs = max(epochs, 14)
     start(c, ["a", "b"])
     jid = submit_running(c, job_spec(c, epochs, data=data), 4)
     c.wait_epoch(jid, 1, timeout=120)

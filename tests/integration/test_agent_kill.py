@@ -63,14 +63,20 @@ def test_agent_kill9_takes_its_workers_and_ends_the_generation():
             wait_for("node-b's workers gone with their agent",
                      lambda: not any(pid_alive(pids[r]) for r in on_b), timeout=10)
             wait_for("node-b LOST", lambda: node_state(c, "node-b") == "LOST", timeout=30)
-            done = c.wait_state(jid, ("FAILED", "SUCCEEDED", "CANCELLED"), timeout=60)
-            assert done["state"] == "FAILED", done
+            # A lost node is no failure of the job's (max_restarts 0 is not spent): the job
+            # waits for a second node, and says so.
+            j = wait_for("the job waits for nodes", lambda: (lambda j: j if j["state"] ==
+                         "RESTARTING" and j["pending"] else None)(c.job(jid)), timeout=60)
+            assert j["pending"]["reason"] == "Resources" and j["restarts"] == 0, j
+            assert "needs 2 nodes" in j["pending"]["message"], j
             ev = c.get("/v1/jobs/%s/events" % jid).json["events"]
             assert any("node-b" in e["reason"] for e in ev), ev
             # The generation ended everywhere: node-a's workers were stopped too.
             wait_for("node-a's workers stopped", lambda: not any(pid_alive(pids[r])
                                                                  for r in on_a), timeout=30)
             assert node_state(c, "node-a") == "READY"
+            assert c.post("/v1/jobs/%s:cancel" % jid).status == 200
+            c.wait_state(jid, ("CANCELLED",), timeout=30)
         except BaseException:
             print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
             for n in ("node-a", "node-b"):

@@ -23,6 +23,7 @@
 #include <sqlite3.h>
 #include <sys/resource.h>
 
+#include "common/exitcodes.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
 #include "common/log.h"
@@ -36,6 +37,8 @@ static struct {
     char name[64];
     char cred[80];
 } creds[16];
+
+static const struct principal ADMIN = {PRINCIPAL_USER, ROLE_ADMIN, "admin"};
 
 struct fx {
     char dir[64];
@@ -107,7 +110,7 @@ static int64_t submit(struct fx *f, const char *spec)
     char *out = NULL;
     struct ddp_err e;
     int created = 0;
-    if (coord_submit(f->c, body, "admin", NULL, f->now, &out, &created, &e) != 0 || !created)
+    if (coord_submit(f->c, body, &ADMIN, NULL, f->now, &out, &created, &e) != 0 || !created)
         fail_msg("submit %s: %s", spec, e.msg);
     json_decref(body);
     json_t *j = parse(out);
@@ -386,7 +389,7 @@ static void test_coord_node_lost_scales_down(void **state)
     beat0(f, "node-a", NULL); /* no old workers left on node-a */
     tick(f, 100);
     expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2");
-    assert_int_equal(job_int(f, id, "restarts"), 1);
+    assert_int_equal(job_int(f, id, "restarts"), 0); /* a lost node costs the job no restart */
 }
 
 static void test_coord_scale_up_is_not_a_restart(void **state)
@@ -562,6 +565,120 @@ static void test_coord_logs_dedup_and_cap(void **state)
     assert_int_equal(json_array_size(json_object_get(o, "lines")), 1);
     assert_int_equal(json_integer_value(json_object_get(o, "next")), 7);
     json_decref(o);
+}
+
+/* The pending reason of job id ("" when not waiting) and its queue position. */
+static void expect_pending(struct fx *f, int64_t id, const char *reason, int pos,
+                           const char *msg_part)
+{
+    json_t *j = job(f, id);
+    json_t *p = json_object_get(j, "pending");
+    if (!reason) {
+        if (!json_is_null(p))
+            fail_msg("job j-%lld pending %s, expected none", (long long)id,
+                     json_string_value(json_object_get(p, "reason")));
+    } else {
+        const char *r = json_string_value(json_object_get(p, "reason"));
+        const char *m = json_string_value(json_object_get(p, "message"));
+        if (!r || strcmp(r, reason) != 0 ||
+            json_integer_value(json_object_get(p, "position")) != pos ||
+            (msg_part && (!m || !strstr(m, msg_part))))
+            fail_msg("job j-%lld pending %s #%lld '%s', expected %s #%d '%s'", (long long)id,
+                     r ? r : "(none)",
+                     (long long)json_integer_value(json_object_get(p, "position")), m ? m : "",
+                     reason, pos, msg_part ? msg_part : "");
+    }
+    json_decref(j);
+}
+
+static void cancel(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    assert_int_equal(coord_cancel(f->c, id, "admin", f->now, &out, NULL), 0);
+    free(out);
+}
+
+/* Priority orders the queue (then submit order); each waiting job says why and where. */
+static void test_coord_priority_orders_the_queue(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t a = submit(f, "{\"command\":[\"w\"]}");
+    int64_t b = submit(f, "{\"command\":[\"w\"]}");
+    int64_t hi = submit(f, "{\"command\":[\"w\"],\"priority\":5}");
+    expect_state(f, a, "RUNNING", NULL);
+    expect_pending(f, a, NULL, 0, NULL);
+    expect_pending(f, hi, "Resources", 1, "needs 1 node x 1 free slots; 0 nodes fit now");
+    expect_pending(f, b, "Resources", 2, NULL);
+    cancel(f, a);
+    beat0(f, "node-a", NULL); /* a's worker is gone */
+    tick(f, 100);
+    expect_state(f, hi, "RUNNING", NULL); /* the later, higher-priority job goes first */
+    expect_state(f, b, "PENDING", NULL);
+    expect_pending(f, b, "Resources", 1, NULL);
+    /* an admin lowers hi below b: the order changes at the next pass, an event says who */
+    char *out = NULL;
+    json_t *body = parse("{\"priority\":-3}");
+    assert_int_equal(coord_update_job(f->c, hi, body, "root-admin", f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_event(f, hi, "RUNNING", "priority 5 -> -3 by root-admin");
+    assert_int_equal(job_int(f, hi, "generation"), 1); /* running: not disturbed */
+}
+
+/* A waiting job holds the nodes it could use back from lower priorities (not from its own,
+ * which backfill as before), so a small low job cannot starve a big important one. */
+static void test_coord_priority_holds_nodes_back(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t x = submit(f, "{\"command\":[\"w\"]}"); /* takes node-a */
+    expect_state(f, x, "RUNNING", NULL);
+    int64_t big = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"priority\":10}");
+    int64_t low = submit(f, "{\"command\":[\"w\"],\"priority\":-1}");
+    expect_pending(f, big, "Resources", 1, "needs 2 nodes x 1 free slots; 1 node fits now");
+    expect_pending(f, low, "Priority", 2, "held for jobs of a higher priority");
+    int64_t same = submit(f, "{\"command\":[\"w\"],\"priority\":10}");
+    expect_state(f, same, "RUNNING", NULL); /* its own priority backfills */
+    cancel(f, x);
+    cancel(f, same);
+    beat0(f, "node-a", NULL);
+    beat0(f, "node-b", NULL);
+    tick(f, 100);
+    expect_state(f, big, "RUNNING", "on 2 nodes");
+    expect_pending(f, low, "Resources", 1, NULL);
+}
+
+/* A crash loop backs off (0, 1 s, 2 s, ...) between generations; an exit 5 (port in use) and a
+ * lost node are not the job's failures: no restart is charged for them. */
+static void test_coord_backoff_and_uncharged_failures(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"max_restarts\":5}");
+    char extra[512], *w;
+    w = worker("j-1", 1, 0, "exited", DDP_EXIT_PORT_IN_USE);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 1, restarts 0/5)");
+    w = worker("j-1", 2, 0, "exited", 1);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RUNNING", "generation 3 started on 1 node (world size 1, restarts 1/5)");
+    w = worker("j-1", 3, 0, "exited", 1);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RESTARTING", NULL);
+    expect_pending(f, id, "Backoff", 0, "restart 2 of 5 after a backoff of 1 s");
+    tick(f, 500);
+    expect_state(f, id, "RESTARTING", NULL);
+    tick(f, 600);
+    expect_state(f, id, "RUNNING", "generation 4 started on 1 node (world size 1, restarts 2/5)");
+    expect_pending(f, id, NULL, 0, NULL);
 }
 
 /* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
@@ -771,9 +888,15 @@ static void test_coord_root_cause_node_lost_after_peer_exit(void **state)
     expect_event(f, id, "RESTARTING",
                  "root cause: node node-b lost (no heartbeat for 5 s); "
                  "rank 0 on node-a exited 6 (peer lost) followed");
-    expect_state(f, id, "RUNNING", "generation 2 started on 1 node");
-    /* the next failure spends the budget: FAILED names the root cause */
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 1, restarts 0/1)");
+    /* the lost node was not charged: the next failure is the first restart... */
     w = worker("j-1", 2, 0, "exited", 1);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    expect_state(f, id, "RUNNING", "generation 3 started on 1 node (world size 1, restarts 1/1)");
+    /* ...and the one after spends the budget: FAILED names the root cause */
+    w = worker("j-1", 3, 0, "exited", 1);
     snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
     free(w);
     beat0(f, "node-a", extra);
@@ -976,7 +1099,8 @@ static void test_coord_suspect_then_lost(void **state)
                  "root cause: node node-b lost (no heartbeat for 1.3 s; "
                  "suspected when rank 1 on node-a lost it); rank 1 on "
                  "node-a exited 6 (peer lost)");
-    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2, restarts 1");
+    /* a lost node is no failure of the job's: no restart is charged */
+    expect_state(f, id, "RUNNING", "generation 2 started on 1 node (world size 2, restarts 0");
     assert_true(f->now - t0 < f->opts.node_timeout_ms);
     /* b comes back (same agent): READY again, and the job may grow onto it */
     beat0(f, "node-b", NULL);
@@ -1162,6 +1286,12 @@ static void test_coord_marks_of_ended_generations_dropped(void **state)
                  g, g, g, g, dead);
         free(dead);
         beat0(f, "node-a", extra);
+        /* the restart's backoff (1 s, 2 s, ... up to 60 s): beat and tick through it */
+        for (int s = 0; s < 70 && job_int(f, id, "generation") == g; s++) {
+            f->now += 1000;
+            beat0(f, "node-a", NULL);
+            coord_tick(f->c, f->now);
+        }
         assert_int_equal(job_int(f, id, "generation"), g + 1);
     }
     expect_state(f, id, "RUNNING", "generation 9");
@@ -1428,6 +1558,9 @@ int main(void)
         T(test_coord_logs_dedup_and_cap),
         T(test_coord_beat_errors_and_new_incarnation),
         T(test_coord_beat_only_for_held_ranks),
+        T(test_coord_priority_orders_the_queue),
+        T(test_coord_priority_holds_nodes_back),
+        T(test_coord_backoff_and_uncharged_failures),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),
