@@ -3,7 +3,8 @@
  *
  * Invariants: every socket handed out is non-blocking and close-on-exec; every wait is a
  * poll() bounded by the caller's deadline on the monotonic clock, resumed after EINTR; every
- * send passes MSG_NOSIGNAL.
+ * send passes MSG_NOSIGNAL. A listener given a host listens on one of host's addresses, never
+ * on every address, except through net_listen_at, which says when and why it did.
  */
 #include "libddp/net.h"
 
@@ -88,10 +89,35 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
     }
 }
 
+/* "127.0.0.2:29500", "[::1]:29500", or "port 29500" for a wildcard address: the address a
+ * listen error names. */
+static void listen_name(const struct sockaddr *sa, int port, char *buf, size_t size)
+{
+    char host[64];
+    const void *src = NULL;
+    int any = 0;
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)sa;
+        src = &a6->sin6_addr;
+        any = IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr);
+    } else {
+        const struct sockaddr_in *a4 = (const struct sockaddr_in *)sa;
+        src = &a4->sin_addr;
+        any = a4->sin_addr.s_addr == htonl(INADDR_ANY);
+    }
+    if (any || !inet_ntop(sa->sa_family, src, host, sizeof(host)))
+        snprintf(buf, size, "port %d", port);
+    else
+        snprintf(buf, size, sa->sa_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+/* Listens on one address; a failed bind leaves its errno in *bind_errno (may be NULL). */
 static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int backlog,
-                     int *fd_out, int *port_out, int port, struct ddp_err *err)
+                     int *fd_out, int *port_out, int port, int *bind_errno, struct ddp_err *err)
 {
     int ret = 0;
+    char name[NET_ADDR_MAX];
+    listen_name(sa, port, name, sizeof(name));
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         ret = err_set(err, errno == EAFNOSUPPORT ? DDP_EUNAVAIL : DDP_EIO, "socket: %s",
@@ -108,16 +134,18 @@ static int listen_on(int family, const struct sockaddr *sa, socklen_t salen, int
         goto out;
     }
     if (bind(fd, sa, salen) < 0) {
+        if (bind_errno)
+            *bind_errno = errno;
         if (errno == EADDRINUSE)
-            ret = err_set(err, DDP_EEXIST, "port %d is already in use", port);
+            ret = err_set(err, DDP_EEXIST, "%s is already in use", name);
         else if (errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT)
-            ret = err_set(err, DDP_EUNAVAIL, "bind port %d: %s", port, strerror(errno));
+            ret = err_set(err, DDP_EUNAVAIL, "bind %s: %s", name, strerror(errno));
         else
-            ret = err_set(err, DDP_EIO, "bind port %d: %s", port, strerror(errno));
+            ret = err_set(err, DDP_EIO, "bind %s: %s", name, strerror(errno));
         goto out;
     }
     if (listen(fd, backlog) < 0) {
-        ret = err_set(err, errno == EADDRINUSE ? DDP_EEXIST : DDP_EIO, "listen port %d: %s", port,
+        ret = err_set(err, errno == EADDRINUSE ? DDP_EEXIST : DDP_EIO, "listen %s: %s", name,
                       strerror(errno));
         goto out;
     }
@@ -145,38 +173,16 @@ out:
     return ret;
 }
 
-int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_out,
-               struct ddp_err *err)
+/* Listens on every address: IPv6 dual-stack where the kernel has IPv6, IPv4 otherwise. */
+static int listen_every(int port, int backlog, int *fd_out, int *port_out, struct ddp_err *err)
 {
-    if (port < 0 || port > 65535)
-        return err_set(err, DDP_EINVAL, "port %d is out of range [0, 65535]", port);
-    if (host && *host) {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                                 .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-        struct addrinfo *res = NULL;
-        char portstr[16];
-        snprintf(portstr, sizeof(portstr), "%d", port);
-        int g = getaddrinfo(host, portstr, &hints, &res);
-        if (g != 0)
-            return err_set(err, DDP_EINVAL, "cannot resolve '%s': %s", host, gai_strerror(g));
-        int ret = err_set(err, DDP_EINVAL, "'%s' has no address", host);
-        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-            ret = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, backlog, fd_out, port_out,
-                            port, err);
-            if (ret == 0 || ret == DDP_EEXIST)
-                break;
-        }
-        freeaddrinfo(res);
-        return ret;
-    }
     struct sockaddr_in6 a6;
     memset(&a6, 0, sizeof(a6));
     a6.sin6_family = AF_INET6;
     a6.sin6_addr = in6addr_any;
     a6.sin6_port = htons((uint16_t)port);
     int ret = listen_on(AF_INET6, (struct sockaddr *)&a6, sizeof(a6), backlog, fd_out, port_out,
-                        port, err);
+                        port, NULL, err);
     if (ret != DDP_EUNAVAIL)
         return ret;
     struct sockaddr_in a4;
@@ -185,7 +191,84 @@ int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_o
     a4.sin_addr.s_addr = htonl(INADDR_ANY);
     a4.sin_port = htons((uint16_t)port);
     return listen_on(AF_INET, (struct sockaddr *)&a4, sizeof(a4), backlog, fd_out, port_out, port,
-                     err);
+                     NULL, err);
+}
+
+/* How listen_host failed where a caller may fall back to every address. */
+enum host_fail { HOST_OK, HOST_UNRESOLVED, HOST_NOT_LOCAL, HOST_OTHER };
+
+/* Listens on the first of host's addresses that binds. *fail says why none did. */
+static int listen_host(const char *host, int port, int backlog, int *fd_out, int *port_out,
+                       enum host_fail *fail, struct ddp_err *err)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    int g = getaddrinfo(host, portstr, &hints, &res);
+    if (g != 0) {
+        *fail = HOST_UNRESOLVED;
+        return err_set(err, DDP_EINVAL, "cannot resolve '%s': %s", host, gai_strerror(g));
+    }
+    int ret = err_set(err, DDP_EINVAL, "'%s' has no address", host);
+    *fail = HOST_OTHER;
+    struct ddp_err first;
+    err_clear(&first);
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int be = 0;
+        ret = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen, backlog, fd_out, port_out, port,
+                        &be, err);
+        if (ret != DDP_EUNAVAIL)
+            break;
+        /* Not this host's (or its family is off): the next address may be. */
+        if (be == EADDRNOTAVAIL && !first.code) {
+            first = *err;
+            *fail = HOST_NOT_LOCAL;
+        }
+    }
+    freeaddrinfo(res);
+    if (ret == 0)
+        *fail = HOST_OK;
+    else if (ret == DDP_EUNAVAIL && first.code)
+        *err = first; /* name the first address that is not this host's */
+    else if (ret != DDP_EUNAVAIL)
+        *fail = HOST_OTHER;
+    return ret;
+}
+
+int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_out,
+               struct ddp_err *err)
+{
+    if (port < 0 || port > 65535)
+        return err_set(err, DDP_EINVAL, "port %d is out of range [0, 65535]", port);
+    if (!host || !*host)
+        return listen_every(port, backlog, fd_out, port_out, err);
+    enum host_fail fail;
+    return listen_host(host, port, backlog, fd_out, port_out, &fail, err);
+}
+
+int net_listen_at(const char *host, int port, int backlog, int *fd_out, int *port_out,
+                  const char **every_why, struct ddp_err *err)
+{
+    if (port < 0 || port > 65535)
+        return err_set(err, DDP_EINVAL, "port %d is out of range [0, 65535]", port);
+    enum host_fail fail = HOST_OK;
+    int ret = 0;
+    if (!host || !*host)
+        ret = listen_every(port, backlog, fd_out, port_out, err);
+    else
+        ret = listen_host(host, port, backlog, fd_out, port_out, &fail, err);
+    const char *why = NULL;
+    if (ret < 0 && fail == HOST_UNRESOLVED)
+        why = "does not resolve";
+    else if (ret < 0 && fail == HOST_NOT_LOCAL)
+        why = "is not an address of this host";
+    if (why)
+        ret = listen_every(port, backlog, fd_out, port_out, err);
+    if (ret == 0)
+        *every_why = why;
+    return ret;
 }
 
 /* One non-blocking connect to one address; 0, DDP_EUNAVAIL, DDP_ETIMEOUT or DDP_EIO. */

@@ -32,12 +32,26 @@ int net_set_nodelay(int fd);
 
 /*
  * Listens on port (0 = any free port) on all addresses (IPv6 dual-stack where the kernel has
- * IPv6, IPv4 otherwise) or on host when host is non-NULL and non-empty, with SO_REUSEADDR.
- * On success *fd_out is the listening socket and *port_out (may be NULL) the bound port.
- * DDP_EEXIST when the port is taken.
+ * IPv6, IPv4 otherwise) when host is NULL or empty, else on the first of host's addresses
+ * that binds, with SO_REUSEADDR. On success *fd_out is the listening socket and *port_out
+ * (may be NULL) the bound port. Errors name the address ("127.0.0.2:29500 is already in
+ * use", "bind 10.0.0.9:0: Cannot assign requested address"): DDP_EEXIST when the port is
+ * taken, DDP_EUNAVAIL when no address of host is this machine's, DDP_EINVAL when host does
+ * not resolve.
  */
 int net_listen(const char *host, int port, int backlog, int *fd_out, int *port_out,
                struct ddp_err *err);
+
+/*
+ * net_listen(host, ...), except where host cannot be bound because it is not this machine's
+ * (a name or address behind NAT, a service address) or does not resolve (yet): then it
+ * listens on every address, and *every_why (borrowed, static) says why ("is not an address
+ * of this host", "does not resolve") for the caller to warn with; it is NULL when the
+ * listener is on host's address (or on every address because host is NULL or empty). A
+ * port that is taken, or any other failure, is an error as in net_listen.
+ */
+int net_listen_at(const char *host, int port, int backlog, int *fd_out, int *port_out,
+                  const char **every_why, struct ddp_err *err);
 
 /*
  * One connection attempt to host:port (every address host resolves to, in order), waiting at
