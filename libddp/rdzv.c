@@ -227,7 +227,8 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     r->timeout_ms = timeout_ms;
     r->port = master_port;
     memcpy(r->host, master_addr, strlen(master_addr) + 1);
-    if (rank == 0 && (ret = rdzv_server_start(master_port, world_size, secret, &r->srv, err)) < 0)
+    if (rank == 0 &&
+        (ret = rdzv_server_start(r->host, master_port, world_size, secret, &r->srv, err)) < 0)
         goto out;
     struct backoff bo;
     backoff_init(&bo, 10, 500);

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/log.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
@@ -598,8 +599,8 @@ static void server_free(struct rdzv_server *s)
     free(s);
 }
 
-int rdzv_server_start(int port, int world, const char *secret, struct rdzv_server **out,
-                      struct ddp_err *err)
+int rdzv_server_start(const char *host, int port, int world, const char *secret,
+                      struct rdzv_server **out, struct ddp_err *err)
 {
     int ret = 0;
     struct rdzv_server *s = xcalloc(1, sizeof(*s));
@@ -615,15 +616,21 @@ int rdzv_server_start(int port, int world, const char *secret, struct rdzv_serve
         goto out;
     }
     struct ddp_err e;
-    ret = net_listen(NULL, port, 128, &s->lfd, NULL, &e);
+    const char *every = NULL;
+    ret = net_listen_at(host, port, 128, &s->lfd, NULL, &every, &e);
     if (ret == DDP_EEXIST) {
-        err_set(err, DDP_EEXIST, "MASTER_PORT %d is already in use", port);
+        err_set(err, DDP_EEXIST, "MASTER_PORT %d: %s", port, e.msg);
         goto out;
     }
     if (ret < 0) {
-        err_set(err, ret, "rendezvous store cannot listen on MASTER_PORT %d: %s", port, e.msg);
+        err_set(err, ret, "rendezvous store cannot listen on MASTER_ADDR %s, MASTER_PORT %d: %s",
+                host, port, e.msg);
         goto out;
     }
+    if (every)
+        log_warn("rendezvous store: MASTER_ADDR '%s' %s: listening on every address of this host "
+                 "at MASTER_PORT %d",
+                 host, every, port);
     if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
         ret = err_set(err, DDP_EINTERNAL, "cannot start the rendezvous server thread");
         goto out;

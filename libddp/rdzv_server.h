@@ -13,15 +13,18 @@
 struct rdzv_server;
 
 /*
- * Listens on port (all addresses) and starts the serving thread for a job of world ranks
- * that say secret (copied; shorter than RDZV_SECRET_MAX bytes) in their hello. On success
- * *out is the server (stop it with rdzv_server_stop()); on failure *out is untouched.
- * Errors: DDP_EEXIST when the port is taken ("MASTER_PORT 29500 is already in use"), the
- * listen error otherwise, DDP_EIO/DDP_EINTERNAL when the wake pipe or the thread cannot be
- * made.
+ * Listens on port at host's address (MASTER_ADDR, borrowed for the call) and starts the
+ * serving thread for a job of world ranks that say secret (copied; shorter than
+ * RDZV_SECRET_MAX bytes) in their hello. Where host is not an address of this machine (NAT,
+ * a service address) or does not resolve yet, it listens on every address and logs a
+ * warning saying so (net_listen_at). On success *out is the server (stop it with
+ * rdzv_server_stop()); on failure *out is untouched. Errors: DDP_EEXIST when the port is
+ * taken ("MASTER_PORT 29500: 127.0.0.1:29500 is already in use"), the listen error (naming
+ * MASTER_ADDR and the address) otherwise, DDP_EIO/DDP_EINTERNAL when the wake pipe or the
+ * thread cannot be made.
  */
-int rdzv_server_start(int port, int world, const char *secret, struct rdzv_server **out,
-                      struct ddp_err *err);
+int rdzv_server_start(const char *host, int port, int world, const char *secret,
+                      struct rdzv_server **out, struct ddp_err *err);
 
 /*
  * Waits (until deadline_ms, a time_mono_ms() value) until no other rank is connected, then

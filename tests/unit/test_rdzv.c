@@ -1,6 +1,7 @@
 /*
  * test_rdzv.c - the rendezvous store: set/get/wait/add/barrier between ranks running as
- * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, rank 0's close;
+ * threads on 127.0.0.1, deadlines, bounds, the job secret, a taken port, the address rank
+ * 0's store listens on (MASTER_ADDR's, not every address), rank 0's close;
  * what strangers and misbehaving peers cannot do to rank 0's store (silent connections, a
  * long frame before hello, a second connection for a rank, requests sent but never read);
  * and the wire format on its own (rdzv_wire.h): encode, decode, and each bound.
@@ -25,6 +26,7 @@
 #include "common/timeutil.h"
 #include "common/buf.h"
 #include "ddp/rdzv.h"
+#include "libddp/rdzv_server.h"
 #include "libddp/rdzv_wire.h"
 #include "tests/unit/testutil.h"
 
@@ -468,9 +470,90 @@ static void test_rdzv_port_in_use(void **state)
     assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "", 2000, &r, &err), DDP_EEXIST);
     assert_null(r);
     char want[64];
-    snprintf(want, sizeof(want), "MASTER_PORT %d is already in use", port);
+    snprintf(want, sizeof(want), "MASTER_PORT %d: 127.0.0.1:%d is already in use", port, port);
     assert_string_equal(err.msg, want);
     close(fd);
+}
+
+/* connect()'s errno to ip:port (IPv4, blocking: loopback answers at once), 0 on success. */
+static int connect_errno(const char *ip, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+    a.sin_port = htons((uint16_t)port);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
+/* A port free on every IPv4 address (testutil_free_port's is free on 127.0.0.1 only). */
+static int free_port_everywhere(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t sl = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Rank 0's store listens on MASTER_ADDR's address only: all of 127.0.0.0/8 is this host's, so
+ * a store on 127.0.0.2 that listened on every address would answer at 127.0.0.3 too. */
+static void test_rdzv_store_listens_on_master_addr(void **state)
+{
+    (void)state;
+    struct rdzv *r0 = NULL, *r1 = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.2", port, 0, 2, "s", 5000, &r0, &err), 0);
+    assert_int_equal(connect_errno("127.0.0.3", port), ECONNREFUSED);
+    assert_int_equal(connect_errno("127.0.0.1", port), ECONNREFUSED);
+    assert_int_equal(connect_errno("127.0.0.2", port), 0);
+    /* A rank that joins at MASTER_ADDR still joins. */
+    if (rdzv_open("127.0.0.2", port, 1, 2, "s", 5000, &r1, &err) != 0)
+        fail_msg("rank 1 could not join the store on 127.0.0.2: %s", err.msg);
+    assert_int_equal(rdzv_set(r1, "k", "v", 1, &err), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r0, "k", 1000, &v, &len, &err), 0);
+    free(v);
+    rdzv_close(r1);
+    rdzv_close(r0);
+
+    /* A taken port names the address it is taken on. */
+    struct rdzv_server *srv = NULL;
+    assert_int_equal(rdzv_open("127.0.0.2", port, 0, 1, "s", 5000, &r0, &err), 0);
+    assert_int_equal(rdzv_server_start("127.0.0.2", port, 2, "s", &srv, &err), DDP_EEXIST);
+    assert_null(srv);
+    char want[80];
+    snprintf(want, sizeof(want), "MASTER_PORT %d: 127.0.0.2:%d is already in use", port, port);
+    assert_string_equal(err.msg, want);
+    /* 127.0.0.3 is another address: the same port is free there. */
+    assert_int_equal(rdzv_server_start("127.0.0.3", port, 2, "s", &srv, &err), 0);
+    assert_int_equal(connect_errno("127.0.0.3", port), 0);
+    rdzv_server_stop(srv, 0);
+    rdzv_close(r0);
+
+    /* A MASTER_ADDR that is not this host's (behind NAT, a service address) or does not
+     * resolve yet: the store listens on every address, as before (with a warning). */
+    const char *elsewhere[] = {"192.0.2.1", "no-such-host.invalid"};
+    for (size_t i = 0; i < sizeof(elsewhere) / sizeof(elsewhere[0]); i++) {
+        port = free_port_everywhere();
+        srv = NULL;
+        if (rdzv_server_start(elsewhere[i], port, 2, "s", &srv, &err) != 0)
+            fail_msg("store for MASTER_ADDR %s: %s", elsewhere[i], err.msg);
+        assert_int_equal(connect_errno("127.0.0.3", port), 0);
+        rdzv_server_stop(srv, 0);
+    }
 }
 
 static void test_rdzv_unreachable_times_out(void **state)
@@ -780,6 +863,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rdzv_second_connection_for_a_rank_refused),
         cmocka_unit_test(test_rdzv_requests_never_read_stay_bounded),
         cmocka_unit_test(test_rdzv_port_in_use),
+        cmocka_unit_test(test_rdzv_store_listens_on_master_addr),
         cmocka_unit_test(test_rdzv_unreachable_times_out),
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
         cmocka_unit_test(test_rdzv_rank0_close_is_bounded),

@@ -22,11 +22,12 @@
 struct rdzv;
 
 /*
- * Opens the store. Rank 0 binds and serves on master_port (all addresses) and connects to
- * itself; other ranks connect to master_addr:master_port, retrying until timeout_ms.
- * Errors: DDP_EEXIST when rank 0 finds the port already taken ("MASTER_PORT 29500 is
- * already in use"), DDP_ETIMEOUT when the store cannot be reached in time, DDP_EPERM when
- * the secret is refused. Caller frees with rdzv_close().
+ * Opens the store. Rank 0 binds and serves on master_addr's address and master_port (on
+ * every address, with a warning, where master_addr is not this host's or does not resolve)
+ * and connects to itself; other ranks connect to master_addr:master_port, retrying until
+ * timeout_ms. Errors: DDP_EEXIST when rank 0 finds the port already taken ("MASTER_PORT
+ * 29500: 127.0.0.1:29500 is already in use"), DDP_ETIMEOUT when the store cannot be reached
+ * in time, DDP_EPERM when the secret is refused. Caller frees with rdzv_close().
  */
 int rdzv_open(const char *master_addr, int master_port, int rank, int world_size,
               const char *secret, int64_t timeout_ms, struct rdzv **out, struct ddp_err *err);
