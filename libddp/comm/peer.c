@@ -78,10 +78,6 @@ int peer_listen(struct comm *c, struct rdzv *r, const char *key, int backlog, co
         err_set(err, ret, "cannot read random bytes for the %s nonce", what);
         goto out;
     }
-    if ((ret = net_listen(NULL, 0, backlog, &pl->fd, &port, &e)) < 0) {
-        err_set(err, ret, "%s: cannot listen: %s", what, e.msg);
-        goto out;
-    }
     if (c->local_addr[0]) {
         size_t len = strlen(c->local_addr);
         if (len >= sizeof(host)) {
@@ -95,6 +91,15 @@ int peer_listen(struct comm *c, struct rdzv *r, const char *key, int backlog, co
         ret = err_set(err, DDP_EIO, "%s: cannot read the rendezvous connection's address", what);
         goto out;
     }
+    /* Listen where the peers are told to connect, not on every address of the host. */
+    const char *every = NULL;
+    if ((ret = net_listen_at(host, 0, backlog, &pl->fd, &port, &every, &e)) < 0) {
+        err_set(err, ret, "%s: cannot listen on %s: %s", what, host, e.msg);
+        goto out;
+    }
+    if (every)
+        log_warn("comm: rank %d: %s address '%s' %s: listening on every address", c->rank, what,
+                 host, every);
     format_name(name, sizeof(name), host, port);
     int vl = snprintf(val, sizeof(val), "%s %s", name, pl->nonce);
     ret = rdzv_set(r, key, val, (size_t)vl, err);

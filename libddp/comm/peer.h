@@ -3,9 +3,10 @@
  * helper the ring (ring.c) and recursive doubling (rdouble.c) both connect with. Private to
  * libddp/comm/.
  *
- * A rank listens on an ephemeral port on all addresses and publishes "host:port nonce"
- * under a store key (host = opts.local_addr, else the local address of its store
- * connection). A rank that connects fetches that value, connects (retrying refusals with
+ * A rank listens on an ephemeral port at the address it publishes, "host:port nonce", under
+ * a store key (host = opts.local_addr, else the local address of its store connection: the
+ * address MASTER_ADDR's route leaves this host by); only where opts.local_addr is not this
+ * host's (NAT) or does not resolve does it listen on every address, with a warning. A rank that connects fetches that value, connects (retrying refusals with
  * backoff until the deadline) and says hello: magic, its own index, the comm id and the
  * listener's nonce. The listener accepts, checks the hello, and drops (and logs) every
  * connection whose hello is wrong, going on until the deadline.

@@ -39,6 +39,7 @@
 #include "ddp/rdzv.h"
 #include "libddp/comm/comm_cpu_internal.h"
 #include "libddp/comm/fault.h"
+#include "libddp/comm/peer.h"
 #include "tests/unit/testutil.h"
 
 /* ---- ranks as threads ---- */
@@ -304,6 +305,86 @@ static void test_comm_cpu_local_addr(void **state)
                  job.msg[1]);
     if (job.rc[0] == 0)
         fail_msg("rank 0 formed a ring with a peer whose local address is too long");
+}
+
+/* connect()'s errno to host:port (blocking: loopback answers at once), 0 on success. */
+static int connect_errno(const char *host, int port)
+{
+    int fd = socket(strchr(host, ':') ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t sl = 0;
+    if (strchr(host, ':')) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        a6->sin6_family = AF_INET6;
+        assert_int_equal(inet_pton(AF_INET6, host, &a6->sin6_addr), 1);
+        a6->sin6_port = htons((uint16_t)port);
+        sl = sizeof(*a6);
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+        a4->sin_family = AF_INET;
+        assert_int_equal(inet_pton(AF_INET, host, &a4->sin_addr), 1);
+        a4->sin_port = htons((uint16_t)port);
+        sl = sizeof(*a4);
+    }
+    int rc = connect(fd, (struct sockaddr *)&ss, sl) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
+/* Listens as a ring rank with local address la ("" = the store connection's) and checks that
+ * the port answers at the address published, and not at `other`. */
+static void check_listener_address(struct rdzv *r, const char *la, const char *other)
+{
+    struct comm c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.local_addr, sizeof(c.local_addr), "%s", la);
+    struct peer_listener pl;
+    struct ddp_err err;
+    if (peer_listen(&c, r, la[0] ? "bind/la" : "bind/route", 4, "ring", &pl, &err) != 0)
+        fail_msg("peer_listen with local address '%s': %s", la, err.msg);
+    struct peer_addr pa;
+    assert_int_equal(
+        peer_fetch(&c, r, la[0] ? "bind/la" : "bind/route", 0, time_deadline_ms(1000), &pa, &err),
+        0);
+    char route[NET_ADDR_MAX];
+    assert_int_equal(rdzv_local_host(r, route, sizeof(route)), 0);
+    assert_string_equal(pa.host, la[0] ? la : route);
+    assert_int_equal(connect_errno(pa.host, pa.port), 0);
+    if (strcmp(pa.host, other) != 0)
+        assert_int_equal(connect_errno(other, pa.port), ECONNREFUSED);
+    peer_listener_close(&pl);
+}
+
+/* A rank's ring port listens at the address it publishes, not on every address (all of
+ * 127.0.0.0/8 is this host's, so one on every address would answer at 127.0.0.5 too), and a
+ * ring still forms with the store and the listeners on other loopback addresses. */
+static void test_comm_cpu_listens_on_published_address(void **state)
+{
+    (void)state;
+    struct rdzv *r = NULL;
+    struct ddp_err err;
+    int port = testutil_free_port();
+    assert_int_equal(rdzv_open("127.0.0.2", port, 0, 1, "s", 5000, &r, &err), 0);
+    check_listener_address(r, "", "127.0.0.5");
+    check_listener_address(r, "127.0.0.3", "127.0.0.1");
+    rdzv_close(r);
+
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.addr = "127.0.0.2";
+    job.local_addr = "127.0.0.3";
+    job.world = 3;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    expect_all_ok(&job);
+    memset(&job, 0, sizeof(job));
+    job.addr = "127.0.0.2";
+    job.world = 3;
+    job.body = small_sum_body_3;
+    run_ring(&job);
+    expect_all_ok(&job);
 }
 
 static void test_comm_cpu_broadcast_from_each_root(void **state)
@@ -950,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_broadcast_from_each_root),
         cmocka_unit_test(test_comm_cpu_ipv6_loopback),
         cmocka_unit_test(test_comm_cpu_local_addr),
+        cmocka_unit_test(test_comm_cpu_listens_on_published_address),
         cmocka_unit_test(test_comm_cpu_barrier_waits_for_all),
         cmocka_unit_test(test_comm_cpu_mismatch_detected),
         cmocka_unit_test(test_comm_cpu_error_is_sticky),

@@ -31,7 +31,8 @@ enum comm_dtype { COMM_F32 = 0, COMM_F64 = 1 };
 struct comm_opts {
     int64_t timeout_ms;     /* per collective; 60000 by default */
     size_t chunk_bytes;     /* pipelining chunk of the ring; 0 = backend default */
-    const char *local_addr; /* address peers use to reach this rank ("" = MASTER_ADDR's route) */
+    const char *local_addr; /* address peers reach this rank at, and its ports listen on ("" =
+                             * MASTER_ADDR's route) */
     int force_tcp;          /* 1: do not use shared memory between same-host ranks; also set
                              * by DDP_COMM_TRANSPORT=tcp in the environment */
     size_t small_bytes;     /* cpu: all-reduces of at most this many bytes take the
