@@ -10,6 +10,35 @@
 #include "cli/table.h"
 #include "common/xalloc.h"
 
+/* ddpctl nodes cordon|drain|uncordon NAME [--reason TEXT]: POST /v1/nodes/NAME:ACTION. */
+static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const char *action,
+                           const char *name, const char *reason)
+{
+    int rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    char *esc = cli_escape(name);
+    char *path = xasprintf("/v1/nodes/%s:%s", esc, action);
+    json_t *body = reason ? json_pack("{s:s}", "reason", reason) : json_object();
+    json_t *ans = NULL;
+    struct ddp_err err;
+    (void)cmd;
+    if (cli_call(cli, "POST", path, body, &ans, &err) < 0)
+        rc = cli_fail(cli, &err);
+    else if (cli->json)
+        cli_print_json(ans);
+    else
+        printf("node %s: %s\n", name,
+               strcmp(action, "uncordon") == 0 ? "schedulable again"
+               : strcmp(action, "drain") == 0  ? "drained (elastic jobs move off it)"
+                                               : "cordoned (takes no new work)");
+    json_decref(ans);
+    json_decref(body);
+    free(path);
+    free(esc);
+    return rc;
+}
+
 static int cmd_nodes_remove(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
     if (optind + 1 >= argc)
@@ -42,10 +71,40 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     int rc = CLI_OK;
     struct ddp_err err;
 
-    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
-        goto out;
+    enum { O_REASON = 1 };
+    static const struct option longopts[] = {
+        {"reason", required_argument, NULL, O_REASON}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    const char *reason = NULL;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
+        if (c == -1)
+            break;
+        int h = cli_common_opt(cli, cmd, c, argv, &rc);
+        if (h < 0)
+            goto out;
+        if (h > 0)
+            continue;
+        if (c != O_REASON) {
+            rc = cli_usage_error(cmd, "unexpected option");
+            goto out;
+        }
+        reason = optarg;
+    }
     if (optind < argc && strcmp(argv[optind], "remove") == 0)
         return cmd_nodes_remove(cli, cmd, argc, argv);
+    if (optind < argc &&
+        (strcmp(argv[optind], "cordon") == 0 || strcmp(argv[optind], "drain") == 0 ||
+         strcmp(argv[optind], "uncordon") == 0)) {
+        if (optind + 1 >= argc)
+            return cli_usage_error(cmd, "%s: missing the node name", argv[optind]);
+        if (optind + 2 < argc)
+            return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
+        return cmd_nodes_admin(cli, cmd, argv[optind], argv[optind + 1], reason);
+    }
+    if (reason) {
+        rc = cli_usage_error(cmd, "--reason goes with cordon and drain");
+        goto out;
+    }
     if (optind < argc) {
         rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
         goto out;
@@ -66,9 +125,9 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         printf("no nodes (start ddp-agent on a machine to add one)\n");
         goto out;
     }
-    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE",    "SLOTS",
-                                      "USED", "PORTS",   "LAST BEAT"};
-    struct table *t = table_new(7, hdr);
+    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE",     "SLOTS",
+                                      "USED", "PORTS",   "LAST BEAT", "HOLD"};
+    struct table *t = table_new(8, hdr);
     size_t i;
     json_t *n;
     json_array_foreach(nodes, i, n)
@@ -87,6 +146,12 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             table_cell(t, "%.1fs ago", (double)age / 1000.0);
         else
             table_cell(t, "%llds ago", (long long)(age / 1000));
+        const char *hold = cli_str(n, "admin_state", "");
+        const char *why = cli_str(n, "admin_reason", "");
+        if (!hold[0])
+            table_cell(t, "-");
+        else
+            table_cell(t, "%s%s%s", hold, why[0] ? ": " : "", why);
     }
     table_print(t, stdout);
     table_free(t);

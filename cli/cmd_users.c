@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "common/args.h"
 #include "common/fsutil.h"
 #include "common/xalloc.h"
 
@@ -34,8 +35,8 @@ static int cli_users_keep_token(const json_t *ans, const char *name, const char 
 
 static int cli_users_table(const json_t *ans)
 {
-    static const char *const hdr[] = {"NAME", "ROLE", "CREATED"};
-    struct table *t = table_new(3, hdr);
+    static const char *const hdr[] = {"NAME", "ROLE", "MAX SLOTS", "CREATED"};
+    struct table *t = table_new(4, hdr);
     size_t i;
     json_t *u;
     json_array_foreach(json_object_get(ans, "users"), i, u)
@@ -43,6 +44,11 @@ static int cli_users_table(const json_t *ans)
         table_row(t);
         table_cell(t, "%s", cli_str(u, "name", "?"));
         table_cell(t, "%s", cli_str(u, "role", "?"));
+        int64_t q = cli_int(u, "max_slots", 0);
+        if (q > 0)
+            table_cell(t, "%lld", (long long)q);
+        else
+            table_cell(t, "-");
         table_cell(t, "%s", cli_str(u, "created_at", ""));
     }
     table_print(t, stdout);
@@ -52,12 +58,14 @@ static int cli_users_table(const json_t *ans)
 
 int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    enum { O_ROLE = 1, O_TOKEN_OUT };
+    enum { O_ROLE = 1, O_TOKEN_OUT, O_MAX_SLOTS };
     static const struct option longopts[] = {{"role", required_argument, NULL, O_ROLE},
                                              {"token-out", required_argument, NULL, O_TOKEN_OUT},
+                                             {"max-slots", required_argument, NULL, O_MAX_SLOTS},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     const char *role = NULL, *token_out = NULL;
+    long max_slots = -1;
     int rc = CLI_OK;
     json_t *ans = NULL, *body = NULL;
     char *path = NULL, *esc = NULL, *out_default = NULL;
@@ -75,29 +83,35 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             role = optarg;
         else if (c == O_TOKEN_OUT)
             token_out = optarg;
-        else
+        else if (c == O_MAX_SLOTS) {
+            if (args_parse_long("--max-slots", optarg, 0, 1 << 30, &max_slots, &err) < 0)
+                return cli_usage_error(cmd, "%s", err.msg);
+        } else
             return cli_usage_error(cmd, "unexpected option");
     }
     if (optind >= argc)
         return cli_usage_error(cmd, "missing what to do: list, add, remove or rotate-token");
     const char *verb = argv[optind];
     int list = strcmp(verb, "list") == 0, add = strcmp(verb, "add") == 0,
-        remove = strcmp(verb, "remove") == 0, rotate = strcmp(verb, "rotate-token") == 0;
-    if (!list && !add && !remove && !rotate)
-        return cli_usage_error(cmd, "'%s' is not list, add, remove or rotate-token", verb);
+        remove = strcmp(verb, "remove") == 0, rotate = strcmp(verb, "rotate-token") == 0,
+        set = strcmp(verb, "set") == 0;
+    if (!list && !add && !remove && !rotate && !set)
+        return cli_usage_error(cmd, "'%s' is not list, add, set, remove or rotate-token", verb);
     int want = list ? 1 : 2;
     if (argc - optind < want)
         return cli_usage_error(cmd, "%s: missing the user name", verb);
     if (argc - optind > want)
         return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + want]);
-    if (role && !add)
-        return cli_usage_error(cmd, "--role goes with add");
+    if ((role || max_slots >= 0) && !add && !set)
+        return cli_usage_error(cmd, "--role and --max-slots go with add and set");
+    if (set && !role && max_slots < 0)
+        return cli_usage_error(cmd, "set: nothing to change (--role R, --max-slots N)");
     if (token_out && !add && !rotate)
         return cli_usage_error(cmd, "--token-out goes with add and rotate-token");
     const char *name = list ? NULL : argv[optind + 1];
     if (name) {
         esc = cli_escape(name);
-        if (!token_out)
+        if (!token_out && (add || rotate))
             token_out = out_default = xasprintf("%s.token", name);
     }
     rc = cli_connect(cli);
@@ -110,7 +124,17 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         body = json_pack("{s:s}", "name", name);
         if (role)
             json_object_set_new(body, "role", json_string(role));
+        if (max_slots >= 0)
+            json_object_set_new(body, "max_slots", json_integer(max_slots));
         r = cli_call(cli, "POST", "/v1/users", body, &ans, &err);
+    } else if (set) {
+        body = json_object();
+        if (role)
+            json_object_set_new(body, "role", json_string(role));
+        if (max_slots >= 0)
+            json_object_set_new(body, "max_slots", json_integer(max_slots));
+        path = xasprintf("/v1/users/%s", esc);
+        r = cli_call(cli, "PATCH", path, body, &ans, &err);
     } else if (remove) {
         path = xasprintf("/v1/users/%s", esc);
         r = cli_call(cli, "DELETE", path, NULL, &ans, &err);
@@ -128,6 +152,10 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         cli_print_json(ans);
     else if (list)
         rc = cli_users_table(ans);
+    else if (set)
+        printf("user %s: role %s, max slots %lld\n", name,
+               cli_str(json_object_get(ans, "user"), "role", "?"),
+               (long long)cli_int(json_object_get(ans, "user"), "max_slots", 0));
     else
         printf("removed user %s (its jobs stay, owned by it)\n", name);
 out:

@@ -66,16 +66,23 @@ static const struct cli_cmd cli_cmds[] = {
      "                the last N lines, then the new ones\n"
      "  -f, --follow  keep printing new lines until the job ends\n",
      cmd_logs},
-    {"nodes", "nodes [remove NAME]", "list the nodes (agents), their slots and state",
-     "  remove NAME  forget a node (admin): its jobs lose it as if it died, and its\n"
-     "               credential opens nothing; a live agent registers again, so stop it\n"
-     "               first (and rotate the bootstrap token to keep it out)\n",
+    {"nodes", "nodes [remove NAME | cordon|drain|uncordon NAME [--reason TEXT]]",
+     "list the nodes (agents), their slots and state",
+     "  remove NAME    forget a node (admin): its jobs lose it as if it died, and its\n"
+     "                 credential opens nothing; a live agent registers again, so stop it\n"
+     "                 first (and rotate the bootstrap token to keep it out)\n"
+     "  cordon NAME    the node takes no new work (admin); what runs there stays\n"
+     "  drain NAME     cordon, and elastic jobs move off it now at no restart's cost;\n"
+     "                 the others finish there. Stopping the agent afterwards costs nothing\n"
+     "  uncordon NAME  schedulable again\n"
+     "  --reason TEXT  shown with the node (HOLD column)\n",
      cmd_nodes},
     {"users",
      "users list | add NAME [--role R] [--token-out F] | remove NAME | rotate-token NAME "
      "[--token-out F]",
      "manage users and their tokens (admin; rotate-token also for yourself)",
      "  --role R        admin, user (default) or viewer (reads every job, changes none)\n"
+     "  --max-slots N   quota: slots the user's jobs may hold at once (0: no limit)\n"
      "  --token-out F   where the new token goes (default NAME.token here), mode 0600;\n"
      "                  an existing file is replaced\n",
      cmd_users},

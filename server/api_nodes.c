@@ -3,6 +3,9 @@
  * list (any user), remove (admin).
  */
 #include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonx.h"
 
 #include "server/coord.h"
 #include "server/http.h"
@@ -68,4 +71,54 @@ void api_nodes_remove(struct api_req *r)
         api_reply_err(r, &e);
     else
         api_reply_json(r, 200, out);
+}
+
+/* POST /v1/nodes/{name}:cordon, :drain, :uncordon (admin), body {"reason"?}. */
+static void api_nodes_admin(struct api_req *r, const char *action)
+{
+    struct ddp_err e;
+    char *out = NULL;
+    const char *reason = NULL;
+    json_t *body = NULL;
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "node %.64s not registered", r->param);
+        return;
+    }
+    if (r->body_len > 0) {
+        static const char *const keys[] = {"reason", NULL};
+        if (api_parse_body(r, &body) != 0)
+            return;
+        if (jsonx_check_keys(body, keys, NULL, &e) != 0 ||
+            jsonx_get_string(body, "reason", 0, &reason, &e) != 0) {
+            json_decref(body);
+            api_reply_err(r, &e);
+            return;
+        }
+        if (reason && strlen(reason) > 255) {
+            json_decref(body);
+            api_reply_errf(r, DDP_EINVAL, "field 'reason': at most 255 bytes");
+            return;
+        }
+    }
+    int rc = coord_node_admin(r->coord, r->param, action, reason, r->now, &out, &e);
+    json_decref(body);
+    if (rc)
+        api_reply_err(r, &e);
+    else
+        api_reply_json(r, 200, out);
+}
+
+void api_nodes_cordon(struct api_req *r)
+{
+    api_nodes_admin(r, "cordon");
+}
+
+void api_nodes_drain(struct api_req *r)
+{
+    api_nodes_admin(r, "drain");
+}
+
+void api_nodes_uncordon(struct api_req *r)
+{
+    api_nodes_admin(r, "uncordon");
 }

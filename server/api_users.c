@@ -79,3 +79,19 @@ void api_users_rotate(struct api_req *r)
     int rc = coord_user_rotate(r->coord, r->param, &r->who, &out, &e);
     api_answer(r, rc, 200, out, &e);
 }
+
+void api_users_update(struct api_req *r)
+{
+    json_t *body = NULL;
+    struct ddp_err e;
+    char *out = NULL;
+    if (!validate_name(r->param)) {
+        api_reply_errf(r, DDP_ENOTFOUND, "user %.64s not found", r->param);
+        return;
+    }
+    if (api_parse_body(r, &body) != 0)
+        return;
+    int rc = coord_user_update(r->coord, r->param, body, r->now, &out, &e);
+    json_decref(body);
+    api_answer(r, rc, 200, out, &e);
+}

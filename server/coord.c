@@ -441,6 +441,56 @@ out:
     return rc;
 }
 
+static const char *const node_admin_names[] = {"", "cordon", "drain"};
+
+int coord_node_admin(struct coord *c, const char *name, const char *action, const char *reason,
+                     int64_t now, char **out, struct ddp_err *err)
+{
+    int to = strcmp(action, "drain") == 0    ? NODE_DRAINED
+             : strcmp(action, "cordon") == 0 ? NODE_CORDONED
+                                             : NODE_SCHEDULABLE;
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    int ni = coord_node_index(c, name);
+    if (ni < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "node %.64s not registered", name);
+        goto out;
+    }
+    struct node *n = c->nodes[ni];
+    struct node tmp = *n;
+    tmp.admin = to;
+    snprintf(tmp.admin_reason, sizeof(tmp.admin_reason), "%s", to ? (reason ? reason : "") : "");
+    rc = coord_put_node(c, &tmp, nodestate_is_up(n->state), n->last_beat_wall, err);
+    if (rc)
+        goto out;
+    n->admin = to;
+    snprintf(n->admin_reason, sizeof(n->admin_reason), "%s", tmp.admin_reason);
+    log_info("node %s %s%s%s", name, to ? node_admin_names[to] : "uncordon",
+             tmp.admin_reason[0] ? ": " : "", tmp.admin_reason);
+    if (to == NODE_DRAINED) {
+        /* elastic jobs that can re-form without the node move off it now, at no restart's
+         * cost (END_SCALE); the others finish where they are */
+        for (size_t i = 0; i < c->nlive; i++) {
+            struct job *j = c->live[i];
+            if (j->st.state != JOB_RUNNING || coord_group_rank(j, ni) < 0 ||
+                j->st.npl - 1 < j->spec.nmin)
+                continue;
+            char why[REASON_MAX];
+            snprintf(why, sizeof(why), "node %s drained by an admin%s%.300s: moving off it", name,
+                     tmp.admin_reason[0] ? ": " : "", tmp.admin_reason);
+            coord_end_generation(c, j, END_SCALE, why, now, NULL);
+        }
+    }
+    coord_bump(n);
+    coord_tick_locked(c, now);
+    json_t *o = json_pack("{s:o}", "node", coord_node_json(c, ni, now));
+    *out = jsonx_dumps(o);
+    json_decref(o);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 static int coord_node_delete(struct coord *c, void *ctx, struct ddp_err *e)
 {
     return store_node_delete(c->store, ctx, e);

@@ -81,6 +81,11 @@ int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, 
  * only with its current credential in the body ("credential"); a LOST one by anybody. */
 int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err);
+/* Admin holds on a node: action "cordon" (no new work), "drain" (no new work, and RUNNING
+ * jobs that can re-form without the node at MIN or more move off it, at no restart's cost;
+ * the others finish there) or "uncordon"; reason (may be NULL) is shown with the node. */
+int coord_node_admin(struct coord *c, const char *name, const char *action, const char *reason,
+                     int64_t now, char **out, struct ddp_err *err);
 /* Removes a node (admin): its jobs lose it as if it died, its credential opens nothing. */
 int coord_remove_node(struct coord *c, const char *name, int64_t now, char **out,
                       struct ddp_err *err);
@@ -102,6 +107,10 @@ int coord_authenticate(struct coord *c, const char *token, const char *node, str
 int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err);
 int coord_users_list(struct coord *c, char **out, struct ddp_err *err);
+/* Admin: body {"role"?, "max_slots"?} (max_slots 0 = no quota); the last admin keeps its
+ * role. */
+int coord_user_update(struct coord *c, const char *name, const json_t *body, int64_t now,
+                      char **out, struct ddp_err *err);
 /* Refuses the last admin (DDP_EPRECOND). */
 int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_err *err);
 /* An admin for anyone, a user for itself: a new token, the old one stops working. */

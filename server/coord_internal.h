@@ -63,7 +63,13 @@ struct node {
     char suspect_by[96];           /* the accuser, e.g. "rank 1 on a" (kept for the loss reason) */
     char cred_hash[AUTH_HASH_HEX]; /* of the node credential; "" none (must register) */
     int removed;                   /* removed by an admin: a tombstone until ddpd restarts */
+    int admin;                     /* enum node_admin: taken out of scheduling by an admin */
+    char admin_reason[256];
 };
+
+/* An admin's hold on a node (docs/scheduling.md): cordon takes no new work; drain also moves
+ * elastic jobs off. Both keep the node's running work otherwise. */
+enum node_admin { NODE_SCHEDULABLE = 0, NODE_CORDONED = 1, NODE_DRAINED = 2 };
 
 struct job_node {
     int node; /* index into c->nodes */
@@ -137,6 +143,7 @@ struct user {
     enum role role;
     char hash[AUTH_HASH_HEX];
     int64_t created_at;
+    int64_t max_slots; /* quota: slots its jobs may hold at once; 0 = no limit */
 };
 
 /* One row of a heartbeat's data transaction (built under c->mu, written without it). */
@@ -296,6 +303,10 @@ void coord_nodes_expire(struct coord *c, int64_t now);
 
 /* coord_users.c */
 int coord_users_load(struct coord *c, struct ddp_err *err);
+/* The quota of owner (0: none, also for a user since removed). */
+int64_t coord_user_quota(struct coord *c, const char *owner);
+/* Slots the live jobs of owner hold now (coord_entry_holds()). */
+int64_t coord_slots_of(struct coord *c, const char *owner);
 
 /* coord_load.c */
 int coord_load(struct coord *c, int64_t now, struct ddp_err *err);

@@ -35,6 +35,11 @@ static int coord_load_node(void *ctx, const struct store_node *r)
              r->credential_hash && strlen(r->credential_hash) == AUTH_HASH_HEX - 1
                  ? r->credential_hash
                  : "");
+    n->admin = r->admin_state && strcmp(r->admin_state, "drain") == 0    ? NODE_DRAINED
+               : r->admin_state && strcmp(r->admin_state, "cordon") == 0 ? NODE_CORDONED
+                                                                         : NODE_SCHEDULABLE;
+    snprintf(n->admin_reason, sizeof(n->admin_reason), "%s",
+             r->admin_reason ? r->admin_reason : "");
     /* LOST (coord_node_new()): alive again only when it beats again */
     n->last_seen = L->now;
     coord_nodes_push(c, n);

@@ -161,7 +161,9 @@ static void coord_cand_build(struct coord *c, struct cand *k)
     for (size_t i = 0; i < k->n; i++) {
         struct node *n = c->nodes[i];
         k->sn[i].name = n->name;
-        k->sn[i].free_slots = nodestate_is_up(n->state) ? n->slots : -1;
+        /* a cordoned or drained node takes no new work */
+        k->sn[i].free_slots =
+            nodestate_is_up(n->state) && n->admin == NODE_SCHEDULABLE ? n->slots : -1;
         k->sn[i].port_lo = n->port_lo;
         k->sn[i].port_hi = n->port_hi;
     }
@@ -189,11 +191,12 @@ static void coord_cand_release(struct cand *k)
     free(k->sn);
 }
 
-/* Tries to start the next generation of j on the candidates; updates them on success. */
-static int coord_start(struct coord *c, struct job *j, struct cand *k, int64_t now)
+/* Tries to start the next generation of j on the candidates, on at most nmax nodes (its
+ * quota may allow fewer than the spec's MAX); updates them on success. */
+static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax, int64_t now)
 {
-    struct sched_job sj = {j->spec.nmin, j->spec.nmax, j->spec.nproc};
-    size_t cap = k->n < (size_t)j->spec.nmax ? k->n : (size_t)j->spec.nmax;
+    struct sched_job sj = {j->spec.nmin, nmax, j->spec.nproc};
+    size_t cap = k->n < (size_t)nmax ? k->n : (size_t)nmax;
     struct sched_placement pl = {.idx = xcalloc(cap + 1, sizeof(size_t))};
     int avoid_node = -1;
     if (j->st.npl > 0 && j->st.master_port) {
@@ -298,7 +301,8 @@ static int coord_fitting(const struct cand *k, const int *reserved, int nproc, i
 /* The jobs that want a generation, in queue order (priority, then submit order). A job that
  * does not fit does not block later ones of its priority (backfill), but it holds back the
  * nodes it could use from every job of a lower priority, so a big important job is not
- * starved by a stream of small ones. A failure's restart waits out its backoff. Then
+ * starved by a stream of small ones. A failure's restart waits out its backoff; a job of a
+ * user at its quota (slots held) waits, and one near it gets at most what is left. Then
  * scale-up of RUNNING jobs below MAX onto READY nodes that no waiting job (PENDING, or
  * RESTARTING below MIN) can use. Each job left waiting says why (wait_code). */
 void coord_schedule(struct coord *c, int64_t now)
@@ -329,6 +333,21 @@ void coord_schedule(struct coord *c, int64_t now)
                 j->st.restarts + 1, j->spec.max_restarts, (double)coord_backoff_ms(j) / 1000.0);
             continue;
         }
+        int nmax = j->spec.nmax;
+        int64_t quota = coord_user_quota(c, j->owner);
+        if (quota > 0) {
+            int64_t held = coord_slots_of(c, j->owner);
+            int64_t fit = (quota - held) / j->spec.nproc;
+            if (fit < j->spec.nmin) {
+                pos++;
+                coord_wait_set(
+                    j, "Quota", pos, "user %s holds %lld of its %lld slots; the job needs %d more",
+                    j->owner, (long long)held, (long long)quota, j->spec.nmin * j->spec.nproc);
+                continue;
+            }
+            if (fit < nmax)
+                nmax = (int)fit;
+        }
         /* hide the nodes held back for higher priorities */
         int *saved = xcalloc(k.n + 1, sizeof(int));
         for (size_t n = 0; n < k.n; n++) {
@@ -336,7 +355,7 @@ void coord_schedule(struct coord *c, int64_t now)
             if (reserved[n] > j->spec.priority)
                 k.sn[n].free_slots = -1;
         }
-        int rc = coord_start(c, j, &k, now);
+        int rc = coord_start(c, j, &k, nmax, now);
         for (size_t n = 0; n < k.n; n++)
             if (reserved[n] > j->spec.priority)
                 k.sn[n].free_slots = saved[n];
@@ -380,6 +399,9 @@ void coord_schedule(struct coord *c, int64_t now)
                 any_exited = 1;
         if (any_exited)
             continue; /* finishing: do not disturb */
+        int64_t quota = coord_user_quota(c, j->owner);
+        if (quota > 0 && coord_slots_of(c, j->owner) + j->spec.nproc > quota)
+            continue; /* growing would pass its owner's quota */
         for (size_t ni = 0; ni < k.n; ni++) {
             if (k.sn[ni].free_slots < j->spec.nproc || k.sn[ni].free_slots >= pending_min_nproc)
                 continue;

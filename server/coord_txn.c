@@ -200,6 +200,10 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
         .registered_at = n->registered_at,
         .last_heartbeat = beat_wall,
         .credential_hash = n->cred_hash,
+        .admin_state = n->admin == NODE_DRAINED    ? "drain"
+                       : n->admin == NODE_CORDONED ? "cordon"
+                                                   : "",
+        .admin_reason = n->admin_reason,
     };
     struct ddp_err e;
     int rc = coord_txn_run(c, coord_node_write, &row, &e);

@@ -50,6 +50,7 @@ static int coord_user_load(void *ctx, const struct store_user *u)
     d->role = role;
     snprintf(d->hash, sizeof(d->hash), "%s", u->token_hash);
     d->created_at = u->created_at;
+    d->max_slots = u->max_slots > 0 ? u->max_slots : 0;
     return 0;
 }
 
@@ -61,7 +62,8 @@ int coord_users_load(struct coord *c, struct ddp_err *err)
 static int coord_user_write(struct coord *c, void *ctx, struct ddp_err *e)
 {
     const struct user *u = ctx;
-    struct store_user row = {u->name, auth_role_name(u->role), u->hash, u->created_at};
+    struct store_user row = {u->name, auth_role_name(u->role), u->hash, u->created_at,
+                             u->max_slots};
     return store_user_put(c->store, &row, e);
 }
 
@@ -153,8 +155,8 @@ static json_t *coord_user_json(struct coord *c, const struct user *u)
     char t[40];
     time_format_rfc3339(u->created_at, t, sizeof(t));
     (void)c;
-    return json_pack("{s:s, s:s, s:s}", "name", u->name, "role", auth_role_name(u->role),
-                     "created_at", t);
+    return json_pack("{s:s, s:s, s:s, s:I}", "name", u->name, "role", auth_role_name(u->role),
+                     "created_at", t, "max_slots", (json_int_t)u->max_slots);
 }
 
 /* {"user": {...}, "token": token} */
@@ -171,12 +173,15 @@ int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
 {
     const char *name = NULL, *role_s = NULL;
     enum role role = ROLE_USER;
-    static const char *const keys[] = {"name", "role", NULL};
+    int64_t max_slots = 0;
+    static const char *const keys[] = {"name", "role", "max_slots", NULL};
     int rc = jsonx_check_keys(body, keys, "user", err);
     if (!rc)
         rc = jsonx_get_string(body, "name", 1, &name, err);
     if (!rc)
         rc = jsonx_get_string(body, "role", 0, &role_s, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
     if (rc)
         return rc;
     if (!validate_name(name))
@@ -187,7 +192,7 @@ int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
     char token[AUTH_TOKEN_HEX];
     if (auth_new_token(token) != 0)
         return err_set(err, DDP_EINTERNAL, "no randomness for the token");
-    struct user u = {.role = role};
+    struct user u = {.role = role, .max_slots = max_slots};
     snprintf(u.name, sizeof(u.name), "%s", name);
     auth_hash(token, u.hash);
     pthread_mutex_lock(&c->mu);
@@ -275,6 +280,74 @@ int coord_user_rotate(struct coord *c, const char *name, const struct principal 
     }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+int coord_user_update(struct coord *c, const char *name, const json_t *body, int64_t now,
+                      char **out, struct ddp_err *err)
+{
+    static const char *const keys[] = {"role", "max_slots", NULL};
+    const char *role_s = NULL;
+    int64_t max_slots = -1;
+    int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
+    if (!rc)
+        rc = jsonx_check_keys(body, keys, NULL, err);
+    if (!rc)
+        rc = jsonx_get_string(body, "role", 0, &role_s, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
+    if (rc)
+        return rc;
+    enum role role = ROLE_USER;
+    if (role_s && auth_role_parse(role_s, &role) != 0)
+        return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer",
+                       role_s);
+    pthread_mutex_lock(&c->mu);
+    int i = coord_user_index(c, name);
+    size_t admins = 0;
+    for (size_t k = 0; k < c->nusers; k++)
+        admins += c->users[k].role == ROLE_ADMIN;
+    if (i < 0) {
+        rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
+    } else if (role_s && role != ROLE_ADMIN && c->users[i].role == ROLE_ADMIN && admins == 1) {
+        rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
+    } else {
+        struct user u = c->users[i];
+        if (role_s)
+            u.role = role;
+        if (max_slots >= 0)
+            u.max_slots = max_slots;
+        rc = coord_user_put(c, &u, i, err);
+        if (!rc) {
+            json_t *o = json_pack("{s:o}", "user", coord_user_json(c, &u));
+            *out = jsonx_dumps(o);
+            json_decref(o);
+            log_info("user changed name=%s role=%s max_slots=%lld", u.name, auth_role_name(u.role),
+                     (long long)u.max_slots);
+            coord_schedule(c, now); /* a raised quota may start waiting jobs */
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int64_t coord_user_quota(struct coord *c, const char *owner)
+{
+    int i = coord_user_index(c, owner);
+    return i < 0 ? 0 : c->users[i].max_slots;
+}
+
+int64_t coord_slots_of(struct coord *c, const char *owner)
+{
+    int64_t n = 0;
+    for (size_t i = 0; i < c->nlive; i++) {
+        const struct job *j = c->live[i];
+        if (strcmp(j->owner, owner) != 0)
+            continue;
+        for (int p = 0; p < j->st.npl; p++)
+            if (coord_entry_holds(j, &j->st.pl[p]))
+                n += j->spec.nproc;
+    }
+    return n;
 }
 
 int coord_job_access(struct coord *c, int64_t id, const struct principal *who, int act,

@@ -69,10 +69,14 @@ static const struct route http_routes[] = {
     {"POST", "/v1/nodes:register", AUTH_REGISTER, "", api_nodes_register},
     {"POST", "/v1/nodes/{}:heartbeat", AUTH_NODE, "", api_nodes_heartbeat},
     {"DELETE", "/v1/nodes/{}", AUTH_ADMIN, "", api_nodes_remove},
+    {"POST", "/v1/nodes/{}:cordon", AUTH_ADMIN, "", api_nodes_cordon},
+    {"POST", "/v1/nodes/{}:drain", AUTH_ADMIN, "", api_nodes_drain},
+    {"POST", "/v1/nodes/{}:uncordon", AUTH_ADMIN, "", api_nodes_uncordon},
     {"GET", "/v1/me", AUTH_VIEWER, "", api_users_me},
     {"GET", "/v1/users", AUTH_ADMIN, "", api_users_list},
     {"POST", "/v1/users", AUTH_ADMIN, "", api_users_add},
     {"DELETE", "/v1/users/{}", AUTH_ADMIN, "", api_users_remove},
+    {"PATCH", "/v1/users/{}", AUTH_ADMIN, "", api_users_update},
     {"POST", "/v1/users/{}:rotate-token", AUTH_VIEWER, "", api_users_rotate},
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
@@ -97,9 +101,13 @@ static const char *const http_route_names[HTTP_NROUTES] = {
     "/v1/nodes:register",
     "/v1/nodes/{name}:heartbeat",
     "/v1/nodes/{name}",
+    "/v1/nodes/{name}:cordon",
+    "/v1/nodes/{name}:drain",
+    "/v1/nodes/{name}:uncordon",
     "/v1/me",
     "/v1/users",
     "/v1/users",
+    "/v1/users/{name}",
     "/v1/users/{name}",
     "/v1/users/{name}:rotate-token",
 };

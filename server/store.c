@@ -85,11 +85,11 @@ static const char *const store_sql[ST_COUNT] = {
                     "VALUES (?1,?2,?3,?4)",
     [ST_MARK_DROP] = "DELETE FROM marks WHERE job_id = ?1 AND generation < ?2",
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
-                    "incarnation, state, registered_at, last_heartbeat, credential_hash) "
-                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                    "incarnation, state, registered_at, last_heartbeat, credential_hash, "
+                    "admin_state, admin_reason) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
     [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
-    [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at) "
-                    "VALUES (?1,?2,?3,?4)",
+    [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at, max_slots) "
+                    "VALUES (?1,?2,?3,?4,?5)",
     [ST_USER_DELETE] = "DELETE FROM users WHERE name = ?1",
     [ST_JOB_DATA] = "UPDATE jobs SET log_seq = MAX(log_seq, ?2), metric_seq = MAX(metric_seq, ?3), "
                     "last_metrics = COALESCE(?4, last_metrics) WHERE id = ?1",
@@ -436,6 +436,8 @@ int store_node_put(struct store *st, const struct store_node *n, struct ddp_err 
     sqlite3_bind_int64(s, 8, n->registered_at);
     store_bind_time(s, 9, n->last_heartbeat);
     store_bind_text(s, 10, n->credential_hash ? n->credential_hash : "");
+    store_bind_text(s, 11, n->admin_state ? n->admin_state : "");
+    store_bind_text(s, 12, n->admin_reason ? n->admin_reason : "");
     return store_step_done(st, ST_NODE_PUT, err);
 }
 
@@ -452,6 +454,7 @@ int store_user_put(struct store *st, const struct store_user *u, struct ddp_err 
     store_bind_text(s, 2, u->role);
     store_bind_text(s, 3, u->token_hash);
     sqlite3_bind_int64(s, 4, u->created_at);
+    sqlite3_bind_int64(s, 5, u->max_slots);
     return store_step_done(st, ST_USER_PUT, err);
 }
 
@@ -521,7 +524,8 @@ int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_e
     if (sqlite3_prepare_v2(
             st->db,
             "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
-            "registered_at, last_heartbeat, credential_hash FROM nodes ORDER BY name",
+            "registered_at, last_heartbeat, credential_hash, admin_state, admin_reason "
+            "FROM nodes ORDER BY name",
             -1, &s, NULL) != SQLITE_OK)
         return store_fail(st, err, "prepare");
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
@@ -536,6 +540,8 @@ int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_e
             .registered_at = sqlite3_column_int64(s, 7),
             .last_heartbeat = sqlite3_column_int64(s, 8),
             .credential_hash = store_col_text(s, 9),
+            .admin_state = store_col_text(s, 10),
+            .admin_reason = store_col_text(s, 11),
         };
         rc = fn(ctx, &n);
         if (rc)
@@ -573,8 +579,9 @@ int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_e
     sqlite3_stmt *s = NULL;
     int rc = 0, r;
     if (sqlite3_prepare_v2(st->db,
-                           "SELECT name, role, token_hash, created_at FROM users ORDER BY name", -1,
-                           &s, NULL) != SQLITE_OK)
+                           "SELECT name, role, token_hash, created_at, max_slots FROM users "
+                           "ORDER BY name",
+                           -1, &s, NULL) != SQLITE_OK)
         return store_fail(st, err, "prepare");
     while ((r = sqlite3_step(s)) == SQLITE_ROW) {
         struct store_user u = {
@@ -582,6 +589,7 @@ int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_e
             .role = store_col_text(s, 1),
             .token_hash = store_col_text(s, 2),
             .created_at = sqlite3_column_int64(s, 3),
+            .max_slots = sqlite3_column_int64(s, 4),
         };
         rc = fn(ctx, &u);
         if (rc)

@@ -48,6 +48,8 @@ struct store_node {
     const char *state;
     int64_t registered_at, last_heartbeat;
     const char *credential_hash; /* hex SHA-256 of the node credential; "" none */
+    const char *admin_state;     /* "", "cordon" or "drain" (NULL: "") */
+    const char *admin_reason;
 };
 
 /* A users row (strings borrowed). */
@@ -56,6 +58,7 @@ struct store_user {
     const char *role;
     const char *token_hash;
     int64_t created_at;
+    int64_t max_slots; /* 0: no limit */
 };
 
 /* Opens (creating) the database at path, sets WAL + synchronous=FULL and applies the

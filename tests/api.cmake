@@ -35,3 +35,5 @@ set_tests_properties(api_storefull PROPERTIES SKIP_RETURN_CODE 77)
 ddp_script_test(NAME api_flood
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_flood.py TIMEOUT 180 LABELS api heavy)
 set_tests_properties(api_flood PROPERTIES SKIP_RETURN_CODE 77)
+ddp_script_test(NAME api_sched
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_sched.py TIMEOUT 240 LABELS api)

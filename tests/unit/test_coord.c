@@ -681,6 +681,80 @@ static void test_coord_backoff_and_uncharged_failures(void **state)
     expect_pending(f, id, NULL, 0, NULL);
 }
 
+static void node_admin(struct fx *f, const char *name, const char *action)
+{
+    char *out = NULL;
+    assert_int_equal(coord_node_admin(f->c, name, action, "maintenance", f->now, &out, NULL), 0);
+    free(out);
+}
+
+/* Cordon takes no new work; drain moves an elastic job off at no restart's cost and leaves a
+ * job that cannot re-form without the node where it is; both survive a restart of ddpd. */
+static void test_coord_cordon_and_drain(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t el = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\"}");
+    expect_state(f, el, "RUNNING", "on 2 nodes");
+    node_admin(f, "node-b", "drain");
+    expect_state(f, el, "RESTARTING", "node node-b drained by an admin: maintenance");
+    beat0(f, "node-a", NULL);
+    beat0(f, "node-b", NULL); /* the old workers are gone */
+    tick(f, 100);
+    expect_state(f, el, "RUNNING", "generation 2 started on 1 node (world size 1, restarts 0");
+    /* a job that needs both nodes waits while one is drained, and says why */
+    int64_t gang = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1\"}");
+    expect_pending(f, gang, "Resources", 1, NULL);
+    /* the hold survives a restart of ddpd */
+    coord_close(f->c);
+    f->c = NULL;
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    char *nodes = NULL;
+    assert_int_equal(coord_list_nodes(f->c, f->now, &nodes, NULL), 0);
+    assert_non_null(strstr(nodes, "\"admin_state\":\"drain\""));
+    assert_non_null(strstr(nodes, "\"admin_reason\":\"maintenance\""));
+    free(nodes);
+    expect_state(f, gang, "PENDING", NULL);
+    node_admin(f, "node-b", "uncordon");
+    expect_state(f, gang, "RUNNING", NULL);
+    /* cordon: running work stays */
+    node_admin(f, "node-b", "cordon");
+    expect_state(f, gang, "RUNNING", NULL);
+}
+
+/* A user's quota (slots its jobs hold): a job past it waits (Quota); one near it is placed on
+ * fewer nodes; raising it starts the waiting job. */
+static void test_coord_quota(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    reg(f, "node-c", 2, "inc-1");
+    char *out = NULL;
+    json_t *body = parse("{\"name\":\"alice\",\"max_slots\":4}");
+    assert_int_equal(coord_user_add(f->c, body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    struct principal alice = {PRINCIPAL_USER, ROLE_USER, "alice"};
+    int created = 0;
+    body = parse("{\"command\":[\"w\"],\"nnodes\":\"1:3\",\"nproc_per_node\":2}");
+    assert_int_equal(coord_submit(f->c, body, &alice, NULL, f->now, &out, &created, NULL), 0);
+    free(out);
+    expect_state(f, 1, "RUNNING", "on 2 nodes (world size 4)"); /* 4 slots, not 6 */
+    assert_int_equal(coord_submit(f->c, body, &alice, NULL, f->now, &out, &created, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_pending(f, 2, "Quota", 1, "user alice holds 4 of its 4 slots; the job needs 2 more");
+    body = parse("{\"max_slots\":6}");
+    assert_int_equal(coord_user_update(f->c, "alice", body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_state(f, 2, "RUNNING", "on 1 node");
+}
+
 /* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
  * exits for the job are dropped, and the job runs on. */
 static void test_coord_beat_only_for_held_ranks(void **state)
@@ -1561,6 +1635,8 @@ int main(void)
         T(test_coord_priority_orders_the_queue),
         T(test_coord_priority_holds_nodes_back),
         T(test_coord_backoff_and_uncharged_failures),
+        T(test_coord_cordon_and_drain),
+        T(test_coord_quota),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),

@@ -1,0 +1,109 @@
+"""The scheduler on a real ddpd with simulated agents, driven with the real ddpctl:
+
+- a drain moves an elastic job off a node at no restart's cost (restarts stay 0), the HOLD
+  shows in `ddpctl nodes`, and uncordon takes the node back;
+- priorities: a later high-priority job starts before an earlier one; `ddpctl list` and
+  `status` say why the others wait (reason and queue position); `ddpctl update` reorders;
+  a user may not raise its priority above --max-user-priority;
+- a user's quota: a job past it waits with reason Quota until an admin raises it.
+"""
+from api_sim import Api, SimNode, beat_all, cluster, run_tests, wait_for
+from cli_util import ctl, ctl_env
+
+
+def test_drain_moves_an_elastic_job_off_at_no_cost():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        na, nb = SimNode(api, "na", slots=1), SimNode(api, "nb", slots=1, address="127.0.0.2")
+        na.register()
+        nb.register()
+        job = api.submit({"command": ["w"], "nnodes": "1:2"})
+        j = api.wait_state(job["id"], "RUNNING", poke=lambda: beat_all([na, nb]))
+        assert len(j["nodes"]) == 2, j
+        r = ctl(c, "nodes", "drain", "nb", "--reason", "disk swap")
+        assert r.rc == 0 and "drained" in r.out, r
+        r = ctl(c, "nodes")
+        row = [ln for ln in r.out.splitlines() if ln.startswith("nb ")]
+        assert row and row[0].rstrip().endswith("drain: disk swap"), r
+        nb.workers = {}  # nb's agent stops the old workers
+        wait_for("generation 2 on na only", lambda: beat_all([na, nb]) or (
+            lambda j: j["generation"] == 2 and j["state"] == "RUNNING" and
+            [n["name"] for n in j["nodes"]] == ["na"])(api.job(job["id"])), timeout=30)
+        j = api.job(job["id"])
+        assert j["restarts"] == 0, j
+        ev = api.events(job["id"])
+        assert any("node nb drained by an admin: disk swap" in e["reason"] for e in ev), ev
+        # stopping the drained node's agent now costs the job nothing
+        assert api.job(job["id"])["generation"] == 2
+        r = ctl(c, "nodes", "uncordon", "nb")
+        assert r.rc == 0 and "schedulable again" in r.out, r
+        # the job grows back onto it (scale-up, not a restart)
+        wait_for("generation 3 on both", lambda: beat_all([na, nb]) or (
+            lambda j: j["generation"] == 3 and len(j["nodes"]) == 2)(api.job(job["id"])),
+            timeout=30)
+        assert api.job(job["id"])["restarts"] == 0
+        r = ctl(c, "nodes", "drain", "nb", env=ctl_env(c, home=False, extra={
+            "DDP_TOKEN": api.post("/v1/users", {"name": "u"}).json["token"]}))
+        assert r.rc == 1 and "role admin" in r.err, r
+
+
+def test_priorities_and_why_pending():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "na", slots=1)
+        n.register()
+        first = api.submit({"command": ["w"]})
+        api.wait_state(first["id"], "RUNNING", poke=n.beat)
+        low = api.submit({"command": ["w"], "name": "low"})
+        r = ctl(c, "submit", "--priority", "7", "--name", "high", "--parsable", "--", "w")
+        assert r.rc == 0, r
+        high = r.out.strip()
+        r = ctl(c, "list")
+        rows = {ln.split()[0]: ln for ln in r.out.splitlines()[1:]}
+        assert "Resources (#1)" in rows[high] and "Resources (#2)" in rows[low["id"]], r
+        r = ctl(c, "status", low["id"])
+        assert "pending:     Resources (#2 in the queue), needs 1 node x 1 free slots" in r.out, r
+        assert "priority:    0" in r.out and "owner:       admin" in r.out, r
+        # an admin lowers high below low: low is next now
+        r = ctl(c, "update", high, "--priority", "-1")
+        assert r.rc == 0 and "priority -1" in r.out, r
+        assert api.job(low["id"])["pending"]["position"] == 1
+        api.post("/v1/jobs/%s:cancel" % first["id"])
+        n.workers = {}
+        api.wait_state(low["id"], "RUNNING", poke=n.beat)
+        assert api.job(high)["state"] == "PENDING"
+        # a user may lower its priority, not raise it (--max-user-priority 0)
+        tok = api.post("/v1/users", {"name": "alice"}).json["token"]
+        env = ctl_env(c, home=False, extra={"DDP_TOKEN": tok})
+        r = ctl(c, "submit", "--priority", "3", "--", "w", env=env)
+        assert r.rc == 1 and "--max-user-priority" in r.err, r
+        r = ctl(c, "submit", "--priority", "-3", "--", "w", env=env)
+        assert r.rc == 0, r
+        r = ctl(c, "update", high, "--priority", "5", env=env)
+        assert r.rc == 1 and "role admin" in r.err, r  # changing priorities is for admins
+
+
+def test_quota_waits_until_raised():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "na", slots=4)
+        n.register()
+        r = ctl(c, "users", "add", "alice", "--max-slots", "2", "--token-out",
+                c.tmp + "/alice.token")
+        assert r.rc == 0, r
+        r = ctl(c, "users", "list")
+        assert any(ln.split()[:3] == ["alice", "user", "2"] for ln in r.out.splitlines()), r
+        tok = open(c.tmp + "/alice.token").read().strip()
+        a = api.post("/v1/jobs", {"command": ["w"], "nproc_per_node": 2}, token=tok)
+        b = api.post("/v1/jobs", {"command": ["w"], "nproc_per_node": 2}, token=tok)
+        assert a.status == b.status == 201, (a, b)
+        api.wait_state(a.json["id"], "RUNNING", poke=n.beat)
+        p = api.get("/v1/jobs/" + b.json["id"], token=tok).json["pending"]
+        assert p["reason"] == "Quota" and "holds 2 of its 2 slots" in p["message"], p
+        r = ctl(c, "users", "set", "alice", "--max-slots", "4")
+        assert r.rc == 0 and "max slots 4" in r.out, r
+        api.wait_state(b.json["id"], "RUNNING", poke=n.beat)
+
+
+if __name__ == "__main__":
+    run_tests(globals())
