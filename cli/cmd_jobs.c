@@ -84,6 +84,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_GRACE,
         O_HANG,
         O_PRIORITY,
+        O_SELECTOR,
         O_PARSABLE
     };
     static const struct option longopts[] = {{"name", required_argument, NULL, O_NAME},
@@ -97,6 +98,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                                              {"grace", required_argument, NULL, O_GRACE},
                                              {"hang-timeout", required_argument, NULL, O_HANG},
                                              {"priority", required_argument, NULL, O_PRIORITY},
+                                             {"node-selector", required_argument, NULL, O_SELECTOR},
                                              {"parsable", no_argument, NULL, O_PARSABLE},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -115,6 +117,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     };
     json_t *spec = json_object();
     json_t *env = json_object();
+    json_t *selector = json_object();
     json_t *answer = NULL;
     char *workdir = NULL, *ckpt = NULL;
     int parsable = 0, rc = CLI_OK;
@@ -149,6 +152,17 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             char *key = xstrndup(optarg, (size_t)(eq - optarg));
             json_object_set_new(env, key, json_string(eq + 1));
+            free(key);
+            break;
+        }
+        case O_SELECTOR: {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) {
+                rc = cli_usage_error(cmd, "--node-selector: '%s' is not K=V", optarg);
+                goto out;
+            }
+            char *key = xstrndup(optarg, (size_t)(eq - optarg));
+            json_object_set_new(selector, key, json_string(eq + 1));
             free(key);
             break;
         }
@@ -201,6 +215,8 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     json_object_set_new(spec, "command", command);
     if (json_object_size(env) > 0)
         json_object_set(spec, "env", env);
+    if (json_object_size(selector) > 0)
+        json_object_set(spec, "node_selector", selector);
     if (!workdir) {
         char cwd[PATH_MAX];
         if (!getcwd(cwd, sizeof(cwd))) {
@@ -230,6 +246,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
 out:
     json_decref(answer);
     json_decref(env);
+    json_decref(selector);
     json_decref(spec);
     free(workdir);
     free(ckpt);

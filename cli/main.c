@@ -32,7 +32,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"submit",
      "submit [--name N] [--nnodes MIN:MAX] [--nproc-per-node N] [--max-restarts N] "
      "[--env K=V]... [--workdir D] [--checkpoint-dir D] [--max-runtime S] [--grace S] "
-     "[--hang-timeout S] [--priority N] [--parsable] -- CMD ARGS...",
+     "[--hang-timeout S] [--priority N] [--node-selector K=V]... [--parsable] -- CMD ARGS...",
      "submit a job; prints its id",
      "  --name N            job name, 1..63 of [A-Za-z0-9._-] (default \"job\")\n"
      "  --nnodes MIN:MAX    nodes, or one number N (default 1)\n"
@@ -44,6 +44,7 @@ static const struct cli_cmd cli_cmds[] = {
      "  --max-runtime S     stop the job after S seconds (default 0: no limit)\n"
      "  --grace S           seconds between SIGTERM and SIGKILL on stop (default 30)\n"
      "  --hang-timeout S    no progress for S seconds = failed (default 0: off)\n"
+     "  --node-selector K=V only on nodes with this label (repeatable: all must match)\n"
      "  --priority N        -1000..1000, higher first (default 0; above 0 needs an admin\n"
      "                      unless ddpd's --max-user-priority allows it)\n"
      "  --parsable          print only the job id\n"

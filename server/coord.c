@@ -372,6 +372,10 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         n->port_hi = r.port_hi;
         n->registered_at = wall;
         snprintf(n->cred_hash, sizeof(n->cred_hash), "%s", cred_hash);
+        if (r.labels) {
+            json_decref(n->labels);
+            n->labels = json_deep_copy(r.labels);
+        }
         rc = coord_put_node(c, n, 1, wall, err);
         if (rc) {
             coord_node_free(n);
@@ -411,9 +415,16 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         tmp.port_lo = r.port_lo;
         tmp.port_hi = r.port_hi;
         snprintf(tmp.cred_hash, sizeof(tmp.cred_hash), "%s", cred_hash);
+        if (r.labels)
+            tmp.labels = r.labels; /* borrowed for the write */
         rc = coord_put_node(c, &tmp, 1, wall, err);
         if (rc)
             goto out;
+        if (r.labels && !json_equal(n->labels, r.labels)) {
+            json_decref(n->labels);
+            n->labels = json_deep_copy(r.labels);
+            coord_bump(n);
+        }
         free(n->address);
         n->address = xstrdup(r.address);
         free(n->incarnation);

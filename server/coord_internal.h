@@ -65,6 +65,7 @@ struct node {
     int removed;                   /* removed by an admin: a tombstone until ddpd restarts */
     int admin;                     /* enum node_admin: taken out of scheduling by an admin */
     char admin_reason[256];
+    json_t *labels; /* owned JSON object of strings (never NULL once made) */
 };
 
 /* An admin's hold on a node (docs/scheduling.md): cordon takes no new work; drain also moves
@@ -222,6 +223,8 @@ void coord_nodes_push(struct coord *c, struct node *n);
  * counts, its credential void. */
 void coord_node_removed(struct coord *c, int ni, int64_t now);
 int coord_group_rank(const struct job *j, int ni);
+/* 1 when node n has every label of selector (an object of strings; NULL or {}: any node). */
+int coord_node_matches(const struct node *n, const json_t *selector);
 /* 1 when node ni held rank (< 0: the metrics stream, rank 0's) of generation gen of j: the
  * current generation or, from prev_pl, the one before. */
 int coord_node_held_rank(const struct job *j, int ni, int64_t gen, int rank);

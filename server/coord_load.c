@@ -40,6 +40,13 @@ static int coord_load_node(void *ctx, const struct store_node *r)
                                                                          : NODE_SCHEDULABLE;
     snprintf(n->admin_reason, sizeof(n->admin_reason), "%s",
              r->admin_reason ? r->admin_reason : "");
+    json_t *labels = json_loads(r->labels ? r->labels : "{}", 0, NULL);
+    if (json_is_object(labels)) {
+        json_decref(n->labels);
+        n->labels = labels;
+    } else {
+        json_decref(labels);
+    }
     /* LOST (coord_node_new()): alive again only when it beats again */
     n->last_seen = L->now;
     coord_nodes_push(c, n);

@@ -172,6 +172,7 @@ struct node *coord_node_new(struct coord *c, const char *name)
     snprintf(n->name, sizeof(n->name), "%s", name);
     n->version = c->version_base;
     n->state = NODE_LOST; /* until it registers or beats */
+    n->labels = json_object();
     return n;
 }
 
@@ -180,6 +181,7 @@ void coord_node_free(struct node *n)
     if (!n)
         return;
     pthread_cond_destroy(&n->cond);
+    json_decref(n->labels);
     free(n->address);
     free(n->incarnation);
     free(n);
@@ -226,6 +228,19 @@ int coord_group_rank(const struct job *j, int ni)
         if (j->st.pl[p].node == ni)
             return j->st.pl[p].group_rank;
     return -1;
+}
+
+int coord_node_matches(const struct node *n, const json_t *selector)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)selector, k, v)
+    {
+        const char *have = json_string_value(json_object_get(n->labels, k));
+        if (!have || strcmp(have, json_string_value(v)) != 0)
+            return 0;
+    }
+    return 1;
 }
 
 int coord_node_held_rank(const struct job *j, int ni, int64_t gen, int rank)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonx.h"
 #include "common/xalloc.h"
 #include "server/sched.h"
 
@@ -287,13 +288,14 @@ static int coord_queue_cmp(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* Ready nodes of k with at least nproc free slots; with reserved (may be NULL), only those
- * no waiting job of a higher priority than prio holds back. */
-static int coord_fitting(const struct cand *k, const int *reserved, int nproc, int prio)
+/* Ready nodes of k with at least nproc free slots, not ruled out (off[i]); with reserved
+ * (may be NULL), only those no waiting job of a higher priority than prio holds back. */
+static int coord_fitting(const struct cand *k, const int *reserved, const char *off, int nproc,
+                         int prio)
 {
     int n = 0;
     for (size_t i = 0; i < k->n; i++)
-        if (k->sn[i].free_slots >= nproc && (!reserved || reserved[i] <= prio))
+        if (k->sn[i].free_slots >= nproc && !off[i] && (!reserved || reserved[i] <= prio))
             n++;
     return n;
 }
@@ -348,16 +350,33 @@ void coord_schedule(struct coord *c, int64_t now)
             if (fit < nmax)
                 nmax = (int)fit;
         }
-        /* hide the nodes held back for higher priorities */
+        /* the nodes its node_selector rules out */
+        const json_t *sel = j->spec.node_selector;
+        int selective = sel && json_object_size(sel) > 0, eligible = 0;
+        char *off = xcalloc(k.n + 1, 1);
+        for (size_t n = 0; n < k.n; n++) {
+            off[n] = selective && !coord_node_matches(c->nodes[n], sel);
+            eligible += !off[n] && !c->nodes[n]->removed;
+        }
+        if (selective && eligible == 0) {
+            free(off);
+            pos++;
+            char *want = jsonx_dumps(sel);
+            coord_wait_set(j, "NodeSelector", pos,
+                           "no registered node has the labels %.120s; it waits for one", want);
+            free(want);
+            continue;
+        }
+        /* hide the nodes held back for higher priorities, and those ruled out */
         int *saved = xcalloc(k.n + 1, sizeof(int));
         for (size_t n = 0; n < k.n; n++) {
             saved[n] = k.sn[n].free_slots;
-            if (reserved[n] > j->spec.priority)
+            if (reserved[n] > j->spec.priority || off[n])
                 k.sn[n].free_slots = -1;
         }
         int rc = coord_start(c, j, &k, nmax, now);
         for (size_t n = 0; n < k.n; n++)
-            if (reserved[n] > j->spec.priority)
+            if (reserved[n] > j->spec.priority || off[n])
                 k.sn[n].free_slots = saved[n];
         free(saved);
         if (rc == 0) {
@@ -369,8 +388,9 @@ void coord_schedule(struct coord *c, int64_t now)
          * from being taken by a scale-up or by lower priorities */
         if (j->spec.nproc < pending_min_nproc)
             pending_min_nproc = j->spec.nproc;
-        int all = coord_fitting(&k, NULL, j->spec.nproc, j->spec.priority);
-        int open = coord_fitting(&k, reserved, j->spec.nproc, j->spec.priority);
+        int all = coord_fitting(&k, NULL, off, j->spec.nproc, j->spec.priority);
+        int open = coord_fitting(&k, reserved, off, j->spec.nproc, j->spec.priority);
+        free(off);
         pos++;
         if (all >= j->spec.nmin && open < j->spec.nmin)
             coord_wait_set(j, "Priority", pos,
@@ -384,7 +404,8 @@ void coord_schedule(struct coord *c, int64_t now)
                            j->spec.nmin == 1 ? "" : "s", j->spec.nproc, open, open == 1 ? "" : "s",
                            open == 1 ? "s" : "");
         for (size_t n = 0; n < k.n; n++)
-            if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority)
+            if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority &&
+                (!selective || coord_node_matches(c->nodes[n], sel)))
                 reserved[n] = j->spec.priority;
     }
     free(q);
@@ -404,6 +425,8 @@ void coord_schedule(struct coord *c, int64_t now)
             continue; /* growing would pass its owner's quota */
         for (size_t ni = 0; ni < k.n; ni++) {
             if (k.sn[ni].free_slots < j->spec.nproc || k.sn[ni].free_slots >= pending_min_nproc)
+                continue;
+            if (!coord_node_matches(c->nodes[ni], j->spec.node_selector))
                 continue;
             int in = 0;
             for (int p = 0; p < j->st.npl; p++)

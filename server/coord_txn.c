@@ -189,6 +189,7 @@ static int coord_node_write(struct coord *c, void *ctx, struct ddp_err *e)
 int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
                    struct ddp_err *err)
 {
+    char *labels = n->labels ? jsonx_dumps(n->labels) : NULL;
     struct store_node row = {
         .name = n->name,
         .address = n->address,
@@ -204,9 +205,11 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
                        : n->admin == NODE_CORDONED ? "cordon"
                                                    : "",
         .admin_reason = n->admin_reason,
+        .labels = labels,
     };
     struct ddp_err e;
     int rc = coord_txn_run(c, coord_node_write, &row, &e);
+    free(labels);
     if (rc) {
         log_error("cannot record node %s: %s", n->name, e.msg);
         return err_set(err, DDP_EINTERNAL, "cannot record the node: %s", e.msg);

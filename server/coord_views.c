@@ -90,6 +90,7 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now)
     json_object_set_new(o, "schedulable", json_boolean(n->admin == NODE_SCHEDULABLE));
     json_object_set_new(o, "admin_state", json_string(admin[n->admin]));
     json_object_set_new(o, "admin_reason", json_string(n->admin_reason));
+    json_object_set(o, "labels", n->labels);
     return o;
 }
 

@@ -86,7 +86,8 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_MARK_DROP] = "DELETE FROM marks WHERE job_id = ?1 AND generation < ?2",
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
                     "incarnation, state, registered_at, last_heartbeat, credential_hash, "
-                    "admin_state, admin_reason) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                    "admin_state, admin_reason, labels) "
+                    "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
     [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
     [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at, max_slots) "
                     "VALUES (?1,?2,?3,?4,?5)",
@@ -438,6 +439,7 @@ int store_node_put(struct store *st, const struct store_node *n, struct ddp_err 
     store_bind_text(s, 10, n->credential_hash ? n->credential_hash : "");
     store_bind_text(s, 11, n->admin_state ? n->admin_state : "");
     store_bind_text(s, 12, n->admin_reason ? n->admin_reason : "");
+    store_bind_text(s, 13, n->labels ? n->labels : "{}");
     return store_step_done(st, ST_NODE_PUT, err);
 }
 
@@ -542,6 +544,7 @@ int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_e
             .credential_hash = store_col_text(s, 9),
             .admin_state = store_col_text(s, 10),
             .admin_reason = store_col_text(s, 11),
+            .labels = store_col_text(s, 12),
         };
         rc = fn(ctx, &n);
         if (rc)

@@ -50,6 +50,7 @@ struct store_node {
     const char *credential_hash; /* hex SHA-256 of the node credential; "" none */
     const char *admin_state;     /* "", "cordon" or "drain" (NULL: "") */
     const char *admin_reason;
+    const char *labels; /* JSON object text (NULL: "{}") */
 };
 
 /* A users row (strings borrowed). */

@@ -131,6 +131,48 @@ static int validate_path(const json_t *body, const char *key, const char **out, 
     return 0;
 }
 
+static int validate_label_chars(const char *s, size_t min, int slash)
+{
+    size_t n = strlen(s);
+    if (n < min || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || (slash && c == '/')))
+            return 0;
+    }
+    return 1;
+}
+
+int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp_err *err)
+{
+    json_t *l = NULL;
+    *out = NULL;
+    int rc = jsonx_get_object(obj, key, 0, &l, err);
+    if (rc || !l)
+        return rc;
+    if (json_object_size(l) > LABELS_MAX)
+        return err_set(err, DDP_EINVAL, "field '%s': %zu labels, at most %d", key,
+                       json_object_size(l), LABELS_MAX);
+    const char *k;
+    json_t *v;
+    json_object_foreach(l, k, v)
+    {
+        if (!validate_label_chars(k, 1, 1))
+            return err_set(err, DDP_EINVAL,
+                           "field '%s': key '%.64s' must be 1..63 characters of [A-Za-z0-9._/-]",
+                           key, k);
+        if (!json_is_string(v) || !validate_label_chars(json_string_value(v), 0, 0))
+            return err_set(err, DDP_EINVAL,
+                           "field '%s.%s': expected a string of 0..63 characters of "
+                           "[A-Za-z0-9._-]",
+                           key, k);
+    }
+    *out = l;
+    return 0;
+}
+
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err)
 {
     static const char *const keys[] = {
@@ -146,6 +188,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         "workdir",
         "checkpoint_dir",
         "priority",
+        "node_selector",
         NULL,
     };
     int rc;
@@ -249,6 +292,9 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         rc = jsonx_get_int(body, "hang_timeout_s", 0, 0, 86400, &hang, err);
     if (!rc)
         rc = jsonx_get_int(body, "priority", 0, SPEC_PRIORITY_MIN, SPEC_PRIORITY_MAX, &prio, err);
+    json_t *selector = NULL;
+    if (!rc)
+        rc = validate_labels(body, "node_selector", &selector, err);
     if (rc)
         goto out;
     const char *workdir = "", *ckpt = "";
@@ -270,6 +316,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         abort(); /* only out of memory */
     /* command is shared by reference; give the canonical spec its own copy */
     json_object_set_new(canon, "command", json_deep_copy(command));
+    json_object_set_new(canon, "node_selector",
+                        selector ? json_deep_copy(selector) : json_object());
     out->json = canon;
     out->name = json_string_value(json_object_get(canon, "name"));
     out->nmin = nmin;
@@ -280,6 +328,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     out->grace_period_s = (int)grace;
     out->hang_timeout_s = (int)hang;
     out->priority = (int)prio;
+    out->node_selector = json_object_get(canon, "node_selector");
     canon = NULL;
     rc = 0;
 out:
@@ -310,8 +359,8 @@ static int validate_port_range(const char *s, int *lo, int *hi, struct ddp_err *
 
 int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"name",        "address",    "slots", "port_range",
-                                       "incarnation", "credential", NULL};
+    static const char *const keys[] = {"name",        "address",    "slots",  "port_range",
+                                       "incarnation", "credential", "labels", NULL};
     struct node_reg r = {0};
     int rc;
     if (!json_is_object(body))
@@ -351,6 +400,9 @@ int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *
         return rc;
     if (r.credential && (strlen(r.credential) < 16 || strlen(r.credential) > 256))
         return err_set(err, DDP_EINVAL, "field 'credential': expected 16..256 bytes");
+    rc = validate_labels(body, "labels", &r.labels, err);
+    if (rc)
+        return rc;
     *out = r;
     return 0;
 }

@@ -40,8 +40,15 @@ struct job_spec {
     int64_t max_runtime_s;
     int grace_period_s;
     int hang_timeout_s;
-    int priority; /* -1000..1000, higher first; 0 by default */
+    int priority;                /* -1000..1000, higher first; 0 by default */
+    const json_t *node_selector; /* borrowed from json: labels a node must have; may be {} */
 };
+
+/* Labels: at most LABELS_MAX pairs; a key is 1..63 of [A-Za-z0-9._/-], a value 0..63 of
+ * [A-Za-z0-9._-]. */
+#define LABELS_MAX 64
+/* Checks the optional object field key of obj as labels; *out is borrowed (NULL if absent). */
+int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp_err *err);
 
 #define SPEC_PRIORITY_MIN (-1000)
 #define SPEC_PRIORITY_MAX 1000
@@ -57,6 +64,7 @@ struct node_reg {
     const char *address;
     const char *incarnation;
     const char *credential; /* the node's current credential, to take over a live name; or NULL */
+    json_t *labels;         /* borrowed; NULL when the agent sends none */
     int slots;
     int port_lo, port_hi;
 };

@@ -11,7 +11,7 @@ from api_sim import Api, SimNode, beat_all, cluster, db_path, wait_assigned, wai
 
 DEFAULTS = {"name": "job", "env": {}, "nproc_per_node": 1, "max_restarts": 3,
             "max_runtime_s": 0, "grace_period_s": 30, "hang_timeout_s": 0, "workdir": "",
-            "checkpoint_dir": "", "priority": 0}
+            "checkpoint_dir": "", "priority": 0, "node_selector": {}}
 
 
 def jid(n):

@@ -755,6 +755,35 @@ static void test_coord_quota(void **state)
     expect_state(f, 2, "RUNNING", "on 1 node");
 }
 
+/* node_selector: a job runs only on nodes whose labels match; one no node can satisfy says
+ * so (NodeSelector); labels come with the registration and survive a reopen. */
+static void test_coord_node_selector(void **state)
+{
+    struct fx *f = *state;
+    char *out = NULL;
+    json_t *body = parse("{\"name\":\"node-g\",\"address\":\"10.0.0.9\",\"slots\":1,"
+                         "\"incarnation\":\"inc-1\",\"labels\":{\"gpu\":\"a100\",\"zone\":\"b\"}}");
+    assert_int_equal(coord_register(f->c, body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    reg(f, "node-a", 4, "inc-1");
+    int64_t h = submit(f, "{\"command\":[\"w\"],\"node_selector\":{\"gpu\":\"h200\"}}");
+    expect_pending(f, h, "NodeSelector", 1, "no registered node has the labels {\"gpu\":\"h200\"}");
+    int64_t g = submit(f, "{\"command\":[\"w\"],\"node_selector\":{\"gpu\":\"a100\"}}");
+    expect_state(f, g, "RUNNING", "on 1 node");
+    json_t *j = job(f, g);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "nodes"), 0), "name")),
+        "node-g");
+    json_decref(j);
+    int64_t g2 = submit(f, "{\"command\":[\"w\"],\"node_selector\":{\"gpu\":\"a100\"}}");
+    expect_pending(f, g2, "Resources", 2,
+                   "0 nodes fit now"); /* node-a's 4 free slots do not count */
+    assert_int_equal(coord_list_nodes(f->c, f->now, &out, NULL), 0);
+    assert_non_null(strstr(out, "\"labels\":{\"gpu\":\"a100\",\"zone\":\"b\"}"));
+    free(out);
+}
+
 /* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
  * exits for the job are dropped, and the job runs on. */
 static void test_coord_beat_only_for_held_ranks(void **state)
@@ -1637,6 +1666,7 @@ int main(void)
         T(test_coord_backoff_and_uncharged_failures),
         T(test_coord_cordon_and_drain),
         T(test_coord_quota),
+        T(test_coord_node_selector),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),

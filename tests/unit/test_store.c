@@ -146,7 +146,8 @@ static void test_store_durable_across_reopen(void **state)
     assert_int_equal(store_mark_put(st, 1, 1, 0, 4, &e), 0);
     assert_int_equal(store_mark_put(st, 1, 1, -1, 3, &e), 0);
     assert_int_equal(store_marks_drop(st, 1, 2, &e), 0);
-    struct store_node n = {"a", "127.0.0.1", 2, 29500, 29999, "inc", "READY", 1000, 0, "", "", ""};
+    struct store_node n = {"a",  "127.0.0.1", 2,  29500, 29999, "inc", "READY",
+                           1000, 0,           "", "",    "",    NULL};
     assert_int_equal(store_node_put(st, &n, &e), 0);
     assert_int_equal(store_commit(st, &e), 0);
     /* a rolled-back change leaves no trace */

@@ -157,7 +157,8 @@ static void test_validate_spec_defaults(void **state)
                         "{\"name\":\"job\",\"command\":[\"ddp-worker\",\"--epochs\",\"1\"],"
                         "\"env\":{},\"nnodes\":\"1:1\",\"nproc_per_node\":1,\"max_restarts\":3,"
                         "\"max_runtime_s\":0,\"grace_period_s\":30,\"hang_timeout_s\":0,"
-                        "\"workdir\":\"\",\"checkpoint_dir\":\"\",\"priority\":0}");
+                        "\"workdir\":\"\",\"checkpoint_dir\":\"\",\"priority\":0,"
+                        "\"node_selector\":{}}");
     free(text);
     validate_spec_release(&s);
     validate_spec_release(&s); /* idempotent on a released spec */
