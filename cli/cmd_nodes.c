@@ -1,6 +1,7 @@
 /*
- * cmd_nodes.c - `ddpctl nodes`: the nodes ddpd knows (one agent each), their slots, state
- * and last heartbeat, from GET /v1/nodes; `ddpctl nodes remove NAME` (DELETE /v1/nodes/NAME).
+ * cmd_nodes.c - `ddpctl nodes`: the nodes ddpd knows (one agent each), their slots, state,
+ * last heartbeat and isolation (whose accounts their jobs run as), from GET /v1/nodes;
+ * `ddpctl nodes remove NAME` (DELETE /v1/nodes/NAME).
  */
 #include <getopt.h>
 #include <stdlib.h>
@@ -126,8 +127,9 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         goto out;
     }
     static const char *const hdr[] = {"NAME", "ADDRESS", "STATE",     "SLOTS",
-                                      "USED", "PORTS",   "LAST BEAT", "HOLD"};
-    struct table *t = table_new(8, hdr);
+                                      "USED", "PORTS",   "LAST BEAT", "HOLD",
+                                      "ISOLATION"};
+    struct table *t = table_new(9, hdr);
     size_t i;
     json_t *n;
     json_array_foreach(nodes, i, n)
@@ -152,6 +154,7 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             table_cell(t, "-");
         else
             table_cell(t, "%s%s%s", hold, why[0] ? ": " : "", why);
+        table_cell(t, "%s", cli_str(n, "isolation", "-"));
     }
     table_print(t, stdout);
     table_free(t);

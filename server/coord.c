@@ -376,6 +376,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
             json_decref(n->labels);
             n->labels = json_deep_copy(r.labels);
         }
+        snprintf(n->isolation, sizeof(n->isolation), "%s", r.isolation ? r.isolation : "");
         rc = coord_put_node(c, n, 1, wall, err);
         if (rc) {
             coord_node_free(n);
@@ -386,7 +387,8 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         n->last_beat_wall = wall;
         coord_nodes_push(c, n);
         ni = (int)c->nnodes - 1;
-        log_info("node registered name=%s address=%s slots=%d", r.name, r.address, r.slots);
+        log_info("node registered name=%s address=%s slots=%d isolation=%s", r.name, r.address,
+                 r.slots, r.isolation ? r.isolation : "unsaid");
     } else {
         struct node *n = c->nodes[ni];
         char old_hash[AUTH_HASH_HEX] = "";
@@ -433,6 +435,7 @@ int coord_register(struct coord *c, const json_t *body, int64_t now, char **out,
         n->port_lo = r.port_lo;
         n->port_hi = r.port_hi;
         snprintf(n->cred_hash, sizeof(n->cred_hash), "%s", cred_hash);
+        snprintf(n->isolation, sizeof(n->isolation), "%s", r.isolation ? r.isolation : "");
         coord_node_set(n, NODE_READY);
         n->last_seen = now;
         n->last_beat_wall = wall;

@@ -66,6 +66,9 @@ struct node {
     int admin;                     /* enum node_admin: taken out of scheduling by an admin */
     char admin_reason[256];
     json_t *labels; /* owned JSON object of strings (never NULL once made) */
+    /* What its agent said at its last registration with this ddpd (in memory only): whose
+     * accounts jobs run as, "per-user" or "single-user"; "" when it did not say. */
+    char isolation[16];
 };
 
 /* An admin's hold on a node (docs/scheduling.md): cordon takes no new work; drain also moves

@@ -78,12 +78,13 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now)
     json_t *age = n->last_beat_wall
                       ? json_integer(wall - n->last_beat_wall > 0 ? wall - n->last_beat_wall : 0)
                       : json_null();
+    json_t *iso = n->isolation[0] ? json_string(n->isolation) : json_null();
     json_t *o =
-        json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o}", "name", n->name, "address",
+        json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:o, s:o, s:o, s:o}", "name", n->name, "address",
                   n->address, "slots", n->slots, "slots_used", coord_slots_used(c, idx), "state",
                   nodestate_api_name(n->state), "port_range", range, "last_heartbeat",
                   coord_time_json(n->last_beat_wall), "last_heartbeat_age_ms", age, "registered_at",
-                  coord_time_json(n->registered_at));
+                  coord_time_json(n->registered_at), "isolation", iso);
     if (!o)
         abort();
     static const char *const admin[] = {"", "cordon", "drain"};
@@ -109,7 +110,7 @@ json_t *coord_assignments(struct coord *c, int ni)
         json_t *s = j->spec.json;
         json_t *a = json_pack(
             "{s:s, s:i, s:s, s:O, s:O, s:O, s:O, s:O, s:i, s:i, s:i, s:i, s:s, s:i, s:i, s:i, "
-            "s:s}",
+            "s:s, s:s}",
             "job_id", id, "generation", j->st.generation, "run_id", id, "command",
             json_object_get(s, "command"), "env", json_object_get(s, "env"), "workdir",
             json_object_get(s, "workdir"), "checkpoint_dir", json_object_get(s, "checkpoint_dir"),
@@ -117,7 +118,7 @@ json_t *coord_assignments(struct coord *c, int ni)
             "group_world_size", j->st.npl, "nproc_per_node", j->spec.nproc, "world_size",
             j->st.world_size, "master_addr", j->st.master_addr, "master_port", j->st.master_port,
             "restart_count", j->st.restarts, "max_restarts", j->spec.max_restarts, "job_token",
-            j->token);
+            j->token, "owner", j->owner);
         if (!a)
             abort();
         json_array_append_new(arr, a);

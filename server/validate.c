@@ -359,8 +359,9 @@ static int validate_port_range(const char *s, int *lo, int *hi, struct ddp_err *
 
 int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"name",        "address",    "slots",  "port_range",
-                                       "incarnation", "credential", "labels", NULL};
+    static const char *const keys[] = {"name",       "address",    "slots",     "port_range",
+                                       "incarnation", "credential", "isolation", "labels",
+                                       NULL};
     struct node_reg r = {0};
     int rc;
     if (!json_is_object(body))
@@ -403,6 +404,13 @@ int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *
     rc = validate_labels(body, "labels", &r.labels, err);
     if (rc)
         return rc;
+    rc = jsonx_get_string(body, "isolation", 0, &r.isolation, err);
+    if (rc)
+        return rc;
+    if (r.isolation && strcmp(r.isolation, "per-user") != 0 &&
+        strcmp(r.isolation, "single-user") != 0)
+        return err_set(err, DDP_EINVAL,
+                       "field 'isolation': expected \"per-user\" or \"single-user\"");
     *out = r;
     return 0;
 }

@@ -65,6 +65,7 @@ struct node_reg {
     const char *incarnation;
     const char *credential; /* the node's current credential, to take over a live name; or NULL */
     json_t *labels;         /* borrowed; NULL when the agent sends none */
+    const char *isolation;  /* "per-user" or "single-user" (borrowed), or NULL: not said */
     int slots;
     int port_lo, port_hi;
 };

@@ -30,8 +30,10 @@ def test_nodes_register_list_incarnation():
         assert list(nodes) == ["node-a"] and nodes["node-a"]["state"] == "READY", nodes
         assert nodes["node-a"]["last_heartbeat"] is not None, nodes
         assert nodes["node-a"]["last_heartbeat_age_ms"] >= 0, nodes
+        assert nodes["node-a"]["isolation"] is None, nodes  # the simulated agent did not say
         job = api.submit({"command": ["w"], "nproc_per_node": 3})
         x, = wait_assigned(job["id"], [n])
+        assert x["owner"] == "admin", x  # whose local account a per-user agent runs it as
         api.wait_state(job["id"], "RUNNING", poke=n.beat)
         # Same incarnation (a lost answer): nothing changes.
         n.register()
@@ -50,6 +52,28 @@ def test_nodes_register_list_incarnation():
         a = api.post("/v1/nodes/node-a:heartbeat", {"incarnation": "stale-incarnation",
                                                     "version": 0}, token="node")
         assert a.status == 409 and a.json["error"]["status"] == "ABORTED", a
+
+
+def test_nodes_isolation():
+    """A register's optional "isolation" is kept and shown in the Node; another value is a 400
+    naming the field, and a later register that does not say it clears it."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "node-i")
+        body = {"name": "node-i", "address": "127.0.0.1", "slots": 1, "incarnation": "inc-1"}
+        for bad in ("root", "", 1):
+            a = api.post("/v1/nodes:register", dict(body, isolation=bad), token="agent")
+            api_sim.expect_error(a, 400, "isolation")
+        assert api.nodes() == {}
+        for iso in ("per-user", "single-user"):
+            cred = c.node_creds.get("node-i")
+            reg = dict(body, isolation=iso, **({"credential": cred} if cred else {}))
+            a = api.post("/v1/nodes:register", reg, token="agent")
+            assert a.status == 200 and a.json["node"]["isolation"] == iso, a
+            assert api.nodes()["node-i"]["isolation"] == iso
+        n.incarnation = "inc-1"
+        n.register()
+        assert api.nodes()["node-i"]["isolation"] is None
 
 
 def test_nodes_lost_reform_scale_up():

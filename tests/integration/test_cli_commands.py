@@ -189,6 +189,18 @@ def test_cli_submit_list_status_cancel():
         r = ctl(c, "list")
         assert r.rc == 0 and len(r.out.splitlines()) == 104, r
 
+        # ddpctl nodes: the isolation its agent registered with, "-" when it did not say.
+        for name, iso in (("n-per", "per-user"), ("n-old", None)):
+            body = {"name": name, "address": "127.0.0.1", "slots": 1, "incarnation": "i-" + name}
+            if iso:
+                body["isolation"] = iso
+            assert api.post("/v1/nodes:register", body, token="agent").status == 200
+        r = ctl(c, "nodes")
+        assert r.rc == 0, r
+        rows = [ln.split() for ln in r.out.splitlines()]
+        assert rows[0][-1] == "ISOLATION", r
+        assert {row[0]: row[-1] for row in rows[1:]} == {"n-per": "per-user", "n-old": "-"}, r
+
 
 if __name__ == "__main__":
     api_sim.run_tests(globals())

@@ -209,6 +209,11 @@ static void test_validate_register(void **state)
          "field 'port_range'"},
         {"{\"name\":\"a\",\"address\":\"h\",\"slots\":1,\"incarnation\":\"x\",\"gpus\":2}",
          "unknown field 'gpus'"},
+        {"{\"name\":\"a\",\"address\":\"h\",\"slots\":1,\"incarnation\":\"x\",\"isolation\":"
+         "\"root\"}",
+         "field 'isolation': expected \"per-user\" or \"single-user\""},
+        {"{\"name\":\"a\",\"address\":\"h\",\"slots\":1,\"incarnation\":\"x\",\"isolation\":1}",
+         "field 'isolation'"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct node_reg r = {0};
@@ -231,6 +236,13 @@ static void test_validate_register(void **state)
     assert_int_equal(r.slots, 4);
     assert_int_equal(r.port_lo, 29500);
     assert_int_equal(r.port_hi, 29999);
+    assert_null(r.isolation);
+    json_decref(keep);
+    assert_int_equal(reg_of("{\"name\":\"node-a\",\"address\":\"127.0.0.1\",\"slots\":4,"
+                            "\"incarnation\":\"3f9c\",\"isolation\":\"per-user\"}",
+                            &r, &e, &keep),
+                     0);
+    assert_string_equal(r.isolation, "per-user");
     json_decref(keep);
 }
 
