@@ -1,9 +1,12 @@
 /*
  * assign.c - parsing of the assignments in a heartbeat answer.
  *
- * Invariant: a parsed assignment is self-consistent (0 <= group_rank < group_world_size,
- * world_size >= group_rank * nproc_per_node + nproc_per_node, argv non-empty), so the
- * environment built from it never names a rank outside the world.
+ * Invariants:
+ *   1. a parsed assignment is self-consistent (0 <= group_rank < group_world_size,
+ *      world_size >= group_rank * nproc_per_node + nproc_per_node, argv non-empty), so the
+ *      environment built from it never names a rank outside the world;
+ *   2. its owner is "" or 1..63 of [A-Za-z0-9._-] (ddpd's rule for user names), so it can
+ *      be looked up in the user map and named in a message as it is.
  */
 #include "agent/assign.h"
 
@@ -108,8 +111,15 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
         assign_int(obj, "master_port", 1, 1, 65535, &a.master_port, err) < 0 ||
         assign_int(obj, "restart_count", 0, 0, 1000000, &a.restart_count, err) < 0 ||
         assign_int(obj, "max_restarts", 0, 0, 1000000, &a.max_restarts, err) < 0 ||
-        assign_str(obj, "job_token", 0, &a.job_token, err) < 0)
+        assign_str(obj, "job_token", 0, &a.job_token, err) < 0 ||
+        assign_str(obj, "owner", 0, &a.owner, err) < 0)
         goto out;
+    size_t olen = strlen(a.owner);
+    if (olen > 63 || strspn(a.owner, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                     "0123456789._-") != olen) { /* it names a local account */
+        err_set(err, DDP_EINVAL, "field 'owner': '%.64s' is not a user name", a.owner);
+        goto out;
+    }
     if (!a.run_id || !*a.run_id) {
         free(a.run_id);
         a.run_id = xstrdup(a.job_id);
@@ -157,6 +167,7 @@ void assign_release(struct assign *a)
     free(a->checkpoint_dir);
     free(a->master_addr);
     free(a->job_token);
+    free(a->owner);
     memset(a, 0, sizeof(*a));
 }
 

@@ -33,6 +33,7 @@ struct assign {
     int restart_count;
     int max_restarts;
     char *job_token;
+    char *owner; /* the job's owner, a ddp user name; "" when ddpd did not say (older ddpd) */
 };
 
 /*

@@ -1,6 +1,6 @@
 /*
- * test_assign.c - parsing of heartbeat-answer assignments: a full one, defaults, and each
- * refusal naming its field (a refused assignment is never started).
+ * test_assign.c - parsing of heartbeat-answer assignments: a full one (with its owner),
+ * defaults, and each refusal naming its field (a refused assignment is never started).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +18,8 @@ static const char *full =
     " \"workdir\": \"/w\", \"checkpoint_dir\": \"\", \"grace_period_s\": 5,"
     " \"group_rank\": 1, \"group_world_size\": 2, \"nproc_per_node\": 2, \"world_size\": 4,"
     " \"master_addr\": \"10.0.0.1\", \"master_port\": 29500, \"restart_count\": 1,"
-    " \"max_restarts\": 3, \"job_token\": \"9b1f\", \"a_future_field\": true}";
+    " \"max_restarts\": 3, \"job_token\": \"9b1f\", \"owner\": \"alice.b-2\","
+    " \"a_future_field\": true}";
 
 static int parse(const char *text, struct assign *a, struct ddp_err *err)
 {
@@ -53,6 +54,7 @@ static void test_assign_full(void **state)
     assert_int_equal(a.restart_count, 1);
     assert_int_equal(a.max_restarts, 3);
     assert_string_equal(a.job_token, "9b1f");
+    assert_string_equal(a.owner, "alice.b-2");
     assign_release(&a);
     assign_release(&a); /* twice is harmless */
     assign_release(NULL);
@@ -74,6 +76,7 @@ static void test_assign_defaults(void **state)
     assert_string_equal(a.workdir, "");
     assert_string_equal(a.checkpoint_dir, "");
     assert_string_equal(a.job_token, "");
+    assert_string_equal(a.owner, ""); /* an older ddpd */
     assign_release(&a);
 }
 
@@ -117,6 +120,11 @@ static void test_assign_refusals_name_the_field(void **state)
     expect_refused("master_addr", "\"\"", "master_addr");
     expect_refused("master_port", "70000", "master_port");
     expect_refused("grace_period_s", "-1", "grace_period_s");
+    expect_refused("owner", "1", "owner");
+    expect_refused("owner", "\"../root\"", "field 'owner': '../root' is not a user name");
+    expect_refused("owner", "\"a b\"", "owner");
+    expect_refused("owner", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+                   "owner");
     struct assign a;
     struct ddp_err err;
     memset(&a, 0, sizeof(a));
