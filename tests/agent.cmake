@@ -7,6 +7,8 @@ ddp_unit_test(NAME test_assign SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ass
 ddp_unit_test(NAME test_spawn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_spawn.c LIBS ddpagent)
 ddp_unit_test(NAME test_cgroup SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cgroup.c
               LIBS ddpagent)
+ddp_unit_test(NAME test_usermap SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_usermap.c
+              LIBS ddpagent)
 
 set(DDP_AGENT_PY ${PROJECT_SOURCE_DIR}/tests/integration)
 foreach(t env cancel kill reconnect orphan)
