@@ -4,7 +4,11 @@
  *
  * Invariants:
  *   - between fork and execve the child only calls async-signal-safe functions; every
- *     string it may write was formatted by the parent before fork;
+ *     string it may write was formatted by the parent before fork, and the account it runs
+ *     as was resolved by the parent (NSS is not async-signal-safe);
+ *   - a worker given an account takes it (groups, gid, uid) before it creates a folder,
+ *     enters its working dir or runs anything, so none of these happen as root; should it
+ *     fail, the worker exits 127 without running anything;
  *   - a worker joins its cgroup (write(2) of "0" to cgroup.procs) before it can start any
  *     process, so nothing it starts is outside the cgroup;
  *   - a worker's process group is signalled only while its leader is unreaped (alive or a
@@ -16,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +86,11 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
         if (skip)
             continue;
         spawn_envb_put(&b, xstrdup(base[i]));
+    }
+    if (args->user) {
+        spawn_envb_set(&b, "HOME", args->home ? args->home : "/");
+        spawn_envb_set(&b, "USER", args->user);
+        spawn_envb_set(&b, "LOGNAME", args->user);
     }
     for (size_t i = 0; i < a->nenv; i++) {
         spawn_envb_set(&b, a->env_keys[i], a->env_vals[i]);
@@ -205,9 +215,44 @@ static void spawn_child_say(int fd, const char *a, const char *b)
     (void)r;
 }
 
+/* mkdir -p of path (a writable copy: '/' are cut and put back in place), the last folder
+ * mode 0700, those above it 0755. 0, or -1 with errno. Async-signal-safe. */
+static int spawn_child_mkdir_p(char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int r = mkdir(path, 0755);
+        *p = '/';
+        if (r != 0 && errno != EEXIST)
+            return -1;
+    }
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return -1;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+/* The messages a child may write, formatted before the fork. */
+struct spawn_msgs {
+    const char *run;   /* "ddp-agent: cannot run 'X': " */
+    const char *cwd;   /* ... cannot enter working dir ... */
+    const char *cg;    /* cannot join cgroup ..., or NULL */
+    const char *cred;  /* ... cannot become ACCOUNT ..., or NULL */
+    const char *mkdir; /* cannot create checkpoint dir ..., or NULL */
+    char *mkdir_buf;   /* a writable copy of req->mkdir_path, or NULL */
+};
+
 /* The child, after fork. Never returns. */
-static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, const char *run_msg,
-                        const char *cwd_msg, const char *cg_msg)
+static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
+                        const struct spawn_msgs *msg)
 {
     setpgid(0, 0);
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
@@ -234,36 +279,68 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull, 
         (met >= 0 && dup2(met, SPAWN_METRICS_FD) < 0))
         _exit(127);
     if (cg_errno)
-        spawn_child_say(2, cg_msg, spawn_errno_text(cg_errno, "write failed"));
+        spawn_child_say(2, msg->cg, spawn_errno_text(cg_errno, "write failed"));
     int first_closed = met >= 0 ? SPAWN_METRICS_FD + 1 : SPAWN_METRICS_FD;
     if (close_range((unsigned)first_closed, ~0U, 0) != 0)
         for (int fd = first_closed; fd < 4096; fd++)
             close(fd);
+    if (req->cred) {
+        /* Groups first, uid last: once the uid is not 0 the others cannot be changed. */
+        const struct spawn_cred *c = req->cred;
+        if (setgroups(c->ngroups, c->groups) != 0 || setgid(c->gid) != 0 || setuid(c->uid) != 0) {
+            spawn_child_say(2, msg->cred, spawn_errno_text(errno, "failed"));
+            _exit(127);
+        }
+        /* A change of credentials cleared PDEATHSIG: set it again, and check again that
+         * the agent has not gone meanwhile. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+    }
+    if (msg->mkdir_buf && spawn_child_mkdir_p(msg->mkdir_buf) != 0)
+        spawn_child_say(2, msg->mkdir, spawn_errno_text(errno, "mkdir failed"));
     if (req->cwd && *req->cwd && chdir(req->cwd) != 0) {
-        spawn_child_say(2, cwd_msg, spawn_errno_text(errno, "exec failed"));
+        spawn_child_say(2, msg->cwd, spawn_errno_text(errno, "exec failed"));
         _exit(127);
     }
     if (!req->path) {
-        spawn_child_say(2, run_msg, "command not found");
+        spawn_child_say(2, msg->run, "command not found");
         _exit(127);
     }
     execve(req->path, req->argv, req->envp);
-    spawn_child_say(2, run_msg, spawn_errno_text(errno, "exec failed"));
+    spawn_child_say(2, msg->run, spawn_errno_text(errno, "exec failed"));
     _exit(127);
 }
 
 int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
 {
     int rc = 0;
+    const struct spawn_cred *c = req->cred;
+    /* " as ACCOUNT (uid N)" in the messages of a worker that runs as an account */
+    char *as = c ? xasprintf(" as %s (uid %ld)", c->name, (long)c->uid) : xstrdup("");
     char *run_msg = xasprintf("ddp-agent: cannot run '%s': ", req->argv[0]);
     char *cwd_msg =
-        xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s': ", req->argv[0],
-                  req->cwd ? req->cwd : "");
+        xasprintf("ddp-agent: cannot run '%s': cannot enter working dir '%s'%s: ", req->argv[0],
+                  req->cwd ? req->cwd : "", as);
     char *cg_msg = req->cgroup_path
                        ? xasprintf("ddp-agent: cannot join cgroup '%s' (processes this worker "
                                    "detaches may outlive its job): ",
                                    req->cgroup_path)
                        : NULL;
+    char *cred_msg = c ? xasprintf("ddp-agent: cannot run '%s': cannot become %s (uid %ld, gid "
+                                   "%ld): ",
+                                   req->argv[0], c->name, (long)c->uid, (long)c->gid)
+                       : NULL;
+    char *mkdir_msg =
+        req->mkdir_path
+            ? xasprintf("ddp-agent: cannot create checkpoint dir '%s'%s: ", req->mkdir_path, as)
+            : NULL;
+    struct spawn_msgs msg = {
+        .run = run_msg,
+        .cwd = cwd_msg,
+        .cg = cg_msg,
+        .cred = cred_msg,
+        .mkdir = mkdir_msg,
+        .mkdir_buf = req->mkdir_path && *req->mkdir_path == '/' ? xstrdup(req->mkdir_path) : NULL};
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) {
         rc = err_set(err, DDP_EINTERNAL, "cannot open /dev/null: %s", strerror(errno));
@@ -276,7 +353,7 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
         goto out;
     }
     if (child == 0)
-        spawn_child(req, parent, devnull, run_msg, cwd_msg, cg_msg);
+        spawn_child(req, parent, devnull, &msg);
     /* Both sides set the group so that it exists before either goes on; after the
      * child's exec this may fail with EACCES, which is fine. */
     setpgid(child, child);
@@ -284,9 +361,13 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
 out:
     if (devnull >= 0)
         close(devnull);
+    free(as);
     free(run_msg);
     free(cwd_msg);
     free(cg_msg);
+    free(cred_msg);
+    free(mkdir_msg);
+    free(msg.mkdir_buf);
     return rc;
 }
 

@@ -10,6 +10,7 @@
 #ifndef DDP_AGENT_SPAWN_H
 #define DDP_AGENT_SPAWN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -26,11 +27,16 @@ struct spawn_env_args {
     int gpu;                    /* CUDA_VISIBLE_DEVICES, or -1 when the node has no GPU */
     const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR */
     const char *heartbeat_file; /* DDP_HEARTBEAT_FILE */
+    /* The account the worker runs as, or NULL (the agent's own): HOME, USER and LOGNAME
+     * are set to its home and name (the job's env may still set them). Borrowed. */
+    const char *user;
+    const char *home;
 };
 
 /*
  * A new NULL-terminated "K=V" array: base (the agent's environment, may be NULL), then the
- * job's env, then the torchrun and DDP_* variables of docs/api.md overriding both.
+ * account's HOME, USER and LOGNAME (when args->user is set), then the job's env, then the
+ * torchrun and DDP_* variables of docs/api.md overriding all of them.
  * OMP_NUM_THREADS is 1 unless the job's env sets it. DDP_AGENT_TOKEN of base is left out
  * (workers never see the agent's secret). Caller frees with spawn_env_free().
  */
@@ -46,6 +52,16 @@ const char *spawn_env_get(char *const *env, const char *key);
  */
 char *spawn_resolve(const char *file, char *const *env);
 
+/* The credentials a worker takes before it runs anything (a per-user agent running as root:
+ * the job owner's local account, usermap.h). Borrowed. */
+struct spawn_cred {
+    const char *name; /* for messages */
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups; /* supplementary groups, ngroups of them */
+    size_t ngroups;
+};
+
 struct spawn_req {
     char *const *argv; /* borrowed; argv[0] is what the worker sees */
     char *const *envp; /* borrowed */
@@ -58,16 +74,24 @@ struct spawn_req {
      * it can start a process. cgroup_fd is read only when cgroup_path is set. */
     const char *cgroup_path; /* borrowed, for the message when the write fails */
     int cgroup_fd;
+    /* The account to run as, or NULL: the agent's own. */
+    const struct spawn_cred *cred;
+    /* A folder the worker creates (mkdir -p; the last one mode 0700) once it runs as cred,
+     * so never as root: the job's own checkpoint_dir. NULL for none. Borrowed. */
+    const char *mkdir_path;
 };
 
 /*
  * Forks a worker: own process group (pgid = pid), PR_SET_PDEATHSIG(SIGKILL) checked
  * against getppid(), its cgroup joined (when req has one; should that fail, the worker
  * writes "ddp-agent: cannot join cgroup ..." to out_fd and runs outside it), default signal
- * dispositions and an empty signal mask, stdin from
- * /dev/null, no other inherited fds, cwd, then execve. When the program cannot run (not
- * found, cwd missing, exec refused), the child writes "ddp-agent: cannot run ..." to out_fd
- * and exits 127. Returns 0 and *pid, or DDP_EINTERNAL (fork or /dev/null failed) with err.
+ * dispositions and an empty signal mask, stdin from /dev/null, no other inherited fds; then
+ * the account of req->cred (setgroups, setgid, setuid, and PDEATHSIG set again, since a
+ * change of credentials clears it), mkdir_path created (a failure is said on out_fd, the
+ * worker runs all the same), cwd, then execve. When the program cannot run (the account
+ * cannot be taken, not found, cwd missing or not enterable by the account, exec refused),
+ * the child writes "ddp-agent: cannot run ..." to out_fd and exits 127. Returns 0 and
+ * *pid, or DDP_EINTERNAL (fork or /dev/null failed) with err.
  */
 int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err);
 

@@ -2,8 +2,10 @@
  * test_spawn.c - the worker environment (every torchrun and DDP_* variable, override order),
  * PATH resolution, and real processes: exit codes, "command not found" as 127 with a line,
  * stdout/stderr and the metrics fd, SIGTERM then SIGKILL to a process group whose members
- * ignore SIGTERM, and PR_SET_PDEATHSIG. The clock of the stop sequence is passed in; waits
- * for processes poll with a deadline.
+ * ignore SIGTERM, and PR_SET_PDEATHSIG; as root, a worker that runs as an account (nobody):
+ * its ids, its checkpoint dir made as it, a working dir it cannot enter, a refused change of
+ * credentials, PDEATHSIG after it. The clock of the stop sequence is passed in; waits for
+ * processes poll with a deadline.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pwd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,6 +203,32 @@ static void wait_gone(pid_t pid)
     while (!gone(pid) && time_left_ms(end) > 0)
         time_sleep_ms(10);
     assert_true(gone(pid));
+}
+
+/* Starts argv (resolved in PATH) as cred (NULL: ourselves), creating mkdir_path (or NULL),
+ * with its output on *out_rd. */
+static pid_t start_as(char **argv, const char *cwd, const struct spawn_cred *cred,
+                      const char *mkdir_path, int *out_rd)
+{
+    extern char **environ;
+    int out[2];
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    char *path = spawn_resolve(argv[0], environ);
+    struct spawn_req req = {.argv = argv,
+                            .envp = environ,
+                            .path = path,
+                            .cwd = cwd,
+                            .out_fd = out[1],
+                            .metrics_fd = -1,
+                            .cred = cred,
+                            .mkdir_path = mkdir_path};
+    pid_t pid = -1;
+    struct ddp_err err;
+    assert_int_equal(spawn_start(&req, &pid, &err), 0);
+    free(path);
+    close(out[1]);
+    *out_rd = out[0];
+    return pid;
 }
 
 /* Starts argv (resolved in PATH) with its output on *out_rd and metrics on *met_rd. */
@@ -390,23 +420,36 @@ static void test_spawn_reap_kills_leftover_group_members(void **state)
     wait_gone(left);
 }
 
-static void test_spawn_worker_dies_with_its_agent(void **state)
+/* A stand-in agent starts a worker (as cred, or NULL) and dies: the worker dies with it. */
+static void dies_with_its_agent(const struct spawn_cred *cred)
 {
-    (void)state;
     int pfd[2];
     assert_int_equal(pipe(pfd), 0);
     pid_t agent = fork();
     assert_true(agent >= 0);
     if (agent == 0) {
-        /* A stand-in agent: starts a worker, says its pid, and dies without stopping it. */
+        /* A stand-in agent: starts a worker, waits until it runs its program (past every
+         * step of the start, the change of credentials included), says its pid, and dies
+         * without stopping it. */
         extern char **environ;
-        char *argv[] = {"sleep", "60", NULL};
-        int devnull = open("/dev/null", O_WRONLY);
-        char *path = spawn_resolve("sleep", environ);
-        struct spawn_req req = {
-            .argv = argv, .envp = environ, .path = path, .out_fd = devnull, .metrics_fd = -1};
+        char *argv[] = {"sh", "-c", "echo running; exec sleep 60", NULL};
+        int out[2];
+        if (pipe2(out, O_CLOEXEC) != 0)
+            _exit(1);
+        char *path = spawn_resolve("sh", environ);
+        struct spawn_req req = {.argv = argv,
+                                .envp = environ,
+                                .path = path,
+                                .out_fd = out[1],
+                                .metrics_fd = -1,
+                                .cred = cred};
         pid_t w = -1;
         if (spawn_start(&req, &w, NULL) != 0)
+            _exit(1);
+        close(out[1]);
+        char line[64];
+        read_line(out[0], line, sizeof(line));
+        if (strcmp(line, "running\n") != 0)
             _exit(1);
         ssize_t r = write(pfd[1], &w, sizeof(w));
         _exit(r == sizeof(w) ? 0 : 1);
@@ -417,8 +460,170 @@ static void test_spawn_worker_dies_with_its_agent(void **state)
     close(pfd[0]);
     int st;
     assert_int_equal(waitpid(agent, &st, 0), agent);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(worker > 0);
     wait_gone(worker);
+}
+
+static void test_spawn_worker_dies_with_its_agent(void **state)
+{
+    (void)state;
+    dies_with_its_agent(NULL);
+}
+
+/* The credentials of account `name` (groups: its primary group only), or 0 when the test
+ * cannot use it: not root, or no such account. */
+static int cred_of(const char *name, struct spawn_cred *c, gid_t *group)
+{
+    struct passwd *pw = getpwnam(name);
+    if (geteuid() != 0 || !pw) {
+        print_message("skipped: %s\n", geteuid() != 0 ? "not root" : "no such account");
+        return 0;
+    }
+    *group = pw->pw_gid;
+    *c = (struct spawn_cred){
+        .name = name, .uid = pw->pw_uid, .gid = pw->pw_gid, .groups = group, .ngroups = 1};
+    return 1;
+}
+
+static void test_spawn_env_of_an_account(void **state)
+{
+    (void)state;
+    struct assign a = make_assign();
+    a.nenv = 0;
+    char *base[] = {"HOME=/root", "USER=root", "LOGNAME=root", "PATH=/bin", NULL};
+    struct spawn_env_args args = {.a = &a,
+                                  .local_rank = 0,
+                                  .gpu = -1,
+                                  .checkpoint_dir = "/c",
+                                  .heartbeat_file = "/h",
+                                  .user = "nobody",
+                                  .home = "/nonexistent"};
+    char **env = spawn_env_build(base, &args);
+    assert_string_equal(spawn_env_get(env, "HOME"), "/nonexistent");
+    assert_string_equal(spawn_env_get(env, "USER"), "nobody");
+    assert_string_equal(spawn_env_get(env, "LOGNAME"), "nobody");
+    assert_string_equal(spawn_env_get(env, "PATH"), "/bin");
+    spawn_env_free(env);
+    /* The job's own env still wins. */
+    static char *keys[] = {"HOME", NULL}, *vals[] = {"/data/home", NULL};
+    a.env_keys = keys;
+    a.env_vals = vals;
+    a.nenv = 1;
+    env = spawn_env_build(base, &args);
+    assert_string_equal(spawn_env_get(env, "HOME"), "/data/home");
+    spawn_env_free(env);
+    /* Without an account: the agent's own values. */
+    a.nenv = 0;
+    args.user = NULL;
+    env = spawn_env_build(base, &args);
+    assert_string_equal(spawn_env_get(env, "HOME"), "/root");
+    assert_string_equal(spawn_env_get(env, "USER"), "root");
+    spawn_env_free(env);
+}
+
+/* As root: the worker runs as the account (uid, gid, groups), creates its checkpoint dir as
+ * it (mode 0700, owned by it; a place it may not write is said, and it runs all the same),
+ * and a working dir it cannot enter is a 127 naming the dir and the account. */
+static void test_spawn_runs_as_the_account(void **state)
+{
+    (void)state;
+    struct spawn_cred c;
+    gid_t group;
+    if (!cred_of("nobody", &c, &group))
+        return;
+    char top[] = "/tmp/ddp-test-spawn-as-XXXXXX";
+    assert_non_null(mkdtemp(top));
+    assert_int_equal(chmod(top, 0777), 0);
+    char ckpt[128], closed[128], closed_ckpt[160], want[512], buf[1024];
+    snprintf(ckpt, sizeof(ckpt), "%s/a/ckpt", top);
+    snprintf(closed, sizeof(closed), "%s/closed", top);
+    snprintf(closed_ckpt, sizeof(closed_ckpt), "%s/ckpt", closed);
+    assert_int_equal(mkdir(closed, 0700), 0); /* root's, closed to others */
+
+    char *argv[] = {"sh", "-c", "id -u; id -g; id -G; cat /proc/self/environ >/dev/null", NULL};
+    int out;
+    pid_t pid = start_as(argv, top, &c, ckpt, &out);
+    read_all(out, buf, sizeof(buf));
+    snprintf(want, sizeof(want), "%ld\n%ld\n%ld\n", (long)c.uid, (long)c.gid, (long)c.gid);
+    assert_string_equal(buf, want);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 0);
+    close(out);
+    struct stat st;
+    assert_int_equal(stat(ckpt, &st), 0);
+    assert_int_equal(st.st_uid, c.uid);
+    assert_int_equal(st.st_mode & 07777, 0700);
+
+    /* A checkpoint dir the account may not create: said, and the worker runs. */
+    char *argv2[] = {"sh", "-c", "echo ran", NULL};
+    pid = start_as(argv2, top, &c, closed_ckpt, &out);
+    read_all(out, buf, sizeof(buf));
+    snprintf(want, sizeof(want),
+             "ddp-agent: cannot create checkpoint dir '%s' as nobody (uid %ld): permission "
+             "denied\nran\n",
+             closed_ckpt, (long)c.uid);
+    assert_string_equal(buf, want);
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 0);
+    close(out);
+    assert_int_equal(stat(closed_ckpt, &st), -1);
+
+    /* A working dir the account cannot enter: 127, naming the dir and the account. */
+    pid = start_as(argv2, closed, &c, NULL, &out);
+    read_all(out, buf, sizeof(buf));
+    snprintf(want, sizeof(want),
+             "ddp-agent: cannot run 'sh': cannot enter working dir '%s' as nobody (uid %ld): "
+             "permission denied\n",
+             closed, (long)c.uid);
+    assert_string_equal(buf, want);
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 127);
+    close(out);
+
+    /* PDEATHSIG holds although the change of credentials cleared the first one. */
+    dies_with_its_agent(&c);
+
+    assert_int_equal(rmdir(closed), 0);
+    assert_int_equal(rmdir(ckpt), 0);
+    snprintf(buf, sizeof(buf), "%s/a", top);
+    assert_int_equal(rmdir(buf), 0);
+    assert_int_equal(rmdir(top), 0);
+}
+
+/* An account the child cannot become (here: a uid setuid refuses as non-root would be
+ * needed; as root a bad group list does it): 127 with the line, nothing run. */
+static void test_spawn_account_refused_exits_127(void **state)
+{
+    (void)state;
+    struct spawn_cred c;
+    gid_t group;
+    if (!cred_of("nobody", &c, &group))
+        return;
+    c.ngroups = (size_t)sysconf(_SC_NGROUPS_MAX) + 1; /* EINVAL from setgroups */
+    gid_t *many = calloc(c.ngroups, sizeof(gid_t));
+    assert_non_null(many);
+    c.groups = many;
+    char *argv[] = {"sh", "-c", "echo ran", NULL};
+    int out;
+    char buf[512], want[256];
+    pid_t pid = start_as(argv, NULL, &c, NULL, &out);
+    read_all(out, buf, sizeof(buf));
+    snprintf(want, sizeof(want),
+             "ddp-agent: cannot run 'sh': cannot become nobody (uid %ld, gid %ld): invalid "
+             "argument\n",
+             (long)c.uid, (long)c.gid);
+    assert_string_equal(buf, want);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 127);
+    close(out);
+    free(many);
 }
 
 int main(void)
@@ -435,6 +640,9 @@ int main(void)
         cmocka_unit_test(test_spawn_group_ignoring_sigterm_is_killed_after_grace),
         cmocka_unit_test(test_spawn_reap_kills_leftover_group_members),
         cmocka_unit_test(test_spawn_worker_dies_with_its_agent),
+        cmocka_unit_test(test_spawn_env_of_an_account),
+        cmocka_unit_test(test_spawn_runs_as_the_account),
+        cmocka_unit_test(test_spawn_account_refused_exits_127),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
