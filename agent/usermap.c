@@ -4,7 +4,7 @@
  *
  * Invariants:
  *   1. a parsed map holds only names within the file's rules (no '/', ':', space or control
- *      character), each ddp user at most once;
+ *      character), each ddp user at most once, sorted by name (lookups are a binary search);
  *   2. usermap_resolve() never hands out uid 0: a job never runs as root through the map,
  *      whatever the file or the passwd database say.
  */
@@ -112,6 +112,30 @@ static size_t usermap_word(const char **p, const char *end, const char **word)
     return (size_t)(s - w);
 }
 
+static int usermap_entry_cmp(const void *x, const void *y)
+{
+    const struct usermap_entry *a = x, *b = y;
+    int c = strcmp(a->user, b->user);
+    return c ? c : (a->line > b->line) - (a->line < b->line);
+}
+
+/* The entry of name, or NULL (m sorted). */
+static const struct usermap_entry *usermap_find(const struct usermap *m, const char *name)
+{
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, m->v[mid].user);
+        if (c == 0)
+            return &m->v[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
 void usermap_free(struct usermap *m)
 {
     if (!m)
@@ -174,14 +198,6 @@ int usermap_parse(const char *text, size_t len, const char *src, struct usermap 
                          src, line, (int)(wl[1] > 64 ? 64 : wl[1]), w[1]);
             goto out;
         }
-        for (size_t i = 0; i < m->n; i++) {
-            if (strlen(m->v[i].user) == wl[0] && memcmp(m->v[i].user, w[0], wl[0]) == 0) {
-                rc =
-                    err_set(err, DDP_EINVAL, "%s:%zu: ddp user '%.*s' is mapped already (line %zu)",
-                            src, line, (int)wl[0], w[0], m->v[i].line);
-                goto out;
-            }
-        }
         if (m->n >= USERMAP_ENTRIES_MAX) {
             rc = err_set(err, DDP_ETOOBIG, "%s:%zu: more than %d mappings", src, line,
                          USERMAP_ENTRIES_MAX);
@@ -192,6 +208,20 @@ int usermap_parse(const char *text, size_t len, const char *src, struct usermap 
         e->user = xasprintf("%.*s", (int)wl[0], w[0]);
         e->account = xasprintf("%.*s", (int)wl[1], w[1]);
         e->line = line;
+    }
+    /* Sorted by name (then line) for the lookups; a name twice is then side by side. The
+     * error names the first line that repeats a name, as a reader going down the file would
+     * meet it. */
+    if (m->n > 1)
+        qsort(m->v, m->n, sizeof(m->v[0]), usermap_entry_cmp);
+    const struct usermap_entry *dup = NULL;
+    for (size_t i = 1; i < m->n; i++)
+        if (strcmp(m->v[i - 1].user, m->v[i].user) == 0 && (!dup || m->v[i].line < dup[1].line))
+            dup = &m->v[i - 1];
+    if (dup) {
+        rc = err_set(err, DDP_EINVAL, "%s:%zu: ddp user '%s' is mapped already (line %zu)", src,
+                     dup[1].line, dup[1].user, dup[0].line);
+        goto out;
     }
     *out = m;
     m = NULL;
@@ -220,17 +250,12 @@ const char *usermap_lookup(const struct usermap *m, const char *user)
 {
     if (!m)
         return user;
-    const struct usermap_entry *star = NULL;
-    for (size_t i = 0; i < m->n; i++) {
-        const struct usermap_entry *e = &m->v[i];
-        if (strcmp(e->user, user) == 0)
-            return strcmp(e->account, "=") == 0 ? user : e->account;
-        if (strcmp(e->user, "*") == 0)
-            star = e;
-    }
-    if (!star)
+    const struct usermap_entry *e = usermap_find(m, user);
+    if (!e)
+        e = usermap_find(m, "*");
+    if (!e)
         return NULL;
-    return strcmp(star->account, "=") == 0 ? user : star->account;
+    return strcmp(e->account, "=") == 0 ? user : e->account;
 }
 
 /* ---- accounts ------------------------------------------------------------------------- */
