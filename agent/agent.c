@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +119,31 @@ static void agent_cgroup_close(struct cgroup *cg)
     cgroup_close(cg);
 }
 
+/* ---- per-user isolation ---------------------------------------------------------------- */
+
+/* Jobs that run as their owners' accounts reach their folders (heartbeat files, rank logs,
+ * checkpoints) and their default cwd through the work dir: every folder on the way must let
+ * others pass (x). Says the first that does not; the agent runs all the same. */
+static void agent_check_reachable(const char *work_dir)
+{
+    char *p = xstrdup(work_dir);
+    for (;;) {
+        struct stat st;
+        if (stat(p, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+            log_warn("work dir %s: %s (mode %04o) does not let other users pass, so jobs "
+                     "running as their owners' accounts cannot reach their folders or enter "
+                     "the work dir: chmod o+x %s",
+                     work_dir, p, (unsigned)(st.st_mode & 07777), p);
+            break;
+        }
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p)
+            break;
+        *slash = '\0';
+    }
+    free(p);
+}
+
 /* ---- run ------------------------------------------------------------------------------ */
 
 int agent_run(const struct agent_config *cfg)
@@ -147,6 +173,8 @@ int agent_run(const struct agent_config *cfg)
         goto out;
     }
     a.cg = agent_cgroup_open(cfg);
+    if (cfg->isolation == USERMAP_PER_USER)
+        agent_check_reachable(cfg->work_dir);
     if (pipe2(a.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         log_error("pipe: %s", strerror(errno));
         goto out;
@@ -174,8 +202,8 @@ int agent_run(const struct agent_config *cfg)
         goto out;
     }
     report_started = 1;
-    log_info("agent started name=%s work_dir=%s slots=%d gpus=%d", cfg->name, cfg->work_dir,
-             cfg->slots, cfg->gpus);
+    log_info("agent started name=%s work_dir=%s slots=%d gpus=%d isolation=%s", cfg->name,
+             cfg->work_dir, cfg->slots, cfg->gpus, usermap_isolation_name(cfg->isolation));
     agent_heartbeat_loop(&a);
     rc = 0;
 out:

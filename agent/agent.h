@@ -15,6 +15,7 @@
 #define DDP_AGENT_AGENT_H
 
 #include "agent/cgroup.h"
+#include "agent/usermap.h"
 
 struct agent_config {
     const char *server; /* base URL of ddpd */
@@ -30,6 +31,11 @@ struct agent_config {
     int orphan_timeout_s;    /* no answer from ddpd for this long: stop the running workers
                                 (their job cannot be confirmed); 0 = never */
     enum cgroup_kind cgroup; /* the hierarchy for job cgroups; CGROUP_AUTO detects one */
+    /* Whose account a job runs as (decided by the caller, never USERMAP_AUTO): PER_USER, its
+     * owner's local account from user_map (the agent runs as root); SINGLE_USER, the
+     * agent's own user. */
+    enum usermap_isolation isolation;
+    const struct usermap *user_map; /* --user-map, or NULL: the account of the same name */
 };
 
 /*

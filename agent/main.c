@@ -1,6 +1,7 @@
 /*
- * main.c - ddp-agent's command line: flags and their defaults (docs/agent.md), the agent
- * token, the signal set-up every thread inherits, then agent_run().
+ * main.c - ddp-agent's command line: flags and their defaults (docs/agent.md), the
+ * isolation (whose account jobs run as) and the user map, the agent token, the signal set-up
+ * every thread inherits, then agent_run().
  *
  * Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 1 when the agent cannot run, 2 on a
  * usage error.
@@ -9,6 +10,7 @@
 #include <getopt.h>
 #include <glob.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@ static const char usage_line[] =
     "usage: ddp-agent [--server URL] [--token-file F] [--name NAME] [--address ADDR]\n"
     "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
     "                 [--orphan-timeout SECONDS] [--cgroup auto|v2|freezer|pids|off]\n"
+    "                 [--isolation auto|per-user|single-user] [--user-map FILE]\n"
     "                 [--log-level debug|info|warn|error]\n";
 
 static void usage_help(void)
@@ -57,6 +60,11 @@ static void usage_help(void)
           "  --cgroup KIND      a cgroup per job, killed with the job: auto (default: v2,\n"
           "                     else v1 freezer, else v1 pids, else none), v2, freezer,\n"
           "                     pids, or off\n"
+          "  --isolation I      whose account a job runs as: per-user (its owner's local\n"
+          "                     account; needs root), single-user (the agent's own user),\n"
+          "                     auto (default: per-user as root, else single-user)\n"
+          "  --user-map FILE    per-user: lines 'DDPUSER ACCOUNT' ('* =': the account of\n"
+          "                     the same name, the default without a file)\n"
           "  --log-level L      debug, info, warn or error (default info)\n",
           stdout);
 }
@@ -197,6 +205,35 @@ static void agent_forget_secrets(void)
         log_warn("cannot make the agent non-dumpable: %s", strerror(errno));
 }
 
+/* One line at start: whose account jobs run as here. */
+static void say_isolation(enum usermap_isolation iso, const char *map_path,
+                          const struct usermap *map)
+{
+    if (iso == USERMAP_PER_USER) {
+        if (map_path)
+            log_info("isolation: per-user: each job runs as its owner's local account "
+                     "(--user-map %s: %zu mappings)",
+                     map_path, usermap_count(map));
+        else
+            log_info("isolation: per-user: each job runs as its owner's local account, the "
+                     "one of the same name (no --user-map)");
+        return;
+    }
+    uid_t uid = geteuid();
+    if (uid == 0) {
+        log_warn("isolation: single-user (--isolation single-user): every job runs as root, "
+                 "the agent's own user, whoever owns it");
+        return;
+    }
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    const char *who = getpwuid_r(uid, &pw, buf, sizeof(buf), &res) == 0 && res ? pw.pw_name : "?";
+    log_info("isolation: single-user: the agent runs as uid %ld (%s), not root, so every job "
+             "runs as this user, whoever owns it (jobs can read each other's files and "
+             "/proc/PID/environ)",
+             (long)uid, who);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -210,6 +247,8 @@ int main(int argc, char **argv)
         {"grace", required_argument, NULL, 'g'},
         {"orphan-timeout", required_argument, NULL, 'o'},
         {"cgroup", required_argument, NULL, 'c'},
+        {"isolation", required_argument, NULL, 'i'},
+        {"user-map", required_argument, NULL, 'u'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -220,6 +259,9 @@ int main(int argc, char **argv)
                *work_dir = NULL, *port_range = "29500-29999";
     long slots = -1, grace = 30, orphan = 30;
     enum cgroup_kind cgroup = CGROUP_AUTO;
+    enum usermap_isolation isolation = USERMAP_AUTO;
+    const char *user_map_path = NULL;
+    struct usermap *user_map = NULL;
     int level = LOG_INFO;
     char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
     char *token = NULL, *abs_work = NULL;
@@ -274,6 +316,15 @@ int main(int argc, char **argv)
                 goto out;
             }
             break;
+        case 'i':
+            if (usermap_isolation_parse(optarg, &isolation, &err) < 0) {
+                rc = usage_error("%s", err.msg);
+                goto out;
+            }
+            break;
+        case 'u':
+            user_map_path = optarg;
+            break;
         case 'l':
             level = log_level_parse(optarg);
             if (level < 0) {
@@ -319,6 +370,17 @@ int main(int argc, char **argv)
         rc = usage_error("--name: '%s' must be 1..63 characters of [A-Za-z0-9._-]", name);
         goto out;
     }
+    int iso_rc =
+        usermap_isolation_decide(isolation, geteuid(), user_map_path != NULL, &isolation, &err);
+    if (iso_rc == DDP_EINVAL) {
+        rc = usage_error("%s", err.msg);
+        goto out;
+    }
+    if (iso_rc < 0) {
+        log_error("%s", err.msg);
+        rc = 1;
+        goto out;
+    }
     const char *home = getenv("DDP_HOME");
     if (!home || !*home)
         home = ".ddp";
@@ -329,6 +391,11 @@ int main(int argc, char **argv)
 
     /* Everything below is no usage error any more. */
     rc = 1;
+    if (user_map_path && usermap_load(user_map_path, &user_map, &err) < 0) {
+        log_error("cannot use --user-map: %s", err.msg);
+        goto out;
+    }
+    say_isolation(isolation, user_map_path, user_map);
     int gpus = count_gpus();
     if (slots < 0)
         slots = gpus > 0 ? gpus : sysconf(_SC_NPROCESSORS_ONLN);
@@ -391,8 +458,11 @@ int main(int argc, char **argv)
     cfg.grace_s = (int)grace;
     cfg.orphan_timeout_s = (int)orphan;
     cfg.cgroup = cgroup;
+    cfg.isolation = isolation;
+    cfg.user_map = user_map;
     rc = agent_run(&cfg);
 out:
+    usermap_free(user_map);
     free(own_name);
     free(own_address);
     free(own_work);

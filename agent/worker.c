@@ -23,6 +23,10 @@
  *   4. A job generation's cgroup is killed and removed when its last worker on this node was
  *      reaped (or failed to start): whatever the workers left behind, detached or not, dies
  *      with them, after their own SIGTERM, grace and SIGKILL.
+ *   5. Per-user: a worker runs as its job owner's local account or not at all (no account:
+ *      it fails before any folder is made); the job's folders under the work dir belong to
+ *      that account (mode 0700), and the agent opens nothing in them through a symbolic
+ *      link, so a job cannot make the agent write elsewhere as root.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +34,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/agent_internal.h"
@@ -157,6 +162,119 @@ static int agent_open_pipe(int fds[2], struct ddp_err *err)
     return 0;
 }
 
+/*
+ * Opens folder `name` of parent_fd (path: the whole path, for messages), creating it. For a
+ * worker that runs as acct it is owned by acct, mode 0700: a folder of root's (made before
+ * the agent ran per-user) is taken over, one of another account refused (job ids start again
+ * when ddpd starts on a new database); else it is made 0755. A symbolic link is refused:
+ * the folders an account owns are in its hands, and the agent (root) writes rank logs in
+ * them. Returns the folder's fd, or a negative code with err.
+ */
+static int agent_job_dir_open(int parent_fd, const char *path, const char *name,
+                              const struct usermap_account *acct, struct ddp_err *err)
+{
+    if (mkdirat(parent_fd, name, acct ? 0700 : 0755) != 0 && errno != EEXIST)
+        return err_set(err, DDP_EIO, "mkdir %s: %s", path, strerror(errno));
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, DDP_EIO, "open %s: %s", path,
+                       errno == ELOOP ? "a symbolic link" : strerror(errno));
+    if (!acct)
+        return fd;
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = err_set(err, DDP_EIO, "stat %s: %s", path, strerror(errno));
+    else if (st.st_uid != 0 && st.st_uid != acct->uid)
+        rc = err_set(err, DDP_EPERM,
+                     "%s belongs to uid %ld, not to %s (uid %ld): a folder of another account's "
+                     "job (job ids start again when ddpd starts on a new database); remove it",
+                     path, (long)st.st_uid, acct->name, (long)acct->uid);
+    else if ((st.st_uid != acct->uid || st.st_gid != acct->gid) &&
+             fchown(fd, acct->uid, acct->gid) != 0)
+        rc = err_set(err, DDP_EIO, "chown %s to %s: %s", path, acct->name, strerror(errno));
+    else if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) != 0)
+        rc = err_set(err, DDP_EIO, "chmod 0700 %s: %s", path, strerror(errno));
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/*
+ * The folders of a worker: <work-dir>/jobs (the agent's), then the job's and the
+ * generation's, and the job's default checkpoint dir when the job gives none (a failure of
+ * that one is only logged: the worker says so when it writes a checkpoint). Their fds
+ * (caller closes), or a negative code with err.
+ */
+static int agent_job_dirs(const struct agent_config *cfg, const struct assign *as,
+                          const struct usermap_account *acct, int *gen_fd, struct ddp_err *err)
+{
+    char *jobs = xasprintf("%s/jobs", cfg->work_dir);
+    char *job = xasprintf("%s/%s", jobs, as->job_id);
+    char *gen_name = xasprintf("gen-%" PRId64, as->generation);
+    char *gen = xasprintf("%s/%s", job, gen_name);
+    char *ckpt = xasprintf("%s/ckpt", job);
+    int jobs_fd = -1, job_fd = -1, rc = fs_mkdir_p(jobs, 0755, err);
+    if (rc < 0)
+        goto out;
+    jobs_fd = open(jobs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (jobs_fd < 0) {
+        rc = err_set(err, DDP_EIO, "open %s: %s", jobs, strerror(errno));
+        goto out;
+    }
+    job_fd = rc = agent_job_dir_open(jobs_fd, job, as->job_id, acct, err);
+    if (rc < 0)
+        goto out;
+    rc = agent_job_dir_open(job_fd, gen, gen_name, acct, err);
+    if (rc < 0)
+        goto out;
+    *gen_fd = rc;
+    rc = 0;
+    if (!as->checkpoint_dir || !*as->checkpoint_dir) {
+        struct ddp_err e;
+        err_clear(&e);
+        int fd = agent_job_dir_open(job_fd, ckpt, "ckpt", acct, &e);
+        if (fd < 0)
+            log_warn("cannot create checkpoint dir %s: %s", ckpt, e.msg);
+        else
+            close(fd);
+    }
+out:
+    if (job_fd >= 0)
+        close(job_fd);
+    if (jobs_fd >= 0)
+        close(jobs_fd);
+    free(ckpt);
+    free(gen);
+    free(gen_name);
+    free(job);
+    free(jobs);
+    return rc;
+}
+
+/* Opens (creates) a rank log in gen_fd for appending: a regular file of one link, never a
+ * symbolic link (the folder may be an account's). The fd, or a negative code with err. */
+static int agent_open_log(int gen_fd, const char *path, const char *name, struct ddp_err *err)
+{
+    int fd = openat(gen_fd, name,
+                    O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0)
+        return err_set(err, DDP_EIO, "cannot open %s: %s", path,
+                       errno == ELOOP ? "a symbolic link" : strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        close(fd);
+        return err_set(err, DDP_EIO, "cannot open %s: not a regular file of one link", path);
+    }
+    if (fcntl(fd, F_SETFL, O_APPEND) != 0) { /* O_NONBLOCK was for a FIFO planted there */
+        close(fd);
+        return err_set(err, DDP_EIO, "cannot open %s: %s", path, strerror(errno));
+    }
+    return fd;
+}
+
 /* Starts local rank lr of as. Caller holds a->mu. */
 static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
 {
@@ -165,25 +283,32 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     struct ddp_err err;
     err_clear(&err);
     char *gen_dir = xasprintf("%s/jobs/%s/gen-%" PRId64, cfg->work_dir, as->job_id, as->generation);
-    char *log_path = xasprintf("%s/rank-%d.log", gen_dir, w->rank);
-    char *ckpt = as->checkpoint_dir && *as->checkpoint_dir
-                     ? xstrdup(as->checkpoint_dir)
-                     : xasprintf("%s/jobs/%s/ckpt", cfg->work_dir, as->job_id);
+    char *log_name = xasprintf("rank-%d.log", w->rank);
+    char *log_path = xasprintf("%s/%s", gen_dir, log_name);
+    int own_ckpt = as->checkpoint_dir && *as->checkpoint_dir;
+    char *ckpt = own_ckpt ? xstrdup(as->checkpoint_dir)
+                          : xasprintf("%s/jobs/%s/ckpt", cfg->work_dir, as->job_id);
     const char *cwd = as->workdir && *as->workdir ? as->workdir : cfg->work_dir;
     char **env = NULL;
     char *path = NULL, *cg_path = NULL;
-    int out[2] = {-1, -1}, met[2] = {-1, -1}, cg_fd = -1;
+    int out[2] = {-1, -1}, met[2] = {-1, -1}, cg_fd = -1, gen_fd = -1;
+    struct usermap_account acct;
+    memset(&acct, 0, sizeof(acct));
+    int per_user = cfg->isolation == USERMAP_PER_USER;
 
     w->hb_file = xasprintf("%s/rank-%d.heartbeat", gen_dir, w->rank);
-    if (fs_mkdir_p(gen_dir, 0755, &err) < 0) {
+    /* The account before anything is made for it: a user without one runs nothing here. */
+    if (per_user && usermap_resolve(cfg->user_map, as->owner, cfg->name, &acct, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
         goto out;
     }
-    if (fs_mkdir_p(ckpt, 0755, &err) < 0)
-        log_warn("cannot create checkpoint dir %s: %s", ckpt, err.msg); /* the worker says */
-    w->log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (agent_job_dirs(cfg, as, per_user ? &acct : NULL, &gen_fd, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    w->log_fd = agent_open_log(gen_fd, log_path, log_name, &err);
     if (w->log_fd < 0) {
-        err_set(&err, DDP_EIO, "cannot open %s: %s", log_path, strerror(errno));
+        w->log_fd = -1;
         agent_worker_failed(a, w, err.msg);
         goto out;
     }
@@ -196,7 +321,9 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                                 .local_rank = lr,
                                 .gpu = w->gpu,
                                 .checkpoint_dir = ckpt,
-                                .heartbeat_file = w->hb_file};
+                                .heartbeat_file = w->hb_file,
+                                .user = per_user ? acct.name : NULL,
+                                .home = per_user ? acct.home : NULL};
     env = spawn_env_build(environ, &ea);
     path = spawn_resolve(as->argv[0], env);
     if (cgroup_job_open(a->cg, as->job_id, as->generation, &cg_fd, &cg_path, &err) < 0) {
@@ -205,6 +332,11 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                  w->job_id, w->generation, w->rank, err.msg);
         err_clear(&err);
     }
+    struct spawn_cred cred = {.name = acct.name,
+                              .uid = acct.uid,
+                              .gid = acct.gid,
+                              .groups = acct.groups,
+                              .ngroups = acct.ngroups};
     struct spawn_req req = {.argv = as->argv,
                             .envp = env,
                             .path = path,
@@ -212,7 +344,9 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                             .out_fd = out[1],
                             .metrics_fd = met[1],
                             .cgroup_path = cg_path,
-                            .cgroup_fd = cg_fd};
+                            .cgroup_fd = cg_fd,
+                            .cred = per_user ? &cred : NULL,
+                            .mkdir_path = own_ckpt ? ckpt : NULL};
     pid_t pid;
     if (spawn_start(&req, &pid, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
@@ -223,12 +357,21 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     w->met_fd = met[0];
     out[0] = met[0] = -1;
     agent_note_change(a);
-    log_info("started worker job=%s generation=%" PRId64 " rank=%d local_rank=%d pid=%d", w->job_id,
-             w->generation, w->rank, lr, (int)pid);
+    if (per_user)
+        log_info("started worker job=%s generation=%" PRId64
+                 " rank=%d local_rank=%d pid=%d owner=%s account=%s uid=%ld",
+                 w->job_id, w->generation, w->rank, lr, (int)pid, as->owner, acct.name,
+                 (long)acct.uid);
+    else
+        log_info("started worker job=%s generation=%" PRId64 " rank=%d local_rank=%d pid=%d",
+                 w->job_id, w->generation, w->rank, lr, (int)pid);
     agent_wake_io(a);
 out:
     if (cg_fd >= 0)
         close(cg_fd);
+    if (gen_fd >= 0)
+        close(gen_fd);
+    usermap_account_release(&acct);
     if (w->proc.exited) {
         if (w->log_fd >= 0)
             close(w->log_fd);
@@ -250,6 +393,7 @@ out:
     free(cg_path);
     free(ckpt);
     free(log_path);
+    free(log_name);
     free(gen_dir);
 }
 

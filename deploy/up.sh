@@ -6,7 +6,8 @@
 #   2. configures and builds ddpd, ddp-agent, ddp-worker and ddpctl into build/
 #   3. starts ddpd (DDP_HOME=./.ddp: SQLite, tokens; logs in ./.ddp/logs/) and two agents,
 #      node-a and node-b, with 2 slots each on loopback, in the background (pids in
-#      ./.ddp/run/), and waits until both nodes are READY
+#      ./.ddp/run/), and waits until both nodes are READY; the agents run every job as the
+#      user who runs this script (--isolation single-user: one user's local cluster)
 #   4. submits the main job: ddp-worker on Fashion-MNIST, 2 nodes x 2 processes
 #   5. follows it with `ddpctl watch` to its end (the loss of every epoch), prints its status,
 #      and leaves the cluster up; deploy/down.sh stops it.
@@ -139,7 +140,8 @@ for node in node-a node-b; do
   echo "   agent $node: 2 slots, worker ports $lo-$((lo + 499)), log $LOGS/agent-$node.log"
   start "agent-$node" "$LOGS/agent-$node.log" "$BIN/ddp-agent" --server "$URL" \
     --token-file "$DDP_HOME/agent.token" --name "$node" --address 127.0.0.1 --slots 2 \
-    --port-range "$lo-$((lo + 499))" --work-dir "$DDP_HOME/agents/$node"
+    --port-range "$lo-$((lo + 499))" --work-dir "$DDP_HOME/agents/$node" \
+    --isolation single-user
   n=$((n + 1))
 done
 ok=0

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 
 import cluster  # noqa: E402
-from cluster import BIN, Cluster, port_range, wait_for, pid_alive  # noqa: E402,F401
+from cluster import BIN, Cluster, isolation_args, port_range, wait_for, pid_alive  # noqa: E402,F401
 from netns import Net  # noqa: E402
 
 DATA = os.environ.get("DDP_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist")
@@ -69,7 +69,8 @@ class FaultCluster(Cluster):
         argv = [os.path.join(BIN, "ddp-agent"), "--server", self.url, "--name", name,
                 "--address", self.net.addr[name], "--slots", str(slots),
                 "--port-range", port_range(), "--work-dir", work,
-                "--token-file", os.path.join(self.home, "agent.token")] + list(extra)
+                "--token-file", os.path.join(self.home, "agent.token")]
+        argv += isolation_args(extra) + list(extra)
         p = self._spawn(self.net.run_argv(name, argv), "agent-%s.log" % name, env=env)
         self.agents[name] = p
         return p

@@ -94,6 +94,15 @@ def remove_empty_cgroups(name, work_dir):
             pass
 
 
+def isolation_args(extra):
+    """Test agents run every job as their own user (--isolation single-user) unless the test
+    asks otherwise: as root an agent would run each job as its owner's local account, and the
+    tests' users (admin, ...) have none. test_agent_runas.py passes --user-map."""
+    if os.geteuid() != 0 or any(a in ("--isolation", "--user-map") for a in extra):
+        return []
+    return ["--isolation", "single-user"]
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
@@ -189,7 +198,7 @@ class Cluster:
         argv = [os.path.join(BIN, "ddp-agent"), "--server", self.url, "--name", name,
                 "--address", "127.0.0.1", "--slots", str(slots), "--port-range", port_range(),
                 "--work-dir", work, "--token-file", os.path.join(self.home, "agent.token")]
-        argv += list(extra)
+        argv += isolation_args(extra) + list(extra)
         p = self._spawn(argv, "agent-%s.log" % name, env=env)
         self.agents[name] = p
         self.agent_work[name] = work
