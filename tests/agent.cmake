@@ -19,6 +19,11 @@ endforeach()
 ddp_script_test(NAME agent_cgroup
   COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_cgroup.py TIMEOUT 240 LABELS agent)
 set_tests_properties(agent_cgroup PROPERTIES SKIP_RETURN_CODE 77)
+# Jobs run as their owners' local accounts (skipped, exit 77, when not root or the accounts
+# nobody and daemon are missing).
+ddp_script_test(NAME agent_runas
+  COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_runas.py TIMEOUT 240 LABELS agent)
+set_tests_properties(agent_runas PROPERTIES SKIP_RETURN_CODE 77)
 
 # Fuzz target: the agent's parsers compiled into the target for coverage and sanitizers.
 if(DDP_FUZZ)
