@@ -115,7 +115,7 @@ static void test_usermap_refusals_name_file_and_line(void **state)
     size_t n = USERMAP_ENTRIES_MAX + 1, len = 0;
     text = xmalloc(n * 12 + 1);
     for (size_t i = 0; i < n; i++)
-        len += (size_t)sprintf(text + len, "u%zx a\n", i);
+        len += (size_t)snprintf(text + len, n * 12 + 1 - len, "u%zx a\n", i);
     char want[64];
     snprintf(want, sizeof(want), ":%zu: more than %d mappings", n, USERMAP_ENTRIES_MAX);
     expect_refused(text, len, DDP_ETOOBIG, want);
