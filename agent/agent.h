@@ -14,6 +14,8 @@
 #ifndef DDP_AGENT_AGENT_H
 #define DDP_AGENT_AGENT_H
 
+#include <jansson.h>
+
 #include "agent/cgroup.h"
 #include "agent/usermap.h"
 
@@ -36,6 +38,9 @@ struct agent_config {
      * agent's own user. */
     enum usermap_isolation isolation;
     const struct usermap *user_map; /* --user-map, or NULL: the account of the same name */
+    /* The node's labels for ddpd (the --label flags over what main.c detects: cpus,
+     * memory_gb, gpus): a JSON object of strings, borrowed; NULL sends none. */
+    const json_t *labels;
 };
 
 /*

@@ -354,6 +354,8 @@ static enum beat_result agent_register(struct agent *a, struct httpc *h, struct 
     json_object_set_new(body, "port_range", json_string(cfg->port_range));
     json_object_set_new(body, "incarnation", json_string(a->incarnation));
     json_object_set_new(body, "isolation", json_string(usermap_isolation_name(cfg->isolation)));
+    if (cfg->labels)
+        json_object_set(body, "labels", (json_t *)cfg->labels);
     json_t *ans = NULL;
     enum beat_result res = BEAT_OK;
     int rc = httpc_call(h, "POST", "/v1/nodes:register", body, 10000, &ans, err);

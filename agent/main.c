@@ -35,7 +35,7 @@ static const char usage_line[] =
     "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
     "                 [--orphan-timeout SECONDS] [--cgroup auto|v2|freezer|pids|off]\n"
     "                 [--isolation auto|per-user|single-user] [--user-map FILE]\n"
-    "                 [--log-level debug|info|warn|error]\n";
+    "                 [--label K=V]... [--log-level debug|info|warn|error]\n";
 
 static void usage_help(void)
 {
@@ -65,8 +65,46 @@ static void usage_help(void)
           "                     auto (default: per-user as root, else single-user)\n"
           "  --user-map FILE    per-user: lines 'DDPUSER ACCOUNT' ('* =': the account of\n"
           "                     the same name, the default without a file)\n"
+          "  --label K=V        a label of this node for jobs' node_selector (repeatable; K\n"
+          "                     1..63 of [A-Za-z0-9._/-], V 0..63 of [A-Za-z0-9._-]); cpus,\n"
+          "                     memory_gb and gpus are detected (a --label overrides them)\n"
           "  --log-level L      debug, info, warn or error (default info)\n",
           stdout);
+}
+
+/* 1 when s[0..n) is a label key (key: 1..63 of [A-Za-z0-9._/-]) or value (0..63, no '/'). */
+static int label_ok(const char *s, size_t n, size_t min, int slash)
+{
+    if (n < min || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || (slash && c == '/')))
+            return 0;
+    }
+    return 1;
+}
+
+/* Adds what the agent knows of its node (cpus, memory_gb, gpus) to labels, where a --label
+ * did not set them. */
+static void detect_labels(json_t *labels, int gpus)
+{
+    char v[32];
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (cpus > 0 && !json_object_get(labels, "cpus")) {
+        snprintf(v, sizeof(v), "%ld", cpus);
+        json_object_set_new(labels, "cpus", json_string(v));
+    }
+    if (pages > 0 && page > 0 && !json_object_get(labels, "memory_gb")) {
+        snprintf(v, sizeof(v), "%lld", (long long)pages * page / (1024LL * 1024 * 1024));
+        json_object_set_new(labels, "memory_gb", json_string(v));
+    }
+    if (!json_object_get(labels, "gpus")) {
+        snprintf(v, sizeof(v), "%d", gpus);
+        json_object_set_new(labels, "gpus", json_string(v));
+    }
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -249,12 +287,14 @@ int main(int argc, char **argv)
         {"cgroup", required_argument, NULL, 'c'},
         {"isolation", required_argument, NULL, 'i'},
         {"user-map", required_argument, NULL, 'u'},
+        {"label", required_argument, NULL, 'L'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct agent_config cfg;
     memset(&cfg, 0, sizeof(cfg));
+    json_t *labels = json_object(); /* the --label flags; detected ones are added below */
     const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL, *address = NULL,
                *work_dir = NULL, *port_range = "29500-29999";
     long slots = -1, grace = 30, orphan = 30;
@@ -325,6 +365,20 @@ int main(int argc, char **argv)
         case 'u':
             user_map_path = optarg;
             break;
+        case 'L': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || !label_ok(optarg, (size_t)(eq - optarg), 1, 1) ||
+                !label_ok(eq + 1, strlen(eq + 1), 0, 0)) {
+                rc = usage_error("--label: '%s' is not K=V with K 1..63 of [A-Za-z0-9._/-] and V "
+                                 "0..63 of [A-Za-z0-9._-]",
+                                 optarg);
+                goto out;
+            }
+            char *key = xstrndup(optarg, (size_t)(eq - optarg));
+            json_object_set_new(labels, key, json_string(eq + 1));
+            free(key);
+            break;
+        }
         case 'l':
             level = log_level_parse(optarg);
             if (level < 0) {
@@ -460,8 +514,11 @@ int main(int argc, char **argv)
     cfg.cgroup = cgroup;
     cfg.isolation = isolation;
     cfg.user_map = user_map;
+    detect_labels(labels, cfg.gpus);
+    cfg.labels = labels;
     rc = agent_run(&cfg);
 out:
+    json_decref(labels);
     usermap_free(user_map);
     free(own_name);
     free(own_address);
