@@ -126,9 +126,8 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         printf("no nodes (start ddp-agent on a machine to add one)\n");
         goto out;
     }
-    static const char *const hdr[] = {"NAME", "ADDRESS", "STATE",     "SLOTS",
-                                      "USED", "PORTS",   "LAST BEAT", "HOLD",
-                                      "ISOLATION"};
+    static const char *const hdr[] = {"NAME",  "ADDRESS",   "STATE", "SLOTS",    "USED",
+                                      "PORTS", "LAST BEAT", "HOLD",  "ISOLATION"};
     struct table *t = table_new(9, hdr);
     size_t i;
     json_t *n;

@@ -359,9 +359,9 @@ static int validate_port_range(const char *s, int *lo, int *hi, struct ddp_err *
 
 int validate_register(const json_t *body, struct node_reg *out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"name",       "address",    "slots",     "port_range",
-                                       "incarnation", "credential", "isolation", "labels",
-                                       NULL};
+    static const char *const keys[] = {"name",       "address",     "slots",
+                                       "port_range", "incarnation", "credential",
+                                       "isolation",  "labels",      NULL};
     struct node_reg r = {0};
     int rc;
     if (!json_is_object(body))
