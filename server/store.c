@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/buf.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
@@ -48,6 +49,13 @@ enum {
     ST_LOGS_TAIL_ALL,
     ST_LOGS_TAIL_RANK,
     ST_LAST_LINES,
+    ST_DEL_LOGS,
+    ST_DEL_METRICS,
+    ST_DEL_EVENTS,
+    ST_DEL_MARKS,
+    ST_DEL_JOB,
+    ST_DELETED_MAX,
+    ST_LAST_JOB_ID,
     ST_COUNT
 };
 
@@ -75,14 +83,16 @@ static const char *const store_sql[ST_COUNT] = {
                    "request_id = excluded.request_id",
     [ST_EVENT_ADD] = "INSERT INTO events (job_id, seq, time, generation, state, reason) "
                      "VALUES (?1,?2,?3,?4,?5,?6)",
+    /* The heartbeat data (metrics, logs, marks) is written only while its job's row exists:
+     * a batch built before a job was deleted and committed after it leaves nothing behind. */
     [ST_METRIC_ADD] = "INSERT OR REPLACE INTO metrics (job_id, seq, time, generation, metric) "
-                      "VALUES (?1,?2,?3,?4,?5)",
+                      "SELECT ?1,?2,?3,?4,?5 WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?1)",
     [ST_METRIC_TRIM] = "DELETE FROM metrics WHERE job_id = ?1 AND seq <= ?2",
     [ST_LOG_ADD] = "INSERT OR REPLACE INTO logs (job_id, seq, generation, rank, text) "
-                   "VALUES (?1,?2,?3,?4,?5)",
+                   "SELECT ?1,?2,?3,?4,?5 WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?1)",
     [ST_LOG_TRIM] = "DELETE FROM logs WHERE job_id = ?1 AND seq <= ?2",
     [ST_MARK_PUT] = "INSERT OR REPLACE INTO marks (job_id, generation, rank, last_seq) "
-                    "VALUES (?1,?2,?3,?4)",
+                    "SELECT ?1,?2,?3,?4 WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ?1)",
     [ST_MARK_DROP] = "DELETE FROM marks WHERE job_id = ?1 AND generation < ?2",
     [ST_NODE_PUT] = "INSERT OR REPLACE INTO nodes (name, address, slots, port_lo, port_hi, "
                     "incarnation, state, registered_at, last_heartbeat, credential_hash, "
@@ -114,6 +124,14 @@ static const char *const store_sql[ST_COUNT] = {
                           "LIMIT ?3",
     [ST_LAST_LINES] = "SELECT text FROM logs WHERE job_id = ?1 AND generation = ?2 AND "
                       "rank = ?3 ORDER BY seq DESC LIMIT ?4",
+    [ST_DEL_LOGS] = "DELETE FROM logs WHERE job_id = ?1",
+    [ST_DEL_METRICS] = "DELETE FROM metrics WHERE job_id = ?1",
+    [ST_DEL_EVENTS] = "DELETE FROM events WHERE job_id = ?1",
+    [ST_DEL_MARKS] = "DELETE FROM marks WHERE job_id = ?1",
+    [ST_DEL_JOB] = "DELETE FROM jobs WHERE id = ?1",
+    [ST_DELETED_MAX] = "UPDATE job_ids SET deleted_max = MAX(deleted_max, ?1) WHERE one = 1",
+    [ST_LAST_JOB_ID] = "SELECT MAX((SELECT COALESCE(MAX(id), 0) FROM jobs), "
+                       "(SELECT COALESCE(MAX(deleted_max), 0) FROM job_ids))",
 };
 
 struct store {
@@ -424,6 +442,30 @@ int store_job_data(struct store *st, int64_t job, int64_t log_seq, int64_t metri
     return store_step_done(st, ST_JOB_DATA, err);
 }
 
+int store_job_delete(struct store *st, int64_t job, struct ddp_err *err)
+{
+    static const int steps[] = {ST_DEL_LOGS,  ST_DEL_METRICS, ST_DEL_EVENTS,
+                                ST_DEL_MARKS, ST_DEL_JOB,     ST_DELETED_MAX};
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof(steps) / sizeof(steps[0]); i++) {
+        sqlite3_bind_int64(st->st[steps[i]], 1, job);
+        rc = store_step_done(st, steps[i], err);
+    }
+    return rc;
+}
+
+int store_last_job_id(struct store *st, int64_t *out, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_LAST_JOB_ID];
+    int rc = 0;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        *out = sqlite3_column_int64(s, 0);
+    else
+        rc = store_fail(st, err, "last job id");
+    sqlite3_reset(s);
+    return rc;
+}
+
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err)
 {
     sqlite3_stmt *s = st->st[ST_NODE_PUT];
@@ -694,6 +736,38 @@ int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int 
         json_array_append(arr, json_array_get(desc, i - 1));
     json_decref(desc);
     *out = arr;
+    return 0;
+}
+
+int store_logs_text(struct store *st, int64_t job, int64_t after, int64_t upto, int limit,
+                    struct buf *out, int64_t *last, int *nrows, struct ddp_err *err)
+{
+    sqlite3_stmt *s = st->st[ST_LOGS_ALL];
+    int r, rc = 0, n = 0;
+    int64_t seq = after;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, after);
+    sqlite3_bind_int(s, 3, limit);
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t q = sqlite3_column_int64(s, 0);
+        if (q > upto)
+            break;
+        const char *t = store_col_text(s, 3);
+        if (buf_addstr(out, t ? t : "") != 0 || buf_add(out, "\n", 1) != 0) {
+            rc = err_set(err, DDP_ETOOBIG, "log text over the buffer's limit");
+            break;
+        }
+        seq = q;
+        n++;
+    }
+    if (!rc && r != SQLITE_DONE && r != SQLITE_ROW)
+        rc = store_fail(st, err, "query");
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc)
+        return rc;
+    *last = seq;
+    *nrows = n;
     return 0;
 }
 

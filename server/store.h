@@ -16,6 +16,7 @@
 
 #include "common/err.h"
 
+struct buf;
 struct store;
 
 /* A jobs row. Strings are borrowed; NULL last_metrics and 0 times mean SQL NULL. */
@@ -97,6 +98,11 @@ int store_mark_put(struct store *st, int64_t job, int64_t gen, int64_t rank, int
                    struct ddp_err *err);
 /* Deletes the marks of job for generations below below_gen. */
 int store_marks_drop(struct store *st, int64_t job, int64_t below_gen, struct ddp_err *err);
+/* Deletes job's row, events, metrics, logs and marks, and raises the highest deleted id
+ * (store_last_job_id) to job. Inside a transaction, so that all of it goes or none. */
+int store_job_delete(struct store *st, int64_t job, struct ddp_err *err);
+/* The highest job id ever given out: of the jobs kept and of those deleted (0: none). */
+int store_last_job_id(struct store *st, int64_t *out, struct ddp_err *err);
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
 int store_node_delete(struct store *st, const char *name, struct ddp_err *err);
 /* Inserts or replaces the user of u->name. */
@@ -124,6 +130,12 @@ int store_metrics_json(struct store *st, int64_t job, int64_t after, int limit, 
  * lines with seq > after (the tail). Either way in seq order. */
 int store_logs_json(struct store *st, int64_t job, int rank, int64_t after, int limit, json_t **out,
                     struct ddp_err *err);
+/* Appends the text of job's log lines with after < seq <= upto, in seq order, each followed
+ * by a newline, to out: at most limit lines. *last receives the seq of the last line appended
+ * (after when none) and *nrows their count; fewer than limit means none is left up to upto.
+ * DDP_ETOOBIG when out's max is reached (out then holds the lines before). */
+int store_logs_text(struct store *st, int64_t job, int64_t after, int64_t upto, int limit,
+                    struct buf *out, int64_t *last, int *nrows, struct ddp_err *err);
 /* The last n lines (oldest first) of (job, gen, rank) as a new array of strings. */
 int store_last_lines(struct store *st, int64_t job, int64_t gen, int64_t rank, int n, json_t **out,
                      struct ddp_err *err);

@@ -1,7 +1,8 @@
 /*
  * test_store.c - migrations on a fresh database and on re-open, and durability: what was
  * committed is read back after closing and re-opening; what was rolled back is not; a
- * transition's row leaves the heartbeat data's columns alone.
+ * transition's row leaves the heartbeat data's columns alone; deleting a job takes all of it
+ * and keeps its id from being given out again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +14,9 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
+#include "common/buf.h"
 #include "common/fsutil.h"
 #include "common/xalloc.h"
 #include "server/store.h"
@@ -190,6 +193,8 @@ static void test_store_trim_and_last_lines(void **state)
     struct ddp_err e;
     assert_int_equal(store_open(f->db, &st, &e), 0);
     assert_int_equal(store_begin(st, &e), 0);
+    struct store_job j = job_row(1, "RUNNING");
+    assert_int_equal(store_job_put(st, &j, &e), 0); /* lines are kept for a job's row only */
     for (int i = 1; i <= 10; i++) {
         char t[16];
         snprintf(t, sizeof(t), "line %d", i);
@@ -241,6 +246,87 @@ static void test_store_job_put_keeps_data_columns(void **state)
     store_close(st);
 }
 
+static int count_rows(const char *db, const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *s = NULL;
+    int n = -1;
+    if (sqlite3_open(db, &h) == SQLITE_OK &&
+        sqlite3_prepare_v2(h, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+        n = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    return n;
+}
+
+/* Deleting a job takes its row, events, metrics, logs and marks, and only its; the highest
+ * id ever given out survives it (and a re-open); data written for it afterwards (a heartbeat
+ * batch that was built before) leaves nothing behind. */
+static void test_store_job_delete(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = NULL;
+    struct ddp_err e;
+    int64_t last = -1;
+    assert_int_equal(store_open(f->db, &st, &e), 0);
+    assert_int_equal(store_last_job_id(st, &last, &e), 0);
+    assert_int_equal(last, 0);
+    assert_int_equal(store_begin(st, &e), 0);
+    for (int64_t id = 1; id <= 3; id++) {
+        struct store_job j = job_row(id, "SUCCEEDED");
+        assert_int_equal(store_job_put(st, &j, &e), 0);
+        assert_int_equal(store_event_add(st, id, 1, 1000, 0, "PENDING", "submitted", &e), 0);
+        assert_int_equal(store_metric_add(st, id, 1, 1000, 1, "{\"loss\":1}", &e), 0);
+        assert_int_equal(store_log_add(st, id, 1, 1, 0, "one", &e), 0);
+        assert_int_equal(store_log_add(st, id, 2, 1, 1, "two", &e), 0);
+        assert_int_equal(store_mark_put(st, id, 1, 0, 2, &e), 0);
+    }
+    assert_int_equal(store_commit(st, &e), 0);
+    /* the whole log as text, in pages, up to a seq */
+    struct buf b = BUF_INIT;
+    int n = 0;
+    assert_int_equal(store_logs_text(st, 2, 0, 100, 1, &b, &last, &n, &e), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(last, 1);
+    assert_int_equal(store_logs_text(st, 2, last, 100, 10, &b, &last, &n, &e), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(last, 2);
+    assert_string_equal(b.data, "one\ntwo\n");
+    buf_reset(&b);
+    assert_int_equal(store_logs_text(st, 2, 0, 1, 10, &b, &last, &n, &e), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(b.data, "one\n");
+    buf_release(&b);
+
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_job_delete(st, 3, &e), 0);
+    assert_int_equal(store_job_delete(st, 2, &e), 0);
+    assert_int_equal(store_commit(st, &e), 0);
+    /* a batch built before the deletion, committed after it */
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_log_add(st, 3, 3, 1, 0, "late", &e), 0);
+    assert_int_equal(store_metric_add(st, 3, 2, 1000, 1, "{}", &e), 0);
+    assert_int_equal(store_mark_put(st, 3, 1, 0, 3, &e), 0);
+    assert_int_equal(store_job_data(st, 3, 3, 2, NULL, &e), 0);
+    assert_int_equal(store_commit(st, &e), 0);
+    store_close(st);
+    st = NULL;
+    static const char *const tables[] = {"jobs", "events", "metrics", "logs", "marks"};
+    for (size_t i = 0; i < 5; i++) {
+        char sql[128];
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s WHERE %s = 1", tables[i],
+                 i ? "job_id" : "id");
+        assert_int_equal(count_rows(f->db, sql), i == 3 ? 2 : 1);
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s WHERE %s > 1", tables[i],
+                 i ? "job_id" : "id");
+        assert_int_equal(count_rows(f->db, sql), 0);
+    }
+    assert_int_equal(store_open(f->db, &st, &e), 0);
+    assert_int_equal(store_last_job_id(st, &last, &e), 0);
+    assert_int_equal(last, 3);
+    store_close(st);
+}
+
 static void test_store_open_fails_cleanly(void **state)
 {
     struct store *st = (struct store *)0x1;
@@ -258,6 +344,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_durable_across_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_trim_and_last_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_job_put_keeps_data_columns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_job_delete, setup, teardown),
         cmocka_unit_test(test_store_open_fails_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
