@@ -1,10 +1,12 @@
 /*
- * api_jobs.c - /v1/jobs*: submit, list, get, cancel, events, metrics, logs.
+ * api_jobs.c - /v1/jobs*: submit, list, get, cancel, delete, events, metrics, logs and the
+ * logs' download.
  *
  * Each handler parses and checks its inputs (answering 400/404 itself), checks that the
  * caller may see (404 otherwise) or change (403) the job, calls coord_*, and sets the answer.
  * Nothing here holds state.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +152,45 @@ void api_jobs_cancel(struct api_req *r)
     }
     int rc = coord_cancel(r->coord, id, r->who.name, r->now, &out, &e);
     api_answer(r, rc, 200, out, &e);
+}
+
+/* DELETE /v1/jobs/{id}: a finished job, by its owner or an admin (as cancel). */
+void api_jobs_delete(struct api_req *r)
+{
+    int64_t id;
+    struct ddp_err e;
+    char *out = NULL;
+    if (api_job_id_for(r, 1, &id) != 0)
+        return;
+    int rc = coord_delete_job(r->coord, id, r->who.name, &out, &e);
+    api_answer(r, rc, 200, out, &e);
+}
+
+static long api_logs_gz_read(void *ctx, char *buf, size_t size)
+{
+    return coord_log_gz_read(ctx, buf, size);
+}
+
+static void api_logs_gz_free(void *ctx)
+{
+    coord_log_gz_close(ctx);
+}
+
+/* GET /v1/jobs/{id}/logs:download: the whole kept log as a gzip file, streamed. */
+void api_jobs_logs_download(struct api_req *r)
+{
+    int64_t id;
+    struct ddp_err e;
+    struct coord_log_gz *g = NULL;
+    if (api_job_id(r, &id) != 0)
+        return;
+    if (coord_log_gz_open(r->coord, id, &g, &e) != 0) {
+        api_reply_err(r, &e);
+        return;
+    }
+    api_reply_stream(r, 200, "application/gzip", api_logs_gz_read, api_logs_gz_free, g);
+    snprintf(r->disposition, sizeof(r->disposition), "attachment; filename=\"j-%lld.log.gz\"",
+             (long long)id);
 }
 
 void api_jobs_events(struct api_req *r)

@@ -17,7 +17,8 @@
  *      still run are `draining` and still hold their slots. The job moves on when no entry
  *      drains or when drain_deadline (grace_period_s + 10 s) has passed.
  *   4. Worker reports for a generation that is not the job's current one are ignored.
- *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused. c->live holds
+ *   5. Jobs live in c->jobs[id - 1]; ids count up from 1 and are never reused; the slot of a
+ *      deleted job is NULL (coord_retain.c), so loops over c->jobs skip NULL. c->live holds
  *      every job that is not terminal (and, until the next compaction, some that just became
  *      terminal), in id order: loops that run on every beat and tick walk only that list.
  *   6. A node is gone for its jobs (coord_node_gone) when it is LOST and silent for
@@ -54,7 +55,8 @@ static struct job *coord_job_by_request(struct coord *c, const char *owner, cons
 {
     for (size_t i = c->njobs; i-- > 0;) {
         struct job *j = c->jobs[i];
-        if (j->request_id && strcmp(j->request_id, request_id) == 0 && strcmp(j->owner, owner) == 0)
+        if (j && j->request_id && strcmp(j->request_id, request_id) == 0 &&
+            strcmp(j->owner, owner) == 0)
             return j;
     }
     return NULL;
@@ -168,6 +170,8 @@ int coord_list_jobs(struct coord *c, int state, const char *owner, int page_size
         start = (int64_t)c->njobs;
     for (int64_t id = start; id >= 1; id--) {
         struct job *j = c->jobs[id - 1];
+        if (!j)
+            continue; /* deleted */
         if (state >= 0 && (int)j->st.state != state)
             continue;
         if (owner && strcmp(j->owner, owner) != 0)
@@ -687,6 +691,7 @@ static void coord_tick_locked(struct coord *c, int64_t now)
         coord_progress(c, c->live[i], now);
     coord_schedule(c, now);
     coord_live_compact(c);
+    coord_retain_sweep(c, now);
 }
 
 void coord_tick(struct coord *c, int64_t now)
@@ -703,7 +708,8 @@ void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes
     for (int s = 0; s < JOB_STATE_COUNT; s++)
         jobs[s] = 0;
     for (size_t i = 0; i < c->njobs; i++)
-        jobs[c->jobs[i]->st.state]++;
+        if (c->jobs[i])
+            jobs[c->jobs[i]->st.state]++;
     *nodes_ready = *nodes_lost = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         if (c->nodes[i]->removed)
@@ -760,6 +766,8 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
         if (opts->max_jobs_per_user > 0)
             c->opts.max_jobs_per_user = opts->max_jobs_per_user;
         c->opts.max_user_priority = opts->max_user_priority;
+        if (opts->job_ttl_ms > 0)
+            c->opts.job_ttl_ms = opts->job_ttl_ms;
     }
     if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;

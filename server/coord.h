@@ -17,6 +17,7 @@
 #define DDP_SERVER_COORD_H
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -37,6 +38,9 @@ struct coord_opts {
     int64_t max_nodes;         /* registered nodes at most (0: the default, 4096) */
     int64_t max_jobs_per_user; /* jobs not yet ended per owner (0: the default, 10000) */
     int max_user_priority;     /* the highest priority a non-admin may ask (default 0) */
+    /* Finished jobs whose finished_at is this long ago are deleted by coord_tick(), at most
+     * 100 a tick (0: the default, kept until deleted by hand). */
+    int64_t job_ttl_ms;
 };
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with
@@ -70,11 +74,28 @@ int coord_job_access(struct coord *c, int64_t id, const struct principal *who, i
 /* The reason says "cancelled by <by>" (the user's name). */
 int coord_cancel(struct coord *c, int64_t id, const char *by, int64_t now, char **out,
                  struct ddp_err *err);
+/* Deletes a finished job (SUCCEEDED, FAILED, CANCELLED) with its events, metrics, logs and
+ * marks, in one transaction; the answer is the job as it was. Its id answers DDP_ENOTFOUND
+ * from then on and is never given out again. DDP_ENOTFOUND: no such job; DDP_EPRECOND: the
+ * job is live (cancel it first); DDP_EINTERNAL: the store failed (nothing deleted). by (the
+ * user) goes to ddpd's log. */
+int coord_delete_job(struct coord *c, int64_t id, const char *by, char **out, struct ddp_err *err);
 int coord_events(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err);
 int coord_metrics(struct coord *c, int64_t id, int64_t after, char **out, struct ddp_err *err);
 /* rank < 0: every rank. */
 int coord_logs(struct coord *c, int64_t id, int rank, int64_t after, int limit, char **out,
                struct ddp_err *err);
+
+/* The whole kept log of a job as one gzip stream (lines in seq order, each "text\n"), read
+ * a piece at a time in bounded memory (coord_retain.c). Open: DDP_ENOTFOUND for an unknown
+ * job; the stream ends at the last line stored at the open. Read: up to size bytes into buf,
+ * their count (> 0), 0 at the end of the stream, or -1 when it cannot go on (the job was
+ * deleted meanwhile, the store failed). Each read takes the coordinator's mutex for one page
+ * of lines. Close accepts NULL; every stream is closed before coord_close(). */
+struct coord_log_gz;
+int coord_log_gz_open(struct coord *c, int64_t id, struct coord_log_gz **out, struct ddp_err *err);
+long coord_log_gz_read(struct coord_log_gz *g, char *buf, size_t size);
+void coord_log_gz_close(struct coord_log_gz *g);
 
 /* Registers a node (the caller holds the bootstrap token) and gives it a new node
  * credential (in the answer, "credential"). A name that is registered and up is taken over

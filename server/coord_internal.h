@@ -185,8 +185,9 @@ struct coord {
     int64_t wall_offset; /* wall ms = now + wall_offset */
     uint64_t version_base;
     int shutting_down;
-    struct job **jobs;
-    size_t njobs, capjobs;
+    struct job **jobs;     /* by id - 1; NULL for a deleted id (coord_retain.c) */
+    size_t njobs, capjobs; /* njobs: the highest id given out */
+    size_t retain_next;    /* the index the next --job-ttl sweep starts at */
     struct job **live; /* jobs not (known to be) terminal, in id order; see coord_live_compact */
     size_t nlive, caplive;
     struct node **nodes;
@@ -313,6 +314,13 @@ int coord_users_load(struct coord *c, struct ddp_err *err);
 int64_t coord_user_quota(struct coord *c, const char *owner);
 /* Slots the live jobs of owner hold now (coord_entry_holds()). */
 int64_t coord_slots_of(struct coord *c, const char *owner);
+
+/* coord_retain.c */
+/* Makes c->jobs reach id upto, with NULL for the ids that have no job (deleted). */
+void coord_jobs_pad(struct coord *c, int64_t upto);
+/* Deletes finished jobs older than opts.job_ttl_ms, bounded work (coord_retain.c); called by
+ * the tick where no loop over c->live runs. */
+void coord_retain_sweep(struct coord *c, int64_t now);
 
 /* coord_load.c */
 int coord_load(struct coord *c, int64_t now, struct ddp_err *err);

@@ -2,7 +2,8 @@
  * coord_load.c - loading the coordinator from the store at coord_open(): nodes (all LOST
  * until they beat again, their silence counted from now), jobs in id order, and marks.
  *
- * Invariants: ids in the jobs table run 1, 2, ... without a gap; a placement names only
+ * Invariants: ids in the jobs table rise; a gap is a deleted job (coord_retain.c), NULL in
+ * c->jobs, and c->jobs reaches the highest id ever given out; a placement names only
  * loaded nodes; an entry of a RESTARTING or CANCELLING job drains again (its workers may
  * still run) with the drain bound counted from now.
  */
@@ -60,11 +61,12 @@ static int coord_load_job(void *ctx, const struct store_job *r)
     struct job *j = xcalloc(1, sizeof(*j));
     json_t *spec = NULL, *nodes = NULL;
     int rc;
-    if ((uint64_t)r->id != c->njobs + 1) {
+    if (r->id < 1 || (uint64_t)r->id <= c->njobs) {
         rc =
             err_set(L->err, DDP_EINTERNAL, "jobs table: id %lld out of sequence", (long long)r->id);
         goto out;
     }
+    coord_jobs_pad(c, r->id - 1); /* the ids below without a row were deleted */
     j->id = r->id;
     spec = json_loads(r->spec ? r->spec : "", 0, NULL);
     rc = validate_job_spec(spec, &j->spec, L->err);
@@ -159,6 +161,11 @@ int coord_load(struct coord *c, int64_t now, struct ddp_err *err)
     int rc = store_load_nodes(c->store, coord_load_node, &L, err);
     if (!rc)
         rc = store_load_jobs(c->store, coord_load_job, &L, err);
+    int64_t last = 0;
+    if (!rc)
+        rc = store_last_job_id(c->store, &last, err);
+    if (!rc)
+        coord_jobs_pad(c, last); /* the newest ids may be deleted ones: never given again */
     if (!rc)
         rc = store_load_marks(c->store, coord_load_mark, &L, err);
     return rc;

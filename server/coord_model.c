@@ -1,6 +1,6 @@
 /*
  * coord_model.c - lookups and indexes of the coordinator's model: jobs by id (c->jobs[id - 1],
- * invariant 5 of coord.c), the live list, nodes by name (open addressing in c->nhash), and
+ * NULL for a deleted one, invariant 5 of coord.c), the live list, nodes by name (open addressing in c->nhash), and
  * the small questions asked of a node or a placement.
  *
  * Invariants: c->nhash has a power-of-two size above 2 * nnodes, so a probe always ends at

@@ -62,9 +62,11 @@ static const struct route http_routes[] = {
     {"GET", "/v1/jobs/{}", AUTH_VIEWER, "", api_jobs_get},
     {"POST", "/v1/jobs/{}:cancel", AUTH_VIEWER, "", api_jobs_cancel},
     {"PATCH", "/v1/jobs/{}", AUTH_ADMIN, "", api_jobs_update},
+    {"DELETE", "/v1/jobs/{}", AUTH_VIEWER, "", api_jobs_delete},
     {"GET", "/v1/jobs/{}/events", AUTH_VIEWER, "after", api_jobs_events},
     {"GET", "/v1/jobs/{}/metrics", AUTH_VIEWER, "after", api_jobs_metrics},
     {"GET", "/v1/jobs/{}/logs", AUTH_VIEWER, "after limit rank tail", api_jobs_logs},
+    {"GET", "/v1/jobs/{}/logs:download", AUTH_VIEWER, "", api_jobs_logs_download},
     {"GET", "/v1/nodes", AUTH_VIEWER, "", api_nodes_list},
     {"POST", "/v1/nodes:register", AUTH_REGISTER, "", api_nodes_register},
     {"POST", "/v1/nodes/{}:heartbeat", AUTH_NODE, "", api_nodes_heartbeat},
@@ -94,9 +96,11 @@ static const char *const http_route_names[HTTP_NROUTES] = {
     "/v1/jobs/{id}",
     "/v1/jobs/{id}:cancel",
     "/v1/jobs/{id}",
+    "/v1/jobs/{id}",
     "/v1/jobs/{id}/events",
     "/v1/jobs/{id}/metrics",
     "/v1/jobs/{id}/logs",
+    "/v1/jobs/{id}/logs:download",
     "/v1/nodes",
     "/v1/nodes:register",
     "/v1/nodes/{name}:heartbeat",
@@ -210,8 +214,19 @@ static int http_check_query(struct api_req *r, const char *allowed)
     return 0;
 }
 
+/* Drops a stream r's answer holds (a later reply replaces it). */
+static void http_drop_stream(struct api_req *r)
+{
+    if (r->stream_free && r->stream_ctx)
+        r->stream_free(r->stream_ctx);
+    r->stream_read = NULL;
+    r->stream_free = NULL;
+    r->stream_ctx = NULL;
+}
+
 void api_reply_json(struct api_req *r, int status, char *text)
 {
+    http_drop_stream(r);
     free(r->out);
     r->status = status;
     r->out = text;
@@ -245,12 +260,36 @@ void api_reply_errf(struct api_req *r, int code, const char *fmt, ...)
 void api_reply_static(struct api_req *r, int status, const char *content_type,
                       const unsigned char *data, size_t len)
 {
+    http_drop_stream(r);
     free(r->out);
     r->out = NULL;
     r->status = status;
     r->static_out = data;
     r->out_len = len;
     r->content_type = content_type;
+}
+
+void api_reply_stream(struct api_req *r, int status, const char *content_type,
+                      long (*read_fn)(void *ctx, char *buf, size_t size),
+                      void (*free_fn)(void *ctx), void *ctx)
+{
+    http_drop_stream(r);
+    free(r->out);
+    r->out = NULL;
+    r->static_out = NULL;
+    r->out_len = 0;
+    r->status = status;
+    r->content_type = content_type;
+    r->stream_read = read_fn;
+    r->stream_free = free_fn;
+    r->stream_ctx = ctx;
+}
+
+void api_req_release(struct api_req *r)
+{
+    http_drop_stream(r);
+    free(r->out);
+    r->out = NULL;
 }
 
 int api_parse_body(struct api_req *r, json_t **out)
@@ -467,12 +506,49 @@ static enum MHD_Result http_collect_arg(void *cls, enum MHD_ValueKind kind, cons
     return MHD_YES;
 }
 
-/* Queues r's answer on conn (taking r->out) and counts it. */
+/* A streamed answer as libmicrohttpd's content reader sees it. */
+struct http_stream {
+    long (*read)(void *ctx, char *buf, size_t size);
+    void (*free)(void *ctx);
+    void *ctx;
+};
+
+static ssize_t http_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct http_stream *s = cls;
+    (void)pos;
+    long n = s->read(s->ctx, buf, max);
+    if (n > 0)
+        return (ssize_t)n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void http_stream_free(void *cls)
+{
+    struct http_stream *s = cls;
+    if (s->free)
+        s->free(s->ctx);
+    free(s);
+}
+
+/* Queues r's answer on conn (taking r->out and a stream) and counts it. */
 static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r, int route,
                                  const struct http_conn *hc)
 {
     struct MHD_Response *resp;
-    if (r->static_out)
+    struct http_stream *s = NULL;
+    if (r->stream_read) {
+        s = xcalloc(1, sizeof(*s));
+        s->read = r->stream_read;
+        s->free = r->stream_free;
+        s->ctx = r->stream_ctx;
+        r->stream_read = NULL;
+        r->stream_free = NULL;
+        r->stream_ctx = NULL;
+        /* once made, the answer frees s (and the stream) with http_stream_free */
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, http_stream_read, s,
+                                                 http_stream_free);
+    } else if (r->static_out)
         resp = MHD_create_response_from_buffer(r->out_len, (void *)r->static_out,
                                                MHD_RESPMEM_PERSISTENT);
     else
@@ -481,12 +557,16 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r,
                                                       : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(r->out);
+        if (s)
+            http_stream_free(s);
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (r->allow[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->disposition[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, r->disposition);
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);

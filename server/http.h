@@ -48,6 +48,14 @@ struct api_req {
     size_t out_len;
     const char *content_type;
     char allow[64]; /* the Allow header of a 405, else "" */
+    /* A streamed answer instead of out (api_reply_stream), owned: http.c calls
+     * stream_read(stream_ctx, buf, size) for each piece (> 0 bytes written, 0 the end, < 0 an
+     * error that cuts the connection) and stream_free(stream_ctx) once, when the answer is
+     * done or dropped. */
+    long (*stream_read)(void *ctx, char *buf, size_t size);
+    void (*stream_free)(void *ctx);
+    void *stream_ctx;
+    char disposition[128]; /* the Content-Disposition header, or "" */
 };
 
 /* Query argument key of the request, or NULL. A key sent twice, a key the route does not take
@@ -64,6 +72,15 @@ void api_reply_errf(struct api_req *r, int code, const char *fmt, ...)
 /* Sets a borrowed (static) answer. */
 void api_reply_static(struct api_req *r, int status, const char *content_type,
                       const unsigned char *data, size_t len);
+
+/* Sets a streamed answer of unknown length (sent chunked); takes ownership of ctx (freed
+ * with free_fn, also when the answer is never sent). */
+void api_reply_stream(struct api_req *r, int status, const char *content_type,
+                      long (*read_fn)(void *ctx, char *buf, size_t size),
+                      void (*free_fn)(void *ctx), void *ctx);
+/* Frees what a dispatched request's answer still owns (out, a stream) without sending it:
+ * for callers of http_dispatch() that send nothing (tests). */
+void api_req_release(struct api_req *r);
 
 /* Parses the body as a JSON object; on failure the 400 answer is already set and -1 is
  * returned. The caller owns *out (json_decref). */
@@ -83,6 +100,8 @@ void api_jobs_update(struct api_req *r);
 void api_jobs_events(struct api_req *r);
 void api_jobs_metrics(struct api_req *r);
 void api_jobs_logs(struct api_req *r);
+void api_jobs_logs_download(struct api_req *r);
+void api_jobs_delete(struct api_req *r);
 void api_nodes_register(struct api_req *r);
 void api_nodes_heartbeat(struct api_req *r);
 void api_nodes_list(struct api_req *r);

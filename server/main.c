@@ -55,6 +55,9 @@ static void ddpd_usage(FILE *f)
             "                            a held heartbeat's 2 s)\n"
             "  --max-user-priority N     the highest job priority a non-admin may ask (default\n"
             "                            0: users may lower theirs; -1000..1000)\n"
+            "  --job-ttl SECONDS         delete finished jobs (their events, metrics and logs)\n"
+            "                            this long after they ended (default 0: keep them\n"
+            "                            until 'ddpctl delete')\n"
             "  --max-nodes N             registered nodes at most (default 4096)\n"
             "  --max-jobs-per-user N     jobs not yet ended per user at most (default 10000)\n"
             "  --node-timeout SECONDS    a node silent this long is LOST (default 5, 1..3600)\n"
@@ -138,6 +141,7 @@ int main(int argc, char **argv)
         O_MAX_CONN_IP,
         O_IDLE,
         O_MAX_PRIO,
+        O_JOB_TTL,
         O_HELP
     };
     static const struct option opts[] = {
@@ -156,13 +160,14 @@ int main(int argc, char **argv)
         {"max-connections-per-ip", required_argument, NULL, O_MAX_CONN_IP},
         {"idle-timeout", required_argument, NULL, O_IDLE},
         {"max-user-priority", required_argument, NULL, O_MAX_PRIO},
+        {"job-ttl", required_argument, NULL, O_JOB_TTL},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
     const char *cert = NULL, *key = NULL;
     long node_timeout = 5, max_nodes = 4096, max_jobs = 10000;
-    long max_conn = 16384, max_conn_ip = 512, idle_s = 10, max_prio = 0;
+    long max_conn = 16384, max_conn_ip = 512, idle_s = 10, max_prio = 0, job_ttl = 0;
     double suspect_timeout = 1.0;
     int suspect_given = 0;
     int level = LOG_INFO;
@@ -234,6 +239,10 @@ int main(int argc, char **argv)
             break;
         case O_MAX_PRIO:
             if (args_parse_long("--max-user-priority", optarg, -1000, 1000, &max_prio, &err) != 0)
+                goto usage;
+            break;
+        case O_JOB_TTL:
+            if (args_parse_long("--job-ttl", optarg, 0, 100L * 365 * 86400, &job_ttl, &err) != 0)
                 goto usage;
             break;
         case O_IDLE:
@@ -312,7 +321,8 @@ int main(int argc, char **argv)
                                .suspect_timeout_ms = suspect_ms > 0 ? suspect_ms : -1,
                                .max_nodes = max_nodes,
                                .max_jobs_per_user = max_jobs,
-                               .max_user_priority = (int)max_prio};
+                               .max_user_priority = (int)max_prio,
+                               .job_ttl_ms = (int64_t)job_ttl * 1000};
     if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
         coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
         goto fail;
@@ -330,6 +340,8 @@ int main(int argc, char **argv)
     log_info("listening on %s://%s:%d db=%s node_timeout=%lds suspect_timeout_ms=%lld%s",
              cert ? "https" : "http", host, http_port(server), db, node_timeout,
              (long long)(suspect_ms > 0 ? suspect_ms : 0), suspect_ms > 0 ? "" : " (off)");
+    if (job_ttl > 0)
+        log_info("--job-ttl %ld s: finished jobs are deleted that long after they ended", job_ttl);
 
     for (;;) {
         struct timespec ts = {0, TICK_MS * 1000000L};

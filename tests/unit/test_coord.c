@@ -4,7 +4,8 @@
  * and scale-down, scale-up, cancel, limits, a restart of ddpd, log deduplication and cap,
  * "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
  * LOST unless it beats within the confirm window), and a failed commit of heartbeat data
- * (on a real SQLite file whose writes fail), which must cost a re-send and nothing else.
+ * (on a real SQLite file whose writes fail), which must cost a re-send and nothing else;
+ * retention: deleting finished jobs, ids never reused, the --job-ttl sweep, the log as gzip.
  *
  * Why one file of ~1,100 lines: one cmocka binary per module (docs/style.md), and every case
  * drives the same coordinator through the same clock and fixture helpers at the top.
@@ -22,6 +23,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
+#include <zlib.h>
 
 #include "common/exitcodes.h"
 #include "common/fsutil.h"
@@ -1645,6 +1647,226 @@ static void test_coord_failed_commit_fails_the_batch_on_top(void **state)
     expect_lines(f, j2, "1:b1 2:b2");
 }
 
+/* ---- retention: delete, ids never reused, --job-ttl, the log as gzip ------------------- */
+
+static int delete_rc(struct fx *f, int64_t id, struct ddp_err *e)
+{
+    char *out = NULL;
+    int rc = coord_delete_job(f->c, id, "admin", &out, e);
+    if (rc == 0) {
+        json_t *o = parse(out); /* the job as it was */
+        char want[32];
+        snprintf(want, sizeof(want), "j-%lld", (long long)id);
+        assert_string_equal(json_string_value(json_object_get(o, "id")), want);
+        json_decref(o);
+        free(out);
+    }
+    return rc;
+}
+
+/* 1 when job id answers (get), 0 when it is not found. */
+static int job_exists(struct fx *f, int64_t id)
+{
+    char *out = NULL;
+    struct ddp_err e;
+    int rc = coord_get_job(f->c, id, &out, &e);
+    free(out);
+    if (rc)
+        assert_int_equal(rc, DDP_ENOTFOUND);
+    return rc == 0;
+}
+
+static size_t listed(struct fx *f)
+{
+    char *out = NULL;
+    assert_int_equal(coord_list_jobs(f->c, -1, NULL, 100, 0, &out, NULL), 0);
+    json_t *o = parse(out);
+    free(out);
+    size_t n = json_array_size(json_object_get(o, "jobs"));
+    json_decref(o);
+    return n;
+}
+
+static void test_coord_delete_finished_only(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t run = submit(f, "{\"command\":[\"w\"]}");
+    int64_t pend = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, run, "RUNNING", NULL);
+    expect_state(f, pend, "PENDING", NULL);
+    struct ddp_err e;
+    assert_int_equal(delete_rc(f, run, &e), DDP_EPRECOND);
+    assert_non_null(strstr(e.msg, "job j-1 is RUNNING"));
+    assert_non_null(strstr(e.msg, "cancel it first"));
+    assert_int_equal(delete_rc(f, pend, &e), DDP_EPRECOND);
+    assert_non_null(strstr(e.msg, "PENDING"));
+    cancel(f, pend);
+    expect_state(f, pend, "CANCELLED", NULL);
+    assert_int_equal(delete_rc(f, pend, &e), 0);
+    /* gone everywhere: get, events, logs, access, the listing, the counts */
+    assert_false(job_exists(f, pend));
+    char *out = NULL;
+    assert_int_equal(coord_events(f->c, pend, 0, &out, &e), DDP_ENOTFOUND);
+    assert_int_equal(coord_logs(f->c, pend, -1, 0, 10, &out, &e), DDP_ENOTFOUND);
+    assert_int_equal(coord_job_access(f->c, pend, &ADMIN, 0, &e), DDP_ENOTFOUND);
+    assert_int_equal(delete_rc(f, pend, &e), DDP_ENOTFOUND);
+    assert_string_equal(e.msg, "job j-2 not found");
+    assert_int_equal(listed(f), 1);
+    int64_t counts[JOB_STATE_COUNT], ready, lost;
+    coord_counts(f->c, counts, &ready, &lost);
+    assert_int_equal(counts[JOB_CANCELLED], 0);
+    assert_int_equal(counts[JOB_RUNNING], 1);
+    /* a job that just ended (still in the live list until the next compaction) */
+    cancel(f, run);
+    beat0(f, "node-a", NULL);
+    expect_state(f, run, "CANCELLED", NULL);
+    assert_int_equal(delete_rc(f, run, &e), 0);
+    assert_false(job_exists(f, run));
+    tick(f, 100);
+    assert_int_equal(listed(f), 0);
+    /* the next job takes a new id, and runs on the freed node */
+    int64_t next = submit(f, "{\"command\":[\"w\"]}");
+    assert_int_equal(next, 3);
+    expect_state(f, next, "RUNNING", NULL);
+}
+
+/* Ids are never reused: not after deleting the newest job, not after a restart of ddpd
+ * (where the jobs table alone would say the highest id is lower), and the gaps load. */
+static void test_coord_delete_ids_never_reused(void **state)
+{
+    struct fx *f = *state;
+    int64_t a = submit(f, "{\"command\":[\"w\"]}");
+    int64_t b = submit(f, "{\"command\":[\"w\"]}");
+    int64_t c = submit(f, "{\"command\":[\"w\"]}");
+    cancel(f, b);
+    cancel(f, c);
+    struct ddp_err e;
+    assert_int_equal(delete_rc(f, c, &e), 0); /* the newest */
+    reopen(f);
+    assert_true(job_exists(f, a));
+    assert_true(job_exists(f, b));
+    assert_false(job_exists(f, c));
+    assert_int_equal(submit(f, "{\"command\":[\"w\"]}"), 4);
+    assert_int_equal(delete_rc(f, b, &e), 0); /* a gap in the middle */
+    reopen(f);
+    assert_true(job_exists(f, a));
+    assert_false(job_exists(f, b));
+    assert_true(job_exists(f, 4));
+    assert_int_equal(listed(f), 2);
+    /* an Idempotency-Key lookup walks past the deleted slots */
+    json_t *body = parse("{\"command\":[\"w\"]}");
+    char *out = NULL;
+    int created = 0;
+    assert_int_equal(coord_submit(f->c, body, &ADMIN, "key-1", f->now, &out, &created, &e), 0);
+    assert_int_equal(created, 1);
+    free(out);
+    assert_int_equal(coord_submit(f->c, body, &ADMIN, "key-1", f->now, &out, &created, &e), 0);
+    assert_int_equal(created, 0);
+    assert_non_null(strstr(out, "\"j-5\""));
+    free(out);
+    json_decref(body);
+}
+
+/* --job-ttl: the tick deletes finished jobs once finished_at is that long ago (the fake
+ * clock), never a live one. */
+static void test_coord_job_ttl_sweep(void **state)
+{
+    struct fx *f = *state;
+    f->opts.job_ttl_ms = 10000;
+    reopen(f);
+    int64_t first = submit(f, "{\"command\":[\"w\"]}");
+    int64_t second = submit(f, "{\"command\":[\"w\"]}");
+    int64_t live = submit(f, "{\"command\":[\"w\"]}");
+    cancel(f, first);
+    tick(f, 5000);
+    cancel(f, second);
+    tick(f, 4900);
+    assert_true(job_exists(f, first));
+    tick(f, 200); /* first: 10.1 s since it ended */
+    assert_false(job_exists(f, first));
+    assert_true(job_exists(f, second));
+    tick(f, 5000);
+    assert_false(job_exists(f, second));
+    tick(f, 60000);
+    expect_state(f, live, "PENDING", NULL);
+    /* and after a restart of ddpd the ids go on */
+    reopen(f);
+    assert_int_equal(submit(f, "{\"command\":[\"w\"]}"), 4);
+}
+
+/* Reads the whole gzip stream of job id with reads of at most chunk bytes and inflates it. */
+static char *download(struct fx *f, int64_t id, size_t chunk)
+{
+    struct coord_log_gz *g = NULL;
+    assert_int_equal(coord_log_gz_open(f->c, id, &g, NULL), 0);
+    char *gz = xmalloc(1 << 16), *plain = xcalloc(1, 1 << 16);
+    size_t n = 0;
+    for (int i = 0; i < 100000; i++) {
+        long r = coord_log_gz_read(g, gz + n, chunk);
+        assert_true(r >= 0);
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        assert_true(n + chunk < (1 << 16));
+    }
+    coord_log_gz_close(g);
+    z_stream z = {0};
+    assert_int_equal(inflateInit2(&z, 15 + 16), Z_OK);
+    z.next_in = (Bytef *)gz;
+    z.avail_in = (uInt)n;
+    z.next_out = (Bytef *)plain;
+    z.avail_out = (1 << 16) - 1;
+    assert_int_equal(inflate(&z, Z_FINISH), Z_STREAM_END);
+    inflateEnd(&z);
+    free(gz);
+    return plain;
+}
+
+static void test_coord_logs_download_gzip(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2}");
+    /* empty log: a valid gzip of nothing */
+    char *got = download(f, id, 4096);
+    assert_string_equal(got, "");
+    free(got);
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+          "\"lines\":[\"a\",\"\",\"c d\"]},{\"job_id\":\"j-1\",\"generation\":1,\"rank\":1,"
+          "\"seq\":1,\"lines\":[\"x\"]}]");
+    got = download(f, id, 4096);
+    assert_string_equal(got, "a\n\nc d\nx\n");
+    free(got);
+    got = download(f, id, 1); /* a byte a read */
+    assert_string_equal(got, "a\n\nc d\nx\n");
+    free(got);
+    /* the cap of 5 dropped the oldest ("a"): the kept lines only */
+    beat0(f, "node-a",
+          "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":4,"
+          "\"lines\":[\"e\",\"f\"]}]");
+    got = download(f, id, 4096);
+    assert_string_equal(got, "\nc d\nx\ne\nf\n");
+    free(got);
+    /* kept after the job ended; a stream of a job deleted meanwhile fails */
+    cancel(f, id);
+    beat0(f, "node-a", NULL);
+    expect_state(f, id, "CANCELLED", NULL);
+    got = download(f, id, 4096);
+    assert_string_equal(got, "\nc d\nx\ne\nf\n");
+    free(got);
+    struct coord_log_gz *g = NULL;
+    assert_int_equal(coord_log_gz_open(f->c, id, &g, NULL), 0);
+    assert_int_equal(delete_rc(f, id, NULL), 0);
+    char buf[256];
+    assert_true(coord_log_gz_read(g, buf, sizeof(buf)) < 0);
+    coord_log_gz_close(g);
+    struct ddp_err e;
+    assert_int_equal(coord_log_gz_open(f->c, id, &g, &e), DDP_ENOTFOUND);
+    coord_log_gz_close(NULL);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -1684,6 +1906,10 @@ int main(void)
         T(test_coord_failed_data_commit_rolls_back),
         T(test_coord_failed_commit_fails_the_batch_on_top),
         T(test_coord_failed_data_commit_still_ends_the_job),
+        T(test_coord_delete_finished_only),
+        T(test_coord_delete_ids_never_reused),
+        T(test_coord_job_ttl_sweep),
+        T(test_coord_logs_download_gzip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
