@@ -4,6 +4,7 @@
 #include "common/httpc.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,26 @@ out:
     return rc;
 }
 
+/* The error of a non-2xx answer with JSON body ans (may be NULL): its DDP_E* code, err
+ * filled with ddpd's message. */
+static int httpc_answer_err(const char *method, const char *path, long status, json_t *ans,
+                            struct ddp_err *err)
+{
+    int rc;
+    json_t *e = ans ? json_object_get(ans, "error") : NULL;
+    const char *st = e ? json_string_value(json_object_get(e, "status")) : NULL;
+    const char *msg = e ? json_string_value(json_object_get(e, "message")) : NULL;
+    int code = st ? err_from_status_name(st) : DDP_EINTERNAL;
+    if (status == 404 && !st)
+        code = DDP_ENOTFOUND;
+    if (code == DDP_OK)
+        code = DDP_EINTERNAL;
+    rc = err_set(err, code, "%s", msg ? msg : "unexpected answer from ddpd");
+    if (!msg && err)
+        err_set(err, code, "ddpd answered %s %s with HTTP %ld", method, path, status);
+    return rc;
+}
+
 int httpc_call(struct httpc *c, const char *method, const char *path, const json_t *body,
                long timeout_ms, json_t **answer, struct ddp_err *err)
 {
@@ -200,17 +221,95 @@ int httpc_call(struct httpc *c, const char *method, const char *path, const json
             json_decref(ans);
         return 0;
     }
-    json_t *e = ans ? json_object_get(ans, "error") : NULL;
-    const char *st = e ? json_string_value(json_object_get(e, "status")) : NULL;
-    const char *msg = e ? json_string_value(json_object_get(e, "message")) : NULL;
-    int code = st ? err_from_status_name(st) : DDP_EINTERNAL;
-    if (status == 404 && !st)
-        code = DDP_ENOTFOUND;
-    if (code == DDP_OK)
-        code = DDP_EINTERNAL;
-    rc = err_set(err, code, "%s", msg ? msg : "unexpected answer from ddpd");
-    if (!msg && err)
-        err_set(err, code, "ddpd answered %s %s with HTTP %ld", method, path, status);
+    rc = httpc_answer_err(method, path, status, ans, err);
     json_decref(ans);
+    return rc;
+}
+
+/* Where a download's bytes go: out for a 2xx answer, err_body (bounded) for any other. */
+struct httpc_sink {
+    CURL *h;
+    FILE *out;
+    unsigned long long max, written;
+    int too_big, write_failed;
+    struct httpc_buf err_body;
+};
+
+static size_t httpc_on_file(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct httpc_sink *s = userdata;
+    size_t n = size * nmemb;
+    long code = 0;
+    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 200 || code >= 300) {
+        if (s->err_body.len + n > 64 * 1024)
+            return n; /* an error body past 64 KiB: the rest is not needed for the message */
+        return httpc_on_data(ptr, size, nmemb, &s->err_body);
+    }
+    if (s->written + n > s->max) {
+        s->too_big = 1;
+        return 0;
+    }
+    if (fwrite(ptr, 1, n, s->out) != n) {
+        s->write_failed = 1;
+        return 0;
+    }
+    s->written += n;
+    return n;
+}
+
+int httpc_download(struct httpc *c, const char *path, long timeout_ms, FILE *out,
+                   unsigned long long max, unsigned long long *written, struct ddp_err *err)
+{
+    CURL *h = c->curl;
+    struct httpc_sink sink = {.h = h, .out = out, .max = max};
+    struct curl_slist *hdrs = NULL;
+    char *url = xasprintf("%s%s", c->base_url, path);
+    int rc = 0;
+
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, httpc_on_file);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    if (c->auth_header)
+        hdrs = curl_slist_append(hdrs, c->auth_header);
+    if (c->extra_header)
+        hdrs = curl_slist_append(hdrs, c->extra_header);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+
+    CURLcode cc = curl_easy_perform(h);
+    if (cc != CURLE_OK) {
+        if (sink.too_big)
+            rc = err_set(err, DDP_ETOOBIG, "answer from %s is larger than %llu bytes", url, max);
+        else if (sink.write_failed)
+            rc = err_set(err, DDP_EIO, "cannot write the download: %s", strerror(errno));
+        else
+            rc = err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEOUT : DDP_EUNAVAIL,
+                         "cannot reach ddpd at %s: %s", c->base_url, httpc_reason(cc));
+        goto out;
+    }
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 200 || code >= 300) {
+        json_t *ans = sink.err_body.len > 0
+                          ? json_loadb(sink.err_body.data, sink.err_body.len, 0, NULL)
+                          : NULL;
+        rc = httpc_answer_err("GET", path, code, ans, err);
+        json_decref(ans);
+        goto out;
+    }
+    if (written)
+        *written = sink.written;
+out:
+    curl_slist_free_all(hdrs);
+    free(sink.err_body.data);
+    free(url);
     return rc;
 }

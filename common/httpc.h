@@ -11,6 +11,7 @@
 #define DDP_COMMON_HTTPC_H
 
 #include <jansson.h>
+#include <stdio.h>
 
 #include "common/err.h"
 
@@ -52,5 +53,15 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const j
  */
 int httpc_call(struct httpc *c, const char *method, const char *path, const json_t *body,
                long timeout_ms, json_t **answer, struct ddp_err *err);
+
+/*
+ * GETs base_url+path and writes a 2xx answer's body to out as it arrives, byte for byte
+ * (binary-safe: a gzip file), at most max bytes (more fails with DDP_ETOOBIG). *written
+ * (may be NULL) receives the count. A non-2xx answer is an error as in httpc_call, and
+ * nothing of its body goes to out. On failure out may hold part of the body: the caller
+ * removes the file.
+ */
+int httpc_download(struct httpc *c, const char *path, long timeout_ms, FILE *out,
+                   unsigned long long max, unsigned long long *written, struct ddp_err *err);
 
 #endif
