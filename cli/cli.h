@@ -160,6 +160,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
 int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_cancel(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_update(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);

@@ -1,6 +1,7 @@
 /*
  * cmd_follow.c - the ddpctl commands that read a job's streams: `logs` (worker output, with
- * -f until the job ends) and `watch` (epochs and state changes until the job ends).
+ * -f until the job ends, or --download the whole kept log as a gzip file) and `watch`
+ * (epochs and state changes until the job ends).
  *
  * Both read by sequence number (`after=SEQ`), so no line, metric or event is printed twice
  * and none is skipped while it is kept by ddpd. Polling is bounded: one round every
@@ -12,6 +13,7 @@
  * a beat's lines before it acts on the exits the same beat carries), so one more drain and we
  * stop.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include "cli/cli.h"
 #include "common/args.h"
 #include "common/buf.h"
+#include "common/httpc.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -32,6 +35,10 @@
 #define CLI_LOGS_TAIL_MAX 10000
 /* Width of the progress bar's [====>   ] part. */
 #define CLI_BAR_WIDTH 30
+/* A download's bounds: the whole kept log (100,000 lines of 4 KiB at most, gzip makes it no
+ * larger than that plus a little) within 10 minutes. */
+#define CLI_DOWNLOAD_MAX        (512ULL << 20)
+#define CLI_DOWNLOAD_TIMEOUT_MS 600000L
 /* Longest line `watch` prints (an epoch line, the bar line without its escapes). */
 #define CLI_WATCH_LINE_MAX 511
 
@@ -94,17 +101,60 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
     return fresh;
 }
 
+/* GET /v1/jobs/{id}/logs:download into file path ("-": stdout). A file is written beside
+ * as path.part and renamed over path only once the whole answer is in, so a failed download
+ * leaves no partial file. */
+static int logs_download(struct cli *cli, const char *id, const char *path)
+{
+    struct ddp_err err;
+    int to_stdout = strcmp(path, "-") == 0;
+    char *part = to_stdout ? NULL : xasprintf("%s.part", path);
+    FILE *f = to_stdout ? stdout : fopen(part, "wb");
+    unsigned long long n = 0;
+    int rc = CLI_OK;
+    if (!f) {
+        rc = cli_failf("cannot write %s: %s", part, strerror(errno));
+        goto out;
+    }
+    char *eid = cli_escape(id);
+    char *url = xasprintf("/v1/jobs/%s/logs:download", eid);
+    free(eid);
+    int r = httpc_download(cli->http, url, CLI_DOWNLOAD_TIMEOUT_MS, f, CLI_DOWNLOAD_MAX, &n, &err);
+    free(url);
+    if (r == DDP_ENOTFOUND)
+        err_set(&err, r, "job %s not found", id);
+    if (!r && fflush(f) != 0)
+        r = err_set(&err, DDP_EIO, "cannot write %s: %s", to_stdout ? "stdout" : part,
+                    strerror(errno));
+    if (!to_stdout && fclose(f) != 0 && !r)
+        r = err_set(&err, DDP_EIO, "cannot write %s: %s", part, strerror(errno));
+    if (!r && !to_stdout && rename(part, path) != 0)
+        r = err_set(&err, DDP_EIO, "cannot rename %s to %s: %s", part, path, strerror(errno));
+    if (r) {
+        if (!to_stdout)
+            unlink(part);
+        rc = cli_fail(cli, &err);
+        goto out;
+    }
+    if (!to_stdout)
+        fprintf(stderr, "ddpctl: wrote %s (%llu bytes, gzip)\n", path, n);
+out:
+    free(part);
+    return rc;
+}
+
 int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    enum { O_RANK = 1, O_TAIL };
+    enum { O_RANK = 1, O_TAIL, O_DOWNLOAD };
     static const struct option longopts[] = {{"rank", required_argument, NULL, O_RANK},
                                              {"tail", required_argument, NULL, O_TAIL},
+                                             {"download", required_argument, NULL, O_DOWNLOAD},
                                              {"follow", no_argument, NULL, 'f'},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     struct logs_state st = {0};
     json_t *page = NULL, *job = NULL;
-    const char *id = NULL;
+    const char *id = NULL, *download = NULL;
     long rank = -1, tail = 0;
     int follow = 0, rc = CLI_OK, final_seen = 0;
     struct ddp_err err;
@@ -125,6 +175,12 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
                 rc = cli_usage_error(cmd, "%s", err.msg);
                 goto out;
             }
+        } else if (c == O_DOWNLOAD) {
+            if (!optarg[0]) {
+                rc = cli_usage_error(cmd, "--download: empty file name");
+                goto out;
+            }
+            download = optarg;
         } else if (c == O_TAIL) {
             if (args_parse_long("--tail", optarg, 1, CLI_LOGS_TAIL_MAX, &tail, &err) < 0) {
                 rc = cli_usage_error(cmd, "%s", err.msg);
@@ -137,9 +193,20 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     }
     if ((rc = cli_job_arg(cmd, argc, argv, &id)) != CLI_OK)
         goto out;
+    if (download && (follow || tail > 0 || rank >= 0)) {
+        rc = cli_usage_error(cmd, "--download writes the whole log: it takes no %s",
+                             follow     ? "-f"
+                             : tail > 0 ? "--tail"
+                                        : "--rank");
+        goto out;
+    }
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
+    if (download) {
+        rc = logs_download(cli, id, download);
+        goto out;
+    }
     /* The job first: an unknown job is "job j-42 not found", not an empty log. */
     if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
         rc = cli_fail(cli, &err);

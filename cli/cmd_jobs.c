@@ -1,6 +1,6 @@
 /*
  * cmd_jobs.c - the job commands of ddpctl that ask once and answer: submit, list, status,
- * cancel, and wait (which polls one job until it ends).
+ * cancel, delete, and wait (which polls one job until it ends).
  *
  * Each command parses its whole command line before it connects, so a usage error never
  * sends anything. Output goes to stdout (a table, or with -o json ddpd's answer as it came);
@@ -16,6 +16,7 @@
 #include "cli/table.h"
 #include "common/args.h"
 #include "common/backoff.h"
+#include "common/buf.h"
 #include "common/httpc.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
@@ -551,6 +552,66 @@ int cmd_cancel(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         printf("job %s already ended: %s (nothing to cancel)\n", id, state);
 out:
     json_decref(job);
+    return rc;
+}
+
+/* The most job ids one delete takes (each is one request). */
+#define CLI_DELETE_MAX 1000
+
+int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    int rc = CLI_OK;
+    struct ddp_err err;
+    json_t *deleted = NULL, *failed = NULL;
+
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        return rc;
+    if (optind >= argc)
+        return cli_usage_error(cmd, "missing the job id");
+    if (argc - optind > CLI_DELETE_MAX)
+        return cli_usage_error(cmd, "more than %d job ids", CLI_DELETE_MAX);
+    for (int i = optind; i < argc; i++)
+        if (!argv[i][0])
+            return cli_usage_error(cmd, "empty job id");
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    deleted = json_array();
+    failed = json_array();
+    for (int i = optind; i < argc; i++) {
+        const char *id = argv[i];
+        json_t *job = NULL;
+        if (cli_job_call(cli, "DELETE", id, NULL, NULL, &job, &err) < 0) {
+            if (!cli->json)
+                cli_fail(cli, &err);
+            json_array_append_new(failed, json_pack("{s:s, s:s}", "id", id, "error", err.msg));
+            continue;
+        }
+        if (!cli->json)
+            printf("deleted job %s (%s)\n", id, cli_str(job, "state", "?"));
+        json_array_append_new(deleted, job);
+    }
+    size_t nfail = json_array_size(failed);
+    if (cli->json) {
+        json_t *o = json_pack("{s:O, s:O}", "deleted", deleted, "failed", failed);
+        cli_print_json(o);
+        json_decref(o);
+    } else if (nfail > 0 && argc - optind > 1) {
+        struct buf ids = BUF_INIT;
+        size_t i;
+        json_t *f;
+        json_array_foreach(failed, i, f)
+        {
+            if (buf_printf(&ids, "%s%s", i ? ", " : "", cli_str(f, "id", "?")) != 0)
+                break;
+        }
+        fprintf(stderr, "ddpctl: %zu of %d jobs not deleted: %s\n", nfail, argc - optind,
+                ids.data ? ids.data : "");
+        buf_release(&ids);
+    }
+    rc = nfail > 0 ? CLI_FAIL : CLI_OK;
+    json_decref(deleted);
+    json_decref(failed);
     return rc;
 }
 

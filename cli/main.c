@@ -58,14 +58,20 @@ static const struct cli_cmd cli_cmds[] = {
     {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events", "",
      cmd_status},
     {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
+    {"delete", "delete JOB...", "delete finished jobs with their events, metrics and logs",
+     "Only a finished job (SUCCEEDED, FAILED, CANCELLED) is deleted: cancel a live one first.\n"
+     "Its id is never given out again. Exit 1 when any of the jobs was not deleted.\n",
+     cmd_delete},
     {"update", "update JOB --priority N", "change a live job's priority (admin)",
      "  --priority N  -1000..1000; the queue is ordered anew (a running job is not disturbed)\n",
      cmd_update},
-    {"logs", "logs JOB [--rank R] [--tail N] [-f]", "print a job's worker output",
+    {"logs", "logs JOB [--rank R] [--tail N] [-f] | logs JOB --download F",
+     "print a job's worker output",
      "  --rank R      only rank R's lines\n"
      "  --tail N      only the last N lines (1..10000; of rank R with --rank); with -f,\n"
      "                the last N lines, then the new ones\n"
-     "  -f, --follow  keep printing new lines until the job ends\n",
+     "  -f, --follow  keep printing new lines until the job ends\n"
+     "  --download F  write the whole kept log to file F, gzip-compressed (- for stdout)\n",
      cmd_logs},
     {"nodes", "nodes [remove NAME | cordon|drain|uncordon NAME [--reason TEXT]]",
      "list the nodes (agents), their slots and state",
