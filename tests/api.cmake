@@ -23,6 +23,10 @@ ddp_script_test(NAME api_logtail
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_logtail.py TIMEOUT 120 LABELS api)
 ddp_script_test(NAME api_users
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_users.py TIMEOUT 240 LABELS api)
+# Deleting finished jobs (roles, ids never reused across a restart, --job-ttl), the whole log as
+# gzip, ddpctl delete and logs --download.
+ddp_script_test(NAME api_retention
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_retention.py TIMEOUT 240 LABELS api)
 # The database's disk (a tmpfs the test mounts) full for a while under a real agent's job:
 # /readyz and the store metrics, then recovery without a restart. Needs root to mount;
 # skipped (77) without.

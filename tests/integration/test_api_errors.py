@@ -196,7 +196,7 @@ def test_errors_all():
             check_unchanged(ctx, "%s %s" % (method, path))
         run("405", [
             ("DELETE", "/v1/jobs", "user", ("GET", "POST")),
-            ("PUT", "/v1/jobs/" + job["id"], "user", ("GET", "PATCH")),
+            ("PUT", "/v1/jobs/" + job["id"], "user", ("GET", "PATCH", "DELETE")),
             ("GET", "/v1/jobs/%s:cancel" % job["id"], "user", ("POST",)),
             ("POST", "/v1/jobs/%s/events" % job["id"], "user", ("GET",)),
             ("POST", "/v1/nodes", "user", ("GET",)),

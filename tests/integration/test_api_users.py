@@ -15,6 +15,7 @@ HTTP and with the real ddpctl:
 - a user token survives a restart of ddpd (only its hash is stored).
 """
 import os
+import re
 import sqlite3
 import stat
 
@@ -66,6 +67,14 @@ def test_role_matrix():
             add_user(api, name, "user")
             return api.request("DELETE", "/v1/users/" + name, token=t)
 
+        def delete_finished(t):
+            # a fresh finished job of the owner's for each caller: a deletion that works
+            # leaves none for the next one
+            a = api.post("/v1/jobs", {"command": ["true"], "nnodes": "5"}, token=toks["owner"])
+            assert a.status == 201, a
+            assert api.post("/v1/jobs/%s:cancel" % a.json["id"], token=toks["owner"]).status == 200
+            return api.request("DELETE", "/v1/jobs/" + a.json["id"], token=t)
+
         def remove_node(t):
             name = fresh("gone")
             SimNode(api, name, slots=1).register()
@@ -97,6 +106,11 @@ def test_role_matrix():
              dict(U, admin=OK, owner=OK, other=E404, viewer=OK)),
             ("GET .../logs", lambda t, w: api.get("/v1/jobs/%s/logs" % jid, token=t),
              dict(U, admin=OK, owner=OK, other=E404, viewer=OK)),
+            ("GET .../logs:download",
+             lambda t, w: api.get("/v1/jobs/%s/logs:download" % jid, token=t),
+             dict(U, admin=OK, owner=OK, other=E404, viewer=OK)),
+            ("DELETE /v1/jobs/{owner's finished}", lambda t, w: delete_finished(t),
+             dict(U, admin=OK, owner=OK, other=E404, viewer=E403)),
             ("POST .../{owner's}:cancel",
              lambda t, w: api.post("/v1/jobs/%s:cancel" % jid, token=t),
              dict(U, admin=OK, owner=OK, other=E404, viewer=E403)),
@@ -146,7 +160,7 @@ def test_role_matrix():
                         bad.append(str(e))
                 if who == "other" and got == E404:
                     # the same answer as a job that never existed
-                    ghost = a.json["error"]["message"].replace(jid, "j-999")
+                    ghost = re.sub(r"j-[0-9]+", "j-999", a.json["error"]["message"])
                     g = api.get("/v1/jobs/j-999", token=t)
                     assert g.json["error"]["message"] == ghost, (a, g)
                     assert "alice" not in a.text, a

@@ -1,8 +1,8 @@
 /*
  * test_http.c - ddpd's request routing without a network (http_dispatch): 404 for unknown
  * routes, 405 with Allow, 401/403 auth, 413 over the body cap, open routes, the embedded
- * documents, the error body shape, and query arguments: unknown, repeated, too many, and an
- * encoded NUL in the request line.
+ * documents, the error body shape, query arguments: unknown, repeated, too many, and an
+ * encoded NUL in the request line; and the routes of retention (delete, the streamed log).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -245,6 +245,44 @@ static void test_http_query_arguments(void **state)
     expect_error(&r, 400, "INVALID_ARGUMENT", "page_size");
 }
 
+/* DELETE /v1/jobs/{id} and the streamed GET .../logs:download through the route table. */
+static void test_http_delete_and_download(void **state)
+{
+    struct fx *f = *state;
+    struct api_req r;
+    assert_int_equal(call(f, &r, "POST", "/v1/jobs", USER, "{\"command\":[\"w\"]}"), 201);
+    free(r.out);
+    call(f, &r, "DELETE", "/v1/jobs/j-1", USER, NULL);
+    expect_error(&r, 400, "FAILED_PRECONDITION", "job j-1 is PENDING");
+    call(f, &r, "PUT", "/v1/jobs/j-1", USER, NULL);
+    assert_string_equal(r.allow, "GET, PATCH, DELETE");
+    expect_error(&r, 405, "INVALID_ARGUMENT", "PUT");
+    /* the download: a stream of gzip (the magic bytes first) with its headers */
+    assert_int_equal(call(f, &r, "GET", "/v1/jobs/j-1/logs:download", USER, NULL), 200);
+    assert_string_equal(r.content_type, "application/gzip");
+    assert_string_equal(r.disposition, "attachment; filename=\"j-1.log.gz\"");
+    assert_null(r.out);
+    assert_non_null(r.stream_read);
+    char buf[64];
+    long n = r.stream_read(r.stream_ctx, buf, sizeof(buf));
+    assert_true(n >= 2);
+    assert_int_equal((unsigned char)buf[0], 0x1f);
+    assert_int_equal((unsigned char)buf[1], 0x8b);
+    api_req_release(&r); /* the stream is freed unsent */
+    assert_null(r.stream_ctx);
+    call(f, &r, "GET", "/v1/jobs/j-7/logs:download", USER, NULL);
+    expect_error(&r, 404, "NOT_FOUND", "job j-7 not found");
+    assert_int_equal(call(f, &r, "POST", "/v1/jobs/j-1:cancel", USER, NULL), 200);
+    free(r.out);
+    assert_int_equal(call(f, &r, "DELETE", "/v1/jobs/j-1", USER, NULL), 200);
+    assert_non_null(strstr(r.out, "\"CANCELLED\""));
+    free(r.out);
+    call(f, &r, "GET", "/v1/jobs/j-1", USER, NULL);
+    expect_error(&r, 404, "NOT_FOUND", "job j-1 not found");
+    call(f, &r, "DELETE", "/v1/jobs/j-1", NULL, NULL);
+    expect_error(&r, 401, "UNAUTHENTICATED", "missing");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -255,6 +293,7 @@ int main(void)
         T(test_http_jobs_round_trip),
         T(test_http_embedded_documents),
         T(test_http_query_arguments),
+        T(test_http_delete_and_download),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
