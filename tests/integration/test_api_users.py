@@ -75,6 +75,11 @@ def test_role_matrix():
             assert api.post("/v1/jobs/%s:cancel" % a.json["id"], token=toks["owner"]).status == 200
             return api.request("DELETE", "/v1/jobs/" + a.json["id"], token=t)
 
+        def live_job():
+            a = api.post("/v1/jobs", {"command": ["true"], "nnodes": "5"}, token=toks["owner"])
+            assert a.status == 201, a
+            return a.json["id"]
+
         def remove_node(t):
             name = fresh("gone")
             SimNode(api, name, slots=1).register()
@@ -114,8 +119,21 @@ def test_role_matrix():
             ("POST .../{owner's}:cancel",
              lambda t, w: api.post("/v1/jobs/%s:cancel" % jid, token=t),
              dict(U, admin=OK, owner=OK, other=E404, viewer=E403)),
+            ("PATCH /v1/jobs/{owner's}",
+             lambda t, w: api.request("PATCH", "/v1/jobs/" + live_job(), {"priority": -1},
+                                      token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("GET /v1/nodes", lambda t, w: api.get("/v1/nodes", token=t),
              dict(U, admin=OK, owner=OK, other=OK, viewer=OK)),
+            ("POST /v1/nodes/{nb}:cordon",
+             lambda t, w: api.post("/v1/nodes/nb:cordon", {"reason": "x"}, token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("POST /v1/nodes/{nb}:drain",
+             lambda t, w: api.post("/v1/nodes/nb:drain", {}, token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("POST /v1/nodes/{nb}:uncordon",
+             lambda t, w: api.post("/v1/nodes/nb:uncordon", token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("DELETE /v1/nodes/{name}", lambda t, w: remove_node(t),
              dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("GET /v1/openapi.json", lambda t, w: api.get("/v1/openapi.json", token=t),
@@ -126,6 +144,9 @@ def test_role_matrix():
              dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("POST /v1/users",
              lambda t, w: api.post("/v1/users", {"name": fresh("new")}, token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("PATCH /v1/users/{name}",
+             lambda t, w: api.request("PATCH", "/v1/users/tgt", {"max_slots": 8}, token=t),
              dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("DELETE /v1/users/{name}", lambda t, w: add_then_remove(t),
              dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
