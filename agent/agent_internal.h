@@ -56,6 +56,10 @@ struct worker {
     int64_t started_wall_ms;
     int64_t last_metric_wall_ms;
     char *hb_file;
+    char *err_file; /* TORCHELASTIC_ERROR_FILE of the worker */
+    /* What err_file said once the worker failed (read once, errfile.h): owned, or NULL. */
+    struct errfile *err;
+    int err_read;
     char *prefix; /* "[rank R] " */
     struct logship_queue logs;
     struct logship_queue metrics; /* JSON texts; only rank 0's are queued */

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "agent/agent_internal.h"
+#include "agent/errfile.h"
 #include "common/backoff.h"
 #include "common/fsutil.h"
 #include "common/httpc.h"
@@ -73,6 +74,19 @@ struct agent_ack {
     uint64_t metric_upto; /* 0 = none */
 };
 
+/* Reads a failed worker's error file once (errfile.h). Holds a->mu. */
+static void agent_worker_error(struct worker *w)
+{
+    if (w->err_read || !w->err_file || (w->proc.exit_code == 0 && w->proc.sig == 0))
+        return;
+    w->err_read = 1;
+    struct ddp_err e;
+    int rc = errfile_read(w->err_file, &w->err, &e);
+    if (rc && rc != DDP_ENOTFOUND)
+        log_warn("worker job=%s rank=%d: its error file is not taken: %s", w->job_id, w->rank,
+                 e.msg);
+}
+
 /* 1 when pid is stopped by a signal (SIGSTOP, a debugger): state T or t in /proc/PID/stat.
  * ddpd's hang watchdog then names this rank as the one that hung. */
 static int pid_is_stopped(pid_t pid)
@@ -111,6 +125,15 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
             if (w->proc.exited) {
                 json_object_set_new(o, "exit_code", json_integer(w->proc.exit_code));
                 json_object_set_new(o, "signal", json_integer(w->proc.sig));
+                agent_worker_error(w);
+                if (w->err) {
+                    json_t *e = json_pack("{s:s}", "message", w->err->message);
+                    if (w->err->frame)
+                        json_object_set_new(e, "frame", json_string(w->err->frame));
+                    if (w->err->timestamp > 0)
+                        json_object_set_new(e, "timestamp", json_integer(w->err->timestamp));
+                    json_object_set_new(o, "error", e);
+                }
             }
             json_array_append_new(workers, o);
             if (!w->proc.exited) {

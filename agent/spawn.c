@@ -112,6 +112,8 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
     spawn_envb_setl(&b, "TORCHELASTIC_RESTART_COUNT", a->restart_count);
     spawn_envb_setl(&b, "TORCHELASTIC_MAX_RESTARTS", a->max_restarts);
     spawn_envb_set(&b, "TORCHELASTIC_RUN_ID", a->run_id ? a->run_id : a->job_id);
+    if (args->error_file)
+        spawn_envb_set(&b, "TORCHELASTIC_ERROR_FILE", args->error_file);
     if (!job_sets_omp)
         spawn_envb_set(&b, "OMP_NUM_THREADS", "1");
     if (args->gpu >= 0)

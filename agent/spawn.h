@@ -27,6 +27,7 @@ struct spawn_env_args {
     int gpu;                    /* CUDA_VISIBLE_DEVICES, or -1 when the node has no GPU */
     const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR */
     const char *heartbeat_file; /* DDP_HEARTBEAT_FILE */
+    const char *error_file;     /* TORCHELASTIC_ERROR_FILE (torch's @record writes it), or NULL */
     /* The account the worker runs as, or NULL (the agent's own): HOME, USER and LOGNAME
      * are set to its home and name (the job's env may still set them). Borrowed. */
     const char *user;

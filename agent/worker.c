@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "agent/agent_internal.h"
+#include "agent/errfile.h"
 #include "agent/recon.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
@@ -83,6 +84,8 @@ void agent_worker_free(struct worker *w)
         return;
     free(w->job_id);
     free(w->hb_file);
+    free(w->err_file);
+    errfile_free(w->err);
     free(w->prefix);
     logship_queue_release(&w->logs);
     logship_queue_release(&w->metrics);
@@ -297,6 +300,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     int per_user = cfg->isolation == USERMAP_PER_USER;
 
     w->hb_file = xasprintf("%s/rank-%d.heartbeat", gen_dir, w->rank);
+    w->err_file = xasprintf("%s/rank-%d.error.json", gen_dir, w->rank);
     /* The account before anything is made for it: a user without one runs nothing here. */
     if (per_user && usermap_resolve(cfg->user_map, as->owner, cfg->name, &acct, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
@@ -322,6 +326,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                                 .gpu = w->gpu,
                                 .checkpoint_dir = ckpt,
                                 .heartbeat_file = w->hb_file,
+                                .error_file = w->err_file,
                                 .user = per_user ? acct.name : NULL,
                                 .home = per_user ? acct.home : NULL};
     env = spawn_env_build(environ, &ea);

@@ -190,22 +190,39 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
         else
             off = (size_t)snprintf(why, sizeof(why), "rank %d on %s exited %d", w->rank, nname,
                                    status);
-        json_t *lines = NULL;
-        struct ddp_err e;
-        pthread_mutex_lock(&c->store_mu);
-        int lrc = store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e);
-        pthread_mutex_unlock(&c->store_mu);
-        if (lrc == 0) {
-            for (size_t k = 0; k < json_array_size(lines) && off < sizeof(why); k++)
-                off += (size_t)snprintf(
-                    why + off, sizeof(why) - off, "%s'%.200s'",
-                    k ? " | " : "; last output: ", json_string_value(json_array_get(lines, k)));
-            json_decref(lines);
+        if (w->err_message) {
+            /* the exception the program recorded (torch's @record, TORCHELASTIC_ERROR_FILE)
+             * says more than its last lines */
+            if (off < sizeof(why))
+                off += (size_t)snprintf(why + off, sizeof(why) - off, ": %.600s%s%.300s%s",
+                                        w->err_message, w->err_frame ? " (" : "",
+                                        w->err_frame ? w->err_frame : "", w->err_frame ? ")" : "");
+        } else {
+            json_t *lines = NULL;
+            struct ddp_err e;
+            pthread_mutex_lock(&c->store_mu);
+            int lrc = store_last_lines(c->store, j->id, j->st.generation, w->rank, 3, &lines, &e);
+            pthread_mutex_unlock(&c->store_mu);
+            if (lrc == 0) {
+                for (size_t k = 0; k < json_array_size(lines) && off < sizeof(why); k++)
+                    off += (size_t)snprintf(
+                        why + off, sizeof(why) - off, "%s'%.200s'",
+                        k ? " | " : "; last output: ", json_string_value(json_array_get(lines, k)));
+                json_decref(lines);
+            }
+        }
+        /* Of ranks that recorded their error, the first by its time is the root cause (as
+         * torchrun takes it); a recorded error outranks a bare exit of the same priority. */
+        if (!draining && w->err_message && j->fail_reason[0] && prio == j->fail_prio &&
+            (!j->fail_err_time || (w->err_time && w->err_time < j->fail_err_time))) {
+            j->fail_reason[0] = '\0';
         }
         if (draining)
             coord_refine(c, j, prio, why, now);
-        else if (coord_fail(j, prio, why))
+        else if (coord_fail(j, prio, why)) {
             j->fail_port = status == DDP_EXIT_PORT_IN_USE;
+            j->fail_err_time = w->err_message ? (w->err_time ? w->err_time : 1) : 0;
+        }
     }
     for (size_t i = 0; i < b->nprogress; i++) {
         const struct beat_progress *g = &b->progress[i];

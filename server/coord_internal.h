@@ -123,6 +123,7 @@ struct job {
     char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
     int fail_prio;                /* its enum cause_prio */
     int fail_port;                /* fail_reason is an exit 5 (port in use): ddp's, not the job's */
+    int64_t fail_err_time;        /* fail_reason is a rank's error file of this time (s), or 0 */
     int end_port;                 /* the generation that ended did so for fail_port */
     int cause_prio;               /* of end_reason while RESTARTING after a failure */
     int64_t ended_at;             /* monotonic ms the generation ended */

@@ -76,6 +76,7 @@ int coord_fail(struct job *j, int prio, const char *reason)
     snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
     j->fail_prio = prio;
     j->fail_port = 0;
+    j->fail_err_time = 0;
     return 1;
 }
 

@@ -465,7 +465,7 @@ static int validate_beat_worker(const json_t *w, size_t i, struct beat_worker *o
                                 struct ddp_err *err)
 {
     static const char *const keys[] = {"job_id", "generation", "rank",   "local_rank", "pid",
-                                       "state",  "exit_code",  "signal", NULL};
+                                       "state",  "exit_code",  "signal", "error",      NULL};
     char p[48];
     snprintf(p, sizeof(p), "workers[%zu].", i);
     int64_t gen = 0, rank = 0, lrank = 0, pid = 0, code = -1, sig = 0;
@@ -499,6 +499,30 @@ static int validate_beat_worker(const json_t *w, size_t i, struct beat_worker *o
                        "field 'workers[%zu].state': expected \"running\" or "
                        "\"exited\"",
                        i);
+    json_t *e = NULL;
+    rc = jsonx_get_object(w, "error", 0, &e, err);
+    if (rc)
+        return validate_prefix(err, p, rc);
+    if (e) {
+        static const char *const ekeys[] = {"message", "frame", "timestamp", NULL};
+        int64_t ts = 0;
+        const char *msg = NULL, *frame = NULL;
+        rc = jsonx_check_keys(e, ekeys, NULL, err);
+        if (!rc)
+            rc = jsonx_get_string(e, "message", 1, &msg, err);
+        if (!rc)
+            rc = jsonx_get_string(e, "frame", 0, &frame, err);
+        if (!rc)
+            rc = jsonx_get_int(e, "timestamp", 0, 0, INT64_MAX / 2, &ts, err);
+        if (rc)
+            return validate_prefix(err, p, rc);
+        if (strlen(msg) > 1024 || (frame && strlen(frame) > 512))
+            return err_set(err, DDP_EINVAL,
+                           "field 'workers[%zu].error': message at most 1024 bytes, frame 512", i);
+        o->err_message = msg;
+        o->err_frame = frame;
+        o->err_time = ts;
+    }
     o->generation = gen;
     o->rank = (int)rank;
     o->local_rank = (int)lrank;

@@ -78,6 +78,9 @@ struct beat_worker {
     int64_t pid;
     int exited;
     int exit_code, signal;
+    /* What the worker's TORCHELASTIC_ERROR_FILE said (borrowed), or NULL. */
+    const char *err_message, *err_frame;
+    int64_t err_time; /* seconds since the epoch, 0 unknown */
 };
 struct beat_log {
     int64_t job, generation;

@@ -5,6 +5,7 @@ ddp_unit_test(NAME test_logship SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_lo
 ddp_unit_test(NAME test_assign SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_assign.c
               LIBS ddpagent)
 ddp_unit_test(NAME test_spawn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_spawn.c LIBS ddpagent)
+ddp_unit_test(NAME test_errfile SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_errfile.c LIBS ddpagent)
 ddp_unit_test(NAME test_cgroup SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cgroup.c
               LIBS ddpagent)
 ddp_unit_test(NAME test_usermap SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_usermap.c

@@ -37,6 +37,46 @@ dist.destroy_process_group()
 """
 
 
+RAISES = r"""
+import os, torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+def step(batch):
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError("bad batch")
+    return batch
+
+@record
+def main():
+    dist.init_process_group("gloo")
+    step(7)
+    dist.barrier()  # rank 0 waits here for rank 1, which is gone
+
+main()
+"""
+
+
+def test_root_cause_from_torch_record():
+    """A script whose entry point is decorated with torch's @record raises ValueError on rank
+    1: the job's reason names rank 1 and the exception (from TORCHELASTIC_ERROR_FILE), not
+    rank 0's fallout."""
+    with cluster(node_timeout=10) as c:
+        try:
+            c.start_agent("node-a", slots=2)
+            c.wait_nodes_ready(["node-a"])
+            job = c.submit({"name": "raises", "command": [PY, "-c", RAISES], "nnodes": "1",
+                            "nproc_per_node": 2, "max_restarts": 0, "grace_period_s": 2})
+            done = c.wait_state(job["id"], ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=240)
+            assert done["state"] == "FAILED", done
+            reason = done["reason"]
+            assert "rank 1 on node-a exited 1 (failure): ValueError: bad batch" in reason, reason
+            assert "line 7, in step" in reason, reason  # the failing frame
+        except BaseException:
+            print("---- ddpd.log\n" + c.log("ddpd.log")[-4000:])
+            print("---- agent-node-a.log\n%s" % c.log("agent-node-a.log")[-4000:])
+            raise
+
+
 def test_agent_runs_an_unmodified_torch_ddp_script():
     with cluster(node_timeout=10) as c:
         try:
