@@ -141,6 +141,8 @@ struct job {
     char wait_code[16];
     char wait_msg[200];
     int wait_pos;
+    int64_t preempted_by; /* the job this one's generation was ended for (until it restarts) */
+    int preempting;       /* it had victims stopped for it: its next start takes only MIN */
 };
 
 struct user {

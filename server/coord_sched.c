@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/jsonx.h"
+#include "common/log.h"
 #include "common/xalloc.h"
 #include "server/sched.h"
 
@@ -247,6 +248,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax,
     j->fail_reason[0] = '\0';
     j->fail_prio = CAUSE_NONE;
     j->fail_port = 0;
+    j->preempted_by = 0;
     j->hang_first = 0;
     free(j->prog);
     j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
@@ -278,6 +280,103 @@ static void coord_wait_set(struct job *j, const char *code, int pos, const char 
     snprintf(j->wait_msg, sizeof(j->wait_msg), "%s", msg);
     j->wait_pos = pos;
     coord_job_dirty(j);
+}
+
+/* Victim order: those that can shrink (above MIN) first, then the lowest priority, then the
+ * newest. */
+static int coord_victim_cmp(const void *pa, const void *pb)
+{
+    const struct job *a = *(const struct job *const *)pa, *b = *(const struct job *const *)pb;
+    int sa = a->st.npl > a->spec.nmin, sb = b->st.npl > b->spec.nmin;
+    if (sa != sb)
+        return sa ? -1 : 1;
+    if (a->spec.priority != b->spec.priority)
+        return a->spec.priority < b->spec.priority ? -1 : 1;
+    return a->id > b->id ? -1 : a->id < b->id;
+}
+
+/* Preemption for j, which waits for Resources: ends the generation of RUNNING jobs of a lower
+ * priority whose nodes j could use - shrinking elastic ones (by their nodes above MIN) before
+ * stopping any, lowest priority and newest first - when that frees enough nodes for j's MIN;
+ * nothing when it would not. Not charged to the victims (END_SCALE): they re-form on what is
+ * left, or wait, and grow back when room returns. off[n]: nodes j may not use. Returns the
+ * number of victims. */
+static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *k,
+                             const int *reserved, const char *off, int64_t now)
+{
+    int nproc = j->spec.nproc, have = 0;
+    char *fits = xcalloc(k->n + 1, 1), *eligible = xcalloc(k->n + 1, 1);
+    for (size_t n = 0; n < k->n; n++) {
+        struct node *nd = c->nodes[n];
+        eligible[n] = !off[n] && !nd->removed && nodestate_is_up(nd->state) &&
+                      nd->admin == NODE_SCHEDULABLE && reserved[n] <= j->spec.priority &&
+                      nd->slots >= nproc;
+        fits[n] = eligible[n] && k->sn[n].free_slots >= nproc;
+        have += fits[n];
+    }
+    int need = j->spec.nmin - have, nv = 0;
+    struct job **v = xcalloc(c->nlive + 1, sizeof(*v));
+    for (size_t i = 0; need > 0 && i < c->nlive; i++) {
+        struct job *x = c->live[i];
+        if (x->st.state == JOB_RUNNING && x->spec.priority < j->spec.priority && x != j)
+            v[nv++] = x;
+    }
+    qsort(v, (size_t)nv, sizeof(*v), coord_victim_cmp);
+    int *gain = xcalloc(k->n + 1, sizeof(int)); /* slots freed per node by the chosen */
+    int gained = 0, chosen = 0;
+    struct job **pick = xcalloc((size_t)nv + 1, sizeof(*pick));
+    for (int phase = 0; phase < 2 && gained < need; phase++) {
+        for (int i = 0; i < nv && gained < need; i++) {
+            struct job *x = v[i];
+            int shrink = x->st.npl > x->spec.nmin;
+            if ((phase == 0) != shrink || !x)
+                continue;
+            /* what x frees: in the shrink phase at most its nodes above MIN */
+            int room = phase == 0 ? x->st.npl - x->spec.nmin : x->st.npl, took = 0;
+            for (int p = 0; p < x->st.npl && took < room && gained < need; p++) {
+                int n = x->st.pl[p].node;
+                if (!eligible[n] || fits[n])
+                    continue;
+                gain[n] += x->spec.nproc;
+                if (k->sn[n].free_slots + gain[n] >= nproc) {
+                    fits[n] = 1;
+                    gained++;
+                    took++;
+                }
+            }
+            if (took) {
+                pick[chosen++] = x;
+                v[i] = NULL;
+            }
+        }
+    }
+    int ended = 0;
+    if (gained >= need && chosen > 0) {
+        for (int i = 0; i < chosen; i++) {
+            struct job *x = pick[i];
+            char why[REASON_MAX];
+            snprintf(why, sizeof(why),
+                     "preempted for j-%lld (priority %d > %d): %s; it resumes from its checkpoint "
+                     "on the nodes left, or when room returns, at no restart's cost",
+                     (long long)j->id, j->spec.priority, x->spec.priority,
+                     x->st.npl > x->spec.nmin ? "shrinks" : "stops");
+            if (coord_end_generation(c, x, END_SCALE, why, now, NULL) == 0) {
+                x->preempted_by = j->id;
+                ended++;
+            }
+        }
+        if (ended) {
+            j->preempting = 1;
+            log_info("job j-%lld (priority %d) preempts %d job(s) for %d node(s)", (long long)j->id,
+                     j->spec.priority, ended, need);
+        }
+    }
+    free(pick);
+    free(gain);
+    free(v);
+    free(fits);
+    free(eligible);
+    return ended;
 }
 
 /* Queue order: higher priority first, then submit order (id). */
@@ -326,7 +425,10 @@ void coord_schedule(struct coord *c, int64_t now)
             coord_wait_set(j, "", 0, "%s", "");
     }
     qsort(q, nq, sizeof(*q), coord_queue_cmp);
-    int pos = 0;
+    int pos = 0, preempt_draining = 0;
+    for (size_t i = 0; i < c->nlive; i++)
+        if (c->live[i]->preempted_by && coord_draining(c->live[i]))
+            preempt_draining = 1;
     for (size_t i = 0; i < nq; i++) {
         struct job *j = q[i];
         int64_t wait = j->st.state == JOB_RESTARTING ? j->ended_at + coord_backoff_ms(j) - now : 0;
@@ -337,6 +439,8 @@ void coord_schedule(struct coord *c, int64_t now)
             continue;
         }
         int nmax = j->spec.nmax;
+        if (j->preempting)
+            nmax = j->spec.nmin; /* its victims shrink to make room for MIN, not for MAX */
         int64_t quota = coord_user_quota(c, j->owner);
         if (quota > 0) {
             int64_t held = coord_slots_of(c, j->owner);
@@ -383,6 +487,8 @@ void coord_schedule(struct coord *c, int64_t now)
         if (rc == 0) {
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");
+            j->preempting = 0;
+            free(off);
             continue;
         }
         /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
@@ -391,8 +497,12 @@ void coord_schedule(struct coord *c, int64_t now)
             pending_min_nproc = j->spec.nproc;
         int all = coord_fitting(&k, NULL, off, j->spec.nproc, j->spec.priority);
         int open = coord_fitting(&k, reserved, off, j->spec.nproc, j->spec.priority);
-        free(off);
         pos++;
+        /* One preemption at a time: while victims drain, nothing more is stopped. */
+        int making_room = preempt_draining || j->preempting;
+        if (!making_room && open < j->spec.nmin && all < j->spec.nmin &&
+            coord_preempt_for(c, j, &k, reserved, off, now) > 0)
+            preempt_draining = making_room = 1;
         if (all >= j->spec.nmin && open < j->spec.nmin)
             coord_wait_set(j, "Priority", pos,
                            "needs %d node%s x %d slots; %d fit%s but are held for jobs of a "
@@ -401,13 +511,15 @@ void coord_schedule(struct coord *c, int64_t now)
                            all == 1 ? "s" : "");
         else
             coord_wait_set(j, "Resources", pos,
-                           "needs %d node%s x %d free slots; %d node%s fit%s now", j->spec.nmin,
+                           "needs %d node%s x %d free slots; %d node%s fit%s now%s", j->spec.nmin,
                            j->spec.nmin == 1 ? "" : "s", j->spec.nproc, open, open == 1 ? "" : "s",
-                           open == 1 ? "s" : "");
+                           open == 1 ? "s" : "",
+                           making_room ? "; jobs of a lower priority make room" : "");
         for (size_t n = 0; n < k.n; n++)
             if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority &&
                 (!selective || coord_node_matches(c->nodes[n], sel)))
                 reserved[n] = j->spec.priority;
+        free(off);
     }
     free(q);
     free(reserved);

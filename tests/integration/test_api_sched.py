@@ -127,5 +127,53 @@ def test_labels_of_real_agents_and_node_selector():
         assert r.rc == 1 and "node_selector" in r.err, r
 
 
+def test_preemption_shrinks_a_real_job_and_it_grows_back():
+    """Real agents and ddp-workers: a low-priority 1:3 job trains on 3 nodes; a high-priority
+    2-node job arrives: the low one shrinks to 1 node (no restart charged) and trains on from
+    its checkpoint, the high one runs, and when it ends the low one grows back and finishes.
+    Prints the timeline (submit to shrunk, to resumed)."""
+    import os
+    import time
+    from cluster import BIN
+    worker = os.path.join(BIN, "ddp-worker")
+    data = "synthetic:6000:784:10"
+    with cluster(node_timeout=10) as c:
+        for n in ("a", "b", "c"):
+            c.start_agent(n, slots=1)
+        c.wait_nodes_ready(["a", "b", "c"])
+        low = c.submit({"name": "low", "nnodes": "1:3", "max_restarts": 0, "grace_period_s": 5,
+                        "command": [worker, "--epochs", "8", "--data", data, "--timeout", "20"]})
+        c.wait_state(low["id"], "RUNNING", timeout=60)
+
+        def epoch_of(jid):
+            ms = c.get("/v1/jobs/%s/metrics" % jid).json["metrics"]
+            return max([m["metric"].get("epoch", 0) for m in ms] or [0])
+        wait_for("low's epoch 1", lambda: epoch_of(low["id"]) >= 1, timeout=120)
+        t0 = time.monotonic()
+        high = c.submit({"name": "high", "nnodes": "2", "priority": 10, "grace_period_s": 5,
+                         "command": [worker, "--epochs", "1", "--data", data, "--timeout", "20"]})
+        j = wait_for("low shrunk to 1 node", lambda: (lambda j: j if j["generation"] == 2 and
+                     j["state"] == "RUNNING" else None)(c.job(low["id"])), timeout=60)
+        shrunk = time.monotonic() - t0
+        assert len(j["nodes"]) == 1 and j["restarts"] == 0, j
+        c.wait_state(high["id"], "RUNNING", timeout=30)
+        ev = c.get("/v1/jobs/%s/events" % low["id"]).json["events"]
+        assert any("preempted for %s (priority 10 > 0): shrinks" % high["id"] in e["reason"]
+                   for e in ev), ev
+        done = c.wait_state(high["id"], ("SUCCEEDED", "FAILED"), timeout=180)
+        assert done["state"] == "SUCCEEDED", done
+        j = wait_for("low grows back", lambda: (lambda j: j if len(j["nodes"]) >= 2 and
+                     j["state"] == "RUNNING" or j["state"] in ("SUCCEEDED", "FAILED")
+                     else None)(c.job(low["id"])), timeout=60)
+        done = c.wait_state(low["id"], ("SUCCEEDED", "FAILED"), timeout=300)
+        assert done["state"] == "SUCCEEDED" and done["restarts"] == 0, done
+        logs = [ln["text"] for ln in c.get("/v1/jobs/%s/logs?rank=0&limit=10000" %
+                                           low["id"]).json["lines"]]
+        assert any("resuming after epoch" in t for t in logs), logs[-20:]
+        print("preemption: submit of the high job to the low one running shrunk: %.1f s; the "
+              "low job grew back to %d nodes and SUCCEEDED with 0 restarts" % (shrunk,
+                                                                                len(j["nodes"])))
+
+
 if __name__ == "__main__":
     run_tests(globals())

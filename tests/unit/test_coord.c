@@ -600,32 +600,36 @@ static void cancel(struct fx *f, int64_t id)
     free(out);
 }
 
-/* Priority orders the queue (then submit order); each waiting job says why and where. */
+/* Priority orders the queue (then submit order); each waiting job says why and where; a
+ * higher priority that cannot be placed preempts a running lower one (not charged). */
 static void test_coord_priority_orders_the_queue(void **state)
 {
     struct fx *f = *state;
     reg(f, "node-a", 1, "inc-1");
     int64_t a = submit(f, "{\"command\":[\"w\"]}");
     int64_t b = submit(f, "{\"command\":[\"w\"]}");
-    int64_t hi = submit(f, "{\"command\":[\"w\"],\"priority\":5}");
     expect_state(f, a, "RUNNING", NULL);
     expect_pending(f, a, NULL, 0, NULL);
-    expect_pending(f, hi, "Resources", 1, "needs 1 node x 1 free slots; 0 nodes fit now");
-    expect_pending(f, b, "Resources", 2, NULL);
-    cancel(f, a);
+    expect_pending(f, b, "Resources", 1, "needs 1 node x 1 free slots; 0 nodes fit now");
+    int64_t hi = submit(f, "{\"command\":[\"w\"],\"priority\":5}");
+    /* a cannot shrink (MIN 1 = MAX): it is stopped for hi, at no restart's cost */
+    expect_state(f, a, "RESTARTING", "preempted for j-3 (priority 5 > 0): stops");
+    expect_pending(f, hi, "Resources", 1, "jobs of a lower priority make room");
     beat0(f, "node-a", NULL); /* a's worker is gone */
     tick(f, 100);
-    expect_state(f, hi, "RUNNING", NULL); /* the later, higher-priority job goes first */
-    expect_state(f, b, "PENDING", NULL);
-    expect_pending(f, b, "Resources", 1, NULL);
-    /* an admin lowers hi below b: the order changes at the next pass, an event says who */
+    expect_state(f, hi, "RUNNING", NULL);
+    assert_int_equal(job_int(f, a, "restarts"), 0);
+    expect_pending(f, a, "Resources", 1, NULL); /* a (earlier) before b */
+    expect_pending(f, b, "Resources", 2, NULL);
+    /* an admin lowers hi below a and b: the order changes, an event says who, and a now
+     * preempts hi in turn */
     char *out = NULL;
     json_t *body = parse("{\"priority\":-3}");
     assert_int_equal(coord_update_job(f->c, hi, body, "root-admin", f->now, &out, NULL), 0);
     json_decref(body);
     free(out);
     expect_event(f, hi, "RUNNING", "priority 5 -> -3 by root-admin");
-    assert_int_equal(job_int(f, hi, "generation"), 1); /* running: not disturbed */
+    expect_state(f, hi, "RESTARTING", "preempted for j-1 (priority 0 > -3)");
 }
 
 /* A waiting job holds the nodes it could use back from lower priorities (not from its own,
@@ -784,6 +788,48 @@ static void test_coord_node_selector(void **state)
     assert_int_equal(coord_list_nodes(f->c, f->now, &out, NULL), 0);
     assert_non_null(strstr(out, "\"labels\":{\"gpu\":\"a100\",\"zone\":\"b\"}"));
     free(out);
+}
+
+/* Preemption shrinks before it stops: a low 1:3 job on 3 nodes gives a later high 2-node job
+ * its room by re-forming on 1 node (no restart charged), a gang job of the lowest priority is
+ * not touched while shrinking suffices, and the low job grows back when the high one ends. */
+static void test_coord_preemption_shrinks_first(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    reg(f, "node-c", 1, "inc-1");
+    reg(f, "node-d", 1, "inc-1");
+    int64_t gang = submit(f, "{\"command\":[\"w\"],\"priority\":-5}"); /* node-a */
+    int64_t low = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:3\"}");
+    expect_state(f, low, "RUNNING", "on 3 nodes");
+    int64_t high = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"2\",\"priority\":10}");
+    expect_state(f, low, "RESTARTING", "preempted for j-3 (priority 10 > 0): shrinks");
+    expect_state(f, gang, "RUNNING", NULL); /* shrinking low was enough */
+    const char *nodes[] = {"node-b", "node-c", "node-d"};
+    for (int i = 0; i < 3; i++)
+        beat0(f, nodes[i], NULL); /* low's workers are gone */
+    tick(f, 100);
+    expect_state(f, high, "RUNNING", "on 2 nodes");
+    expect_state(f, low, "RUNNING", "generation 2 started on 1 node (world size 1, restarts 0");
+    /* the high job ends: low grows back (a scale-up, not a restart) */
+    char extra[512], *w0 = worker("j-3", 1, 0, "exited", 0), *w1 = worker("j-3", 1, 1, "exited", 0);
+    json_t *hj = job(f, high);
+    const char *n0 =
+        json_string_value(json_object_get(json_array_get(json_object_get(hj, "nodes"), 0), "name"));
+    const char *n1 =
+        json_string_value(json_object_get(json_array_get(json_object_get(hj, "nodes"), 1), "name"));
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w0);
+    beat0(f, n0, extra);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w1);
+    beat0(f, n1, extra);
+    json_decref(hj);
+    free(w0);
+    free(w1);
+    expect_state(f, high, "SUCCEEDED", NULL);
+    tick(f, 100);
+    expect_event(f, low, "RESTARTING", "scale up");
+    assert_int_equal(job_int(f, low, "restarts"), 0);
 }
 
 /* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
@@ -1889,6 +1935,7 @@ int main(void)
         T(test_coord_cordon_and_drain),
         T(test_coord_quota),
         T(test_coord_node_selector),
+        T(test_coord_preemption_shrinks_first),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),
