@@ -197,6 +197,15 @@
         });
     }
 
+    /* Why a job waits, short (the jobs table): "Resources #2"; null when it does not. */
+    function pendingText(j) {
+        if (!j.pending) {
+            return null;
+        }
+        return el('span', { 'class': 'muted pending' }, ' ' + j.pending.reason +
+                  (j.pending.position ? ' #' + j.pending.position : ''));
+    }
+
     function forgetToken() {
         seesAll = true;
         try {
@@ -442,7 +451,8 @@
                 el('td', null, el('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
                 el('td', { 'class': 'name' }, j.name),
                 el('td', { 'class': 'owner' }, j.owner || ''),
-                el('td', { title: j.reason || '' }, badge(j.state)),
+                el('td', { title: (j.pending ? j.pending.message + '; ' : '') + (j.reason || '') },
+                   badge(j.state), pendingText(j)),
                 el('td', null, jobShape(j)),
                 el('td', { 'class': 'n' }, j.generation),
                 el('td', { 'class': 'n' }, j.restarts),
@@ -625,6 +635,10 @@
                 el('h1', null, job.id + ' ', el('span', { 'class': 'muted' }, job.name)),
                 badge(job.state),
                 el('span', { id: 'job-reason', 'class': 'reason' }, job.reason || ''),
+                job.pending ? el('span', { id: 'job-pending', 'class': 'reason muted' },
+                                 'waits: ' + job.pending.reason +
+                                 (job.pending.position ? ' (#' + job.pending.position +
+                                  ' in the queue)' : '') + ', ' + job.pending.message) : null,
                 el('span', { 'class': 'spacer' }),
                 LIVE[job.state] ? el('button', { id: 'job-cancel', type: 'button',
                                                  'class': 'danger',
