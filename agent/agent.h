@@ -26,7 +26,8 @@ struct agent_config {
     const char *name;
     const char *address;
     int slots;
-    int gpus;                /* GPUs of this node (CUDA_VISIBLE_DEVICES), 0 for none */
+    int gpus;                /* GPUs the agent hands out (agent/gpus.h), 0 for none */
+    char *const *gpu_ids;    /* their CUDA_VISIBLE_DEVICES ids, gpus of them (borrowed) */
     const char *port_range;  /* "A-B" */
     const char *work_dir;    /* absolute, exists */
     int grace_s;             /* stop grace when an assignment gives none */

@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 
 #include "agent/agent.h"
+#include "agent/gpus.h"
 #include "common/args.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -295,6 +296,8 @@ int main(int argc, char **argv)
     struct agent_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     json_t *labels = json_object(); /* the --label flags; detected ones are added below */
+    char **gpu_ids = NULL;          /* gpus.h; gpus of them */
+    int ngpu_ids = 0;
     const char *server = getenv("DDP_SERVER"), *token_file = NULL, *name = NULL, *address = NULL,
                *work_dir = NULL, *port_range = "29500-29999";
     long slots = -1, grace = 30, orphan = 30;
@@ -450,7 +453,14 @@ int main(int argc, char **argv)
         goto out;
     }
     say_isolation(isolation, user_map_path, user_map);
-    int gpus = count_gpus();
+    int found = count_gpus(), gpus = 0;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    gpus_list(visible, found, &gpu_ids, &gpus);
+    ngpu_ids = gpus;
+    if (visible)
+        log_info("GPUs: %d given by CUDA_VISIBLE_DEVICES=%.200s (of %d on the node): only those "
+                 "are handed out",
+                 gpus, visible, found);
     if (slots < 0)
         slots = gpus > 0 ? gpus : sysconf(_SC_NPROCESSORS_ONLN);
     if (slots < 1)
@@ -507,6 +517,7 @@ int main(int argc, char **argv)
     cfg.address = address;
     cfg.slots = (int)slots;
     cfg.gpus = gpus;
+    cfg.gpu_ids = gpu_ids;
     cfg.port_range = port_range;
     cfg.work_dir = abs_work;
     cfg.grace_s = (int)grace;
@@ -519,6 +530,7 @@ int main(int argc, char **argv)
     rc = agent_run(&cfg);
 out:
     json_decref(labels);
+    gpus_free(gpu_ids, ngpu_ids);
     usermap_free(user_map);
     free(own_name);
     free(own_address);

@@ -116,8 +116,8 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
         spawn_envb_set(&b, "TORCHELASTIC_ERROR_FILE", args->error_file);
     if (!job_sets_omp)
         spawn_envb_set(&b, "OMP_NUM_THREADS", "1");
-    if (args->gpu >= 0)
-        spawn_envb_setl(&b, "CUDA_VISIBLE_DEVICES", args->gpu);
+    if (args->gpu)
+        spawn_envb_set(&b, "CUDA_VISIBLE_DEVICES", args->gpu);
     spawn_envb_set(&b, "DDP_JOB_ID", a->job_id);
     spawn_envb_setl(&b, "DDP_GENERATION", (long long)a->generation);
     spawn_envb_set(&b, "DDP_JOB_TOKEN", a->job_token ? a->job_token : "");

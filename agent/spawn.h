@@ -24,7 +24,7 @@
 struct spawn_env_args {
     const struct assign *a; /* borrowed */
     int local_rank;
-    int gpu;                    /* CUDA_VISIBLE_DEVICES, or -1 when the node has no GPU */
+    const char *gpu;            /* CUDA_VISIBLE_DEVICES (an id of gpus.h), or NULL: no GPU */
     const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR */
     const char *heartbeat_file; /* DDP_HEARTBEAT_FILE */
     const char *error_file;     /* TORCHELASTIC_ERROR_FILE (torch's @record writes it), or NULL */

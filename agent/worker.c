@@ -323,7 +323,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     w->gpu = agent_pick_gpu(a, lr);
     struct spawn_env_args ea = {.a = as,
                                 .local_rank = lr,
-                                .gpu = w->gpu,
+                                .gpu = w->gpu >= 0 ? cfg->gpu_ids[w->gpu] : NULL,
                                 .checkpoint_dir = ckpt,
                                 .heartbeat_file = w->hb_file,
                                 .error_file = w->err_file,

@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "agent/gpus.h"
 #include "agent/spawn.h"
 #include "common/procstat.h"
 #include "common/timeutil.h"
@@ -69,7 +70,7 @@ static void test_spawn_env_torchrun_variables(void **state)
                     "CUDA_VISIBLE_DEVICES=7", "WORLD_SIZE=1", NULL};
     struct spawn_env_args args = {.a = &a,
                                   .local_rank = 1,
-                                  .gpu = -1,
+                                  .gpu = NULL,
                                   .checkpoint_dir = "/w/jobs/j-7/ckpt",
                                   .heartbeat_file = "/w/jobs/j-7/gen-2/rank-3.heartbeat"};
     char **env = spawn_env_build(base, &args);
@@ -118,7 +119,7 @@ static void test_spawn_env_torchrun_variables(void **state)
      * CUDA_VISIBLE_DEVICES; local rank 0 of group 1 is rank 2. */
     a.nenv = 1;
     args.local_rank = 0;
-    args.gpu = 1;
+    args.gpu = "1";
     char *base2[] = {"OMP_NUM_THREADS=8", "CUDA_VISIBLE_DEVICES=7", NULL};
     env = spawn_env_build(base2, &args);
     assert_string_equal(spawn_env_get(env, "OMP_NUM_THREADS"), "1");
@@ -494,7 +495,7 @@ static void test_spawn_env_of_an_account(void **state)
     char *base[] = {"HOME=/root", "USER=root", "LOGNAME=root", "PATH=/bin", NULL};
     struct spawn_env_args args = {.a = &a,
                                   .local_rank = 0,
-                                  .gpu = -1,
+                                  .gpu = NULL,
                                   .checkpoint_dir = "/c",
                                   .heartbeat_file = "/h",
                                   .user = "nobody",
@@ -626,12 +627,38 @@ static void test_spawn_account_refused_exits_127(void **state)
     free(many);
 }
 
+/* The GPUs an agent hands out: the CUDA_VISIBLE_DEVICES it inherited (a Slurm step's), not
+ * every device of the node; none for "" / -1 / NoDevFiles; every found one without it. */
+static void test_spawn_gpus_inherited_visible_devices(void **state)
+{
+    (void)state;
+    char **ids = NULL;
+    int n = 0;
+    gpus_list(NULL, 3, &ids, &n);
+    assert_int_equal(n, 3);
+    assert_string_equal(ids[2], "2");
+    gpus_free(ids, n);
+    gpus_list("5, 7,GPU-1a2b ,,", 8, &ids, &n);
+    assert_int_equal(n, 3);
+    assert_string_equal(ids[0], "5");
+    assert_string_equal(ids[1], "7");
+    assert_string_equal(ids[2], "GPU-1a2b");
+    gpus_free(ids, n);
+    const char *none[] = {"", "-1", "NoDevFiles"};
+    for (int i = 0; i < 3; i++) {
+        gpus_list(none[i], 8, &ids, &n);
+        assert_int_equal(n, 0);
+        gpus_free(ids, n);
+    }
+}
+
 int main(void)
 {
     /* Orphans come to us, so that the tests can reap them and see them gone. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spawn_env_torchrun_variables),
+        cmocka_unit_test(test_spawn_gpus_inherited_visible_devices),
         cmocka_unit_test(test_spawn_resolve_uses_path_of_env),
         cmocka_unit_test(test_spawn_output_metrics_cwd_and_exit_code),
         cmocka_unit_test(test_spawn_own_group_and_only_std_fds),
