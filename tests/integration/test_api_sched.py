@@ -127,6 +127,30 @@ def test_labels_of_real_agents_and_node_selector():
         assert r.rc == 1 and "node_selector" in r.err, r
 
 
+def test_crash_loop_backs_off():
+    """A command that fails at once, under a real agent: its restarts back off (none before
+    the first, then 1 s, then 2 s), and it ends FAILED with its 3 restarts spent."""
+    import calendar
+    import time as _t
+    with cluster(node_timeout=10) as c:
+        c.start_agent("a", slots=1)
+        c.wait_nodes_ready(["a"])
+        job = c.submit({"command": ["false"], "max_restarts": 3, "grace_period_s": 1})
+        done = c.wait_state(job["id"], ("FAILED", "SUCCEEDED"), timeout=60)
+        assert done["state"] == "FAILED" and done["restarts"] == 3, done
+        ev = c.get("/v1/jobs/%s/events" % job["id"]).json["events"]
+
+        def t(e):
+            base, ms = e["time"][:19], int(e["time"][20:23])
+            return calendar.timegm(_t.strptime(base, "%Y-%m-%dT%H:%M:%S")) + ms / 1000.0
+        starts = {e["generation"]: t(e) for e in ev if e["state"] == "RUNNING"}
+        ends = {e["generation"]: t(e) for e in ev if e["state"] == "RESTARTING"}
+        gaps = [starts[g + 1] - ends[g] for g in (1, 2, 3)]
+        print("crash loop: waits before generations 2, 3, 4: %s s" %
+              ", ".join("%.2f" % x for x in gaps))
+        assert gaps[0] < 1.0 and gaps[1] >= 0.9 and gaps[2] >= 1.9, gaps
+
+
 def test_preemption_shrinks_a_real_job_and_it_grows_back():
     """Real agents and ddp-workers: a low-priority 1:3 job trains on 3 nodes; a high-priority
     2-node job arrives: the low one shrinks to 1 node (no restart charged) and trains on from
