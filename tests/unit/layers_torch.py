@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""PyTorch's own forward and backward of one layer, for tests/unit/test_layers.c.
+
+usage: layers_torch.py DIR KIND SIZES...
+  conv   n cin h w cout k stride pad   reads x w b dy     writes y dx dw db
+  pool   n c h w m                     reads x dy         writes y dx
+  linear n in out                      reads x w b dy     writes y dx dw db
+  relu   cnt                           reads x dy         writes y dx
+  xent   n classes                     reads z, labels    writes loss (sum, f64) dz (mean's)
+Arrays are raw little-endian float32 files DIR/<name>.f32 (labels: DIR/labels.u8), shaped
+by the sizes. Exits 77 when torch cannot be imported, so that the C test says it skips.
+"""
+import sys
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print("layers_torch.py: %s" % e, file=sys.stderr)
+    sys.exit(77)
+
+
+def load(d, name, shape):
+    a = np.fromfile("%s/%s.f32" % (d, name), dtype="<f4")
+    return torch.from_numpy(a.reshape(shape).copy()).requires_grad_(True)
+
+
+def save(d, name, t):
+    t.detach().numpy().astype("<f4").tofile("%s/%s.f32" % (d, name))
+
+
+def main():
+    d, kind = sys.argv[1], sys.argv[2]
+    s = [int(v) for v in sys.argv[3:]]
+    torch.set_num_threads(1)
+    if kind == "conv":
+        n, cin, h, w, cout, k, stride, pad = s
+        x = load(d, "x", (n, cin, h, w))
+        wt = load(d, "w", (cout, cin, k, k))
+        b = load(d, "b", (cout,))
+        y = torch.nn.functional.conv2d(x, wt, b, stride=stride, padding=pad)
+        dy = load(d, "dy", tuple(y.shape)).detach()
+        y.backward(dy)
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+        save(d, "dw", wt.grad)
+        save(d, "db", b.grad)
+    elif kind == "pool":
+        n, c, h, w, m = s
+        x = load(d, "x", (n, c, h, w))
+        y = torch.nn.functional.max_pool2d(x, m)
+        dy = load(d, "dy", tuple(y.shape)).detach()
+        y.backward(dy)
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+    elif kind == "linear":
+        n, fin, fout = s
+        x = load(d, "x", (n, fin))
+        wt = load(d, "w", (fout, fin))
+        b = load(d, "b", (fout,))
+        y = torch.nn.functional.linear(x, wt, b)
+        y.backward(load(d, "dy", (n, fout)).detach())
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+        save(d, "dw", wt.grad)
+        save(d, "db", b.grad)
+    elif kind == "relu":
+        (cnt,) = s
+        x = load(d, "x", (cnt,))
+        y = torch.relu(x)
+        y.backward(load(d, "dy", (cnt,)).detach())
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+    elif kind == "xent":
+        n, classes = s
+        z = load(d, "z", (n, classes))
+        labels = np.fromfile("%s/labels.u8" % d, dtype=np.uint8).astype(np.int64)
+        lab = torch.from_numpy(labels)
+        loss_sum = torch.nn.functional.cross_entropy(z.double(), lab, reduction="sum")
+        np.array([loss_sum.item()], dtype="<f8").tofile("%s/loss.f64" % d)
+        torch.nn.functional.cross_entropy(z, lab, reduction="mean").backward()
+        save(d, "dz", z.grad)
+    else:
+        print("layers_torch.py: unknown kind %r" % kind, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,601 @@
+/*
+ * test_layers.c - the CNN's layers (trainer/conv.h, pool.h, dense.h): each backward against
+ * central finite differences of L = sum(y * r), and each forward and backward against
+ * PyTorch's own (tests/unit/layers_torch.py, run with python3: the test writes the inputs
+ * to a temporary folder, the script writes torch's outputs and gradients beside them).
+ * Agreement with torch is max |ours - torch| <= 1e-5 * max |torch| per array. Without
+ * python3-torch the comparison tests skip, saying so.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ddp/rng.h"
+#include "trainer/conv.h"
+#include "trainer/dense.h"
+#include "trainer/pool.h"
+
+#ifndef TEST_PYTHON
+#define TEST_PYTHON "/usr/bin/python3"
+#endif
+#ifndef TEST_LAYERS_TORCH_PY
+#define TEST_LAYERS_TORCH_PY "layers_torch.py"
+#endif
+
+#define TORCH_RTOL 1e-5
+
+static float *rand_array(struct rng *r, size_t n, float scale)
+{
+    float *a = malloc(n * sizeof(float) + 1);
+    assert_non_null(a);
+    for (size_t i = 0; i < n; i++)
+        a[i] = (2.0f * rng_uniform(r) - 1.0f) * scale;
+    return a;
+}
+
+static float *zeros(size_t n)
+{
+    float *a = calloc(n + 1, sizeof(float));
+    assert_non_null(a);
+    return a;
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+/* max |got - want| <= rtol * max |want| (and an absolute floor for all-zero arrays). */
+static void check_close(const char *what, const float *got, const float *want, size_t n,
+                        double rtol)
+{
+    double diff = 0.0, mag = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (d > diff) {
+            diff = d;
+            worst = i;
+        }
+        if (fabs((double)want[i]) > mag)
+            mag = fabs((double)want[i]);
+    }
+    if (diff > rtol * (mag > 1e-6 ? mag : 1e-6))
+        fail_msg("%s: element %zu is %.9g, want %.9g (max diff %.3g, max |want| %.3g, rtol %g)",
+                 what, worst, (double)got[worst], (double)want[worst], diff, mag, rtol);
+}
+
+/* ---- finite differences ---- */
+
+/* The numeric gradient of f at p[0..n) by central differences of step eps. */
+typedef double (*loss_fn)(void *ctx);
+
+static void numeric_grad(loss_fn f, void *ctx, float *p, size_t n, float eps, float *g)
+{
+    for (size_t i = 0; i < n; i++) {
+        float keep = p[i];
+        p[i] = keep + eps;
+        double hi = f(ctx);
+        p[i] = keep - eps;
+        double lo = f(ctx);
+        p[i] = keep;
+        g[i] = (float)((hi - lo) / (2.0 * (double)eps));
+    }
+}
+
+struct conv_case {
+    struct conv2d c;
+    size_t n;
+    float *x, *w, *b, *r, *y, *col;
+};
+
+static double conv_loss(void *ctx)
+{
+    struct conv_case *k = ctx;
+    conv2d_forward(&k->c, k->x, k->n, k->w, k->b, k->y, k->col);
+    return dot(k->y, k->r, k->n * conv2d_out_count(&k->c));
+}
+
+static void conv_case_new(struct conv_case *k, size_t n, int cin, int h, int w, int cout, int ks,
+                          int stride, int pad, uint64_t seed)
+{
+    struct ddp_err err;
+    struct rng r;
+    rng_seed(&r, seed);
+    assert_int_equal(conv2d_init(&k->c, cin, h, w, cout, ks, stride, pad, &err), 0);
+    k->n = n;
+    k->x = rand_array(&r, n * conv2d_in_count(&k->c), 1.0f);
+    k->w = rand_array(&r, conv2d_weight_count(&k->c), 0.5f);
+    k->b = rand_array(&r, (size_t)cout, 0.5f);
+    k->r = rand_array(&r, n * conv2d_out_count(&k->c), 1.0f);
+    k->y = zeros(n * conv2d_out_count(&k->c));
+    k->col = zeros(conv2d_col_count(&k->c));
+}
+
+static void conv_case_free(struct conv_case *k)
+{
+    free(k->x);
+    free(k->w);
+    free(k->b);
+    free(k->r);
+    free(k->y);
+    free(k->col);
+}
+
+static void test_layers_conv_shape(void **state)
+{
+    (void)state;
+    struct conv2d c;
+    struct ddp_err err;
+    assert_int_equal(conv2d_init(&c, 1, 28, 28, 32, 5, 1, 2, &err), 0);
+    assert_int_equal(c.oh, 28);
+    assert_int_equal(c.ow, 28);
+    assert_int_equal(conv2d_weight_count(&c), 32 * 25);
+    assert_int_equal(conv2d_init(&c, 3, 7, 6, 4, 3, 2, 1, &err), 0);
+    assert_int_equal(c.oh, 4);
+    assert_int_equal(c.ow, 3);
+    assert_int_equal(conv2d_init(&c, 1, 4, 4, 2, 7, 1, 1, &err), DDP_EINVAL);
+    assert_int_equal(conv2d_init(&c, 1, 4, 4, 2, 3, 0, 1, &err), DDP_EINVAL);
+    assert_int_equal(conv2d_init(&c, 0, 4, 4, 2, 3, 1, 1, &err), DDP_EINVAL);
+}
+
+static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int stride, int pad)
+{
+    struct conv_case k;
+    conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 11);
+    size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
+    float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
+    float *gx = zeros(nx), *gw = zeros(nw), *gb = zeros((size_t)cout);
+    conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
+    conv2d_backward(&k.c, k.x, n, k.w, k.r, dw, db, dx, k.col);
+    /* L is linear in each of x, w, b: central differences are exact up to rounding. */
+    numeric_grad(conv_loss, &k, k.x, nx, 0.05f, gx);
+    numeric_grad(conv_loss, &k, k.w, nw, 0.05f, gw);
+    numeric_grad(conv_loss, &k, k.b, (size_t)cout, 0.05f, gb);
+    check_close("conv dx vs finite differences", dx, gx, nx, 1e-3);
+    check_close("conv dw vs finite differences", dw, gw, nw, 1e-3);
+    check_close("conv db vs finite differences", db, gb, (size_t)cout, 1e-3);
+    free(dx);
+    free(dw);
+    free(db);
+    free(gx);
+    free(gw);
+    free(gb);
+    conv_case_free(&k);
+}
+
+static void test_layers_conv_finite_diff(void **state)
+{
+    (void)state;
+    conv_check_fd(2, 3, 7, 6, 4, 3, 2, 1);
+    conv_check_fd(2, 2, 6, 6, 3, 5, 1, 2);
+    conv_check_fd(1, 1, 5, 5, 2, 1, 1, 0);
+}
+
+struct pool_case {
+    struct pool2d p;
+    size_t n;
+    float *x, *r, *y;
+    int32_t *arg;
+};
+
+static double pool_loss(void *ctx)
+{
+    struct pool_case *k = ctx;
+    pool2d_forward(&k->p, k->x, k->n, k->y, k->arg);
+    return dot(k->y, k->r, k->n * pool2d_out_count(&k->p));
+}
+
+static void test_layers_pool_finite_diff(void **state)
+{
+    (void)state;
+    struct pool_case k;
+    struct ddp_err err;
+    struct rng r;
+    rng_seed(&r, 12);
+    assert_int_equal(pool2d_init(&k.p, 3, 7, 8, 2, &err), 0);
+    assert_int_equal(k.p.oh, 3);
+    assert_int_equal(k.p.ow, 4);
+    assert_int_equal(pool2d_init(&k.p, 3, 1, 8, 2, &err), DDP_EINVAL);
+    assert_int_equal(pool2d_init(&k.p, 3, 7, 8, 2, &err), 0);
+    k.n = 2;
+    size_t nx = k.n * pool2d_in_count(&k.p), ny = k.n * pool2d_out_count(&k.p);
+    k.x = rand_array(&r, nx, 1.0f);
+    k.r = rand_array(&r, ny, 1.0f);
+    k.y = zeros(ny);
+    k.arg = calloc(ny, sizeof(int32_t));
+    assert_non_null(k.arg);
+    float *dx = zeros(nx), *gx = zeros(nx);
+    pool2d_forward(&k.p, k.x, k.n, k.y, k.arg);
+    pool2d_backward(&k.p, k.r, k.n, k.arg, dx);
+    /* A step well below the gaps between random inputs keeps every window's maximum. */
+    numeric_grad(pool_loss, &k, k.x, nx, 1e-4f, gx);
+    check_close("pool dx vs finite differences", dx, gx, nx, 1e-2);
+    free(dx);
+    free(gx);
+    free(k.x);
+    free(k.r);
+    free(k.y);
+    free(k.arg);
+}
+
+struct lin_case {
+    size_t n;
+    int in, out;
+    float *x, *w, *b, *r, *y;
+};
+
+static double lin_loss(void *ctx)
+{
+    struct lin_case *k = ctx;
+    linear_forward(k->x, k->n, k->in, k->out, k->w, k->b, k->y);
+    relu_forward(k->y, k->n * (size_t)k->out);
+    return dot(k->y, k->r, k->n * (size_t)k->out);
+}
+
+/* Linear then ReLU together: the ReLU's mask on the way back. */
+static void test_layers_linear_relu_finite_diff(void **state)
+{
+    (void)state;
+    struct lin_case k = {.n = 3, .in = 7, .out = 5};
+    struct rng r;
+    rng_seed(&r, 13);
+    size_t nx = k.n * (size_t)k.in, nw = (size_t)(k.in * k.out), ny = k.n * (size_t)k.out;
+    k.x = rand_array(&r, nx, 1.0f);
+    k.w = rand_array(&r, nw, 0.5f);
+    k.b = rand_array(&r, (size_t)k.out, 0.5f);
+    k.r = rand_array(&r, ny, 1.0f);
+    k.y = zeros(ny);
+    float *dy = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)k.out);
+    float *gx = zeros(nx), *gw = zeros(nw), *gb = zeros((size_t)k.out);
+    lin_loss(&k);
+    memcpy(dy, k.r, ny * sizeof(float));
+    relu_backward(k.y, dy, ny);
+    linear_backward(k.x, k.n, k.in, k.out, k.w, dy, dw, db, dx);
+    numeric_grad(lin_loss, &k, k.x, nx, 1e-3f, gx);
+    numeric_grad(lin_loss, &k, k.w, nw, 1e-3f, gw);
+    numeric_grad(lin_loss, &k, k.b, (size_t)k.out, 1e-3f, gb);
+    check_close("linear dx vs finite differences", dx, gx, nx, 1e-2);
+    check_close("linear dw vs finite differences", dw, gw, nw, 1e-2);
+    check_close("linear db vs finite differences", db, gb, (size_t)k.out, 1e-2);
+    float *bufs[] = {k.x, k.w, k.b, k.r, k.y, dy, dx, dw, db, gx, gw, gb};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        free(bufs[i]);
+}
+
+struct xent_case {
+    size_t n;
+    int classes;
+    float *z, *tmp;
+    uint8_t *y;
+};
+
+static double xent_loss(void *ctx)
+{
+    struct xent_case *k = ctx;
+    memcpy(k->tmp, k->z, k->n * (size_t)k->classes * sizeof(float));
+    return softmax_xent_forward(k->tmp, k->y, k->n, k->classes) / (double)k->n;
+}
+
+static void test_layers_xent_finite_diff(void **state)
+{
+    (void)state;
+    struct xent_case k = {.n = 4, .classes = 5};
+    uint8_t labels[4] = {0, 4, 2, 2};
+    struct rng r;
+    rng_seed(&r, 14);
+    size_t nz = k.n * (size_t)k.classes;
+    k.z = rand_array(&r, nz, 2.0f);
+    k.tmp = zeros(nz);
+    k.y = labels;
+    float *dz = zeros(nz), *gz = zeros(nz);
+    xent_loss(&k);
+    softmax_xent_backward(k.tmp, k.y, k.n, k.classes, dz);
+    numeric_grad(xent_loss, &k, k.z, nz, 1e-2f, gz);
+    check_close("xent dz vs finite differences", dz, gz, nz, 1e-2);
+    free(k.z);
+    free(k.tmp);
+    free(dz);
+    free(gz);
+}
+
+/* ---- PyTorch ---- */
+
+struct torch_dir {
+    char path[64];
+};
+
+static void tdir_new(struct torch_dir *d)
+{
+    snprintf(d->path, sizeof(d->path), "/tmp/test_layers.XXXXXX");
+    assert_non_null(mkdtemp(d->path));
+}
+
+static void tdir_free(struct torch_dir *d)
+{
+    static const char *names[] = {"x.f32",  "w.f32",  "b.f32", "dy.f32", "y.f32",    "dx.f32",
+                                  "dw.f32", "db.f32", "z.f32", "dz.f32", "loss.f64", "labels.u8"};
+    char p[128];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", d->path, names[i]);
+        (void)unlink(p);
+    }
+    assert_int_equal(rmdir(d->path), 0);
+}
+
+static void tdir_write(const struct torch_dir *d, const char *name, const void *a, size_t bytes)
+{
+    char p[128];
+    snprintf(p, sizeof(p), "%s/%s", d->path, name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(a, 1, bytes, f), bytes);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Reads exactly bytes of name into a (the sizes the script was asked for). */
+static void tdir_read(const struct torch_dir *d, const char *name, void *a, size_t bytes)
+{
+    char p[128];
+    snprintf(p, sizeof(p), "%s/%s", d->path, name);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        fail_msg("layers_torch.py wrote no %s", p);
+    assert_int_equal(fread(a, 1, bytes, f), bytes);
+    char extra;
+    assert_int_equal(fread(&extra, 1, 1, f), 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * Runs layers_torch.py DIR args... Returns 0 when it ran; 77 when python3 or torch is
+ * missing (the caller skips); fails the test otherwise.
+ */
+static int run_torch(const struct torch_dir *d, const char *const *args)
+{
+    if (access(TEST_PYTHON, X_OK) != 0) {
+        print_message("skipped: %s not found: no comparison against PyTorch\n", TEST_PYTHON);
+        return 77;
+    }
+    const char *argv[16] = {TEST_PYTHON, TEST_LAYERS_TORCH_PY, d->path};
+    int argc = 3;
+    for (int i = 0; args[i] && argc < 15; i++)
+        argv[argc++] = args[i];
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv(TEST_PYTHON, (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        print_message("skipped: python3-torch is not installed (import torch failed): no "
+                      "comparison against PyTorch\n");
+        return 77;
+    }
+    if (WEXITSTATUS(st) != 0)
+        fail_msg("%s %s exited %d", TEST_PYTHON, TEST_LAYERS_TORCH_PY, WEXITSTATUS(st));
+    return 0;
+}
+
+static void torch_compare(const struct torch_dir *d, const char *what, const char *name,
+                          const float *ours, size_t n)
+{
+    float *theirs = zeros(n);
+    tdir_read(d, name, theirs, n * sizeof(float));
+    check_close(what, ours, theirs, n, TORCH_RTOL);
+    free(theirs);
+}
+
+static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, int stride, int pad)
+{
+    struct conv_case k;
+    struct torch_dir d;
+    conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 21);
+    size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
+    size_t ny = n * conv2d_out_count(&k.c);
+    float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
+    conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
+    conv2d_backward(&k.c, k.x, n, k.w, k.r, dw, db, dx, k.col);
+    tdir_new(&d);
+    tdir_write(&d, "x.f32", k.x, nx * sizeof(float));
+    tdir_write(&d, "w.f32", k.w, nw * sizeof(float));
+    tdir_write(&d, "b.f32", k.b, (size_t)cout * sizeof(float));
+    tdir_write(&d, "dy.f32", k.r, ny * sizeof(float));
+    char s[8][16];
+    int v[8] = {(int)n, cin, h, w, cout, ks, stride, pad};
+    const char *args[10] = {"conv"};
+    for (int i = 0; i < 8; i++) {
+        snprintf(s[i], sizeof(s[i]), "%d", v[i]);
+        args[i + 1] = s[i];
+    }
+    int rc = run_torch(&d, args);
+    if (rc == 0) {
+        torch_compare(&d, "conv y vs torch", "y.f32", k.y, ny);
+        torch_compare(&d, "conv dx vs torch", "dx.f32", dx, nx);
+        torch_compare(&d, "conv dw vs torch", "dw.f32", dw, nw);
+        torch_compare(&d, "conv db vs torch", "db.f32", db, (size_t)cout);
+    }
+    tdir_free(&d);
+    free(dx);
+    free(dw);
+    free(db);
+    conv_case_free(&k);
+    if (rc == 77)
+        skip();
+}
+
+static void test_layers_conv_torch(void **state)
+{
+    (void)state;
+    conv_check_torch(3, 3, 9, 8, 4, 3, 2, 1);
+    conv_check_torch(4, 2, 12, 12, 8, 5, 1, 2); /* the CNN's cNk5 */
+    conv_check_torch(2, 8, 7, 7, 6, 5, 1, 2);
+}
+
+static void test_layers_pool_torch(void **state)
+{
+    (void)state;
+    struct pool2d p;
+    struct ddp_err err;
+    struct torch_dir d;
+    struct rng r;
+    rng_seed(&r, 22);
+    assert_int_equal(pool2d_init(&p, 3, 9, 8, 2, &err), 0);
+    size_t n = 3, nx = n * pool2d_in_count(&p), ny = n * pool2d_out_count(&p);
+    float *x = rand_array(&r, nx, 1.0f), *dy = rand_array(&r, ny, 1.0f);
+    float *y = zeros(ny), *dx = zeros(nx);
+    int32_t *arg = calloc(ny, sizeof(int32_t));
+    assert_non_null(arg);
+    pool2d_forward(&p, x, n, y, arg);
+    pool2d_backward(&p, dy, n, arg, dx);
+    tdir_new(&d);
+    tdir_write(&d, "x.f32", x, nx * sizeof(float));
+    tdir_write(&d, "dy.f32", dy, ny * sizeof(float));
+    const char *args[] = {"pool", "3", "3", "9", "8", "2", NULL};
+    int rc = run_torch(&d, args);
+    if (rc == 0) {
+        torch_compare(&d, "pool y vs torch", "y.f32", y, ny);
+        torch_compare(&d, "pool dx vs torch", "dx.f32", dx, nx);
+    }
+    tdir_free(&d);
+    free(x);
+    free(dy);
+    free(y);
+    free(dx);
+    free(arg);
+    if (rc == 77)
+        skip();
+}
+
+static void test_layers_linear_torch(void **state)
+{
+    (void)state;
+    struct torch_dir d;
+    struct rng r;
+    rng_seed(&r, 23);
+    size_t n = 6;
+    int in = 50, out = 7;
+    size_t nx = n * (size_t)in, nw = (size_t)(in * out), ny = n * (size_t)out;
+    float *x = rand_array(&r, nx, 1.0f), *w = rand_array(&r, nw, 0.3f);
+    float *b = rand_array(&r, (size_t)out, 0.3f), *dy = rand_array(&r, ny, 1.0f);
+    float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)out);
+    linear_forward(x, n, in, out, w, b, y);
+    linear_backward(x, n, in, out, w, dy, dw, db, dx);
+    tdir_new(&d);
+    tdir_write(&d, "x.f32", x, nx * sizeof(float));
+    tdir_write(&d, "w.f32", w, nw * sizeof(float));
+    tdir_write(&d, "b.f32", b, (size_t)out * sizeof(float));
+    tdir_write(&d, "dy.f32", dy, ny * sizeof(float));
+    const char *args[] = {"linear", "6", "50", "7", NULL};
+    int rc = run_torch(&d, args);
+    if (rc == 0) {
+        torch_compare(&d, "linear y vs torch", "y.f32", y, ny);
+        torch_compare(&d, "linear dx vs torch", "dx.f32", dx, nx);
+        torch_compare(&d, "linear dw vs torch", "dw.f32", dw, nw);
+        torch_compare(&d, "linear db vs torch", "db.f32", db, (size_t)out);
+    }
+    tdir_free(&d);
+    float *bufs[] = {x, w, b, dy, y, dx, dw, db};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        free(bufs[i]);
+    if (rc == 77)
+        skip();
+}
+
+static void test_layers_relu_torch(void **state)
+{
+    (void)state;
+    struct torch_dir d;
+    struct rng r;
+    rng_seed(&r, 24);
+    size_t n = 40;
+    float *x = rand_array(&r, n, 1.0f), *dy = rand_array(&r, n, 1.0f);
+    float *y = zeros(n), *dx = zeros(n);
+    memcpy(y, x, n * sizeof(float));
+    relu_forward(y, n);
+    memcpy(dx, dy, n * sizeof(float));
+    relu_backward(y, dx, n);
+    tdir_new(&d);
+    tdir_write(&d, "x.f32", x, n * sizeof(float));
+    tdir_write(&d, "dy.f32", dy, n * sizeof(float));
+    const char *args[] = {"relu", "40", NULL};
+    int rc = run_torch(&d, args);
+    if (rc == 0) {
+        torch_compare(&d, "relu y vs torch", "y.f32", y, n);
+        torch_compare(&d, "relu dx vs torch", "dx.f32", dx, n);
+    }
+    tdir_free(&d);
+    free(x);
+    free(dy);
+    free(y);
+    free(dx);
+    if (rc == 77)
+        skip();
+}
+
+static void test_layers_xent_torch(void **state)
+{
+    (void)state;
+    struct torch_dir d;
+    struct rng r;
+    rng_seed(&r, 25);
+    size_t n = 8;
+    int classes = 10;
+    size_t nz = n * (size_t)classes;
+    uint8_t labels[8] = {3, 0, 9, 9, 1, 5, 7, 2};
+    float *z = rand_array(&r, nz, 3.0f), *p = zeros(nz), *dz = zeros(nz);
+    memcpy(p, z, nz * sizeof(float));
+    double loss = softmax_xent_forward(p, labels, n, classes);
+    softmax_xent_backward(p, labels, n, classes, dz);
+    tdir_new(&d);
+    tdir_write(&d, "z.f32", z, nz * sizeof(float));
+    tdir_write(&d, "labels.u8", labels, sizeof(labels));
+    const char *args[] = {"xent", "8", "10", NULL};
+    int rc = run_torch(&d, args);
+    if (rc == 0) {
+        double want = 0.0;
+        tdir_read(&d, "loss.f64", &want, sizeof(want));
+        if (fabs(loss - want) > TORCH_RTOL * fabs(want))
+            fail_msg("xent loss %.9g, torch %.9g", loss, want);
+        torch_compare(&d, "xent dz vs torch", "dz.f32", dz, nz);
+    }
+    tdir_free(&d);
+    free(z);
+    free(p);
+    free(dz);
+    if (rc == 77)
+        skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layers_conv_shape),
+        cmocka_unit_test(test_layers_conv_finite_diff),
+        cmocka_unit_test(test_layers_pool_finite_diff),
+        cmocka_unit_test(test_layers_linear_relu_finite_diff),
+        cmocka_unit_test(test_layers_xent_finite_diff),
+        cmocka_unit_test(test_layers_conv_torch),
+        cmocka_unit_test(test_layers_pool_torch),
+        cmocka_unit_test(test_layers_linear_torch),
+        cmocka_unit_test(test_layers_relu_torch),
+        cmocka_unit_test(test_layers_xent_torch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
