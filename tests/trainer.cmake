@@ -6,7 +6,7 @@ if(NOT TARGET ddptrainer)
 endif()
 ddp_unit_test(NAME test_model SOURCES unit/test_model.c LIBS ddptrainer TIMEOUT 60)
 ddp_unit_test(NAME test_data SOURCES unit/test_data.c LIBS ddptrainer TIMEOUT 120)
-ddp_unit_test(NAME test_layers SOURCES unit/test_layers.c LIBS ddptrainer TIMEOUT 120)
+ddp_unit_test(NAME test_layers SOURCES unit/test_layers.c unit/torchref.c LIBS ddptrainer TIMEOUT 120)
 # The PyTorch reference of the layers: the test runs this script with the system's python3.
 target_compile_definitions(test_layers PRIVATE TEST_PYTHON="/usr/bin/python3"
   TEST_LAYERS_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/layers_torch.py")

@@ -4,7 +4,7 @@
  * PyTorch's own (tests/unit/layers_torch.py, run with python3: the test writes the inputs
  * to a temporary folder, the script writes torch's outputs and gradients beside them).
  * Agreement with torch is max |ours - torch| <= 1e-5 * max |torch| per array. Without
- * python3-torch the comparison tests skip, saying so.
+ * python3-torch the comparison tests skip, saying so (tests/unit/torchref.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,22 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "ddp/rng.h"
 #include "trainer/conv.h"
 #include "trainer/dense.h"
 #include "trainer/pool.h"
+#include "tests/unit/torchref.h"
 
-#ifndef TEST_PYTHON
-#define TEST_PYTHON "/usr/bin/python3"
-#endif
 #ifndef TEST_LAYERS_TORCH_PY
 #define TEST_LAYERS_TORCH_PY "layers_torch.py"
 #endif
-
-#define TORCH_RTOL 1e-5
 
 static float *rand_array(struct rng *r, size_t n, float scale)
 {
@@ -55,26 +49,6 @@ static double dot(const float *a, const float *b, size_t n)
     for (size_t i = 0; i < n; i++)
         s += (double)a[i] * (double)b[i];
     return s;
-}
-
-/* max |got - want| <= rtol * max |want| (and an absolute floor for all-zero arrays). */
-static void check_close(const char *what, const float *got, const float *want, size_t n,
-                        double rtol)
-{
-    double diff = 0.0, mag = 0.0;
-    size_t worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]);
-        if (d > diff) {
-            diff = d;
-            worst = i;
-        }
-        if (fabs((double)want[i]) > mag)
-            mag = fabs((double)want[i]);
-    }
-    if (diff > rtol * (mag > 1e-6 ? mag : 1e-6))
-        fail_msg("%s: element %zu is %.9g, want %.9g (max diff %.3g, max |want| %.3g, rtol %g)",
-                 what, worst, (double)got[worst], (double)want[worst], diff, mag, rtol);
 }
 
 /* ---- finite differences ---- */
@@ -164,9 +138,9 @@ static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int
     numeric_grad(conv_loss, &k, k.x, nx, 0.05f, gx);
     numeric_grad(conv_loss, &k, k.w, nw, 0.05f, gw);
     numeric_grad(conv_loss, &k, k.b, (size_t)cout, 0.05f, gb);
-    check_close("conv dx vs finite differences", dx, gx, nx, 1e-3);
-    check_close("conv dw vs finite differences", dw, gw, nw, 1e-3);
-    check_close("conv db vs finite differences", db, gb, (size_t)cout, 1e-3);
+    torchref_check_close("conv dx vs finite differences", dx, gx, nx, 1e-3);
+    torchref_check_close("conv dw vs finite differences", dw, gw, nw, 1e-3);
+    torchref_check_close("conv db vs finite differences", db, gb, (size_t)cout, 1e-3);
     free(dx);
     free(dw);
     free(db);
@@ -222,7 +196,7 @@ static void test_layers_pool_finite_diff(void **state)
     pool2d_backward(&k.p, k.r, k.n, k.arg, dx);
     /* A step well below the gaps between random inputs keeps every window's maximum. */
     numeric_grad(pool_loss, &k, k.x, nx, 1e-4f, gx);
-    check_close("pool dx vs finite differences", dx, gx, nx, 1e-2);
+    torchref_check_close("pool dx vs finite differences", dx, gx, nx, 1e-2);
     free(dx);
     free(gx);
     free(k.x);
@@ -267,9 +241,9 @@ static void test_layers_linear_relu_finite_diff(void **state)
     numeric_grad(lin_loss, &k, k.x, nx, 1e-3f, gx);
     numeric_grad(lin_loss, &k, k.w, nw, 1e-3f, gw);
     numeric_grad(lin_loss, &k, k.b, (size_t)k.out, 1e-3f, gb);
-    check_close("linear dx vs finite differences", dx, gx, nx, 1e-2);
-    check_close("linear dw vs finite differences", dw, gw, nw, 1e-2);
-    check_close("linear db vs finite differences", db, gb, (size_t)k.out, 1e-2);
+    torchref_check_close("linear dx vs finite differences", dx, gx, nx, 1e-2);
+    torchref_check_close("linear dw vs finite differences", dw, gw, nw, 1e-2);
+    torchref_check_close("linear db vs finite differences", db, gb, (size_t)k.out, 1e-2);
     float *bufs[] = {k.x, k.w, k.b, k.r, k.y, dy, dx, dw, db, gx, gw, gb};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
@@ -304,7 +278,7 @@ static void test_layers_xent_finite_diff(void **state)
     xent_loss(&k);
     softmax_xent_backward(k.tmp, k.y, k.n, k.classes, dz);
     numeric_grad(xent_loss, &k, k.z, nz, 1e-2f, gz);
-    check_close("xent dz vs finite differences", dz, gz, nz, 1e-2);
+    torchref_check_close("xent dz vs finite differences", dz, gz, nz, 1e-2);
     free(k.z);
     free(k.tmp);
     free(dz);
@@ -313,110 +287,21 @@ static void test_layers_xent_finite_diff(void **state)
 
 /* ---- PyTorch ---- */
 
-struct torch_dir {
-    char path[64];
-};
-
-static void tdir_new(struct torch_dir *d)
-{
-    snprintf(d->path, sizeof(d->path), "/tmp/test_layers.XXXXXX");
-    assert_non_null(mkdtemp(d->path));
-}
-
-static void tdir_free(struct torch_dir *d)
-{
-    static const char *names[] = {"x.f32",  "w.f32",  "b.f32", "dy.f32", "y.f32",    "dx.f32",
-                                  "dw.f32", "db.f32", "z.f32", "dz.f32", "loss.f64", "labels.u8"};
-    char p[128];
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", d->path, names[i]);
-        (void)unlink(p);
-    }
-    assert_int_equal(rmdir(d->path), 0);
-}
-
-static void tdir_write(const struct torch_dir *d, const char *name, const void *a, size_t bytes)
-{
-    char p[128];
-    snprintf(p, sizeof(p), "%s/%s", d->path, name);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(a, 1, bytes, f), bytes);
-    assert_int_equal(fclose(f), 0);
-}
-
-/* Reads exactly bytes of name into a (the sizes the script was asked for). */
-static void tdir_read(const struct torch_dir *d, const char *name, void *a, size_t bytes)
-{
-    char p[128];
-    snprintf(p, sizeof(p), "%s/%s", d->path, name);
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        fail_msg("layers_torch.py wrote no %s", p);
-    assert_int_equal(fread(a, 1, bytes, f), bytes);
-    char extra;
-    assert_int_equal(fread(&extra, 1, 1, f), 0);
-    assert_int_equal(fclose(f), 0);
-}
-
-/*
- * Runs layers_torch.py DIR args... Returns 0 when it ran; 77 when python3 or torch is
- * missing (the caller skips); fails the test otherwise.
- */
-static int run_torch(const struct torch_dir *d, const char *const *args)
-{
-    if (access(TEST_PYTHON, X_OK) != 0) {
-        print_message("skipped: %s not found: no comparison against PyTorch\n", TEST_PYTHON);
-        return 77;
-    }
-    const char *argv[16] = {TEST_PYTHON, TEST_LAYERS_TORCH_PY, d->path};
-    int argc = 3;
-    for (int i = 0; args[i] && argc < 15; i++)
-        argv[argc++] = args[i];
-    argv[argc] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        execv(TEST_PYTHON, (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    if (WEXITSTATUS(st) == 77) {
-        print_message("skipped: python3-torch is not installed (import torch failed): no "
-                      "comparison against PyTorch\n");
-        return 77;
-    }
-    if (WEXITSTATUS(st) != 0)
-        fail_msg("%s %s exited %d", TEST_PYTHON, TEST_LAYERS_TORCH_PY, WEXITSTATUS(st));
-    return 0;
-}
-
-static void torch_compare(const struct torch_dir *d, const char *what, const char *name,
-                          const float *ours, size_t n)
-{
-    float *theirs = zeros(n);
-    tdir_read(d, name, theirs, n * sizeof(float));
-    check_close(what, ours, theirs, n, TORCH_RTOL);
-    free(theirs);
-}
-
 static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, int stride, int pad)
 {
     struct conv_case k;
-    struct torch_dir d;
+    struct torchref_dir d;
     conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 21);
     size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
     size_t ny = n * conv2d_out_count(&k.c);
     float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
     conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
     conv2d_backward(&k.c, k.x, n, k.w, k.r, dw, db, dx, k.col);
-    tdir_new(&d);
-    tdir_write(&d, "x.f32", k.x, nx * sizeof(float));
-    tdir_write(&d, "w.f32", k.w, nw * sizeof(float));
-    tdir_write(&d, "b.f32", k.b, (size_t)cout * sizeof(float));
-    tdir_write(&d, "dy.f32", k.r, ny * sizeof(float));
+    torchref_dir_new(&d);
+    torchref_write(&d, "x.f32", k.x, nx * sizeof(float));
+    torchref_write(&d, "w.f32", k.w, nw * sizeof(float));
+    torchref_write(&d, "b.f32", k.b, (size_t)cout * sizeof(float));
+    torchref_write(&d, "dy.f32", k.r, ny * sizeof(float));
     char s[8][16];
     int v[8] = {(int)n, cin, h, w, cout, ks, stride, pad};
     const char *args[10] = {"conv"};
@@ -424,14 +309,14 @@ static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, 
         snprintf(s[i], sizeof(s[i]), "%d", v[i]);
         args[i + 1] = s[i];
     }
-    int rc = run_torch(&d, args);
+    int rc = torchref_run(&d, TEST_LAYERS_TORCH_PY, args);
     if (rc == 0) {
-        torch_compare(&d, "conv y vs torch", "y.f32", k.y, ny);
-        torch_compare(&d, "conv dx vs torch", "dx.f32", dx, nx);
-        torch_compare(&d, "conv dw vs torch", "dw.f32", dw, nw);
-        torch_compare(&d, "conv db vs torch", "db.f32", db, (size_t)cout);
+        torchref_compare(&d, "conv y vs torch", "y.f32", k.y, ny);
+        torchref_compare(&d, "conv dx vs torch", "dx.f32", dx, nx);
+        torchref_compare(&d, "conv dw vs torch", "dw.f32", dw, nw);
+        torchref_compare(&d, "conv db vs torch", "db.f32", db, (size_t)cout);
     }
-    tdir_free(&d);
+    torchref_dir_free(&d);
     free(dx);
     free(dw);
     free(db);
@@ -453,7 +338,7 @@ static void test_layers_pool_torch(void **state)
     (void)state;
     struct pool2d p;
     struct ddp_err err;
-    struct torch_dir d;
+    struct torchref_dir d;
     struct rng r;
     rng_seed(&r, 22);
     assert_int_equal(pool2d_init(&p, 3, 9, 8, 2, &err), 0);
@@ -464,16 +349,16 @@ static void test_layers_pool_torch(void **state)
     assert_non_null(arg);
     pool2d_forward(&p, x, n, y, arg);
     pool2d_backward(&p, dy, n, arg, dx);
-    tdir_new(&d);
-    tdir_write(&d, "x.f32", x, nx * sizeof(float));
-    tdir_write(&d, "dy.f32", dy, ny * sizeof(float));
+    torchref_dir_new(&d);
+    torchref_write(&d, "x.f32", x, nx * sizeof(float));
+    torchref_write(&d, "dy.f32", dy, ny * sizeof(float));
     const char *args[] = {"pool", "3", "3", "9", "8", "2", NULL};
-    int rc = run_torch(&d, args);
+    int rc = torchref_run(&d, TEST_LAYERS_TORCH_PY, args);
     if (rc == 0) {
-        torch_compare(&d, "pool y vs torch", "y.f32", y, ny);
-        torch_compare(&d, "pool dx vs torch", "dx.f32", dx, nx);
+        torchref_compare(&d, "pool y vs torch", "y.f32", y, ny);
+        torchref_compare(&d, "pool dx vs torch", "dx.f32", dx, nx);
     }
-    tdir_free(&d);
+    torchref_dir_free(&d);
     free(x);
     free(dy);
     free(y);
@@ -486,7 +371,7 @@ static void test_layers_pool_torch(void **state)
 static void test_layers_linear_torch(void **state)
 {
     (void)state;
-    struct torch_dir d;
+    struct torchref_dir d;
     struct rng r;
     rng_seed(&r, 23);
     size_t n = 6;
@@ -497,20 +382,20 @@ static void test_layers_linear_torch(void **state)
     float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)out);
     linear_forward(x, n, in, out, w, b, y);
     linear_backward(x, n, in, out, w, dy, dw, db, dx);
-    tdir_new(&d);
-    tdir_write(&d, "x.f32", x, nx * sizeof(float));
-    tdir_write(&d, "w.f32", w, nw * sizeof(float));
-    tdir_write(&d, "b.f32", b, (size_t)out * sizeof(float));
-    tdir_write(&d, "dy.f32", dy, ny * sizeof(float));
+    torchref_dir_new(&d);
+    torchref_write(&d, "x.f32", x, nx * sizeof(float));
+    torchref_write(&d, "w.f32", w, nw * sizeof(float));
+    torchref_write(&d, "b.f32", b, (size_t)out * sizeof(float));
+    torchref_write(&d, "dy.f32", dy, ny * sizeof(float));
     const char *args[] = {"linear", "6", "50", "7", NULL};
-    int rc = run_torch(&d, args);
+    int rc = torchref_run(&d, TEST_LAYERS_TORCH_PY, args);
     if (rc == 0) {
-        torch_compare(&d, "linear y vs torch", "y.f32", y, ny);
-        torch_compare(&d, "linear dx vs torch", "dx.f32", dx, nx);
-        torch_compare(&d, "linear dw vs torch", "dw.f32", dw, nw);
-        torch_compare(&d, "linear db vs torch", "db.f32", db, (size_t)out);
+        torchref_compare(&d, "linear y vs torch", "y.f32", y, ny);
+        torchref_compare(&d, "linear dx vs torch", "dx.f32", dx, nx);
+        torchref_compare(&d, "linear dw vs torch", "dw.f32", dw, nw);
+        torchref_compare(&d, "linear db vs torch", "db.f32", db, (size_t)out);
     }
-    tdir_free(&d);
+    torchref_dir_free(&d);
     float *bufs[] = {x, w, b, dy, y, dx, dw, db};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
@@ -521,7 +406,7 @@ static void test_layers_linear_torch(void **state)
 static void test_layers_relu_torch(void **state)
 {
     (void)state;
-    struct torch_dir d;
+    struct torchref_dir d;
     struct rng r;
     rng_seed(&r, 24);
     size_t n = 40;
@@ -531,16 +416,16 @@ static void test_layers_relu_torch(void **state)
     relu_forward(y, n);
     memcpy(dx, dy, n * sizeof(float));
     relu_backward(y, dx, n);
-    tdir_new(&d);
-    tdir_write(&d, "x.f32", x, n * sizeof(float));
-    tdir_write(&d, "dy.f32", dy, n * sizeof(float));
+    torchref_dir_new(&d);
+    torchref_write(&d, "x.f32", x, n * sizeof(float));
+    torchref_write(&d, "dy.f32", dy, n * sizeof(float));
     const char *args[] = {"relu", "40", NULL};
-    int rc = run_torch(&d, args);
+    int rc = torchref_run(&d, TEST_LAYERS_TORCH_PY, args);
     if (rc == 0) {
-        torch_compare(&d, "relu y vs torch", "y.f32", y, n);
-        torch_compare(&d, "relu dx vs torch", "dx.f32", dx, n);
+        torchref_compare(&d, "relu y vs torch", "y.f32", y, n);
+        torchref_compare(&d, "relu dx vs torch", "dx.f32", dx, n);
     }
-    tdir_free(&d);
+    torchref_dir_free(&d);
     free(x);
     free(dy);
     free(y);
@@ -552,7 +437,7 @@ static void test_layers_relu_torch(void **state)
 static void test_layers_xent_torch(void **state)
 {
     (void)state;
-    struct torch_dir d;
+    struct torchref_dir d;
     struct rng r;
     rng_seed(&r, 25);
     size_t n = 8;
@@ -563,19 +448,19 @@ static void test_layers_xent_torch(void **state)
     memcpy(p, z, nz * sizeof(float));
     double loss = softmax_xent_forward(p, labels, n, classes);
     softmax_xent_backward(p, labels, n, classes, dz);
-    tdir_new(&d);
-    tdir_write(&d, "z.f32", z, nz * sizeof(float));
-    tdir_write(&d, "labels.u8", labels, sizeof(labels));
+    torchref_dir_new(&d);
+    torchref_write(&d, "z.f32", z, nz * sizeof(float));
+    torchref_write(&d, "labels.u8", labels, sizeof(labels));
     const char *args[] = {"xent", "8", "10", NULL};
-    int rc = run_torch(&d, args);
+    int rc = torchref_run(&d, TEST_LAYERS_TORCH_PY, args);
     if (rc == 0) {
         double want = 0.0;
-        tdir_read(&d, "loss.f64", &want, sizeof(want));
-        if (fabs(loss - want) > TORCH_RTOL * fabs(want))
+        torchref_read(&d, "loss.f64", &want, sizeof(want));
+        if (fabs(loss - want) > TORCHREF_RTOL * fabs(want))
             fail_msg("xent loss %.9g, torch %.9g", loss, want);
-        torch_compare(&d, "xent dz vs torch", "dz.f32", dz, nz);
+        torchref_compare(&d, "xent dz vs torch", "dz.f32", dz, nz);
     }
-    tdir_free(&d);
+    torchref_dir_free(&d);
     free(z);
     free(p);
     free(dz);
