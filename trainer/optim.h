@@ -32,4 +32,13 @@ void optim_release(struct optim *o);
  * no pass of its own). */
 void optim_step(struct optim *o, struct model *m, float grad_scale);
 
+/* The same update for any model: ntensors tensors, tensor t of size[t] floats at off[t] in
+ * params (and in o->buf), its gradient grads[t] (borrowed for the call). optim_step is this
+ * over the MLP's tensors. */
+void optim_step_tensors(struct optim *o, float *params, int ntensors, const size_t *off,
+                        const size_t *size, float *const *grads, float grad_scale);
+
+/* As optim_init, for n parameters of any model. */
+void optim_init_n(struct optim *o, size_t n, float lr, float momentum, float weight_decay);
+
 #endif
