@@ -10,6 +10,10 @@ ddp_unit_test(NAME test_layers SOURCES unit/test_layers.c unit/torchref.c LIBS d
 # The PyTorch reference of the layers: the test runs this script with the system's python3.
 target_compile_definitions(test_layers PRIVATE TEST_PYTHON="/usr/bin/python3"
   TEST_LAYERS_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/layers_torch.py")
+ddp_unit_test(NAME test_model_cnn SOURCES unit/test_model_cnn.c unit/torchref.c LIBS ddptrainer
+  TIMEOUT 120)
+target_compile_definitions(test_model_cnn PRIVATE TEST_PYTHON="/usr/bin/python3"
+  TEST_MODEL_CNN_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/model_cnn_torch.py")
 ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddptrainer TIMEOUT 60)
 
 set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)

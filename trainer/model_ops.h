@@ -2,7 +2,8 @@
  * model_ops.h - one trained model behind a table of functions, so that the train loop
  * drives every kind of model the same way: the MLP on the CPU (model_ops_cpu.c, over
  * trainer/model.c and trainer/optim.c), the MLP on a GPU (model_ops_gpu.c, over
- * trainer/gpu/model_gpu.h; built only with CUDA), and later other model families or a
+ * trainer/gpu/model_gpu.h; built only with CUDA), the CNN on the CPU (model_ops_cnn.c, over
+ * trainer/model_cnn.c), and later other model families or a
  * sharded model, each an instance with its own table.
  *
  * An instance owns its parameters, its optimizer state and everything its compute needs.
@@ -72,6 +73,15 @@ struct model_inst {
  * with the instance). Its gradients stay m's own block until bind_grads.
  */
 struct model_inst *model_inst_cpu_new(struct model *m, float momentum, float weight_decay);
+
+struct cnn; /* trainer/model_cnn.h */
+
+/*
+ * The CNN m on the CPU with SGD's momentum and weight decay (trainer/model_ops_cnn.c):
+ * takes ownership of m (freed with the instance). Its gradients stay m's own block until
+ * bind_grads.
+ */
+struct model_inst *model_inst_cnn_new(struct cnn *m, float momentum, float weight_decay);
 
 /*
  * The MLP m on the GPU (gpu_init done: ddp_group_open selected it): takes ownership of m,
