@@ -100,9 +100,64 @@ size_t ckpt_size_for(const int *widths, int nwidths)
     return (size_t)(88 + 4 * (uint64_t)nwidths + 8 * np + 4);
 }
 
+/* A version 2 header's length for a spec of slen bytes. */
+static size_t spec_hdr(size_t slen)
+{
+    return CKPT_FIXED_HDR + 4 + ((slen + 3) & ~(size_t)3);
+}
+
+size_t ckpt_size_id(const struct ckpt_id *id)
+{
+    if (!id->spec)
+        return ckpt_size_for(id->widths, id->nwidths);
+    size_t slen = strlen(id->spec);
+    if (slen == 0 || slen > CKPT_MAX_MODEL || id->nparams == 0 || id->nparams > CKPT_MAX_BYTES / 8)
+        return 0;
+    return spec_hdr(slen) + 8 * (size_t)id->nparams + 4;
+}
+
+/* Version 2 (meta->model set): the spec's header, then as version 1. */
+static int encode_spec(const struct ckpt_meta *meta, const float *params, const float *momentum,
+                       uint8_t **out, size_t *len, struct ddp_err *err)
+{
+    size_t slen = strnlen(meta->model, CKPT_MAX_MODEL + 1);
+    if (slen > CKPT_MAX_MODEL)
+        return err_set(err, DDP_EINVAL, "checkpoint: model spec longer than %d bytes",
+                       CKPT_MAX_MODEL);
+    if (meta->nparams == 0 || meta->nparams > CKPT_MAX_BYTES / 8)
+        return err_set(err, DDP_EINVAL, "checkpoint: %llu parameters",
+                       (unsigned long long)meta->nparams);
+    size_t hdr = spec_hdr(slen);
+    size_t arr = (size_t)meta->nparams * 4;
+    size_t total = hdr + 2 * arr + 4;
+    uint8_t *b = xcalloc(1, total);
+    memcpy(b, ckpt_magic, 8);
+    put32(b + 8, CKPT_VERSION_SPEC);
+    put32(b + 12, (uint32_t)hdr);
+    put32(b + 16, meta->epoch);
+    put32(b + 20, 0);
+    put64(b + 24, meta->step);
+    put64(b + 32, meta->seed);
+    for (int i = 0; i < 4; i++)
+        put64(b + 40 + 8 * i, meta->rng.s[i]);
+    put64(b + 72, meta->nparams);
+    put32(b + 80, meta->world_size);
+    put32(b + 84, 0);
+    put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
+    memcpy(b + CKPT_FIXED_HDR + 4, meta->model, slen);
+    memcpy(b + hdr, params, arr);
+    memcpy(b + hdr + arr, momentum, arr);
+    put32(b + total - 4, crc_of(b, total - 4));
+    *out = b;
+    *len = total;
+    return 0;
+}
+
 int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *momentum,
                 uint8_t **out, size_t *len, struct ddp_err *err)
 {
+    if (meta->model[0])
+        return encode_spec(meta, params, momentum, out, len, err);
     if (meta->nlayers < 1 || meta->nlayers > CKPT_MAX_LAYERS)
         return err_set(err, DDP_EINVAL, "checkpoint: %d layers", meta->nlayers);
     if (params_of(meta->widths, meta->nlayers) != meta->nparams)
@@ -144,25 +199,54 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     if (memcmp(buf, ckpt_magic, 8) != 0)
         return err_set(err, DDP_EINVAL, "checkpoint %s: bad magic", what);
     uint32_t version = get32(buf + 8);
-    if (version != CKPT_VERSION)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d)", what, version,
-                       CKPT_VERSION);
+    if (version != CKPT_VERSION && version != CKPT_VERSION_SPEC)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d or %d)", what, version,
+                       CKPT_VERSION, CKPT_VERSION_SPEC);
     uint32_t nlayers = get32(buf + 20);
-    if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
-    size_t hdr = CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1);
-    if (get32(buf + 12) != hdr)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
-                       get32(buf + 12), hdr);
-    if (len < hdr + 4)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
-    v.meta.nlayers = (int)nlayers;
-    for (uint32_t i = 0; i <= nlayers; i++)
-        v.meta.widths[i] = get32(buf + CKPT_FIXED_HDR + 4 * i);
-    v.meta.nparams = get64(buf + 72);
-    uint64_t want = params_of(v.meta.widths, (int)nlayers);
-    if (want == 0 || want != v.meta.nparams)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths", what);
+    size_t hdr = 0;
+    uint64_t want = 0;
+    if (version == CKPT_VERSION_SPEC) {
+        if (nlayers != 0)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers in a spec checkpoint", what,
+                           nlayers);
+        if (len < CKPT_FIXED_HDR + 4 + 4)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
+        uint32_t slen = get32(buf + CKPT_FIXED_HDR);
+        if (slen == 0 || slen > CKPT_MAX_MODEL)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: model spec of %u bytes", what, slen);
+        hdr = spec_hdr(slen);
+        if (get32(buf + 12) != hdr)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
+                           get32(buf + 12), hdr);
+        if (len < hdr + 4)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
+        if (memchr(buf + CKPT_FIXED_HDR + 4, 0, slen))
+            return err_set(err, DDP_EINVAL, "checkpoint %s: NUL in the model spec", what);
+        memcpy(v.meta.model, buf + CKPT_FIXED_HDR + 4, slen);
+        v.meta.model[slen] = '\0';
+        v.meta.nparams = get64(buf + 72);
+        want = v.meta.nparams;
+        if (want == 0 || want > CKPT_MAX_BYTES / 8)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: %llu parameters", what,
+                           (unsigned long long)want);
+    } else {
+        if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
+        hdr = CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1);
+        if (get32(buf + 12) != hdr)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
+                           get32(buf + 12), hdr);
+        if (len < hdr + 4)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
+        v.meta.nlayers = (int)nlayers;
+        for (uint32_t i = 0; i <= nlayers; i++)
+            v.meta.widths[i] = get32(buf + CKPT_FIXED_HDR + 4 * i);
+        v.meta.nparams = get64(buf + 72);
+        want = params_of(v.meta.widths, (int)nlayers);
+        if (want == 0 || want != v.meta.nparams)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths",
+                           what);
+    }
     size_t arr = (size_t)want * 4;
     if (len != hdr + 2 * arr + 4)
         return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what, len,
@@ -189,8 +273,56 @@ void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum)
     memcpy(momentum, v->momentum_bytes, arr);
 }
 
+int ckpt_matches_id(const struct ckpt_meta *meta, const struct ckpt_id *id)
+{
+    if (!id->spec)
+        return ckpt_matches(meta, id->widths, id->nwidths);
+    return meta->model[0] && strcmp(meta->model, id->spec) == 0 && meta->nparams == id->nparams;
+}
+
+/* "'mlp:W0-W1-...' (N parameters)" from widths. */
+static void describe_widths(const uint32_t *widths, int nwidths, uint64_t nparams, char *buf,
+                            size_t size)
+{
+    size_t o = 0;
+    int k = snprintf(buf, size, "'mlp:");
+    o = k > 0 ? (size_t)k : 0;
+    for (int i = 0; i < nwidths && o < size; i++) {
+        k = snprintf(buf + o, size - o, "%s%u", i ? "-" : "", widths[i]);
+        o += k > 0 ? (size_t)k : 0;
+    }
+    if (o < size)
+        snprintf(buf + o, size - o, "' (%llu parameters)", (unsigned long long)nparams);
+}
+
+void ckpt_describe(const struct ckpt_meta *meta, char *buf, size_t size)
+{
+    if (meta->model[0])
+        snprintf(buf, size, "'%s' (%llu parameters)", meta->model,
+                 (unsigned long long)meta->nparams);
+    else
+        describe_widths(meta->widths, meta->nlayers + 1, meta->nparams, buf, size);
+}
+
+void ckpt_id_describe(const struct ckpt_id *id, char *buf, size_t size)
+{
+    if (id->spec) {
+        snprintf(buf, size, "'%s' (%llu parameters)", id->spec, (unsigned long long)id->nparams);
+        return;
+    }
+    uint32_t w[CKPT_MAX_LAYERS + 1];
+    int n = id->nwidths < 0                     ? 0
+            : id->nwidths > CKPT_MAX_LAYERS + 1 ? CKPT_MAX_LAYERS + 1
+                                                : id->nwidths;
+    for (int i = 0; i < n; i++)
+        w[i] = (uint32_t)id->widths[i];
+    describe_widths(w, n, n >= 2 ? params_of(w, n - 1) : 0, buf, size);
+}
+
 int ckpt_matches(const struct ckpt_meta *meta, const int *widths, int nwidths)
 {
+    if (meta->model[0])
+        return 0;
     if (meta->nlayers + 1 != nwidths)
         return 0;
     for (int i = 0; i < nwidths; i++)
@@ -289,6 +421,13 @@ out:
 int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
                      uint32_t *epoch, struct ddp_err *err)
 {
+    struct ckpt_id id = {.widths = widths, .nwidths = nwidths, .spec = NULL, .nparams = 0};
+    return ckpt_find_newest_id(dir, &id, buf, len, epoch, err);
+}
+
+int ckpt_find_newest_id(const char *dir, const struct ckpt_id *id, uint8_t **buf, size_t *len,
+                        uint32_t *epoch, struct ddp_err *err)
+{
     uint32_t *epochs = NULL;
     size_t n = 0;
     int rc = list_epochs(dir, &epochs, &n, err);
@@ -297,11 +436,13 @@ int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **
     rc = err_set(err, DDP_ENOTFOUND, "no valid checkpoint in %s", dir);
     /* A checkpoint of this model has exactly this size: a file that is larger is not one, and
      * is not read (a link to /dev/zero or a huge file would be read toward CKPT_MAX_BYTES). */
-    size_t want = ckpt_size_for(widths, nwidths);
+    size_t want = ckpt_size_id(id);
     if (want == 0) {
         free(epochs);
-        return err_set(err, DDP_EINVAL, "the model's widths make no valid checkpoint");
+        return err_set(err, DDP_EINVAL, "the model makes no valid checkpoint");
     }
+    char mine[CKPT_MAX_MODEL + 64], theirs[CKPT_MAX_MODEL + 64];
+    ckpt_id_describe(id, mine, sizeof(mine));
     for (size_t i = 0; i < n; i++) {
         char *path = ckpt_path(dir, epochs[i]);
         char *data = NULL;
@@ -312,8 +453,9 @@ int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **
             log_warn("skipping checkpoint %s: %s", path, e.msg);
         } else if (ckpt_decode((const uint8_t *)data, dlen, path, &v, &e) != 0) {
             log_warn("skipping checkpoint %s: %s", path, e.msg);
-        } else if (!ckpt_matches(&v.meta, widths, nwidths)) {
-            log_warn("skipping checkpoint %s: it is for another model", path);
+        } else if (!ckpt_matches_id(&v.meta, id)) {
+            ckpt_describe(&v.meta, theirs, sizeof(theirs));
+            log_warn("skipping checkpoint %s: it is of model %s, not %s", path, theirs, mine);
         } else if (v.meta.epoch != epochs[i]) {
             log_warn("skipping checkpoint %s: it holds epoch %u", path, v.meta.epoch);
         } else {

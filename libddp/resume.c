@@ -22,7 +22,7 @@
 #include "ddp/ddp.h"
 
 /* Step 1: this rank's newest valid checkpoint, or epoch 0 with *buf NULL. */
-static void find_local(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
+static void find_local(const char *dir, const struct ckpt_id *id, uint8_t **buf, size_t *len,
                        uint32_t *epoch)
 {
     *buf = NULL;
@@ -31,7 +31,7 @@ static void find_local(const char *dir, const int *widths, int nwidths, uint8_t 
     if (!dir || !dir[0])
         return;
     struct ddp_err e;
-    int rc = ckpt_find_newest(dir, widths, nwidths, buf, len, epoch, &e);
+    int rc = ckpt_find_newest_id(dir, id, buf, len, epoch, &e);
     if (rc != 0 && rc != DDP_ENOTFOUND)
         log_warn("cannot scan checkpoint dir: %s", e.msg);
 }
@@ -74,11 +74,18 @@ static int broadcast_file(struct ddp_group *g, int owner, uint8_t **buf, size_t 
 int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwidths,
                struct ddp_resume *out, struct ddp_err *err)
 {
+    struct ckpt_id id = {.widths = widths, .nwidths = nwidths, .spec = NULL, .nparams = 0};
+    return ddp_resume_id(g, dir, &id, out, err);
+}
+
+int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
+                  struct ddp_resume *out, struct ddp_err *err)
+{
     uint8_t *buf = NULL;
     size_t len = 0;
     uint32_t local_epoch = 0;
     double *epochs = xcalloc((size_t)g->world_size, sizeof(double));
-    find_local(dir, widths, nwidths, &buf, &len, &local_epoch);
+    find_local(dir, id, &buf, &len, &local_epoch);
     epochs[g->rank] = (double)local_epoch;
     int rc = ddp_allreduce_f64(g, epochs, (size_t)g->world_size, err);
     if (rc)
@@ -98,8 +105,12 @@ int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwid
     rc = ckpt_decode(buf, len, "from the newest rank", &v, err);
     if (rc)
         goto out;
-    if (!ckpt_matches(&v.meta, widths, nwidths)) {
-        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is for another model", owner);
+    if (!ckpt_matches_id(&v.meta, id)) {
+        char mine[CKPT_MAX_MODEL + 64], theirs[CKPT_MAX_MODEL + 64];
+        ckpt_describe(&v.meta, theirs, sizeof(theirs));
+        ckpt_id_describe(id, mine, sizeof(mine));
+        rc = err_set(err, DDP_EINVAL, "checkpoint of rank %d is of model %s, not %s", owner, theirs,
+                     mine);
         goto out;
     }
     log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch, owner,

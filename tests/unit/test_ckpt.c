@@ -101,6 +101,67 @@ static void test_ckpt_detects_every_flip_and_truncation(void **state)
     free(buf);
 }
 
+/* Version 2: a model named by its spec; it round-trips, matches only the same spec and
+ * count, never an MLP's widths, and an MLP checkpoint never matches a spec. */
+static void test_ckpt_spec_round_trip(void **state)
+{
+    (void)state;
+    struct ckpt_meta m;
+    make_meta(&m, 2);
+    m.nlayers = 0;
+    snprintf(m.model, sizeof(m.model), "cnn:c2k3-f5");
+    m.nparams = 26;
+    float p[26], mo[26], p2[26], mo2[26];
+    make_arrays(p, mo, 26, 0.5f);
+    uint8_t *buf;
+    size_t len;
+    struct ddp_err err;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    assert_int_equal(len, 92 + 12 + 2 * 26 * 4 + 4);
+    struct ckpt_id id = {.spec = "cnn:c2k3-f5", .nparams = 26};
+    assert_int_equal(ckpt_size_id(&id), len);
+    struct ckpt_view v;
+    assert_int_equal(ckpt_decode(buf, len, "x", &v, &err), 0);
+    assert_string_equal(v.meta.model, "cnn:c2k3-f5");
+    assert_int_equal(v.meta.epoch, 2);
+    assert_int_equal(v.meta.nparams, 26);
+    assert_true(ckpt_matches_id(&v.meta, &id));
+    struct ckpt_id other = {.spec = "cnn:c2k3-f6", .nparams = 26};
+    assert_false(ckpt_matches_id(&v.meta, &other));
+    other.spec = "cnn:c2k3-f5";
+    other.nparams = 27;
+    assert_false(ckpt_matches_id(&v.meta, &other));
+    int w[3] = {3, 4, 2};
+    struct ckpt_id mlp = {.widths = w, .nwidths = 3};
+    assert_false(ckpt_matches_id(&v.meta, &mlp));
+    char d[CKPT_MAX_MODEL + 64];
+    ckpt_describe(&v.meta, d, sizeof(d));
+    assert_string_equal(d, "'cnn:c2k3-f5' (26 parameters)");
+    ckpt_id_describe(&mlp, d, sizeof(d));
+    assert_string_equal(d, "'mlp:3-4-2' (26 parameters)");
+    ckpt_copy_arrays(&v, p2, mo2);
+    assert_memory_equal(p, p2, sizeof(p));
+    assert_memory_equal(mo, mo2, sizeof(mo));
+    /* Every flipped byte and every truncation is refused. */
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x10;
+        if (ckpt_decode(buf, len, "flip", &v, &err) == 0)
+            fail_msg("a flipped byte %zu decoded", i);
+        buf[i] ^= 0x10;
+    }
+    for (size_t l = 0; l < len; l++)
+        if (ckpt_decode(buf, l, "cut", &v, &err) == 0)
+            fail_msg("a cut at %zu decoded", l);
+    free(buf);
+    /* The MLP's version 1 file does not match a spec. */
+    make_meta(&m, 2);
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    assert_int_equal(ckpt_decode(buf, len, "mlp", &v, &err), 0);
+    assert_false(ckpt_matches_id(&v.meta, &id));
+    assert_true(ckpt_matches_id(&v.meta, &mlp));
+    free(buf);
+}
+
 static char tmpdir[256];
 
 static int make_tmp(void **state)
@@ -189,6 +250,9 @@ static void test_ckpt_find_newest_skips_corrupt(void **state)
     free(buf);
     /* A model of other widths finds nothing. */
     assert_int_equal(ckpt_find_newest(dir, other, 3, &buf, &len, &epoch, &err), DDP_ENOTFOUND);
+    /* So does a model named by a spec, of the same parameter count (the warning names both). */
+    struct ckpt_id cnn = {.spec = "cnn:c2k3-f5", .nparams = 26};
+    assert_int_equal(ckpt_find_newest_id(dir, &cnn, &buf, &len, &epoch, &err), DDP_ENOTFOUND);
     /* Stray files are ignored. */
     char *stray = ckpt_path(dir, 9);
     struct ddp_err e2;
@@ -248,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_ckpt_round_trip),
         cmocka_unit_test(test_ckpt_detects_every_flip_and_truncation),
         cmocka_unit_test(test_ckpt_keeps_newest_two),
+        cmocka_unit_test(test_ckpt_spec_round_trip),
         cmocka_unit_test(test_ckpt_find_newest_skips_corrupt),
         cmocka_unit_test(test_ckpt_find_newest_regular_files_only),
     };

@@ -21,6 +21,16 @@
  *   end - 4     4          crc32 (zlib) of every byte before it
  * A file is valid only if its length is exactly header_len + 8 * nparams + 4, nparams is
  * what the widths imply, and the crc matches. Files are named ckpt-<epoch, 6 digits>.bin.
+ *
+ * Version 2 identifies the model by its spec string instead of widths (any model family,
+ * the CNN's "cnn:c32k5-..."), for the models that are not an MLP. It is version 1 but for:
+ *   8       4              version (2)
+ *   12      4              header_len = 92 + spec_len rounded up to a multiple of 4
+ *   20      4              nlayers: 0
+ *   88      4              spec_len (1..CKPT_MAX_MODEL)
+ *   92      spec_len       the spec (no NUL), then zero padding to header_len
+ * nparams is checked against the model's own count when a model is matched (ckpt_id).
+ * MLP checkpoints stay version 1, so the files of earlier releases still resume.
  */
 #ifndef DDP_CKPT_H
 #define DDP_CKPT_H
@@ -31,10 +41,12 @@
 #include "common/err.h"
 #include "ddp/rng.h"
 
-#define CKPT_VERSION    1
-#define CKPT_MAX_LAYERS 64
-#define CKPT_MAX_BYTES  ((size_t)1 << 34)
-#define CKPT_KEEP       2 /* newest checkpoints kept in a folder */
+#define CKPT_VERSION      1 /* by widths: the MLP */
+#define CKPT_VERSION_SPEC 2 /* by spec string */
+#define CKPT_MAX_MODEL    256
+#define CKPT_MAX_LAYERS   64
+#define CKPT_MAX_BYTES    ((size_t)1 << 34)
+#define CKPT_KEEP         2 /* newest checkpoints kept in a folder */
 
 struct ckpt_meta {
     uint32_t epoch;
@@ -45,6 +57,18 @@ struct ckpt_meta {
     int nlayers;
     uint32_t widths[CKPT_MAX_LAYERS + 1];
     uint64_t nparams;
+    /* Version 2: the model's spec ("" in a version 1 checkpoint, whose nlayers and widths
+     * say the model; a version 2 one has nlayers 0). */
+    char model[CKPT_MAX_MODEL + 1];
+};
+
+/* The model a checkpoint must be of: an MLP by its widths (spec NULL), or any model by its
+ * spec string and parameter count. All borrowed. */
+struct ckpt_id {
+    const int *widths;
+    int nwidths;
+    const char *spec;
+    uint64_t nparams;
 };
 
 /* A decoded checkpoint: meta, plus views into the buffer given to ckpt_decode. */
@@ -54,8 +78,8 @@ struct ckpt_view {
     const uint8_t *momentum_bytes;
 };
 
-/* Encodes meta (nparams must match the widths) and the two arrays into a new buffer
- * (caller frees). */
+/* Encodes meta (nparams must match the widths; with meta->model set, a version 2 file of
+ * nparams) and the two arrays into a new buffer (caller frees). */
 int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *momentum,
                 uint8_t **out, size_t *len, struct ddp_err *err);
 
@@ -69,6 +93,11 @@ void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum)
 
 /* Whether a decoded checkpoint fits a model with these widths. */
 int ckpt_matches(const struct ckpt_meta *meta, const int *widths, int nwidths);
+/* Whether it is of the model id: the same widths, or the same spec and parameter count. */
+int ckpt_matches_id(const struct ckpt_meta *meta, const struct ckpt_id *id);
+/* Writes "'mlp:784-256-128-10' (203530 parameters)" for meta's model, or id's, into buf. */
+void ckpt_describe(const struct ckpt_meta *meta, char *buf, size_t size);
+void ckpt_id_describe(const struct ckpt_id *id, char *buf, size_t size);
 
 /* The path of epoch's checkpoint in dir (caller frees). */
 char *ckpt_path(const char *dir, uint32_t epoch);
@@ -88,8 +117,14 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
 /* The exact size in bytes of a checkpoint of a model of these widths; 0 when the widths make
  * no valid checkpoint (fewer than 2, more than CKPT_MAX_LAYERS + 1, one <= 0, too large). */
 size_t ckpt_size_for(const int *widths, int nwidths);
+/* The same for id; for a spec, 0 when it is empty, too long or nparams too large. */
+size_t ckpt_size_id(const struct ckpt_id *id);
 
 int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
                      uint32_t *epoch, struct ddp_err *err);
+/* ckpt_find_newest for the model id; a checkpoint of another model is skipped with a
+ * warning naming both models. */
+int ckpt_find_newest_id(const char *dir, const struct ckpt_id *id, uint8_t **buf, size_t *len,
+                        uint32_t *epoch, struct ddp_err *err);
 
 #endif

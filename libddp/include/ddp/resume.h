@@ -45,6 +45,11 @@ struct ddp_resume {
 int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwidths,
                struct ddp_resume *out, struct ddp_err *err);
 
+/* ddp_resume for the model id (ddp/ckpt.h): an MLP by widths or any model by spec and
+ * parameter count; a mismatching owner's checkpoint is refused naming both models. */
+int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
+                  struct ddp_resume *out, struct ddp_err *err);
+
 /* Frees r's bytes; accepts NULL and a zeroed or released struct. */
 void ddp_resume_release(struct ddp_resume *r);
 
