@@ -11,9 +11,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -418,6 +420,48 @@ out:
     return rc;
 }
 
+/* The longest header of either version: version 1's with CKPT_MAX_LAYERS layers. */
+#define CKPT_MAX_HDR (CKPT_FIXED_HDR + 4 * (CKPT_MAX_LAYERS + 1))
+
+/*
+ * The model that the header of the regular file at path names, into *meta (its model,
+ * nlayers, widths and nparams only), read without following a link and without reading
+ * past the header: for a file too large to be a checkpoint of the wanted model, so that
+ * the warning can name both. 0, or -1 when the header is not one (nothing trusted).
+ */
+static int peek_model(const char *path, struct ckpt_meta *meta)
+{
+    uint8_t h[CKPT_MAX_HDR];
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    ssize_t got = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        got = read(fd, h, sizeof(h));
+    close(fd);
+    if (got < CKPT_FIXED_HDR + 4 || memcmp(h, ckpt_magic, 8) != 0)
+        return -1;
+    memset(meta, 0, sizeof(*meta));
+    meta->nparams = get64(h + 72);
+    uint32_t version = get32(h + 8), nlayers = get32(h + 20);
+    if (version == CKPT_VERSION_SPEC) {
+        uint32_t slen = get32(h + CKPT_FIXED_HDR);
+        if (slen == 0 || slen > CKPT_MAX_MODEL || (size_t)got < CKPT_FIXED_HDR + 4 + slen)
+            return -1;
+        memcpy(meta->model, h + CKPT_FIXED_HDR + 4, slen);
+        meta->model[slen] = '\0';
+        return strlen(meta->model) == slen ? 0 : -1;
+    }
+    if (version != CKPT_VERSION || nlayers < 1 || nlayers > CKPT_MAX_LAYERS ||
+        (size_t)got < CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1))
+        return -1;
+    meta->nlayers = (int)nlayers;
+    for (uint32_t i = 0; i <= nlayers; i++)
+        meta->widths[i] = get32(h + CKPT_FIXED_HDR + 4 * i);
+    return 0;
+}
+
 int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,
                      uint32_t *epoch, struct ddp_err *err)
 {
@@ -449,7 +493,12 @@ int ckpt_find_newest_id(const char *dir, const struct ckpt_id *id, uint8_t **buf
         size_t dlen = 0;
         struct ddp_err e;
         struct ckpt_view v;
-        if (fs_read_regular(path, want, &data, &dlen, &e) != 0) {
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > want &&
+            peek_model(path, &v.meta) == 0 && !ckpt_matches_id(&v.meta, id)) {
+            ckpt_describe(&v.meta, theirs, sizeof(theirs));
+            log_warn("skipping checkpoint %s: it is of model %s, not %s", path, theirs, mine);
+        } else if (fs_read_regular(path, want, &data, &dlen, &e) != 0) {
             log_warn("skipping checkpoint %s: %s", path, e.msg);
         } else if (ckpt_decode((const uint8_t *)data, dlen, path, &v, &e) != 0) {
             log_warn("skipping checkpoint %s: %s", path, e.msg);

@@ -253,6 +253,32 @@ static void test_ckpt_find_newest_skips_corrupt(void **state)
     /* So does a model named by a spec, of the same parameter count (the warning names both). */
     struct ckpt_id cnn = {.spec = "cnn:c2k3-f5", .nparams = 26};
     assert_int_equal(ckpt_find_newest_id(dir, &cnn, &buf, &len, &epoch, &err), DDP_ENOTFOUND);
+    {
+        /* A larger checkpoint of a spec model (its header is read, not the file): the MLP
+         * still finds its own epoch 5 under it. */
+        struct ckpt_meta m;
+        make_meta(&m, 8);
+        m.nlayers = 0;
+        snprintf(m.model, sizeof(m.model), "cnn:c2k3-f5");
+        m.nparams = 64;
+        float big[64], bigm[64];
+        make_arrays(big, bigm, 64, 1.0f);
+        uint8_t *b8;
+        size_t l8;
+        assert_int_equal(ckpt_encode(&m, big, bigm, &b8, &l8, &err), 0);
+        char *p8 = ckpt_path(dir, 8);
+        assert_int_equal(fs_write_atomic(p8, b8, l8, 0644, &err), 0);
+        assert_int_equal(ckpt_find_newest(dir, w, 3, &buf, &len, &epoch, &err), 0);
+        assert_int_equal(epoch, 5);
+        free(buf);
+        struct ckpt_id cnn64 = {.spec = "cnn:c2k3-f5", .nparams = 64};
+        assert_int_equal(ckpt_find_newest_id(dir, &cnn64, &buf, &len, &epoch, &err), 0);
+        assert_int_equal(epoch, 8);
+        free(buf);
+        assert_int_equal(unlink(p8), 0);
+        free(p8);
+        free(b8);
+    }
     /* Stray files are ignored. */
     char *stray = ckpt_path(dir, 9);
     struct ddp_err e2;
