@@ -13,7 +13,7 @@
 #include "trainer/train.h"
 
 static const char usage_text[] =
-    "usage: ddp-worker [--model mlp:784-256-128-10]\n"
+    "usage: ddp-worker [--model mlp:784-256-128-10|cnn:c32k5-p2-c64k5-p2-f1024-f10]\n"
     "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C]\n"
     "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
     "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed "
@@ -54,7 +54,11 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
     double d;
     int rc = 0;
     if (strcmp(name, "--model") == 0) {
-        rc = model_parse_spec(val, o->widths, &o->nwidths, err);
+        o->is_cnn = strncmp(val, "cnn:", 4) == 0;
+        if (o->is_cnn)
+            rc = cnn_parse_spec(val, model_memory_bytes(), &o->cnn, err);
+        else
+            rc = model_parse_spec(val, o->widths, &o->nwidths, err);
         if (rc == 0)
             o->model_spec = val;
     } else if (strcmp(name, "--data") == 0) {

@@ -2,8 +2,9 @@
  * train.c - the training loop of ddp-worker.
  *
  * Order of a run (every rank):
- *   1. load the data (exit 3 on bad data), build the model from the seed (identical on
- *      every rank), check its widths against the data (exit 2 naming --model);
+ *   1. load the data (exit 3 on bad data), build the model (the MLP or the CNN) from the
+ *      seed (identical on every rank), check its shape against the data (exit 2 naming
+ *      --model);
  *   2. open the process group (env -> store -> comm; exit 4/5) and pick, once, the model
  *      instance (trainer/model_ops.h) on the device the group chose: the CPU or its GPU;
  *      from there on the model is reached only through the instance's ops;
@@ -162,7 +163,8 @@ struct run {
     const struct train_opts *o;
     struct dataset train, test;
     struct ddp_group *g;
-    struct model *m;       /* the model as built, until mi takes it over */
+    struct model *m;       /* the MLP as built, until mi takes it over */
+    struct cnn *cnn;       /* or the CNN as built, until mi takes it over */
     struct model_inst *mi; /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
     float **views; /* the reducer's gradient view of each tensor */
@@ -216,6 +218,19 @@ static int load_data(struct run *r, struct ddp_err *err)
     if (rc)
         return rc == DDP_EINVAL && strncmp(err->msg, "--data", 6) == 0 ? DDP_EXIT_USAGE
                                                                        : DDP_EXIT_DATA;
+    if (o->is_cnn) {
+        if (r->train.dim != CNN_IN_C * CNN_IN_H * CNN_IN_W) {
+            err_set(err, DDP_EINVAL, "--model %s: wants %dx%dx%d images, the data has %zu features",
+                    o->model_spec, CNN_IN_C, CNN_IN_H, CNN_IN_W, r->train.dim);
+            return DDP_EXIT_USAGE;
+        }
+        if (o->cnn.classes != r->train.classes) {
+            err_set(err, DDP_EINVAL, "--model %s: %d outputs do not match the data's %d classes",
+                    o->model_spec, o->cnn.classes, r->train.classes);
+            return DDP_EXIT_USAGE;
+        }
+        return DDP_EXIT_OK;
+    }
     if ((size_t)o->widths[0] != r->train.dim) {
         err_set(err, DDP_EINVAL,
                 "--model %s: input width %d does not match the data's %zu features", o->model_spec,
@@ -235,8 +250,14 @@ static int build_model(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
-    if (model_new(o->widths, o->nwidths, max_batch, o->seed, &r->m, err) != 0)
+    /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
+     * batches of the training batch. */
+    if (o->is_cnn) {
+        if (cnn_new(&o->cnn, o->batch_size, o->seed, &r->cnn, err) != 0)
+            return DDP_EXIT_USAGE;
+    } else if (model_new(o->widths, o->nwidths, max_batch, o->seed, &r->m, err) != 0) {
         return DDP_EXIT_USAGE;
+    }
     rng_seed(&r->rng, o->seed ^ 0x7a11ULL);
     return DDP_EXIT_OK;
 }
@@ -263,8 +284,18 @@ static int open_group(struct run *r, struct ddp_err *err)
     int code = DDP_EXIT_OK;
     if (ddp_group_open(o->backend, (int64_t)(o->timeout_s * 1000.0), &r->g, &code, err) != 0)
         return code != DDP_EXIT_OK ? code : DDP_EXIT_FAILURE;
-    r->mi = pick_model_inst(r->g, r->m, o);
-    r->m = NULL;
+    if (r->cnn) {
+        if (r->g->gpu) {
+            err_set(err, DDP_EINVAL, "--model %s: the CNN runs on the CPU only: use --backend cpu",
+                    o->model_spec);
+            return DDP_EXIT_USAGE;
+        }
+        r->mi = model_inst_cnn_new(r->cnn, (float)o->momentum, (float)o->weight_decay);
+        r->cnn = NULL;
+    } else {
+        r->mi = pick_model_inst(r->g, r->m, o);
+        r->m = NULL;
+    }
     if (o->checkpoint_dir)
         snprintf(r->ckpt_dir, sizeof(r->ckpt_dir), "%s", o->checkpoint_dir);
     else
@@ -318,7 +349,12 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
 {
     struct model_inst *mi = r->mi;
     struct ddp_resume res;
-    int rc = ddp_resume(r->g, r->ckpt_dir, r->o->widths, r->o->nwidths, &res, err);
+    struct ckpt_id id = {.widths = r->o->widths, .nwidths = r->o->nwidths};
+    if (r->o->is_cnn) {
+        id.spec = r->o->model_spec;
+        id.nparams = mi->ops->param_count(mi);
+    }
+    int rc = ddp_resume_id(r->g, r->ckpt_dir, &id, &res, err);
     if (rc)
         return rc == DDP_EPEER || rc == DDP_ETIMEOUT ? DDP_EXIT_PEER_LOST : DDP_EXIT_CHECKPOINT;
     if (res.epoch > 0) {
@@ -463,9 +499,13 @@ static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
     meta.seed = r->o->seed;
     meta.rng = r->rng;
     meta.world_size = (uint32_t)r->g->world_size;
-    meta.nlayers = r->o->nwidths - 1;
-    for (int i = 0; i < r->o->nwidths; i++)
-        meta.widths[i] = (uint32_t)r->o->widths[i];
+    if (r->o->is_cnn) {
+        snprintf(meta.model, sizeof(meta.model), "%s", r->o->model_spec);
+    } else {
+        meta.nlayers = r->o->nwidths - 1;
+        for (int i = 0; i < r->o->nwidths; i++)
+            meta.widths[i] = (uint32_t)r->o->widths[i];
+    }
     meta.nparams = mi->ops->param_count(mi);
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -539,6 +579,7 @@ static void teardown(struct run *r)
     if (close_device)
         close_device();
     model_free(r->m);
+    cnn_free(r->cnn);
     data_release(&r->train);
     data_release(&r->test);
 }

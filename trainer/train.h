@@ -1,5 +1,5 @@
 /*
- * train.h - ddp-worker's training loop: data, MLP, reducer, SGD, sampler, checkpoints,
+ * train.h - ddp-worker's training loop: data, model (MLP or CNN), reducer, SGD, sampler, checkpoints,
  * per-epoch metrics. main.c parses the flags into struct train_opts; train_run does the rest
  * and returns the process exit code (common/exitcodes.h).
  */
@@ -11,11 +11,14 @@
 
 #include "common/err.h"
 #include "trainer/model.h"
+#include "trainer/model_cnn.h"
 
 struct train_opts {
     int widths[MODEL_MAX_LAYERS + 1];
     int nwidths;
-    const char *model_spec; /* for messages */
+    int is_cnn; /* 1: --model cnn:..., the model is cnn, not widths */
+    struct cnn_spec cnn;
+    const char *model_spec; /* for messages and a CNN's checkpoints */
     const char *data;       /* --data */
     int epochs;
     size_t batch_size;   /* per rank */
