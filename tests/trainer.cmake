@@ -19,6 +19,8 @@ ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddptrainer TIMEOUT 
 set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 ddp_script_test(NAME worker_equivalence
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_equivalence.py TIMEOUT 300 LABELS worker)
+ddp_script_test(NAME worker_cnn
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_cnn.py TIMEOUT 300 LABELS worker)
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume
