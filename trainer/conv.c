@@ -125,8 +125,8 @@ void conv2d_forward(const struct conv2d *c, const float *x, size_t n, const floa
     }
 }
 
-void conv2d_backward(const struct conv2d *c, const float *x, size_t n, const float *W,
-                     const float *dy, float *dW, float *db, float *dx, float *col)
+void conv2d_backward_params(const struct conv2d *c, const float *x, size_t n, const float *dy,
+                            float *dW, float *db, float *col)
 {
     int cols = c->oh * c->ow, kk = c->cin * c->k * c->k;
     size_t in = conv2d_in_count(c), out = conv2d_out_count(c);
@@ -143,11 +143,18 @@ void conv2d_backward(const struct conv2d *c, const float *x, size_t n, const flo
         im2col(c, x + s * in, col);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->cout, kk, cols, 1.0f, dys, cols,
                     col, cols, s == 0 ? 0.0f : 1.0f, dW, kk);
-        if (dx) {
-            /* col is free again: dcol = W^T dy in its place. */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, cols, c->cout, 1.0f, W, kk,
-                        dys, cols, 0.0f, col, cols);
-            col2im(c, col, dx + s * in);
-        }
+    }
+}
+
+void conv2d_backward_input(const struct conv2d *c, size_t n, const float *W, const float *dy,
+                           float *dx, float *col)
+{
+    int cols = c->oh * c->ow, kk = c->cin * c->k * c->k;
+    size_t in = conv2d_in_count(c), out = conv2d_out_count(c);
+    for (size_t s = 0; s < n; s++) {
+        /* dcol = W^T dy in the scratch, then scattered back. */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, cols, c->cout, 1.0f, W, kk,
+                    dy + s * out, cols, 0.0f, col, cols);
+        col2im(c, col, dx + s * in);
     }
 }

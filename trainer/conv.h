@@ -38,10 +38,14 @@ void conv2d_forward(const struct conv2d *c, const float *x, size_t n, const floa
                     const float *b, float *y, float *col);
 
 /*
- * The gradients for dy (n samples, as y): writes (does not accumulate) dW and db, and, when
- * dx is not NULL, dx [as x]. x is the forward's input; col is scratch as for the forward.
+ * The backward for dy (n >= 1 samples, as y), in two halves so that a model can hand the
+ * parameters' gradients to the reducer before it computes the input's:
+ * conv2d_backward_params writes (does not accumulate) dW and db from the forward's input
+ * x; conv2d_backward_input writes dx [as x] from W. col is scratch as for the forward.
  */
-void conv2d_backward(const struct conv2d *c, const float *x, size_t n, const float *W,
-                     const float *dy, float *dW, float *db, float *dx, float *col);
+void conv2d_backward_params(const struct conv2d *c, const float *x, size_t n, const float *dy,
+                            float *dW, float *db, float *col);
+void conv2d_backward_input(const struct conv2d *c, size_t n, const float *W, const float *dy,
+                           float *dx, float *col);
 
 #endif

@@ -17,8 +17,8 @@ void linear_forward(const float *x, size_t n, int in, int out, const float *W, c
                 y, out);
 }
 
-void linear_backward(const float *x, size_t n, int in, int out, const float *W, const float *dy,
-                     float *dW, float *db, float *dx)
+void linear_backward_params(const float *x, size_t n, int in, int out, const float *dy, float *dW,
+                            float *db)
 {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, (int)n, 1.0f, dy, out, x, in,
                 0.0f, dW, in);
@@ -28,9 +28,12 @@ void linear_backward(const float *x, size_t n, int in, int out, const float *W, 
         for (int j = 0; j < out; j++)
             db[j] += row[j];
     }
-    if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, in, out, 1.0f, dy, out, W,
-                    in, 0.0f, dx, in);
+}
+
+void linear_backward_input(size_t n, int in, int out, const float *W, const float *dy, float *dx)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, in, out, 1.0f, dy, out, W, in,
+                0.0f, dx, in);
 }
 
 void relu_forward(float *a, size_t cnt)

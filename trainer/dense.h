@@ -15,9 +15,11 @@
 
 void linear_forward(const float *x, size_t n, int in, int out, const float *W, const float *b,
                     float *y);
-/* dW [out x in], db [out] and, when dx is not NULL, dx [n x in] from dy [n x out]. */
-void linear_backward(const float *x, size_t n, int in, int out, const float *W, const float *dy,
-                     float *dW, float *db, float *dx);
+/* The backward for dy [n x out] in two halves (as conv.h's): dW [out x in] and db [out]
+ * from the forward's input x; then dx [n x in] from W. */
+void linear_backward_params(const float *x, size_t n, int in, int out, const float *dy, float *dW,
+                            float *db);
+void linear_backward_input(size_t n, int in, int out, const float *W, const float *dy, float *dx);
 
 /* a = max(a, 0), cnt floats in place. */
 void relu_forward(float *a, size_t cnt);

@@ -373,21 +373,25 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
         float *dxi = i > 0 ? dx : NULL; /* the input's gradient is needed only inside */
         if (l->pl >= 0 && hooks && hooks->layer_begin)
             hooks->layer_begin(hooks->ctx, l->pl);
-        if (l->kind == CNN_CONV) {
-            conv2d_backward(&l->conv, in, n, m->params + m->off[2 * l->pl], d, m->grad[2 * l->pl],
-                            m->grad[2 * l->pl + 1], dxi, m->col);
-        } else if (l->kind == CNN_POOL) {
-            if (dxi)
-                pool2d_backward(&l->pool, d, n, m->arg[i], dxi);
-        } else {
-            linear_backward(in, n, l->fin, l->fout, m->params + m->off[2 * l->pl], d,
-                            m->grad[2 * l->pl], m->grad[2 * l->pl + 1], dxi);
-        }
+        const float *W = l->pl >= 0 ? m->params + m->off[2 * l->pl] : NULL;
+        if (l->kind == CNN_CONV)
+            conv2d_backward_params(&l->conv, in, n, d, m->grad[2 * l->pl], m->grad[2 * l->pl + 1],
+                                   m->col);
+        else if (l->kind == CNN_FC)
+            linear_backward_params(in, n, l->fin, l->fout, d, m->grad[2 * l->pl],
+                                   m->grad[2 * l->pl + 1]);
+        /* The layer's gradients are final: the reducer may send them while dx is computed. */
         if (l->pl >= 0 && hooks && hooks->layer_end) {
             int rc = hooks->layer_end(hooks->ctx, l->pl, err);
             if (rc)
                 return rc;
         }
+        if (dxi && l->kind == CNN_CONV)
+            conv2d_backward_input(&l->conv, n, W, d, dxi, m->col);
+        else if (dxi && l->kind == CNN_FC)
+            linear_backward_input(n, l->fin, l->fout, W, d, dxi);
+        else if (dxi)
+            pool2d_backward(&l->pool, d, n, m->arg[i], dxi);
         if (i == 0)
             break;
         /* Through the previous layer's ReLU: its output is in. */

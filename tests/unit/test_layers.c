@@ -133,7 +133,8 @@ static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int
     float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
     float *gx = zeros(nx), *gw = zeros(nw), *gb = zeros((size_t)cout);
     conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
-    conv2d_backward(&k.c, k.x, n, k.w, k.r, dw, db, dx, k.col);
+    conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
+    conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
     /* L is linear in each of x, w, b: central differences are exact up to rounding. */
     numeric_grad(conv_loss, &k, k.x, nx, 0.05f, gx);
     numeric_grad(conv_loss, &k, k.w, nw, 0.05f, gw);
@@ -237,7 +238,8 @@ static void test_layers_linear_relu_finite_diff(void **state)
     lin_loss(&k);
     memcpy(dy, k.r, ny * sizeof(float));
     relu_backward(k.y, dy, ny);
-    linear_backward(k.x, k.n, k.in, k.out, k.w, dy, dw, db, dx);
+    linear_backward_params(k.x, k.n, k.in, k.out, dy, dw, db);
+    linear_backward_input(k.n, k.in, k.out, k.w, dy, dx);
     numeric_grad(lin_loss, &k, k.x, nx, 1e-3f, gx);
     numeric_grad(lin_loss, &k, k.w, nw, 1e-3f, gw);
     numeric_grad(lin_loss, &k, k.b, (size_t)k.out, 1e-3f, gb);
@@ -296,7 +298,8 @@ static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, 
     size_t ny = n * conv2d_out_count(&k.c);
     float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
     conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
-    conv2d_backward(&k.c, k.x, n, k.w, k.r, dw, db, dx, k.col);
+    conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
+    conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
     torchref_dir_new(&d);
     torchref_write(&d, "x.f32", k.x, nx * sizeof(float));
     torchref_write(&d, "w.f32", k.w, nw * sizeof(float));
@@ -381,7 +384,8 @@ static void test_layers_linear_torch(void **state)
     float *b = rand_array(&r, (size_t)out, 0.3f), *dy = rand_array(&r, ny, 1.0f);
     float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)out);
     linear_forward(x, n, in, out, w, b, y);
-    linear_backward(x, n, in, out, w, dy, dw, db, dx);
+    linear_backward_params(x, n, in, out, dy, dw, db);
+    linear_backward_input(n, in, out, w, dy, dx);
     torchref_dir_new(&d);
     torchref_write(&d, "x.f32", x, nx * sizeof(float));
     torchref_write(&d, "w.f32", w, nw * sizeof(float));
