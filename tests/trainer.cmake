@@ -52,3 +52,6 @@ endif()
 ddp_script_test(NAME worker_accuracy
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_accuracy.py TIMEOUT 1800
   LABELS "worker;heavy")
+ddp_script_test(NAME worker_accuracy_cnn
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_accuracy_cnn.py TIMEOUT 3600
+  LABELS "worker;heavy")
