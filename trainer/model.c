@@ -1,5 +1,5 @@
 /*
- * model.c - the MLP's forward and backward passes over cblas_sgemm.
+ * model.c - the MLP's forward and backward passes, over trainer/dense.c's layers.
  *
  * Memory: params (one block, definition order), own_grads (one block, only when no views
  * are bound), act[0..nlayers] activation buffers of max_batch rows (act[0] points at the
@@ -10,7 +10,6 @@
  */
 #include "trainer/model.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,6 +21,7 @@
 #include "common/xalloc.h"
 #include "ddp/ckpt.h"
 #include "ddp/rng.h"
+#include "trainer/dense.h"
 
 struct model {
     int nlayers;
@@ -226,30 +226,16 @@ void model_bind_grads(struct model *m, float *const *grads)
         m->grad[t] = grads[t];
 }
 
-/* act[l+1] = act[l] W_l^T + b_l for n rows. */
-static void linear_forward(struct model *m, int l, size_t n)
-{
-    int in = m->widths[l], outw = m->widths[l + 1];
-    float *z = m->actbuf[l + 1];
-    const float *b = m->params + m->off[2 * l + 1];
-    for (size_t i = 0; i < n; i++)
-        memcpy(z + i * (size_t)outw, b, (size_t)outw * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, outw, in, 1.0f, m->act[l], in,
-                m->params + m->off[2 * l], in, 1.0f, z, outw);
-    m->act[l + 1] = z;
-}
-
 static void forward_all(struct model *m, const float *x, size_t n)
 {
     m->act[0] = x;
     for (int l = 0; l < m->nlayers; l++) {
-        linear_forward(m, l, n);
-        if (l < m->nlayers - 1) {
-            float *a = m->actbuf[l + 1];
-            size_t cnt = n * (size_t)m->widths[l + 1];
-            for (size_t i = 0; i < cnt; i++)
-                a[i] = a[i] > 0.0f ? a[i] : 0.0f;
-        }
+        float *z = m->actbuf[l + 1];
+        linear_forward(m->act[l], n, m->widths[l], m->widths[l + 1], m->params + m->off[2 * l],
+                       m->params + m->off[2 * l + 1], z);
+        if (l < m->nlayers - 1)
+            relu_forward(z, n * (size_t)m->widths[l + 1]);
+        m->act[l + 1] = z;
     }
 }
 
@@ -265,21 +251,7 @@ int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n, d
                            classes);
     forward_all(m, x, n);
     /* Softmax in place (stable), loss = logsumexp - logit[y]. */
-    float *p = m->actbuf[m->nlayers];
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        float *row = p + i * (size_t)classes;
-        float mx = row[0];
-        for (int c = 1; c < classes; c++)
-            mx = row[c] > mx ? row[c] : mx;
-        double s = 0.0;
-        for (int c = 0; c < classes; c++)
-            s += exp((double)(row[c] - mx));
-        double lse = (double)mx + log(s);
-        sum += lse - (double)row[y[i]];
-        for (int c = 0; c < classes; c++)
-            row[c] = (float)(exp((double)row[c] - lse));
-    }
+    double sum = softmax_xent_forward(m->actbuf[m->nlayers], y, n, classes);
     m->labels = y;
     m->n = n;
     *loss_sum = sum;
@@ -295,28 +267,13 @@ int model_backward(struct model *m, const struct model_hooks *hooks, struct ddp_
     int classes = m->widths[L];
     /* dZ_{L-1} = (softmax - onehot) / n: the gradient of the mean loss. */
     float *dz = m->scratch[0], *da = m->scratch[1];
-    const float *prob = m->actbuf[L];
-    float inv = 1.0f / (float)n;
-    for (size_t i = 0; i < n; i++) {
-        for (int c = 0; c < classes; c++)
-            dz[i * (size_t)classes + c] = prob[i * (size_t)classes + c] * inv;
-        dz[i * (size_t)classes + m->labels[i]] -= inv;
-    }
+    softmax_xent_backward(m->actbuf[L], m->labels, n, classes, dz);
     for (int l = L - 1; l >= 0; l--) {
         int in = m->widths[l], outw = m->widths[l + 1];
         if (hooks && hooks->layer_begin)
             hooks->layer_begin(hooks->ctx, l);
-        /* dW_l = dZ^T A_l  [out x in] */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outw, in, (int)n, 1.0f, dz, outw,
-                    m->act[l], in, 0.0f, m->grad[2 * l], in);
-        /* db_l = column sums of dZ */
-        float *db = m->grad[2 * l + 1];
-        memset(db, 0, (size_t)outw * sizeof(float));
-        for (size_t i = 0; i < n; i++) {
-            const float *row = dz + i * (size_t)outw;
-            for (int j = 0; j < outw; j++)
-                db[j] += row[j];
-        }
+        /* dW_l = dZ^T A_l  [out x in], db_l = column sums of dZ */
+        linear_backward_params(m->act[l], n, in, outw, dz, m->grad[2 * l], m->grad[2 * l + 1]);
         if (hooks && hooks->layer_end) {
             int rc = hooks->layer_end(hooks->ctx, l, err);
             if (rc)
@@ -324,13 +281,8 @@ int model_backward(struct model *m, const struct model_hooks *hooks, struct ddp_
         }
         if (l > 0) {
             /* dA_l = dZ W_l  [n x in], then through ReLU: zero where A_l == 0. */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, in, outw, 1.0f, dz, outw,
-                        m->params + m->off[2 * l], in, 0.0f, da, in);
-            const float *a = m->act[l];
-            size_t cnt = n * (size_t)in;
-            for (size_t i = 0; i < cnt; i++)
-                if (a[i] <= 0.0f)
-                    da[i] = 0.0f;
+            linear_backward_input(n, in, outw, m->params + m->off[2 * l], dz, da);
+            relu_backward(m->act[l], da, n * (size_t)in);
             float *tmp = dz;
             dz = da;
             da = tmp;
