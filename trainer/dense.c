@@ -1,6 +1,6 @@
 /*
  * dense.c - Linear, ReLU and softmax cross-entropy over cblas_sgemm and plain loops, the
- * MLP's arithmetic as separate layers (trainer/model_cnn.c's classifier).
+ * MLP's arithmetic as separate layers, shared by trainer/model.c and trainer/model_cnn.c.
  */
 #include "trainer/dense.h"
 
