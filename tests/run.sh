@@ -6,7 +6,8 @@
 #   2. under AddressSanitizer + UBSan  (build-asan/; tests labelled "heavy" are skipped there)
 #   3. the libFuzzer targets, each for a bounded time, under ASan + UBSan (build-fuzz/, clang)
 # Exits non-zero if anything fails. Set DDP_TEST_SKIP_APT=1 to skip the apt-get step,
-# DDP_TEST_ONLY=plain|asan|fuzz to run one of the three.
+# DDP_TEST_ONLY=plain|asan|fuzz to run one of the three, DDP_TEST_LONG=1 to include the tests
+# labelled long (minutes of training: the CNN's accuracy run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,7 +69,12 @@ if [ "$only" = all ] || [ "$only" = plain ]; then
     bash tests/banned.sh || status=1
     bash tests/format.sh || status=1
     bash tests/layering.sh || status=1
-    run_tests plain build -LE fuzz || status=1
+    # label long (minutes of training, e.g. the CNN's accuracy run): only with DDP_TEST_LONG=1
+    if [ "${DDP_TEST_LONG:-0}" = 1 ]; then
+      run_tests plain build -LE fuzz || status=1
+    else
+      run_tests plain build -LE 'fuzz|long' || status=1
+    fi
   else
     status=1
   fi
