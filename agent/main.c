@@ -25,6 +25,7 @@
 #include "agent/gpus.h"
 #include "common/args.h"
 #include "common/fsutil.h"
+#include "common/label.h"
 #include "common/log.h"
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
@@ -71,20 +72,6 @@ static void usage_help(void)
           "                     memory_gb and gpus are detected (a --label overrides them)\n"
           "  --log-level L      debug, info, warn or error (default info)\n",
           stdout);
-}
-
-/* 1 when s[0..n) is a label key (key: 1..63 of [A-Za-z0-9._/-]) or value (0..63, no '/'). */
-static int label_ok(const char *s, size_t n, size_t min, int slash)
-{
-    if (n < min || n > 63)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-' || (slash && c == '/')))
-            return 0;
-    }
-    return 1;
 }
 
 /* Adds what the agent knows of its node (cpus, memory_gb, gpus) to labels, where a --label
@@ -370,8 +357,8 @@ int main(int argc, char **argv)
             break;
         case 'L': {
             const char *eq = strchr(optarg, '=');
-            if (!eq || !label_ok(optarg, (size_t)(eq - optarg), 1, 1) ||
-                !label_ok(eq + 1, strlen(eq + 1), 0, 0)) {
+            if (!eq || !label_key_ok(optarg, (size_t)(eq - optarg)) ||
+                !label_value_ok(eq + 1, strlen(eq + 1))) {
                 rc = usage_error("--label: '%s' is not K=V with K 1..63 of [A-Za-z0-9._/-] and V "
                                  "0..63 of [A-Za-z0-9._-]",
                                  optarg);

@@ -35,6 +35,15 @@ static int coord_user_index(struct coord *c, const char *name)
     return -1;
 }
 
+/* 1 when user i is the only admin (removing it, or taking its role, is refused). */
+static int coord_last_admin(struct coord *c, int i)
+{
+    size_t admins = 0;
+    for (size_t k = 0; k < c->nusers; k++)
+        admins += c->users[k].role == ROLE_ADMIN;
+    return c->users[i].role == ROLE_ADMIN && admins == 1;
+}
+
 static int coord_user_load(void *ctx, const struct store_user *u)
 {
     struct coord *c = ctx;
@@ -231,12 +240,9 @@ int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_
     struct ddp_err e;
     pthread_mutex_lock(&c->mu);
     int i = coord_user_index(c, name);
-    size_t admins = 0;
-    for (size_t k = 0; k < c->nusers; k++)
-        admins += c->users[k].role == ROLE_ADMIN;
     if (i < 0) {
         rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
-    } else if (c->users[i].role == ROLE_ADMIN && admins == 1) {
+    } else if (coord_last_admin(c, i)) {
         rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
     } else if (coord_txn_run(c, coord_user_delete, c->users[i].name, &e) != 0) {
         log_error("cannot remove user %s: %s", name, e.msg);
@@ -303,12 +309,9 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
                        role_s);
     pthread_mutex_lock(&c->mu);
     int i = coord_user_index(c, name);
-    size_t admins = 0;
-    for (size_t k = 0; k < c->nusers; k++)
-        admins += c->users[k].role == ROLE_ADMIN;
     if (i < 0) {
         rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
-    } else if (role_s && role != ROLE_ADMIN && c->users[i].role == ROLE_ADMIN && admins == 1) {
+    } else if (role_s && role != ROLE_ADMIN && coord_last_admin(c, i)) {
         rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
     } else {
         struct user u = c->users[i];

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/jsonx.h"
+#include "common/label.h"
 #include "common/xalloc.h"
 
 /* Rewrites "field 'k': ..." in err into "field '<prefix>k': ...". */
@@ -131,20 +132,6 @@ static int validate_path(const json_t *body, const char *key, const char **out, 
     return 0;
 }
 
-static int validate_label_chars(const char *s, size_t min, int slash)
-{
-    size_t n = strlen(s);
-    if (n < min || n > 63)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-' || (slash && c == '/')))
-            return 0;
-    }
-    return 1;
-}
-
 int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp_err *err)
 {
     json_t *l = NULL;
@@ -159,11 +146,11 @@ int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp
     json_t *v;
     json_object_foreach(l, k, v)
     {
-        if (!validate_label_chars(k, 1, 1))
+        if (!label_key_ok(k, strlen(k)))
             return err_set(err, DDP_EINVAL,
                            "field '%s': key '%.64s' must be 1..63 characters of [A-Za-z0-9._/-]",
                            key, k);
-        if (!json_is_string(v) || !validate_label_chars(json_string_value(v), 0, 0))
+        if (!json_is_string(v) || !label_value_ok(json_string_value(v), json_string_length(v)))
             return err_set(err, DDP_EINVAL,
                            "field '%s.%s': expected a string of 0..63 characters of "
                            "[A-Za-z0-9._-]",

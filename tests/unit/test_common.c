@@ -24,6 +24,7 @@
 #include "common/err.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
+#include "common/label.h"
 #include "common/log.h"
 #include "common/procstat.h"
 #include "common/randutil.h"
@@ -65,6 +66,24 @@ static void test_common_args_range_and_hostport(void **state)
         args_parse_hostport("--listen", "127.0.0.1", host, sizeof(host), &port, &e), 0);
     assert_int_not_equal(args_parse_hostport("--listen", "h:99999", host, sizeof(host), &port, &e),
                          0);
+}
+
+/* Label characters, the same for the agent's --label and ddpd's node_selector. */
+static void test_common_label_chars(void **state)
+{
+    (void)state;
+    assert_true(label_key_ok("gpu", 3));
+    assert_true(label_key_ok("example.com/zone-a_1", 20));
+    assert_false(label_key_ok("", 0));
+    assert_false(label_key_ok("a b", 3));
+    assert_true(label_value_ok("", 0));
+    assert_true(label_value_ok("a100", 4));
+    assert_false(label_value_ok("a/b", 3));
+    char long_key[65];
+    memset(long_key, 'k', 64);
+    long_key[64] = '\0';
+    assert_false(label_key_ok(long_key, 64));
+    assert_true(label_key_ok(long_key, 63));
 }
 
 static void test_common_err_table(void **state)
@@ -427,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_common_args_long),
         cmocka_unit_test(test_common_args_range_and_hostport),
         cmocka_unit_test(test_common_err_table),
+        cmocka_unit_test(test_common_label_chars),
         cmocka_unit_test(test_common_jsonx),
         cmocka_unit_test(test_common_fs_write_atomic),
         cmocka_unit_test(test_common_secret_equal),
