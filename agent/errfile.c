@@ -43,14 +43,15 @@ int errfile_parse(const char *text, struct errfile **out, struct ddp_err *err)
         return err_set(err, DDP_EINVAL, "not a JSON object: %s", je.text);
     }
     json_t *m = json_object_get(root, "message");
-    const char *msg = NULL, *stack = NULL, *ts = NULL;
+    const char *msg = NULL, *stack = NULL;
+    json_t *ts = NULL; /* torch writes a string of seconds; an integer is taken too */
     if (json_is_string(m)) {
         msg = json_string_value(m);
     } else if (json_is_object(m)) {
         msg = json_string_value(json_object_get(m, "message"));
         json_t *x = json_object_get(m, "extraInfo");
         stack = json_string_value(json_object_get(x, "py_callstack"));
-        ts = json_string_value(json_object_get(x, "timestamp"));
+        ts = json_object_get(x, "timestamp");
     }
     if (!msg || !*msg) {
         json_decref(root);
@@ -62,12 +63,10 @@ int errfile_parse(const char *text, struct errfile **out, struct ddp_err *err)
     /* one line: the message's first line is what a reason can hold */
     e->message[strcspn(e->message, "\n")] = '\0';
     e->frame = stack ? errfile_frame(stack) : NULL;
-    json_t *t =
-        json_is_object(m) ? json_object_get(json_object_get(m, "extraInfo"), "timestamp") : NULL;
-    if (json_is_integer(t))
-        e->timestamp = json_integer_value(t);
-    else if (ts)
-        e->timestamp = strtoll(ts, NULL, 10);
+    if (json_is_integer(ts))
+        e->timestamp = json_integer_value(ts);
+    else if (json_is_string(ts))
+        e->timestamp = strtoll(json_string_value(ts), NULL, 10);
     json_decref(root);
     *out = e;
     return 0;

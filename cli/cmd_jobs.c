@@ -42,6 +42,18 @@ static char *cli_absolute(const char *path)
     return xasprintf("%s/%s", cwd, path);
 }
 
+/* Sets key K to V in obj for a "K=V" argument; -1 when it is not one (no '=' or no K). */
+static int cli_put_kv(json_t *obj, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        return -1;
+    char *key = xstrndup(arg, (size_t)(eq - arg));
+    json_object_set_new(obj, key, json_string(eq + 1));
+    free(key);
+    return 0;
+}
+
 /* POST /v1/jobs with an Idempotency-Key drawn for this submit, retried (bounded: 5 tries
  * within CLI_UNREACHABLE_MAX_MS) while ddpd is unreachable or answers 5xx: ddpd may have
  * stored the job and died before answering, and the same key then answers that job instead
@@ -145,28 +157,14 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             json_object_set_new(spec, "nnodes", json_string(optarg));
             break;
-        case O_ENV: {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg) {
-                rc = cli_usage_error(cmd, "--env: '%s' is not K=V", optarg);
+        case O_ENV:
+        case O_SELECTOR:
+            if (cli_put_kv(c == O_ENV ? env : selector, optarg) < 0) {
+                rc = cli_usage_error(cmd, "%s: '%s' is not K=V",
+                                     c == O_ENV ? "--env" : "--node-selector", optarg);
                 goto out;
             }
-            char *key = xstrndup(optarg, (size_t)(eq - optarg));
-            json_object_set_new(env, key, json_string(eq + 1));
-            free(key);
             break;
-        }
-        case O_SELECTOR: {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg) {
-                rc = cli_usage_error(cmd, "--node-selector: '%s' is not K=V", optarg);
-                goto out;
-            }
-            char *key = xstrndup(optarg, (size_t)(eq - optarg));
-            json_object_set_new(selector, key, json_string(eq + 1));
-            free(key);
-            break;
-        }
         case O_WORKDIR:
             free(workdir);
             workdir = cli_absolute(optarg);

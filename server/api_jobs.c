@@ -57,14 +57,6 @@ static int api_idempotency_key(struct api_req *r, const char **out)
     return 0;
 }
 
-static void api_answer(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e)
-{
-    if (rc)
-        api_reply_err(r, e);
-    else
-        api_reply_json(r, status, out);
-}
-
 void api_jobs_submit(struct api_req *r)
 {
     json_t *body = NULL;
@@ -76,7 +68,7 @@ void api_jobs_submit(struct api_req *r)
         return;
     int rc = coord_submit(r->coord, body, &r->who, key, r->now, &out, &created, &e);
     json_decref(body);
-    api_answer(r, rc, created ? 201 : 200, out, &e);
+    api_reply_result(r, rc, created ? 201 : 200, out, &e);
 }
 
 void api_jobs_list(struct api_req *r)
@@ -117,7 +109,7 @@ void api_jobs_list(struct api_req *r)
     }
     int rc = coord_list_jobs(r->coord, state, every ? NULL : r->who.name, (int)page_size, token,
                              &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_jobs_get(struct api_req *r)
@@ -128,7 +120,7 @@ void api_jobs_get(struct api_req *r)
     if (api_job_id(r, &id) != 0)
         return;
     int rc = coord_get_job(r->coord, id, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_jobs_cancel(struct api_req *r)
@@ -151,7 +143,7 @@ void api_jobs_cancel(struct api_req *r)
         }
     }
     int rc = coord_cancel(r->coord, id, r->who.name, r->now, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 /* DELETE /v1/jobs/{id}: a finished job, by its owner or an admin (as cancel). */
@@ -163,7 +155,7 @@ void api_jobs_delete(struct api_req *r)
     if (api_job_id_for(r, 1, &id) != 0)
         return;
     int rc = coord_delete_job(r->coord, id, r->who.name, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 static long api_logs_gz_read(void *ctx, char *buf, size_t size)
@@ -201,7 +193,7 @@ void api_jobs_events(struct api_req *r)
     if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0)
         return;
     int rc = coord_events(r->coord, id, after, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_jobs_metrics(struct api_req *r)
@@ -212,7 +204,7 @@ void api_jobs_metrics(struct api_req *r)
     if (api_job_id(r, &id) != 0 || api_query_int(r, "after", 0, INT64_MAX / 2, 0, &after) != 0)
         return;
     int rc = coord_metrics(r->coord, id, after, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 /* GET /v1/jobs/{id}/logs: from the start (`after`, pages of `limit`) or the end (`tail=N`, the
@@ -237,7 +229,7 @@ void api_jobs_logs(struct api_req *r)
     }
     int rc =
         coord_logs(r->coord, id, (int)rank, after, tail > 0 ? -(int)tail : (int)limit, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_jobs_update(struct api_req *r)
@@ -250,5 +242,5 @@ void api_jobs_update(struct api_req *r)
         return;
     int rc = coord_update_job(r->coord, id, body, r->who.name, r->now, &out, &e);
     json_decref(body);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }

@@ -21,10 +21,7 @@ void api_nodes_register(struct api_req *r)
         return;
     int rc = coord_register(r->coord, body, r->now, &out, &e);
     json_decref(body);
-    if (rc)
-        api_reply_err(r, &e);
-    else
-        api_reply_json(r, 200, out);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_nodes_heartbeat(struct api_req *r)
@@ -41,10 +38,7 @@ void api_nodes_heartbeat(struct api_req *r)
         return;
     int rc = coord_beat(r->coord, r->param, body, r->now, &out, &e);
     json_decref(body);
-    if (rc)
-        api_reply_err(r, &e);
-    else
-        api_reply_json(r, 200, out);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_nodes_list(struct api_req *r)
@@ -52,10 +46,7 @@ void api_nodes_list(struct api_req *r)
     struct ddp_err e;
     char *out = NULL;
     int rc = coord_list_nodes(r->coord, r->now, &out, &e);
-    if (rc)
-        api_reply_err(r, &e);
-    else
-        api_reply_json(r, 200, out);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_nodes_remove(struct api_req *r)
@@ -67,10 +58,7 @@ void api_nodes_remove(struct api_req *r)
         return;
     }
     int rc = coord_remove_node(r->coord, r->param, r->now, &out, &e);
-    if (rc)
-        api_reply_err(r, &e);
-    else
-        api_reply_json(r, 200, out);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 /* POST /v1/nodes/{name}:cordon, :drain, :uncordon (admin), body {"reason"?}. */
@@ -102,10 +90,7 @@ static void api_nodes_admin(struct api_req *r, const char *action)
     }
     int rc = coord_node_admin(r->coord, r->param, action, reason, r->now, &out, &e);
     json_decref(body);
-    if (rc)
-        api_reply_err(r, &e);
-    else
-        api_reply_json(r, 200, out);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_nodes_cordon(struct api_req *r)

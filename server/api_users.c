@@ -9,14 +9,6 @@
 #include "server/http.h"
 #include "server/validate.h"
 
-static void api_answer(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e)
-{
-    if (rc)
-        api_reply_err(r, e);
-    else
-        api_reply_json(r, status, out);
-}
-
 void api_users_me(struct api_req *r)
 {
     json_t *o = json_pack("{s:s, s:s}", "name", r->who.name, "role", auth_role_name(r->who.role));
@@ -30,7 +22,7 @@ void api_users_list(struct api_req *r)
     struct ddp_err e;
     char *out = NULL;
     int rc = coord_users_list(r->coord, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_users_add(struct api_req *r)
@@ -42,7 +34,7 @@ void api_users_add(struct api_req *r)
         return;
     int rc = coord_user_add(r->coord, body, r->now, &out, &e);
     json_decref(body);
-    api_answer(r, rc, 201, out, &e);
+    api_reply_result(r, rc, 201, out, &e);
 }
 
 void api_users_remove(struct api_req *r)
@@ -54,7 +46,7 @@ void api_users_remove(struct api_req *r)
         return;
     }
     int rc = coord_user_remove(r->coord, r->param, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_users_rotate(struct api_req *r)
@@ -77,7 +69,7 @@ void api_users_rotate(struct api_req *r)
         }
     }
     int rc = coord_user_rotate(r->coord, r->param, &r->who, &out, &e);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }
 
 void api_users_update(struct api_req *r)
@@ -93,5 +85,5 @@ void api_users_update(struct api_req *r)
         return;
     int rc = coord_user_update(r->coord, r->param, body, r->now, &out, &e);
     json_decref(body);
-    api_answer(r, rc, 200, out, &e);
+    api_reply_result(r, rc, 200, out, &e);
 }

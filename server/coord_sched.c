@@ -328,8 +328,10 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
     for (int phase = 0; phase < 2 && gained < need; phase++) {
         for (int i = 0; i < nv && gained < need; i++) {
             struct job *x = v[i];
+            if (!x) /* taken in the shrink phase */
+                continue;
             int shrink = x->st.npl > x->spec.nmin;
-            if ((phase == 0) != shrink || !x)
+            if ((phase == 0) != shrink)
                 continue;
             /* what x frees: in the shrink phase at most its nodes above MIN */
             int room = phase == 0 ? x->st.npl - x->spec.nmin : x->st.npl, took = 0;
@@ -414,6 +416,10 @@ void coord_schedule(struct coord *c, int64_t now)
     int pending_min_nproc = INT_MAX;
     struct job **q = xcalloc(c->nlive + 1, sizeof(*q));
     int *reserved = xcalloc(k.n + 1, sizeof(int)); /* highest priority holding the node */
+    /* per job of the queue, reused: the nodes its selector rules out, and the free slots of
+     * the nodes hidden from it while it is placed */
+    char *off = xcalloc(k.n + 1, 1);
+    int *saved = xcalloc(k.n + 1, sizeof(int));
     for (size_t i = 0; i < k.n; i++)
         reserved[i] = INT_MIN;
     size_t nq = 0;
@@ -458,13 +464,11 @@ void coord_schedule(struct coord *c, int64_t now)
         /* the nodes its node_selector rules out */
         const json_t *sel = j->spec.node_selector;
         int selective = sel && json_object_size(sel) > 0, eligible = 0;
-        char *off = xcalloc(k.n + 1, 1);
         for (size_t n = 0; n < k.n; n++) {
             off[n] = selective && !coord_node_matches(c->nodes[n], sel);
             eligible += !off[n] && !c->nodes[n]->removed;
         }
         if (selective && eligible == 0) {
-            free(off);
             pos++;
             char *want = jsonx_dumps(sel);
             coord_wait_set(j, "NodeSelector", pos,
@@ -473,7 +477,6 @@ void coord_schedule(struct coord *c, int64_t now)
             continue;
         }
         /* hide the nodes held back for higher priorities, and those ruled out */
-        int *saved = xcalloc(k.n + 1, sizeof(int));
         for (size_t n = 0; n < k.n; n++) {
             saved[n] = k.sn[n].free_slots;
             if (reserved[n] > j->spec.priority || off[n])
@@ -483,12 +486,10 @@ void coord_schedule(struct coord *c, int64_t now)
         for (size_t n = 0; n < k.n; n++)
             if (reserved[n] > j->spec.priority || off[n])
                 k.sn[n].free_slots = saved[n];
-        free(saved);
         if (rc == 0) {
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");
             j->preempting = 0;
-            free(off);
             continue;
         }
         /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
@@ -519,10 +520,11 @@ void coord_schedule(struct coord *c, int64_t now)
             if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority &&
                 (!selective || coord_node_matches(c->nodes[n], sel)))
                 reserved[n] = j->spec.priority;
-        free(off);
     }
     free(q);
     free(reserved);
+    free(off);
+    free(saved);
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
         if (j->st.state != JOB_RUNNING || j->st.npl >= j->spec.nmax)

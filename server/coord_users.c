@@ -35,6 +35,20 @@ static int coord_user_index(struct coord *c, const char *name)
     return -1;
 }
 
+/* Reads the optional field "role" of body into *role (left as it is when absent); *given says
+ * whether it was there. */
+static int coord_role_field(const json_t *body, enum role *role, int *given, struct ddp_err *err)
+{
+    const char *s = NULL;
+    int rc = jsonx_get_string(body, "role", 0, &s, err);
+    *given = s != NULL;
+    if (rc || !s)
+        return rc;
+    if (auth_role_parse(s, role) != 0)
+        return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer", s);
+    return 0;
+}
+
 /* 1 when user i is the only admin (removing it, or taking its role, is refused). */
 static int coord_last_admin(struct coord *c, int i)
 {
@@ -180,24 +194,23 @@ static char *coord_user_token_text(struct coord *c, const struct user *u, const 
 int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err)
 {
-    const char *name = NULL, *role_s = NULL;
+    const char *name = NULL;
     enum role role = ROLE_USER;
     int64_t max_slots = 0;
+    int given;
     static const char *const keys[] = {"name", "role", "max_slots", NULL};
     int rc = jsonx_check_keys(body, keys, "user", err);
     if (!rc)
         rc = jsonx_get_string(body, "name", 1, &name, err);
-    if (!rc)
-        rc = jsonx_get_string(body, "role", 0, &role_s, err);
     if (!rc)
         rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
     if (rc)
         return rc;
     if (!validate_name(name))
         return err_set(err, DDP_EINVAL, "field 'name': must be 1..63 characters of [A-Za-z0-9._-]");
-    if (role_s && auth_role_parse(role_s, &role) != 0)
-        return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer",
-                       role_s);
+    rc = coord_role_field(body, &role, &given, err);
+    if (rc)
+        return rc;
     char token[AUTH_TOKEN_HEX];
     if (auth_new_token(token) != 0)
         return err_set(err, DDP_EINTERNAL, "no randomness for the token");
@@ -292,30 +305,27 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
                       char **out, struct ddp_err *err)
 {
     static const char *const keys[] = {"role", "max_slots", NULL};
-    const char *role_s = NULL;
     int64_t max_slots = -1;
+    enum role role = ROLE_USER;
+    int role_given = 0;
     int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
     if (!rc)
         rc = jsonx_check_keys(body, keys, NULL, err);
     if (!rc)
-        rc = jsonx_get_string(body, "role", 0, &role_s, err);
-    if (!rc)
         rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
+    if (!rc)
+        rc = coord_role_field(body, &role, &role_given, err);
     if (rc)
         return rc;
-    enum role role = ROLE_USER;
-    if (role_s && auth_role_parse(role_s, &role) != 0)
-        return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer",
-                       role_s);
     pthread_mutex_lock(&c->mu);
     int i = coord_user_index(c, name);
     if (i < 0) {
         rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
-    } else if (role_s && role != ROLE_ADMIN && coord_last_admin(c, i)) {
+    } else if (role_given && role != ROLE_ADMIN && coord_last_admin(c, i)) {
         rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
     } else {
         struct user u = c->users[i];
-        if (role_s)
+        if (role_given)
             u.role = role;
         if (max_slots >= 0)
             u.max_slots = max_slots;

@@ -131,6 +131,7 @@ struct http_conn {
     struct buf body; /* at most HTTP_BODY_MAX bytes; released once too_big */
     size_t total;    /* bytes of body received, kept or not */
     int too_big;
+    struct principal who; /* the caller, resolved once from the headers */
 };
 
 /* Matches path against pattern; on success copies the captured part to param. */
@@ -162,6 +163,14 @@ static int http_match(const char *pattern, const char *path, char *param, size_t
         s++;
     }
     return *s == '\0';
+}
+
+void api_reply_result(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e)
+{
+    if (rc)
+        api_reply_err(r, e);
+    else
+        api_reply_json(r, status, out);
 }
 
 const char *api_query(struct api_req *r, const char *key)
@@ -395,7 +404,7 @@ static int http_auth(struct coord *c, enum route_auth need, const char *param,
  * param receives the route's {} part. Needs only the request line and headers, so the
  * handler runs it as soon as they are in, before any body is read. */
 static int http_resolve(struct api_req *r, const char *authorization, const char *bootstrap,
-                        int *route_out, char *param, size_t psize)
+                        const struct principal *known, int *route_out, char *param, size_t psize)
 {
     char allow[64] = "";
     int found = -1, path_known = 0;
@@ -437,19 +446,23 @@ static int http_resolve(struct api_req *r, const char *authorization, const char
     *route_out = found;
     /* re-match to capture the parameter of the chosen route */
     http_match(http_routes[found].pattern, r->path, param, psize);
-    if (http_auth(r->coord, http_routes[found].auth, param, authorization, bootstrap, &r->who,
-                  &e) != 0) {
+    if (known) {
+        r->who = *known;
+    } else if (http_auth(r->coord, http_routes[found].auth, param, authorization, bootstrap,
+                         &r->who, &e) != 0) {
         api_reply_err(r, &e);
         return -1;
     }
     return found;
 }
 
-void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
-                   int *route_out)
+/* http_dispatch(), with the caller known already (the headers' check resolved it: a
+ * request's token is hashed and looked up once), or NULL to resolve it here. */
+static void http_dispatch_as(struct api_req *r, const char *authorization, const char *bootstrap,
+                             const struct principal *known, int *route_out)
 {
     char param[1024];
-    int found = http_resolve(r, authorization, bootstrap, route_out, param, sizeof(param));
+    int found = http_resolve(r, authorization, bootstrap, known, route_out, param, sizeof(param));
     if (found < 0)
         return;
     if (r->body_total > HTTP_BODY_MAX) {
@@ -462,6 +475,12 @@ void http_dispatch(struct api_req *r, const char *authorization, const char *boo
     r->param = param;
     http_routes[found].fn(r);
     r->param = NULL;
+}
+
+void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
+                   int *route_out)
+{
+    http_dispatch_as(r, authorization, bootstrap, NULL, route_out);
 }
 
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -603,8 +622,9 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         char param[1024];
         int route = -1;
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-        if (http_resolve(&pre, auth, s->bootstrap_token, &route, param, sizeof(param)) < 0)
+        if (http_resolve(&pre, auth, s->bootstrap_token, NULL, &route, param, sizeof(param)) < 0)
             return http_send(conn, &pre, route, hc);
+        hc->who = pre.who;
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -635,7 +655,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     };
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    http_dispatch(&r, auth, s->bootstrap_token, &route);
+    http_dispatch_as(&r, auth, s->bootstrap_token, &hc->who, &route);
     return http_send(conn, &r, route, hc);
 }
 

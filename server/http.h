@@ -69,6 +69,9 @@ void api_reply_err(struct api_req *r, const struct ddp_err *err);
 /* Same with a code and a message. */
 void api_reply_errf(struct api_req *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The answer of a coord_* call: the error of e when rc is non-zero, else status with out
+ * (taking it). */
+void api_reply_result(struct api_req *r, int rc, int status, char *out, const struct ddp_err *e);
 /* Sets a borrowed (static) answer. */
 void api_reply_static(struct api_req *r, int status, const char *content_type,
                       const unsigned char *data, size_t len);

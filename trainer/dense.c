@@ -77,3 +77,17 @@ void softmax_xent_backward(const float *p, const uint8_t *y, size_t n, int class
         dz[i * (size_t)classes + y[i]] -= inv;
     }
 }
+
+size_t dense_count_hits(const float *z, size_t n, int classes, const uint8_t *y)
+{
+    size_t hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *row = z + i * (size_t)classes;
+        int best = 0;
+        for (int c = 1; c < classes; c++)
+            if (row[c] > row[best])
+                best = c;
+        hits += best == y[i];
+    }
+    return hits;
+}

@@ -31,6 +31,8 @@ void relu_backward(const float *a, float *d, size_t cnt);
  * labels y (each below classes: the caller checks): returns the sum over the samples of
  * the loss (torch's cross_entropy with reduction "sum").
  */
+/* Rows of z (n x classes logits) whose largest entry is at their label y[i]. */
+size_t dense_count_hits(const float *z, size_t n, int classes, const uint8_t *y);
 double softmax_xent_forward(float *z, const uint8_t *y, size_t n, int classes);
 /* dz = (p - onehot(y)) / n: the gradient of the mean loss, from the forward's p. */
 void softmax_xent_backward(const float *p, const uint8_t *y, size_t n, int classes, float *dz);

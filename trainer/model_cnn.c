@@ -411,16 +411,7 @@ size_t cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t
     for (size_t start = 0; start < n; start += m->max_batch) {
         size_t k = n - start < m->max_batch ? n - start : m->max_batch;
         forward_all(m, x + start * dim, k);
-        const float *z = m->out[m->nl - 1];
-        for (size_t i = 0; i < k; i++) {
-            const float *row = z + i * (size_t)classes;
-            int best = 0;
-            for (int c = 1; c < classes; c++)
-                if (row[c] > row[best])
-                    best = c;
-            if (best == y[start + i])
-                correct++;
-        }
+        correct += dense_count_hits(m->out[m->nl - 1], k, classes, y + start);
     }
     m->n = 0; /* the activations no longer belong to a training forward */
     return correct;

@@ -832,6 +832,28 @@ static void test_coord_preemption_shrinks_first(void **state)
     assert_int_equal(job_int(f, low, "restarts"), 0);
 }
 
+/* When shrinking is not enough, whole jobs stop too (lowest priority first); the job that
+ * shrank in the first round is not taken twice. */
+static void test_coord_preemption_stops_when_shrinking_is_not_enough(void **state)
+{
+    struct fx *f = *state;
+    const char *names[] = {"node-a", "node-b", "node-c", "node-d"};
+    for (int i = 0; i < 4; i++)
+        reg(f, names[i], 1, "inc-1");
+    int64_t gang = submit(f, "{\"command\":[\"w\"],\"priority\":-5}");
+    int64_t low = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\"}");
+    expect_state(f, low, "RUNNING", "on 2 nodes");
+    int64_t high = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"3\",\"priority\":10}");
+    expect_state(f, low, "RESTARTING", "preempted for j-3 (priority 10 > 0): shrinks");
+    expect_state(f, gang, "RESTARTING", "preempted for j-3 (priority 10 > -5): stops");
+    for (int i = 0; i < 4; i++)
+        beat0(f, names[i], NULL);
+    tick(f, 100);
+    expect_state(f, high, "RUNNING", "on 3 nodes");
+    expect_state(f, low, "RUNNING", "on 1 node");
+    expect_pending(f, gang, "Resources", 1, NULL);
+}
+
 /* A node speaks only for the ranks it holds: another node's log lines, metrics, progress and
  * exits for the job are dropped, and the job runs on. */
 static void test_coord_beat_only_for_held_ranks(void **state)
@@ -1936,6 +1958,7 @@ int main(void)
         T(test_coord_quota),
         T(test_coord_node_selector),
         T(test_coord_preemption_shrinks_first),
+        T(test_coord_preemption_stops_when_shrinking_is_not_enough),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
         T(test_coord_root_cause_node_lost_after_peer_exit),
