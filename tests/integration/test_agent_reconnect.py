@@ -100,6 +100,10 @@ def test_agent_registers_again_when_ddpd_forgets_it():
                     os.unlink(os.path.join(c.home, f))
             c.start_ddpd()
             c.wait_nodes_ready(["node-a"], timeout=30)
+            # the agent logs its registration after ddpd answered it, so READY may come first
+            wait_for("the agent's second registration in its log",
+                     lambda: c.log("agent-node-a.log").count("registered with ddpd") == 2,
+                     timeout=10)
             log = c.log("agent-node-a.log")
             assert "registering again" in log, log
             assert log.count("registered with ddpd") == 2, log
