@@ -115,7 +115,8 @@ size_t ckpt_size_id(const struct ckpt_id *id)
     size_t slen = strlen(id->spec);
     if (slen == 0 || slen > CKPT_MAX_MODEL || id->nparams == 0 || id->nparams > CKPT_MAX_BYTES / 8)
         return 0;
-    return spec_hdr(slen) + 8 * (size_t)id->nparams + 4;
+    size_t k = id->state_arrays > 1 ? (size_t)id->state_arrays : 1;
+    return spec_hdr(slen) + 4 * (1 + k) * (size_t)id->nparams + 4;
 }
 
 /* Version 2 (meta->model set): the spec's header, then as version 1. */
@@ -129,9 +130,13 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
     if (meta->nparams == 0 || meta->nparams > CKPT_MAX_BYTES / 8)
         return err_set(err, DDP_EINVAL, "checkpoint: %llu parameters",
                        (unsigned long long)meta->nparams);
+    if (meta->state_arrays < 0 || meta->state_arrays > CKPT_MAX_STATE_ARRAYS)
+        return err_set(err, DDP_EINVAL, "checkpoint: %d optimizer state arrays",
+                       meta->state_arrays);
+    size_t k = meta->state_arrays > 1 ? (size_t)meta->state_arrays : 1;
     size_t hdr = spec_hdr(slen);
     size_t arr = (size_t)meta->nparams * 4;
-    size_t total = hdr + 2 * arr + 4;
+    size_t total = hdr + (1 + k) * arr + 4;
     uint8_t *b = xcalloc(1, total);
     memcpy(b, ckpt_magic, 8);
     put32(b + 8, CKPT_VERSION_SPEC);
@@ -144,11 +149,11 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
         put64(b + 40 + 8 * i, meta->rng.s[i]);
     put64(b + 72, meta->nparams);
     put32(b + 80, meta->world_size);
-    put32(b + 84, 0);
+    put32(b + 84, k > 1 ? (uint32_t)k : 0);
     put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
     memcpy(b + CKPT_FIXED_HDR + 4, meta->model, slen);
     memcpy(b + hdr, params, arr);
-    memcpy(b + hdr + arr, momentum, arr);
+    memcpy(b + hdr + arr, momentum, k * arr);
     put32(b + total - 4, crc_of(b, total - 4));
     *out = b;
     *len = total;
@@ -207,6 +212,7 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     uint32_t nlayers = get32(buf + 20);
     size_t hdr = 0;
     uint64_t want = 0;
+    size_t k = 1;
     if (version == CKPT_VERSION_SPEC) {
         if (nlayers != 0)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers in a spec checkpoint", what,
@@ -231,6 +237,11 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
         if (want == 0 || want > CKPT_MAX_BYTES / 8)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %llu parameters", what,
                            (unsigned long long)want);
+        uint32_t sa = get32(buf + 84);
+        if (sa > CKPT_MAX_STATE_ARRAYS)
+            return err_set(err, DDP_EINVAL, "checkpoint %s: %u optimizer state arrays", what, sa);
+        k = sa > 1 ? sa : 1;
+        v.meta.state_arrays = (int)k;
     } else {
         if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
@@ -250,9 +261,9 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
                            what);
     }
     size_t arr = (size_t)want * 4;
-    if (len != hdr + 2 * arr + 4)
+    if (len != hdr + (1 + k) * arr + 4)
         return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what, len,
-                       hdr + 2 * arr + 4);
+                       hdr + (1 + k) * arr + 4);
     uint32_t crc = get32(buf + len - 4);
     if (crc != crc_of(buf, len - 4))
         return err_set(err, DDP_EINVAL, "checkpoint %s: checksum mismatch", what);
@@ -271,15 +282,19 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
 void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum)
 {
     size_t arr = (size_t)v->meta.nparams * 4;
+    size_t k = v->meta.state_arrays > 1 ? (size_t)v->meta.state_arrays : 1;
     memcpy(params, v->params_bytes, arr);
-    memcpy(momentum, v->momentum_bytes, arr);
+    memcpy(momentum, v->momentum_bytes, k * arr);
 }
 
 int ckpt_matches_id(const struct ckpt_meta *meta, const struct ckpt_id *id)
 {
     if (!id->spec)
         return ckpt_matches(meta, id->widths, id->nwidths);
-    return meta->model[0] && strcmp(meta->model, id->spec) == 0 && meta->nparams == id->nparams;
+    int want_k = id->state_arrays > 1 ? id->state_arrays : 1;
+    int have_k = meta->state_arrays > 1 ? meta->state_arrays : 1;
+    return meta->model[0] && strcmp(meta->model, id->spec) == 0 && meta->nparams == id->nparams &&
+           want_k == have_k;
 }
 
 /* "'mlp:W0-W1-...' (N parameters)" from widths. */

@@ -10,6 +10,14 @@ ddp_unit_test(NAME test_layers SOURCES unit/test_layers.c unit/torchref.c LIBS d
 # The PyTorch reference of the layers: the test runs this script with the system's python3.
 target_compile_definitions(test_layers PRIVATE TEST_PYTHON="/usr/bin/python3"
   TEST_LAYERS_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/layers_torch.py")
+ddp_unit_test(NAME test_layers_gpt SOURCES unit/test_layers_gpt.c unit/torchref.c LIBS ddptrainer
+  TIMEOUT 120)
+target_compile_definitions(test_layers_gpt PRIVATE TEST_PYTHON="/usr/bin/python3"
+  TEST_LAYERS_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/layers_torch.py")
+ddp_unit_test(NAME test_model_gpt SOURCES unit/test_model_gpt.c unit/torchref.c LIBS ddptrainer
+  TIMEOUT 180)
+target_compile_definitions(test_model_gpt PRIVATE TEST_PYTHON="/usr/bin/python3"
+  TEST_MODEL_GPT_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/model_gpt_torch.py")
 ddp_unit_test(NAME test_model_cnn SOURCES unit/test_model_cnn.c unit/torchref.c LIBS ddptrainer
   TIMEOUT 120)
 target_compile_definitions(test_model_cnn PRIVATE TEST_PYTHON="/usr/bin/python3"

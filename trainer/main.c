@@ -13,11 +13,14 @@
 #include "trainer/train.h"
 
 static const char usage_text[] =
-    "usage: ddp-worker [--model mlp:784-256-128-10|cnn:c32k5-p2-c64k5-p2-f1024-f10]\n"
-    "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C]\n"
+    "usage: ddp-worker [--model mlp:784-256-128-10|cnn:c32k5-p2-c64k5-p2-f1024-f10|gpt:L-H-D-T]\n"
+    "                  [--data fashion-mnist|idx:IMAGES,LABELS[,TIMAGES,TLABELS]|synthetic:N:D:C|\n"
+    "                          fortunes|text:FILE[,VALID_FILE]]\n"
     "                  [--epochs N] [--batch-size B] [--lr X] [--lr-scale linear|none]\n"
-    "                  [--lr-schedule cosine|constant] [--momentum M] [--weight-decay W] [--seed "
-    "S] [--bucket-cap-mb MB]\n"
+    "                  [--lr-schedule cosine|constant|warmup-cosine] [--warmup-steps N]\n"
+    "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
+    "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
+    "                  [--eval-every N] [--generate N] [--seed S] [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N]   (fault injection for tests)\n";
@@ -29,16 +32,19 @@ static int usage_error(const char *msg)
 }
 
 /* Flags that take a value. */
-static const char *const valued[] = {"--model",     "--data",
-                                     "--epochs",    "--batch-size",
-                                     "--lr",        "--lr-scale",
-                                     "--momentum",  "--weight-decay",
-                                     "--seed",      "--bucket-cap-mb",
-                                     "--backend",   "--checkpoint-dir",
-                                     "--timeout",   "--lr-schedule",
-                                     "--trace",     "--dump-params",
-                                     "--max-steps", "--kill-after-epoch",
-                                     NULL};
+static const char *const valued[] = {"--model",        "--data",
+                                     "--epochs",       "--batch-size",
+                                     "--lr",           "--lr-scale",
+                                     "--momentum",     "--weight-decay",
+                                     "--seed",         "--bucket-cap-mb",
+                                     "--backend",      "--checkpoint-dir",
+                                     "--timeout",      "--lr-schedule",
+                                     "--trace",        "--dump-params",
+                                     "--max-steps",    "--kill-after-epoch",
+                                     "--optimizer",    "--betas",
+                                     "--eps",          "--clip-grad-norm",
+                                     "--warmup-steps", "--eval-every",
+                                     "--generate",     NULL};
 
 static int is_valued(const char *name)
 {
@@ -55,8 +61,11 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
     int rc = 0;
     if (strcmp(name, "--model") == 0) {
         o->is_cnn = strncmp(val, "cnn:", 4) == 0;
+        o->is_gpt = strncmp(val, "gpt:", 4) == 0;
         if (o->is_cnn)
             rc = cnn_parse_spec(val, model_memory_bytes(), &o->cnn, err);
+        else if (o->is_gpt)
+            rc = gpt_parse_spec(val, model_memory_bytes(), &o->gpt, err);
         else
             rc = model_parse_spec(val, o->widths, &o->nwidths, err);
         if (rc == 0)
@@ -86,12 +95,55 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
             return err_set(err, DDP_EINVAL, "--lr-scale: want linear or none, got '%s'", val);
     } else if (strcmp(name, "--lr-schedule") == 0) {
         if (strcmp(val, "cosine") == 0)
-            o->lr_cosine = 1;
+            o->lr_schedule = TRAIN_LR_COSINE;
         else if (strcmp(val, "constant") == 0)
-            o->lr_cosine = 0;
+            o->lr_schedule = TRAIN_LR_CONSTANT;
+        else if (strcmp(val, "warmup-cosine") == 0)
+            o->lr_schedule = TRAIN_LR_WARMUP_COSINE;
         else
-            return err_set(err, DDP_EINVAL, "--lr-schedule: want cosine or constant, got '%s'",
-                           val);
+            return err_set(err, DDP_EINVAL,
+                           "--lr-schedule: want cosine, constant or warmup-cosine, got '%s'", val);
+    } else if (strcmp(name, "--warmup-steps") == 0) {
+        rc = args_parse_long(name, val, 0, 1000000000L, &l, err);
+        if (rc == 0)
+            o->warmup_steps = l;
+    } else if (strcmp(name, "--optimizer") == 0) {
+        if (strcmp(val, "sgd") == 0)
+            o->adamw = 0;
+        else if (strcmp(val, "adamw") == 0)
+            o->adamw = 1;
+        else
+            return err_set(err, DDP_EINVAL, "--optimizer: want sgd or adamw, got '%s'", val);
+    } else if (strcmp(name, "--betas") == 0) {
+        char b1[64];
+        const char *comma = strchr(val, ',');
+        if (!comma || (size_t)(comma - val) >= sizeof(b1))
+            return err_set(err, DDP_EINVAL, "--betas: want B1,B2 (e.g. 0.9,0.999), got '%s'", val);
+        memcpy(b1, val, (size_t)(comma - val));
+        b1[comma - val] = '\0';
+        rc = args_parse_double(name, b1, 0.0, 0.999999, &d, err);
+        if (rc == 0) {
+            o->beta1 = d;
+            rc = args_parse_double(name, comma + 1, 0.0, 0.999999, &d, err);
+        }
+        if (rc == 0)
+            o->beta2 = d;
+    } else if (strcmp(name, "--eps") == 0) {
+        rc = args_parse_double(name, val, 1e-30, 1.0, &d, err);
+        if (rc == 0)
+            o->eps = d;
+    } else if (strcmp(name, "--clip-grad-norm") == 0) {
+        rc = args_parse_double(name, val, 0.0, 1e9, &d, err);
+        if (rc == 0)
+            o->clip_grad_norm = d;
+    } else if (strcmp(name, "--eval-every") == 0) {
+        rc = args_parse_long(name, val, 0, 1000000000L, &l, err);
+        if (rc == 0)
+            o->eval_every = l;
+    } else if (strcmp(name, "--generate") == 0) {
+        rc = args_parse_long(name, val, 0, 1000000L, &l, err);
+        if (rc == 0)
+            o->generate = l;
     } else if (strcmp(name, "--momentum") == 0) {
         rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
         if (rc == 0)

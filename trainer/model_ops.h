@@ -3,13 +3,14 @@
  * drives every kind of model the same way: the MLP on the CPU (model_ops_cpu.c, over
  * trainer/model.c and trainer/optim.c), the MLP on a GPU (model_ops_gpu.c, over
  * trainer/gpu/model_gpu.h; built only with CUDA), the CNN on the CPU (model_ops_cnn.c, over
- * trainer/model_cnn.c), and later other model families or a
- * sharded model, each an instance with its own table.
+ * trainer/model_cnn.c), the GPT on the CPU (model_ops_gpt.c, over trainer/model_gpt.c), and
+ * later a sharded model, each an instance with its own table.
  *
  * An instance owns its parameters, its optimizer state and everything its compute needs.
  * Its state as the train loop sees it:
- *   - host state: params() and momentum(), param_count() floats each, in the tensors'
- *     definition order (a checkpoint's arrays). Initialisation, the resume and rank 0's
+ *   - host state: params(), param_count() floats in the tensors' definition order, and the
+ *     optimizer's state(), state_arrays() such arrays (SGD's momentum: 1; AdamW's m and v:
+ *     2), the checkpoint's arrays. Initialisation, the resume and rank 0's
  *     broadcast write them; sync_to_device() then makes them the state that is trained.
  *     On an instance that computes elsewhere (a GPU) they are a mirror that sync_to_host()
  *     refreshes for a checkpoint or a dump; on the CPU both syncs do nothing.
@@ -44,7 +45,12 @@ struct model_ops {
     void (*layer_tensors)(const struct model_inst *mi, int layer, int *first, int *count);
     /* The host state (see above); owned by the instance. */
     float *(*params)(struct model_inst *mi);
-    float *(*momentum)(struct model_inst *mi);
+    float *(*momentum)(struct model_inst *mi); /* the optimizer's state (see above) */
+    /* Arrays of param_count() floats in momentum(); NULL means 1 (SGD's momentum). */
+    int (*state_arrays)(const struct model_inst *mi);
+    /* The optimizer steps already taken (a resumed checkpoint's step), for an optimizer that
+     * counts them (AdamW's bias correction); NULL where none does. */
+    void (*set_step)(struct model_inst *mi, uint64_t step);
     void (*bind_grads)(struct model_inst *mi, float *const *grads);
     int (*sync_to_device)(struct model_inst *mi, struct ddp_err *err);
     int (*sync_to_host)(struct model_inst *mi, struct ddp_err *err);
@@ -56,6 +62,15 @@ struct model_ops {
     int (*count_correct)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                          size_t *correct, struct ddp_err *err);
     int (*step)(struct model_inst *mi, float lr, float grad_scale, struct ddp_err *err);
+    /* A language model's evaluation of n windows (x unused): the summed loss as forward's
+     * and the positions whose most likely next byte was right. NULL for the classifiers,
+     * which count_correct scores. */
+    int (*evaluate)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
+                    double *loss_sum, size_t *correct, struct ddp_err *err);
+    /* A language model's sampler: nnew bytes after the prompt into out (see gpt_generate);
+     * NULL for the others. */
+    void (*generate)(struct model_inst *mi, const uint8_t *prompt, size_t nprompt, size_t nnew,
+                     uint64_t seed, uint8_t *out);
     /* Frees the instance (NULL accepted), before the process group is closed. */
     void (*free)(struct model_inst *mi);
     /* Ends the compute device's runtime once the process group (whose comm may use the
@@ -82,6 +97,23 @@ struct cnn; /* trainer/model_cnn.h */
  * bind_grads.
  */
 struct model_inst *model_inst_cnn_new(struct cnn *m, float momentum, float weight_decay);
+
+/* The optimizer a model instance steps with. */
+struct optim_cfg {
+    int adamw; /* 0: SGD (momentum, weight_decay as L2), 1: AdamW */
+    float momentum, weight_decay;
+    float beta1, beta2, eps; /* AdamW */
+    float clip_norm;         /* > 0: global-norm clipping of the averaged gradients */
+};
+
+struct gpt; /* trainer/model_gpt.h */
+
+/*
+ * The GPT m on the CPU with the optimizer of c (trainer/model_ops_gpt.c): takes ownership of
+ * m (freed with the instance). Its gradients stay m's own block until bind_grads. The
+ * instance reports, as its tensors, the GPT's, and its layers are the GPT's hook layers.
+ */
+struct model_inst *model_inst_gpt_new(struct gpt *m, const struct optim_cfg *c);
 
 /*
  * The MLP m on the GPU (gpu_init done: ddp_group_open selected it): takes ownership of m,

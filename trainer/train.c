@@ -46,6 +46,7 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "ddp/ckpt.h"
+#include "common/termsafe.h"
 #include "trainer/data.h"
 #include "ddp/ddp.h"
 #include "trainer/model_ops.h"
@@ -54,6 +55,7 @@
 #include "ddp/rng.h"
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
+#include "trainer/text.h"
 
 #define TRAIN_EVAL_BATCH   1000
 #define TRAIN_TRACE_EVENTS 200000
@@ -65,14 +67,17 @@ void train_opts_default(struct train_opts *o)
     memcpy(o->widths, w, sizeof(w));
     o->nwidths = 4;
     o->model_spec = "mlp:784-256-128-10";
-    o->data = "fashion-mnist";
+    o->data = NULL;
     o->epochs = 10;
     o->batch_size = 32;
     o->lr = 0.01;
     o->lr_scale_linear = 1;
-    o->lr_cosine = 1;
+    o->lr_schedule = -1;
     o->momentum = 0.9;
     o->weight_decay = 0.0;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
     o->seed = 1;
     o->bucket_cap_mb = 25.0;
     o->backend = "auto";
@@ -100,6 +105,32 @@ double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs)
     if (!cosine || epochs == 0)
         return base;
     return base * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)epoch / (double)epochs));
+}
+
+double train_lr_at_step(double base, uint64_t step, uint64_t warmup, uint64_t total)
+{
+    if (step < warmup)
+        return base * (double)(step + 1) / (double)warmup;
+    if (total <= warmup)
+        return base;
+    double f = (double)(step - warmup) / (double)(total - warmup);
+    if (f > 1.0)
+        f = 1.0;
+    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * f));
+}
+
+/* The data set a model trains on by default. */
+static const char *data_of(const struct train_opts *o)
+{
+    return o->data ? o->data : o->is_gpt ? "fortunes" : "fashion-mnist";
+}
+
+/* The schedule in force: the model's default unless --lr-schedule said. */
+static int schedule_of(const struct train_opts *o)
+{
+    if (o->lr_schedule >= 0)
+        return o->lr_schedule;
+    return o->is_gpt ? TRAIN_LR_WARMUP_COSINE : TRAIN_LR_COSINE;
 }
 
 struct hook_ctx {
@@ -163,9 +194,13 @@ struct run {
     const struct train_opts *o;
     struct dataset train, test;
     struct ddp_group *g;
-    struct model *m;       /* the MLP as built, until mi takes it over */
-    struct cnn *cnn;       /* or the CNN as built, until mi takes it over */
-    struct model_inst *mi; /* the model trained: on the CPU, or on the group's GPU */
+    struct model *m;                    /* the MLP as built, until mi takes it over */
+    struct cnn *cnn;                    /* or the CNN as built, until mi takes it over */
+    struct gpt *gpt;                    /* or the GPT as built, until mi takes it over */
+    struct text_info text;              /* a GPT's corpus */
+    char ckpt_spec[CKPT_MAX_MODEL + 1]; /* the model (and optimizer) its checkpoints name */
+    uint64_t total_steps;               /* of the whole run: the per-step schedule's length */
+    struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
     float **views; /* the reducer's gradient view of each tensor */
     struct trace *trace;
@@ -183,11 +218,18 @@ struct run {
     uint64_t step;
 };
 
-/* What one epoch's steps add up to on this rank. */
+/* What the steps since the last report add up to on this rank. */
 struct epoch_sums {
     double loss_sum;
     double seen;
     double train_s;
+};
+
+/* A language model's reports carry the step and a fractional epoch. */
+struct report_at {
+    uint32_t epoch;   /* 0-based epoch being trained */
+    double progress;  /* epochs done, fractional: the dashboard's x */
+    int end_of_epoch; /* 1: the epoch's own report */
 };
 
 /* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
@@ -214,10 +256,23 @@ static void set_blas_threads(void)
 static int load_data(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
-    int rc = data_load(o->data, o->seed, &r->train, &r->test, err);
+    int rc = o->is_gpt ? text_load(data_of(o), o->gpt.ctx, &r->train, &r->test, &r->text, err)
+                       : data_load(data_of(o), o->seed, &r->train, &r->test, err);
     if (rc)
         return rc == DDP_EINVAL && strncmp(err->msg, "--data", 6) == 0 ? DDP_EXIT_USAGE
                                                                        : DDP_EXIT_DATA;
+    if (o->is_gpt) {
+        log_info("corpus %s: %zu training bytes (%zu windows of %d), %zu validation bytes; "
+                 "unigram entropy %.4f nats/byte",
+                 data_of(o), r->text.train_bytes, r->train.n, o->gpt.ctx, r->text.valid_bytes,
+                 r->text.unigram_nats);
+        return DDP_EXIT_OK;
+    }
+    if (o->adamw) {
+        err_set(err, DDP_EINVAL, "--optimizer adamw: only a gpt model trains with it here, not %s",
+                o->model_spec);
+        return DDP_EXIT_USAGE;
+    }
     if (o->is_cnn) {
         if (r->train.dim != CNN_IN_C * CNN_IN_H * CNN_IN_W) {
             err_set(err, DDP_EINVAL, "--model %s: wants %dx%dx%d images, the data has %zu features",
@@ -252,7 +307,10 @@ static int build_model(struct run *r, struct ddp_err *err)
     size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
     /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
      * batches of the training batch. */
-    if (o->is_cnn) {
+    if (o->is_gpt) {
+        if (gpt_new(&o->gpt, o->batch_size, o->seed, model_memory_bytes(), &r->gpt, err) != 0)
+            return DDP_EXIT_USAGE;
+    } else if (o->is_cnn) {
         if (cnn_new(&o->cnn, o->batch_size, o->seed, &r->cnn, err) != 0)
             return DDP_EXIT_USAGE;
     } else if (model_new(o->widths, o->nwidths, max_batch, o->seed, &r->m, err) != 0) {
@@ -284,7 +342,24 @@ static int open_group(struct run *r, struct ddp_err *err)
     int code = DDP_EXIT_OK;
     if (ddp_group_open(o->backend, (int64_t)(o->timeout_s * 1000.0), &r->g, &code, err) != 0)
         return code != DDP_EXIT_OK ? code : DDP_EXIT_FAILURE;
-    if (r->cnn) {
+    if (r->gpt) {
+        if (r->g->gpu) {
+            err_set(err, DDP_EINVAL, "--model %s: the GPT runs on the CPU only: use --backend cpu",
+                    o->model_spec);
+            return DDP_EXIT_USAGE;
+        }
+        struct optim_cfg c = {.adamw = o->adamw,
+                              .momentum = (float)o->momentum,
+                              .weight_decay = (float)o->weight_decay,
+                              .beta1 = (float)o->beta1,
+                              .beta2 = (float)o->beta2,
+                              .eps = (float)o->eps,
+                              .clip_norm = (float)o->clip_grad_norm};
+        r->mi = model_inst_gpt_new(r->gpt, &c);
+        r->gpt = NULL;
+        snprintf(r->ckpt_spec, sizeof(r->ckpt_spec), "%s %s", o->model_spec,
+                 o->adamw ? "adamw" : "sgd");
+    } else if (r->cnn) {
         if (r->g->gpu) {
             err_set(err, DDP_EINVAL, "--model %s: the CNN runs on the CPU only: use --backend cpu",
                     o->model_spec);
@@ -292,6 +367,7 @@ static int open_group(struct run *r, struct ddp_err *err)
         }
         r->mi = model_inst_cnn_new(r->cnn, (float)o->momentum, (float)o->weight_decay);
         r->cnn = NULL;
+        snprintf(r->ckpt_spec, sizeof(r->ckpt_spec), "%s", o->model_spec);
     } else {
         r->mi = pick_model_inst(r->g, r->m, o);
         r->m = NULL;
@@ -337,7 +413,7 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     mi->ops->bind_grads(mi, r->views);
     r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
     log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d",
-             g->rank, g->world_size, o->model_spec, o->data, o->batch_size, r->lr,
+             g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
              reducer_bucket_count(r->red), o->overlap);
     return DDP_EXIT_OK;
 }
@@ -350,9 +426,10 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
     struct model_inst *mi = r->mi;
     struct ddp_resume res;
     struct ckpt_id id = {.widths = r->o->widths, .nwidths = r->o->nwidths};
-    if (r->o->is_cnn) {
-        id.spec = r->o->model_spec;
+    if (r->ckpt_spec[0]) {
+        id.spec = r->ckpt_spec;
         id.nparams = mi->ops->param_count(mi);
+        id.state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
     }
     int rc = ddp_resume_id(r->g, r->ckpt_dir, &id, &res, err);
     if (rc)
@@ -362,6 +439,8 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
         r->start_epoch = res.view.meta.epoch;
         r->step = res.view.meta.step;
         r->rng = res.view.meta.rng;
+        if (mi->ops->set_step)
+            mi->ops->set_step(mi, r->step);
     }
     ddp_resume_release(&res);
     rc = ddp_broadcast(r->g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0, err);
@@ -380,13 +459,17 @@ static int setup_batches(struct run *r, struct ddp_err *err)
     if (sampler_init(&r->smp, r->train.n, g->rank, g->world_size, o->seed, 1, err) != 0)
         return DDP_EXIT_DATA;
     r->sampler_ok = 1;
-    r->xb = xmalloc(o->batch_size * r->train.dim * sizeof(float));
-    r->yb = xmalloc(o->batch_size);
+    /* A text set's samples are windows of dim bytes, all in y. */
+    if (r->train.x)
+        r->xb = xmalloc(o->batch_size * r->train.dim * sizeof(float));
+    r->yb = xmalloc(o->batch_size * (r->train.x ? 1 : r->train.dim));
     r->hc = (struct hook_ctx){.mi = r->mi, .red = r->red, .trace = r->trace};
     r->hooks =
         (struct model_hooks){.ctx = &r->hc, .layer_begin = hook_begin, .layer_end = hook_end};
     r->test_lo = r->test.n * (size_t)g->rank / (size_t)g->world_size;
     r->test_hi = r->test.n * ((size_t)g->rank + 1) / (size_t)g->world_size;
+    uint64_t per_epoch = (r->smp.num_samples + o->batch_size - 1) / o->batch_size;
+    r->total_steps = o->max_steps > 0 ? (uint64_t)o->max_steps : per_epoch * (uint64_t)o->epochs;
     return DDP_EXIT_OK;
 }
 
@@ -400,8 +483,12 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
     struct model_inst *mi = r->mi;
     for (size_t i = 0; i < n; i++) {
         size_t idx = r->smp.indices[start + i];
-        memcpy(r->xb + i * d->dim, d->x + idx * d->dim, d->dim * sizeof(float));
-        r->yb[i] = d->y[idx];
+        if (d->x) {
+            memcpy(r->xb + i * d->dim, d->x + idx * d->dim, d->dim * sizeof(float));
+            r->yb[i] = d->y[idx];
+        } else {
+            memcpy(r->yb + i * d->dim, d->y + idx * d->dim, d->dim);
+        }
     }
     trace_set_step(r->trace, r->step);
     double ls = 0.0;
@@ -422,40 +509,127 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
     return DDP_EXIT_OK;
 }
 
-/* Step 4: the steps of one epoch. *stop when --max-steps was reached. */
+static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
+                               struct ddp_err *err);
+
+/* Step 4: the steps of one epoch. *stop when --max-steps was reached. A language model with
+ * --eval-every also reports every that many steps (the sums restart after each report). */
 static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, int *stop,
                        struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     sampler_set_epoch(&r->smp, epoch);
-    float lr = (float)train_lr_at(r->lr, o->lr_cosine, epoch, (uint32_t)o->epochs);
-    int64_t t0 = time_mono_ns();
+    int sched = schedule_of(o);
+    float lr = (float)train_lr_at(r->lr, sched == TRAIN_LR_COSINE, epoch, (uint32_t)o->epochs);
     memset(sums, 0, sizeof(*sums));
-    for (size_t start = 0; start < r->smp.num_samples; start += o->batch_size) {
+    size_t nsteps = (r->smp.num_samples + o->batch_size - 1) / o->batch_size;
+    size_t k = 0;
+    for (size_t start = 0; start < r->smp.num_samples; start += o->batch_size, k++) {
         size_t n =
             r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start : o->batch_size;
+        if (sched == TRAIN_LR_WARMUP_COSINE)
+            lr = (float)train_lr_at_step(r->lr, r->step, (uint64_t)o->warmup_steps, r->total_steps);
+        int64_t t0 = time_mono_ns();
         int code = train_step(r, start, n, lr, &sums->loss_sum, err);
         if (code)
             return code;
+        sums->train_s += (double)(time_mono_ns() - t0) / 1e9;
         sums->seen += (double)n;
-        if (o->max_steps > 0 && r->step >= (uint64_t)o->max_steps) {
+        int at_max = o->max_steps > 0 && r->step >= (uint64_t)o->max_steps;
+        int last = k + 1 == nsteps;
+        if (r->mi->ops->evaluate &&
+            (at_max || (!last && o->eval_every > 0 && r->step % (uint64_t)o->eval_every == 0))) {
+            struct report_at at = {.epoch = epoch,
+                                   .progress = (double)epoch + (double)(k + 1) / (double)nsteps};
+            code = evaluate_and_report(r, &at, sums, err);
+            if (code)
+                return code;
+        }
+        if (at_max) {
             *stop = 1;
             return DDP_EXIT_OK;
         }
     }
-    sums->train_s = (double)(time_mono_ns() - t0) / 1e9;
     return DDP_EXIT_OK;
 }
 
-/* Step 4, the epoch's end: this rank's test slice scored, the loss sum, sample count,
- * correct predictions and time all-reduced; rank 0 prints the epoch line and reports it on
- * DDP_METRICS_FD. */
-static int evaluate_and_report(struct run *r, uint32_t epoch, const struct epoch_sums *es,
+/* A language model's validation: this rank's windows of the held-out set in batches of the
+ * training batch, their summed loss and next-byte hits. */
+static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct ddp_err *err)
+{
+    const struct dataset *t = &r->test;
+    size_t b = r->o->batch_size;
+    *loss_sum = 0.0;
+    *hits = 0;
+    for (size_t i = r->test_lo; i < r->test_hi; i += b) {
+        size_t n = r->test_hi - i < b ? r->test_hi - i : b;
+        double ls = 0.0;
+        size_t h = 0;
+        int rc = r->mi->ops->evaluate(r->mi, NULL, t->y + i * t->dim, n, &ls, &h, err);
+        if (rc)
+            return rc;
+        *loss_sum += ls;
+        *hits += h;
+    }
+    return 0;
+}
+
+/* A language model's report: rank 0 prints the line and sends the metrics. */
+static void report_text(struct run *r, const struct report_at *at, const double *sums)
+{
+    const struct train_opts *o = r->o;
+    struct ddp_group *g = r->g;
+    size_t T = (size_t)o->gpt.ctx;
+    double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    double val = sums[2] / (double)r->test.n;
+    double acc = sums[3] / ((double)r->test.n * (double)T);
+    double secs = sums[4] / (double)g->world_size;
+    double tps = secs > 0 ? sums[1] * (double)T / secs : 0.0;
+    double ppl = exp(val);
+    char th[48];
+    train_format_thousands(tps, th, sizeof(th));
+    printf("epoch %u/%d | step %llu | loss %.4f | val loss %.4f nats/byte | ppl %.3f | "
+           "next-byte acc %.4f | %s tokens/s\n",
+           at->epoch + 1, o->epochs, (unsigned long long)r->step, loss, val, ppl, acc, th);
+    fflush(stdout);
+    if (g->env.metrics_fd >= 0) {
+        char line[640];
+        snprintf(line, sizeof(line),
+                 "{\"epoch\": %.4f, \"epochs\": %d, \"step\": %llu, \"loss\": %.4f, "
+                 "\"val_loss\": %.4f, \"perplexity\": %.4f, \"next_byte_acc\": %.4f, "
+                 "\"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, \"world_size\": %d, "
+                 "\"generation\": %d, \"time_s\": %.3f}\n",
+                 at->progress, o->epochs, (unsigned long long)r->step, loss, val, ppl, acc, tps,
+                 secs > 0 ? sums[1] / secs : 0.0, g->world_size, g->env.generation, secs);
+        write_metrics(g->env.metrics_fd, line);
+    }
+}
+
+/* Step 4, a report (the epoch's end; for a language model also every --eval-every steps):
+ * this rank's test slice scored, the loss sum, sample count, correct predictions (or, for a
+ * language model, the validation loss) and time all-reduced; rank 0 prints the line and
+ * reports it on DDP_METRICS_FD. The sums restart. */
+static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
                                struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     struct ddp_group *g = r->g;
     const struct dataset *t = &r->test;
+    if (r->mi->ops->evaluate) {
+        double vsum = 0.0;
+        size_t hits = 0;
+        int rc = evaluate_text(r, &vsum, &hits, err);
+        if (rc)
+            return run_exit_code(r, rc);
+        double sums[5] = {es->loss_sum, es->seen, vsum, (double)hits, es->train_s};
+        rc = ddp_allreduce_f64(g, sums, 5, err);
+        if (rc)
+            return ddp_exit_code_for(rc);
+        if (g->rank == 0)
+            report_text(r, at, sums);
+        memset(es, 0, sizeof(*es));
+        return DDP_EXIT_OK;
+    }
     size_t correct = 0;
     int rc = r->mi->ops->count_correct(r->mi, t->x + r->test_lo * t->dim, t->y + r->test_lo,
                                        r->test_hi - r->test_lo, &correct, err);
@@ -465,6 +639,7 @@ static int evaluate_and_report(struct run *r, uint32_t epoch, const struct epoch
     rc = ddp_allreduce_f64(g, sums, 4, err);
     if (rc)
         return ddp_exit_code_for(rc);
+    memset(es, 0, sizeof(*es));
     double loss = sums[0] / sums[1];
     double acc = sums[2] / (double)t->n;
     double secs = sums[3] / (double)g->world_size; /* mean over ranks */
@@ -473,8 +648,8 @@ static int evaluate_and_report(struct run *r, uint32_t epoch, const struct epoch
         return DDP_EXIT_OK;
     char th[48];
     train_format_thousands(sps, th, sizeof(th));
-    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", epoch + 1, o->epochs, loss,
-           acc, th);
+    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", at->epoch + 1, o->epochs,
+           loss, acc, th);
     fflush(stdout);
     if (g->env.metrics_fd >= 0) {
         char line[512];
@@ -482,7 +657,7 @@ static int evaluate_and_report(struct run *r, uint32_t epoch, const struct epoch
                  "{\"epoch\": %u, \"epochs\": %d, \"loss\": %.4f, \"test_acc\": %.4f, "
                  "\"samples_per_s\": %.1f, \"world_size\": %d, \"generation\": %d, "
                  "\"time_s\": %.3f}\n",
-                 epoch + 1, o->epochs, loss, acc, sps, g->world_size, g->env.generation, secs);
+                 at->epoch + 1, o->epochs, loss, acc, sps, g->world_size, g->env.generation, secs);
         write_metrics(g->env.metrics_fd, line);
     }
     return DDP_EXIT_OK;
@@ -499,8 +674,9 @@ static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
     meta.seed = r->o->seed;
     meta.rng = r->rng;
     meta.world_size = (uint32_t)r->g->world_size;
-    if (r->o->is_cnn) {
-        snprintf(meta.model, sizeof(meta.model), "%s", r->o->model_spec);
+    if (r->ckpt_spec[0]) {
+        snprintf(meta.model, sizeof(meta.model), "%s", r->ckpt_spec);
+        meta.state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
     } else {
         meta.nlayers = r->o->nwidths - 1;
         for (int i = 0; i < r->o->nwidths; i++)
@@ -530,7 +706,8 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         int code = train_epoch(r, epoch, &es, &stop, err);
         if (code || stop)
             return code;
-        code = evaluate_and_report(r, epoch, &es, err);
+        struct report_at at = {.epoch = epoch, .progress = (double)epoch + 1.0, .end_of_epoch = 1};
+        code = evaluate_and_report(r, &at, &es, err);
         if (code)
             return code;
         if (r->ckpt_dir[0] && r->g->env.local_rank == 0 && save_checkpoint(r, epoch + 1, err) != 0)
@@ -543,11 +720,33 @@ static int train_epochs(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* --dump-params and --trace. */
+/* --generate: rank 0 of a language model samples bytes after a newline and prints them,
+ * control characters escaped (common/termsafe.h). */
+static void generate_text(struct run *r)
+{
+    const struct train_opts *o = r->o;
+    struct model_inst *mi = r->mi;
+    if (o->generate <= 0 || !mi->ops->generate || r->g->rank != 0)
+        return;
+    size_t n = (size_t)o->generate;
+    uint8_t *bytes = xmalloc(n);
+    const uint8_t prompt[1] = {'\n'};
+    mi->ops->generate(mi, prompt, 1, n, o->seed ^ 0x6e6e7261ULL, bytes);
+    size_t cap = 4 * n + 1;
+    char *out = xmalloc(cap);
+    (void)termsafe_escape((const char *)bytes, n, out, cap);
+    printf("--- %zu generated bytes ---\n%s\n--- end ---\n", n, out);
+    fflush(stdout);
+    free(out);
+    free(bytes);
+}
+
+/* --generate, --dump-params and --trace. */
 static int write_outputs(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     struct model_inst *mi = r->mi;
+    generate_text(r);
     if (o->dump_params) {
         if (mi->ops->sync_to_host(mi, err) != 0)
             return DDP_EXIT_DEVICE;
@@ -580,6 +779,7 @@ static void teardown(struct run *r)
         close_device();
     model_free(r->m);
     cnn_free(r->cnn);
+    gpt_free(r->gpt);
     data_release(&r->train);
     data_release(&r->test);
 }

@@ -12,21 +12,30 @@
 #include "common/err.h"
 #include "trainer/model.h"
 #include "trainer/model_cnn.h"
+#include "trainer/model_gpt.h"
 
 struct train_opts {
     int widths[MODEL_MAX_LAYERS + 1];
     int nwidths;
     int is_cnn; /* 1: --model cnn:..., the model is cnn, not widths */
     struct cnn_spec cnn;
-    const char *model_spec; /* for messages and a CNN's checkpoints */
-    const char *data;       /* --data */
+    int is_gpt; /* 1: --model gpt:..., the model is gpt */
+    struct gpt_spec gpt;
+    const char *model_spec; /* for messages and the checkpoints of a CNN or GPT */
+    const char *data;       /* --data; NULL: the model's default (fashion-mnist, fortunes) */
     int epochs;
     size_t batch_size;   /* per rank */
     double lr;           /* before scaling */
     int lr_scale_linear; /* 1: lr * world_size */
-    int lr_cosine;       /* 1: cosine decay over the epochs (per epoch), 0: constant */
+    int lr_schedule;     /* TRAIN_LR_*; -1: the model's default */
+    long warmup_steps;   /* TRAIN_LR_WARMUP_COSINE: linear warmup over this many steps */
+    int adamw;           /* --optimizer adamw (else sgd) */
     double momentum;
-    double weight_decay;
+    double weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled decay */
+    double beta1, beta2, eps; /* AdamW */
+    double clip_grad_norm;    /* > 0: global-norm clipping after the all-reduce */
+    long eval_every;          /* a language model: also report every N steps (0: epochs only) */
+    long generate;            /* a language model: rank 0 samples this many bytes at the end */
     uint64_t seed;
     double bucket_cap_mb;
     const char *backend;        /* auto | cpu | nccl */
@@ -40,6 +49,14 @@ struct train_opts {
                                epoch's checkpoint, SIGKILL this process; 0 = never */
 };
 
+/* Learning-rate schedules (--lr-schedule). */
+enum {
+    TRAIN_LR_CONSTANT = 0,
+    TRAIN_LR_COSINE = 1, /* cosine over the epochs, set per epoch (the MLP's, CNN's default) */
+    TRAIN_LR_WARMUP_COSINE = 2, /* linear warmup, then cosine over the run's steps, set per step
+                                   (the GPT's default) */
+};
+
 /* Fills o with ddp-worker's defaults (the main job). */
 void train_opts_default(struct train_opts *o);
 
@@ -51,6 +68,10 @@ int train_run(const struct train_opts *o);
 /* The learning rate of epoch (0-based) of epochs: base, or with cosine base * (1 +
  * cos(pi * epoch / epochs)) / 2. */
 double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs);
+
+/* The learning rate of step (0-based) of total steps: base * (step + 1) / warmup during the
+ * warmup, then base * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2. */
+double train_lr_at_step(double base, uint64_t step, uint64_t warmup, uint64_t total);
 
 /* Formats v rounded to an integer with thousands separators ("14,250") into buf. */
 void train_format_thousands(double v, char *buf, size_t size);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch's own forward and backward of one layer, for tests/unit/test_layers.c.
+"""PyTorch's own forward and backward of one layer, for tests/unit/test_layers.c and
+test_layers_gpt.c.
 
 usage: layers_torch.py DIR KIND SIZES...
   conv   n cin h w cout k stride pad   reads x w b dy     writes y dx dw db
@@ -7,6 +8,10 @@ usage: layers_torch.py DIR KIND SIZES...
   linear n in out                      reads x w b dy     writes y dx dw db
   relu   cnt                           reads x dy         writes y dx
   xent   n classes                     reads z, labels    writes loss (sum, f64) dz (mean's)
+  layernorm n c                        reads x w b dy     writes y dx dw db
+  gelu   cnt                           reads x dy         writes y dx
+  attention b t c heads                reads qkv dy       writes y dqkv
+  embedding b t c tmax                 reads wte wpe dy, tokens (u8, b*t)  writes y dwte dwpe
 Arrays are raw little-endian float32 files DIR/<name>.f32 (labels: DIR/labels.u8), shaped
 by the sizes. Exits 77 when torch cannot be imported, so that the C test says it skips.
 """
@@ -80,6 +85,51 @@ def main():
         np.array([loss_sum.item()], dtype="<f8").tofile("%s/loss.f64" % d)
         torch.nn.functional.cross_entropy(z, lab, reduction="mean").backward()
         save(d, "dz", z.grad)
+    elif kind == "layernorm":
+        n, c = s
+        x = load(d, "x", (n, c))
+        wt = load(d, "w", (c,))
+        b = load(d, "b", (c,))
+        y = torch.nn.functional.layer_norm(x, (c,), wt, b, eps=1e-5)
+        y.backward(load(d, "dy", (n, c)).detach())
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+        save(d, "dw", wt.grad)
+        save(d, "db", b.grad)
+    elif kind == "gelu":
+        (cnt,) = s
+        x = load(d, "x", (cnt,))
+        y = torch.nn.functional.gelu(x, approximate="tanh")
+        y.backward(load(d, "dy", (cnt,)).detach())
+        save(d, "y", y)
+        save(d, "dx", x.grad)
+    elif kind == "attention":
+        b, t, c, heads = s
+        qkv = load(d, "qkv", (b, t, 3 * c))
+        q, k, v = qkv.split(c, dim=2)
+        hs = c // heads
+        q = q.view(b, t, heads, hs).transpose(1, 2)
+        k = k.view(b, t, heads, hs).transpose(1, 2)
+        v = v.view(b, t, heads, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        y.backward(load(d, "dy", (b, t, c)).detach())
+        save(d, "y", y)
+        save(d, "dqkv", qkv.grad)
+    elif kind == "embedding":
+        b, t, c, tmax = s
+        wte = load(d, "wte", (256, c))
+        wpe = load(d, "wpe", (tmax, c))
+        tok = np.fromfile("%s/tokens.u8" % d, dtype=np.uint8).astype(np.int64)
+        tok = torch.from_numpy(tok.reshape(b, t))
+        y = torch.nn.functional.embedding(tok, wte) + \
+            torch.nn.functional.embedding(torch.arange(t), wpe)
+        y.backward(load(d, "dy", (b, t, c)).detach())
+        save(d, "y", y)
+        save(d, "dwte", wte.grad)
+        save(d, "dwpe", wpe.grad)
     else:
         print("layers_torch.py: unknown kind %r" % kind, file=sys.stderr)
         return 2

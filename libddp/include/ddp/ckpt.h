@@ -29,7 +29,12 @@
  *   20      4              nlayers: 0
  *   88      4              spec_len (1..CKPT_MAX_MODEL)
  *   92      spec_len       the spec (no NUL), then zero padding to header_len
- * nparams is checked against the model's own count when a model is matched (ckpt_id).
+ *   84      4              state_arrays: the optimizer's arrays after the parameters, each
+ *                          of nparams floats (0 read as 1: SGD's momentum; AdamW's m and v:
+ *                          2); the file is header_len + 4 * nparams * (1 + state_arrays) + 4
+ * nparams is checked against the model's own count when a model is matched (ckpt_id); the
+ * spec names the optimizer where it is not SGD ("gpt:2-4-64-64 adamw"), so a checkpoint of
+ * another optimizer is refused by name.
  * MLP checkpoints stay version 1, so the files of earlier releases still resume.
  */
 #ifndef DDP_CKPT_H
@@ -41,12 +46,13 @@
 #include "common/err.h"
 #include "ddp/rng.h"
 
-#define CKPT_VERSION      1 /* by widths: the MLP */
-#define CKPT_VERSION_SPEC 2 /* by spec string */
-#define CKPT_MAX_MODEL    256
-#define CKPT_MAX_LAYERS   64
-#define CKPT_MAX_BYTES    ((size_t)1 << 34)
-#define CKPT_KEEP         2 /* newest checkpoints kept in a folder */
+#define CKPT_VERSION          1 /* by widths: the MLP */
+#define CKPT_VERSION_SPEC     2 /* by spec string */
+#define CKPT_MAX_MODEL        256
+#define CKPT_MAX_LAYERS       64
+#define CKPT_MAX_BYTES        ((size_t)1 << 34)
+#define CKPT_MAX_STATE_ARRAYS 4
+#define CKPT_KEEP             2 /* newest checkpoints kept in a folder */
 
 struct ckpt_meta {
     uint32_t epoch;
@@ -60,6 +66,7 @@ struct ckpt_meta {
     /* Version 2: the model's spec ("" in a version 1 checkpoint, whose nlayers and widths
      * say the model; a version 2 one has nlayers 0). */
     char model[CKPT_MAX_MODEL + 1];
+    int state_arrays; /* version 2: arrays of optimizer state (0 or 1: one) */
 };
 
 /* The model a checkpoint must be of: an MLP by its widths (spec NULL), or any model by its
@@ -69,6 +76,7 @@ struct ckpt_id {
     int nwidths;
     const char *spec;
     uint64_t nparams;
+    int state_arrays; /* with spec: the optimizer's arrays (0 or 1: one) */
 };
 
 /* A decoded checkpoint: meta, plus views into the buffer given to ckpt_decode. */
@@ -88,7 +96,8 @@ int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *
 int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_view *out,
                 struct ddp_err *err);
 
-/* Copies a decoded checkpoint's arrays into params and momentum (nparams floats each). */
+/* Copies a decoded checkpoint's arrays into params (nparams floats) and momentum (nparams
+ * floats per state array). */
 void ckpt_copy_arrays(const struct ckpt_view *v, float *params, float *momentum);
 
 /* Whether a decoded checkpoint fits a model with these widths. */
