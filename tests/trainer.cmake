@@ -29,6 +29,8 @@ ddp_script_test(NAME worker_equivalence
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_equivalence.py TIMEOUT 300 LABELS worker)
 ddp_script_test(NAME worker_cnn
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_cnn.py TIMEOUT 300 LABELS worker)
+ddp_script_test(NAME worker_gpt
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_gpt.py TIMEOUT 400 LABELS worker)
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume

@@ -1,0 +1,144 @@
+"""The GPT in ddp-worker, as test_worker_cnn.py checks the CNN: with the same seed, W = 2 and
+W = 4 ranks with batch B each give after 20 steps the same parameters (relative 1e-5) as 1
+process with batch W*B, with AdamW, gradient clipping and the warmup-cosine schedule, and
+with SGD; every rank bit-identical; a 1-process run with batch B far off. Checkpoints: 1
+epoch, then a resumed run to 2 epochs, ends bit-identical to 2 epochs straight (AdamW's
+moments and step count restored); an SGD run skips the AdamW checkpoints naming both. The
+reports: --eval-every lines with the validation loss, --generate's bytes, exit 2 for a bad
+spec or a corpus too short, naming the flag or the file.
+"""
+import random
+import shutil
+import subprocess
+
+from worker_util import WORKER, Checks, Ranks, read_floats, rel_diff, run_ok, tempdir
+
+B = 4
+STEPS = 20
+MODEL = "gpt:2-4-32-32"
+
+
+def corpus(path, nbytes, seed):
+    """Sentences from a small vocabulary: text with structure to learn, made here."""
+    rnd = random.Random(seed)
+    words = ("the of a cat dog runs sleeps under over quick lazy brown red tree house "
+             "and then never always small big moon sun").split()
+    out = []
+    size = 0
+    while size < nbytes:
+        s = " ".join(rnd.choice(words) for _ in range(rnd.randint(3, 9))).capitalize() + ".\n"
+        out.append(s)
+        size += len(s)
+    with open(path, "w") as f:
+        f.write("".join(out)[:nbytes])
+
+
+def common(work, opt):
+    base = ["--model", MODEL, "--data", "text:%s/train.txt,%s/valid.txt" % (work, work),
+            "--seed", "7", "--lr-scale", "none", "--timeout", "30", "--backend", "cpu"]
+    if opt == "adamw":
+        return base + ["--optimizer", "adamw", "--lr", "0.003", "--weight-decay", "0.1",
+                       "--clip-grad-norm", "0.5", "--warmup-steps", "5"]
+    return base + ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"]
+
+
+def equivalence(c, work, opt):
+    steps = ["--max-steps", str(STEPS), "--epochs", "3"]
+    args0 = common(work, opt)
+    refs = {}
+    for w in (2, 4):
+        dump = "%s/%s-ref%d.bin" % (work, opt, w)
+        run_ok(work, 1, args0 + steps + ["--batch-size", str(w * B), "--dump-params", dump],
+               tag="%s-ref%d" % (opt, w))
+        refs[w] = read_floats(dump)
+    small = "%s/%s-small.bin" % (work, opt)
+    run_ok(work, 1, args0 + steps + ["--batch-size", str(B), "--dump-params", small],
+           tag=opt + "-small")
+    for w, overlap, cap in ((2, True, "0.01"), (4, True, "0.01"), (2, False, "25")):
+        tag = "%s-w%d-%s" % (opt, w, "ov" if overlap else "noov")
+        dump = work + "/" + tag + ".rank{rank}.bin"
+        args = args0 + steps + ["--batch-size", str(B), "--bucket-cap-mb", cap,
+                                "--dump-params", dump]
+        if not overlap:
+            args.append("--no-overlap")
+        _, errs = run_ok(work, w, args, tag=tag)
+        nb = [l for l in errs[0].splitlines() if "buckets=" in l]
+        buckets = int(nb[0].split("buckets=")[1].split()[0]) if nb else -1
+        c.check("%s: %d buckets" % (tag, buckets), buckets >= 3 if overlap else buckets == 1)
+        p0 = read_floats(dump.replace("{rank}", "0"))
+        pl = read_floats(dump.replace("{rank}", str(w - 1)))
+        c.check("%s: ranks 0 and %d bit-identical" % (tag, w - 1), p0 == pl)
+        mx, nrm = rel_diff(p0, refs[w])
+        c.check("%s: vs 1 process with batch %d: max rel %.2e, norm rel %.2e"
+                % (tag, w * B, mx, nrm), mx < 1e-5 and nrm < 1e-5)
+    mx, _ = rel_diff(read_floats(small), refs[2])
+    c.check("%s: batch %d vs %d differ (max rel %.2e): the check can fail" % (opt, B, 2 * B, mx),
+            mx > 1e-3)
+
+
+def resume(c, work):
+    args = common(work, "adamw") + ["--batch-size", "16"]
+    straight, resumed = work + "/straight", work + "/resumed"
+    run_ok(work, 2, args + ["--epochs", "2", "--dump-params", work + "/straight.bin"],
+           ckpt_dirs=[straight], tag="straight")
+    # The schedule spans the run's steps (--epochs 2), so the first run is the same job
+    # stopped after its first epoch's checkpoint, as a node loss would stop it.
+    with Ranks(work, 2, args + ["--epochs", "2", "--kill-after-epoch", "1"],
+               ckpt_dirs=[resumed], tag="first") as rk:
+        codes = rk.wait(120)
+    c.check("the first run was killed after epoch 1 (%s)" % codes, all(x == -9 for x in codes))
+    _, errs = run_ok(work, 2, args + ["--epochs", "2", "--dump-params", work + "/resumed.bin"],
+                     ckpt_dirs=[resumed], tag="resumed")
+    c.check("the second run resumed after epoch 1", "resuming after epoch 1" in errs[0])
+    c.check("resumed == straight, bit for bit (AdamW state restored)",
+            read_floats(work + "/resumed.bin") == read_floats(work + "/straight.bin"))
+    _, errs = run_ok(work, 1, common(work, "sgd") + ["--batch-size", "16", "--epochs", "1"],
+                     ckpt_dirs=[straight], tag="sgd")
+    c.check("an SGD run skips the AdamW checkpoints naming both",
+            "it is of model '%s adamw'" % MODEL in errs[0] and "not '%s sgd'" % MODEL in errs[0]
+            and "no checkpoint found" in errs[0], errs[0][-600:])
+
+
+def reports(c, work):
+    outs, _ = run_ok(work, 2, common(work, "adamw") +
+                     ["--batch-size", "16", "--epochs", "1", "--eval-every", "5",
+                      "--generate", "80", "--checkpoint-dir", ""], tag="reports")
+    lines = [l for l in outs[0].splitlines() if l.startswith("epoch ")]
+    c.check("a report every 5 steps and at the end (%d lines)" % len(lines),
+            len(lines) >= 3 and all("val loss" in l and "nats/byte" in l and "ppl" in l
+                                    for l in lines), outs[0][-500:])
+    c.check("rank 0 prints the generated bytes",
+            "--- 80 generated bytes ---" in outs[0] and "--- end ---" in outs[0])
+    c.check("rank 1 prints none", "generated" not in outs[1])
+    for args, what, flag in ((["--model", "gpt:2-3-32-32"], "a width not a multiple of heads",
+                              "--model"),
+                             (["--model", MODEL, "--data", "text:%s/tiny.txt" % work],
+                              "a corpus too short", "tiny.txt"),
+                             (["--model", MODEL, "--data", "synthetic:10:784:10"],
+                              "image data for a gpt", "--data")):
+        p = subprocess.run([WORKER] + args + ["--checkpoint-dir", ""], capture_output=True,
+                           text=True, timeout=60)
+        c.check("%s: exit 2 or 3 naming %s (%d: %s)" % (what, flag, p.returncode,
+                                                        p.stderr.strip()[-120:]),
+                p.returncode in (2, 3) and flag in p.stderr)
+
+
+def main():
+    c = Checks("worker_gpt")
+    work = tempdir("ddp-gpt-")
+    try:
+        corpus(work + "/train.txt", 24000, 1)
+        corpus(work + "/valid.txt", 3000, 2)
+        with open(work + "/tiny.txt", "w") as f:
+            f.write("too short")
+        equivalence(c, work, "adamw")
+        equivalence(c, work, "sgd")
+        resume(c, work)
+        reports(c, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    c.done()
+
+
+if __name__ == "__main__":
+    main()
