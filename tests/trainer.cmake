@@ -31,6 +31,10 @@ ddp_script_test(NAME worker_cnn
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_cnn.py TIMEOUT 300 LABELS worker)
 ddp_script_test(NAME worker_gpt
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_gpt.py TIMEOUT 400 LABELS worker)
+# Two trainings of 960 steps side by side, ~2 minutes on 2 cores: heavy (not under ASan).
+ddp_script_test(NAME worker_gpt_torch
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_gpt_torch.py TIMEOUT 900
+  LABELS "worker;heavy")
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume

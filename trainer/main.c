@@ -20,7 +20,8 @@ static const char usage_text[] =
     "                  [--lr-schedule cosine|constant|warmup-cosine] [--warmup-steps N]\n"
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
-    "                  [--eval-every N] [--generate N] [--seed S] [--bucket-cap-mb MB]\n"
+    "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
+    "                  [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N]   (fault injection for tests)\n";
@@ -32,19 +33,15 @@ static int usage_error(const char *msg)
 }
 
 /* Flags that take a value. */
-static const char *const valued[] = {"--model",        "--data",
-                                     "--epochs",       "--batch-size",
-                                     "--lr",           "--lr-scale",
-                                     "--momentum",     "--weight-decay",
-                                     "--seed",         "--bucket-cap-mb",
-                                     "--backend",      "--checkpoint-dir",
-                                     "--timeout",      "--lr-schedule",
-                                     "--trace",        "--dump-params",
-                                     "--max-steps",    "--kill-after-epoch",
-                                     "--optimizer",    "--betas",
-                                     "--eps",          "--clip-grad-norm",
-                                     "--warmup-steps", "--eval-every",
-                                     "--generate",     NULL};
+static const char *const valued[] = {"--model",          "--data",         "--epochs",
+                                     "--batch-size",     "--lr",           "--lr-scale",
+                                     "--momentum",       "--weight-decay", "--seed",
+                                     "--bucket-cap-mb",  "--backend",      "--checkpoint-dir",
+                                     "--timeout",        "--lr-schedule",  "--trace",
+                                     "--dump-params",    "--max-steps",    "--kill-after-epoch",
+                                     "--optimizer",      "--betas",        "--eps",
+                                     "--clip-grad-norm", "--warmup-steps", "--eval-every",
+                                     "--generate",       "--shuffle",      NULL};
 
 static int is_valued(const char *name)
 {
@@ -136,6 +133,13 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         rc = args_parse_double(name, val, 0.0, 1e9, &d, err);
         if (rc == 0)
             o->clip_grad_norm = d;
+    } else if (strcmp(name, "--shuffle") == 0) {
+        if (strcmp(val, "on") == 0)
+            o->no_shuffle = 0;
+        else if (strcmp(val, "off") == 0)
+            o->no_shuffle = 1;
+        else
+            return err_set(err, DDP_EINVAL, "--shuffle: want on or off, got '%s'", val);
     } else if (strcmp(name, "--eval-every") == 0) {
         rc = args_parse_long(name, val, 0, 1000000000L, &l, err);
         if (rc == 0)

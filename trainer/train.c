@@ -456,7 +456,8 @@ static int setup_batches(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     struct ddp_group *g = r->g;
-    if (sampler_init(&r->smp, r->train.n, g->rank, g->world_size, o->seed, 1, err) != 0)
+    if (sampler_init(&r->smp, r->train.n, g->rank, g->world_size, o->seed, !o->no_shuffle, err) !=
+        0)
         return DDP_EXIT_DATA;
     r->sampler_ok = 1;
     /* A text set's samples are windows of dim bytes, all in y. */

@@ -36,6 +36,7 @@ struct train_opts {
     double clip_grad_norm;    /* > 0: global-norm clipping after the all-reduce */
     long eval_every;          /* a language model: also report every N steps (0: epochs only) */
     long generate;            /* a language model: rank 0 samples this many bytes at the end */
+    int no_shuffle;           /* --shuffle off: every epoch in the data's order */
     uint64_t seed;
     double bucket_cap_mb;
     const char *backend;        /* auto | cpu | nccl */
