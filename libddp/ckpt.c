@@ -102,10 +102,16 @@ size_t ckpt_size_for(const int *widths, int nwidths)
     return (size_t)(88 + 4 * (uint64_t)nwidths + 8 * np + 4);
 }
 
-/* A version 2 header's length for a spec of slen bytes. */
-static size_t spec_hdr(size_t slen)
+/* Where the spec starts in a version 2 (k = 1) or 3 (k > 1 optimizer arrays) header. */
+static size_t spec_off(size_t k)
 {
-    return CKPT_FIXED_HDR + 4 + ((slen + 3) & ~(size_t)3);
+    return CKPT_FIXED_HDR + (k > 1 ? 8 : 4);
+}
+
+/* A version 2 or 3 header's length for a spec of slen bytes. */
+static size_t spec_hdr(size_t slen, size_t k)
+{
+    return spec_off(k) + ((slen + 3) & ~(size_t)3);
 }
 
 size_t ckpt_size_id(const struct ckpt_id *id)
@@ -116,7 +122,7 @@ size_t ckpt_size_id(const struct ckpt_id *id)
     if (slen == 0 || slen > CKPT_MAX_MODEL || id->nparams == 0 || id->nparams > CKPT_MAX_BYTES / 8)
         return 0;
     size_t k = id->state_arrays > 1 ? (size_t)id->state_arrays : 1;
-    return spec_hdr(slen) + 4 * (1 + k) * (size_t)id->nparams + 4;
+    return spec_hdr(slen, k) + 4 * (1 + k) * (size_t)id->nparams + 4;
 }
 
 /* Version 2 (meta->model set): the spec's header, then as version 1. */
@@ -134,12 +140,12 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
         return err_set(err, DDP_EINVAL, "checkpoint: %d optimizer state arrays",
                        meta->state_arrays);
     size_t k = meta->state_arrays > 1 ? (size_t)meta->state_arrays : 1;
-    size_t hdr = spec_hdr(slen);
+    size_t hdr = spec_hdr(slen, k);
     size_t arr = (size_t)meta->nparams * 4;
     size_t total = hdr + (1 + k) * arr + 4;
     uint8_t *b = xcalloc(1, total);
     memcpy(b, ckpt_magic, 8);
-    put32(b + 8, CKPT_VERSION_SPEC);
+    put32(b + 8, k > 1 ? CKPT_VERSION_STATE : CKPT_VERSION_SPEC);
     put32(b + 12, (uint32_t)hdr);
     put32(b + 16, meta->epoch);
     put32(b + 20, 0);
@@ -149,9 +155,11 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
         put64(b + 40 + 8 * i, meta->rng.s[i]);
     put64(b + 72, meta->nparams);
     put32(b + 80, meta->world_size);
-    put32(b + 84, k > 1 ? (uint32_t)k : 0);
+    put32(b + 84, 0);
     put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
-    memcpy(b + CKPT_FIXED_HDR + 4, meta->model, slen);
+    if (k > 1)
+        put32(b + CKPT_FIXED_HDR + 4, (uint32_t)k);
+    memcpy(b + spec_off(k), meta->model, slen);
     memcpy(b + hdr, params, arr);
     memcpy(b + hdr + arr, momentum, k * arr);
     put32(b + total - 4, crc_of(b, total - 4));
@@ -206,42 +214,45 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     if (memcmp(buf, ckpt_magic, 8) != 0)
         return err_set(err, DDP_EINVAL, "checkpoint %s: bad magic", what);
     uint32_t version = get32(buf + 8);
-    if (version != CKPT_VERSION && version != CKPT_VERSION_SPEC)
-        return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d or %d)", what, version,
-                       CKPT_VERSION, CKPT_VERSION_SPEC);
+    if (version != CKPT_VERSION && version != CKPT_VERSION_SPEC && version != CKPT_VERSION_STATE)
+        return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d, %d or %d)", what,
+                       version, CKPT_VERSION, CKPT_VERSION_SPEC, CKPT_VERSION_STATE);
     uint32_t nlayers = get32(buf + 20);
     size_t hdr = 0;
     uint64_t want = 0;
     size_t k = 1;
-    if (version == CKPT_VERSION_SPEC) {
+    if (version != CKPT_VERSION) {
         if (nlayers != 0)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers in a spec checkpoint", what,
                            nlayers);
-        if (len < CKPT_FIXED_HDR + 4 + 4)
+        if (len < CKPT_FIXED_HDR + 8 + 4)
             return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
         uint32_t slen = get32(buf + CKPT_FIXED_HDR);
         if (slen == 0 || slen > CKPT_MAX_MODEL)
             return err_set(err, DDP_EINVAL, "checkpoint %s: model spec of %u bytes", what, slen);
-        hdr = spec_hdr(slen);
+        if (version == CKPT_VERSION_STATE) {
+            uint32_t sa = get32(buf + CKPT_FIXED_HDR + 4);
+            if (sa < 2 || sa > CKPT_MAX_STATE_ARRAYS)
+                return err_set(err, DDP_EINVAL, "checkpoint %s: %u optimizer state arrays", what,
+                               sa);
+            k = sa;
+        }
+        v.meta.state_arrays = (int)k;
+        hdr = spec_hdr(slen, k);
         if (get32(buf + 12) != hdr)
             return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
                            get32(buf + 12), hdr);
         if (len < hdr + 4)
             return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
-        if (memchr(buf + CKPT_FIXED_HDR + 4, 0, slen))
+        if (memchr(buf + spec_off(k), 0, slen))
             return err_set(err, DDP_EINVAL, "checkpoint %s: NUL in the model spec", what);
-        memcpy(v.meta.model, buf + CKPT_FIXED_HDR + 4, slen);
+        memcpy(v.meta.model, buf + spec_off(k), slen);
         v.meta.model[slen] = '\0';
         v.meta.nparams = get64(buf + 72);
         want = v.meta.nparams;
         if (want == 0 || want > CKPT_MAX_BYTES / 8)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %llu parameters", what,
                            (unsigned long long)want);
-        uint32_t sa = get32(buf + 84);
-        if (sa > CKPT_MAX_STATE_ARRAYS)
-            return err_set(err, DDP_EINVAL, "checkpoint %s: %u optimizer state arrays", what, sa);
-        k = sa > 1 ? sa : 1;
-        v.meta.state_arrays = (int)k;
     } else {
         if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
@@ -460,11 +471,12 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
     memset(meta, 0, sizeof(*meta));
     meta->nparams = get64(h + 72);
     uint32_t version = get32(h + 8), nlayers = get32(h + 20);
-    if (version == CKPT_VERSION_SPEC) {
+    if (version == CKPT_VERSION_SPEC || version == CKPT_VERSION_STATE) {
+        size_t k = version == CKPT_VERSION_STATE ? 2 : 1; /* only the spec's offset matters */
         uint32_t slen = get32(h + CKPT_FIXED_HDR);
-        if (slen == 0 || slen > CKPT_MAX_MODEL || (size_t)got < CKPT_FIXED_HDR + 4 + slen)
+        if (slen == 0 || slen > CKPT_MAX_MODEL || (size_t)got < spec_off(k) + slen)
             return -1;
-        memcpy(meta->model, h + CKPT_FIXED_HDR + 4, slen);
+        memcpy(meta->model, h + spec_off(k), slen);
         meta->model[slen] = '\0';
         return strlen(meta->model) == slen ? 0 : -1;
     }

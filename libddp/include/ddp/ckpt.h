@@ -29,9 +29,13 @@
  *   20      4              nlayers: 0
  *   88      4              spec_len (1..CKPT_MAX_MODEL)
  *   92      spec_len       the spec (no NUL), then zero padding to header_len
- *   84      4              state_arrays: the optimizer's arrays after the parameters, each
- *                          of nparams floats (0 read as 1: SGD's momentum; AdamW's m and v:
- *                          2); the file is header_len + 4 * nparams * (1 + state_arrays) + 4
+ * Version 3 is version 2 with more than one array of optimizer state (AdamW's m and v):
+ *   8       4              version (3)
+ *   12      4              header_len = 96 + spec_len rounded up to a multiple of 4
+ *   92      4              state_arrays (2..CKPT_MAX_STATE_ARRAYS)
+ *   96      spec_len       the spec, then zero padding to header_len
+ * and the arrays after the parameters are state_arrays of nparams floats each (the file is
+ * header_len + 4 * nparams * (1 + state_arrays) + 4 bytes).
  * nparams is checked against the model's own count when a model is matched (ckpt_id); the
  * spec names the optimizer where it is not SGD ("gpt:2-4-64-64 adamw"), so a checkpoint of
  * another optimizer is refused by name.
@@ -48,6 +52,7 @@
 
 #define CKPT_VERSION          1 /* by widths: the MLP */
 #define CKPT_VERSION_SPEC     2 /* by spec string */
+#define CKPT_VERSION_STATE    3 /* by spec string, with several optimizer arrays */
 #define CKPT_MAX_MODEL        256
 #define CKPT_MAX_LAYERS       64
 #define CKPT_MAX_BYTES        ((size_t)1 << 34)
@@ -66,7 +71,7 @@ struct ckpt_meta {
     /* Version 2: the model's spec ("" in a version 1 checkpoint, whose nlayers and widths
      * say the model; a version 2 one has nlayers 0). */
     char model[CKPT_MAX_MODEL + 1];
-    int state_arrays; /* version 2: arrays of optimizer state (0 or 1: one) */
+    int state_arrays; /* versions 2 and 3: arrays of optimizer state (0 or 1: one) */
 };
 
 /* The model a checkpoint must be of: an MLP by its widths (spec NULL), or any model by its
