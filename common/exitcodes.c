@@ -28,6 +28,8 @@ const char *exitcode_str(int code)
         return "device error";
     case DDP_EXIT_HANG:
         return "hang";
+    case DDP_EXIT_PREEMPTED:
+        return "preempted";
     default:
         return NULL;
     }

@@ -17,6 +17,7 @@ enum ddp_exit {
     DDP_EXIT_CHECKPOINT = 7,  /* checkpoint could not be written */
     DDP_EXIT_DEVICE = 8,      /* CUDA or NCCL error */
     DDP_EXIT_HANG = 9,        /* the runtime's own watchdog saw no progress */
+    DDP_EXIT_PREEMPTED = 10,  /* stopped on a preemption notice, after a checkpoint */
 };
 
 /* A short name for an exit code ("peer lost"), or NULL when it has none. */

@@ -155,7 +155,7 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
         put64(b + 40 + 8 * i, meta->rng.s[i]);
     put64(b + 72, meta->nparams);
     put32(b + 80, meta->world_size);
-    put32(b + 84, 0);
+    put32(b + 84, meta->epoch_pos);
     put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
     if (k > 1)
         put32(b + CKPT_FIXED_HDR + 4, (uint32_t)k);
@@ -193,7 +193,7 @@ int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *
         put64(b + 40 + 8 * i, meta->rng.s[i]);
     put64(b + 72, meta->nparams);
     put32(b + 80, meta->world_size);
-    put32(b + 84, 0);
+    put32(b + 84, meta->epoch_pos);
     for (int i = 0; i <= meta->nlayers; i++)
         put32(b + CKPT_FIXED_HDR + 4 * i, meta->widths[i]);
     memcpy(b + hdr, params, arr);
@@ -284,6 +284,7 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     for (int i = 0; i < 4; i++)
         v.meta.rng.s[i] = get64(buf + 40 + 8 * i);
     v.meta.world_size = get32(buf + 80);
+    v.meta.epoch_pos = get32(buf + 84);
     v.params_bytes = buf + hdr;
     v.momentum_bytes = buf + hdr + arr;
     *out = v;

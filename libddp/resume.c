@@ -7,7 +7,9 @@
  *      some rank has a checkpoint, two broadcasts), whatever its folder holds, so a rank
  *      with nothing to offer never leaves the others waiting.
  *   2. The choice is a function of the all-reduced vector alone, so every rank makes the
- *      same one without a further message: the newest epoch, the lowest rank holding it.
+ *      same one without a further message: the newest (epoch, epoch_pos) - a checkpoint
+ *      written mid-epoch on a preemption notice is newer than its epoch's start - the
+ *      lowest rank holding it.
  *   3. A rank's own file is trusted only after ckpt_find_newest validated it, and the
  *      broadcast bytes again after ckpt_decode on every rank: a length past CKPT_MAX_BYTES
  *      is refused before anything is allocated for it.
@@ -21,30 +23,39 @@
 #include "common/xalloc.h"
 #include "ddp/ddp.h"
 
-/* Step 1: this rank's newest valid checkpoint, or epoch 0 with *buf NULL. */
+/* Step 1: this rank's newest valid checkpoint and its position in the next epoch, or
+ * epoch 0 with *buf NULL. */
 static void find_local(const char *dir, const struct ckpt_id *id, uint8_t **buf, size_t *len,
-                       uint32_t *epoch)
+                       uint32_t *epoch, uint32_t *pos)
 {
     *buf = NULL;
     *len = 0;
     *epoch = 0;
+    *pos = 0;
     if (!dir || !dir[0])
         return;
     struct ddp_err e;
     int rc = ckpt_find_newest_id(dir, id, buf, len, epoch, &e);
     if (rc != 0 && rc != DDP_ENOTFOUND)
         log_warn("cannot scan checkpoint dir: %s", e.msg);
+    struct ckpt_view v;
+    if (rc == 0 && ckpt_decode(*buf, *len, dir, &v, &e) == 0)
+        *pos = v.meta.epoch_pos;
 }
 
-/* Step 2 (invariant 2): the newest epoch in epochs[0..n) and its lowest rank; -1 when every
- * entry is 0. */
-static int choose_owner(const double *epochs, int n, uint32_t *best)
+/* Step 2 (invariant 2): the newest (epoch, position) in v (epochs in v[0..n), positions in
+ * v[n..2n)) and its lowest rank; -1 when every epoch is 0. */
+static int choose_owner(const double *v, int n, uint32_t *best)
 {
     int owner = -1;
+    double best_pos = -1.0;
     *best = 0;
     for (int i = 0; i < n; i++) {
-        if (epochs[i] > (double)*best) {
-            *best = (uint32_t)epochs[i];
+        if (v[i] <= 0.0)
+            continue;
+        if (v[i] > (double)*best || (v[i] == (double)*best && v[n + i] > best_pos)) {
+            *best = (uint32_t)v[i];
+            best_pos = v[n + i];
             owner = i;
         }
     }
@@ -83,11 +94,12 @@ int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    uint32_t local_epoch = 0;
-    double *epochs = xcalloc((size_t)g->world_size, sizeof(double));
-    find_local(dir, id, &buf, &len, &local_epoch);
+    uint32_t local_epoch = 0, local_pos = 0;
+    double *epochs = xcalloc(2 * (size_t)g->world_size, sizeof(double));
+    find_local(dir, id, &buf, &len, &local_epoch, &local_pos);
     epochs[g->rank] = (double)local_epoch;
-    int rc = ddp_allreduce_f64(g, epochs, (size_t)g->world_size, err);
+    epochs[g->world_size + g->rank] = (double)local_pos;
+    int rc = ddp_allreduce_f64(g, epochs, 2 * (size_t)g->world_size, err);
     if (rc)
         goto out;
     uint32_t best = 0;
@@ -113,10 +125,11 @@ int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id
                      mine);
         goto out;
     }
-    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu", v.meta.epoch, owner,
-             (unsigned long long)v.meta.step);
+    log_info("resuming after epoch %u from rank %d's checkpoint step=%llu epoch_pos=%u",
+             v.meta.epoch, owner, (unsigned long long)v.meta.step, v.meta.epoch_pos);
     /* Step 4. */
-    if (dir && dir[0] && g->env.local_rank == 0 && local_epoch != best) {
+    if (dir && dir[0] && g->env.local_rank == 0 &&
+        (local_epoch != best || local_pos != v.meta.epoch_pos)) {
         struct ddp_err e;
         if (ckpt_save(dir, best, buf, len, &e) != 0)
             log_warn("cannot keep a replica of checkpoint %u: %s", best, e.msg);

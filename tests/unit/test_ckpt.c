@@ -74,6 +74,48 @@ static void test_ckpt_round_trip(void **state)
     assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), DDP_EINVAL);
 }
 
+/* A checkpoint written mid-epoch keeps its position in the next epoch; one of an earlier
+ * release (offset 84 "reserved", 0) decodes at the epoch's start, byte for byte the same
+ * file as a new one at position 0. */
+static void test_ckpt_mid_epoch_round_trip(void **state)
+{
+    (void)state;
+    struct ckpt_meta m;
+    make_meta(&m, 5);
+    m.epoch_pos = 4096 + 96;
+    float p[26], mo[26];
+    make_arrays(p, mo, 26, 2.5f);
+    uint8_t *buf, *old;
+    size_t len, olen;
+    struct ddp_err err;
+    assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+    struct ckpt_view v;
+    assert_int_equal(ckpt_decode(buf, len, "x", &v, &err), 0);
+    assert_int_equal(v.meta.epoch, 5);
+    assert_int_equal(v.meta.epoch_pos, 4096 + 96);
+    assert_int_equal(v.meta.step, m.step);
+    /* the same for the spec format */
+    m.nlayers = 0;
+    snprintf(m.model, sizeof(m.model), "cnn:test");
+    uint8_t *sbuf;
+    size_t slen;
+    assert_int_equal(ckpt_encode(&m, p, mo, &sbuf, &slen, &err), 0);
+    assert_int_equal(ckpt_decode(sbuf, slen, "x", &v, &err), 0);
+    assert_int_equal(v.meta.epoch_pos, 4096 + 96);
+    free(sbuf);
+    /* an old file: version 1 with 0 at offset 84 */
+    make_meta(&m, 5);
+    assert_int_equal(ckpt_encode(&m, p, mo, &old, &olen, &err), 0);
+    assert_int_equal(olen, len);
+    for (int i = 84; i < 88; i++)
+        assert_int_equal(old[i], 0);
+    assert_int_equal(ckpt_decode(old, olen, "old", &v, &err), 0);
+    assert_int_equal(v.meta.epoch_pos, 0);
+    assert_int_equal(v.meta.epoch, 5);
+    free(old);
+    free(buf);
+}
+
 static void test_ckpt_detects_every_flip_and_truncation(void **state)
 {
     (void)state;
@@ -336,6 +378,7 @@ int main(void)
     log_init("test_ckpt", LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ckpt_round_trip),
+        cmocka_unit_test(test_ckpt_mid_epoch_round_trip),
         cmocka_unit_test(test_ckpt_detects_every_flip_and_truncation),
         cmocka_unit_test(test_ckpt_keeps_newest_two),
         cmocka_unit_test(test_ckpt_spec_round_trip),

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "common/args.h"
+#include "common/exitcodes.h"
 #include "common/backoff.h"
 #include "common/buf.h"
 #include "common/err.h"
@@ -28,6 +29,7 @@
 #include "common/log.h"
 #include "common/procstat.h"
 #include "common/randutil.h"
+#include "common/signame.h"
 #include "common/termsafe.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
@@ -69,6 +71,31 @@ static void test_common_args_range_and_hostport(void **state)
 }
 
 /* Label characters, the same for the agent's --label and ddpd's node_selector. */
+static void test_common_signame(void **state)
+{
+    (void)state;
+    assert_int_equal(signame_parse("SIGUSR1"), SIGUSR1);
+    assert_int_equal(signame_parse("USR1"), SIGUSR1);
+    assert_int_equal(signame_parse("SIGUSR2"), SIGUSR2);
+    assert_int_equal(signame_parse("SIGTERM"), SIGTERM);
+    assert_int_equal(signame_parse(SIGNAME_DEFAULT), SIGUSR1);
+    /* not allowed: uncatchable, fatal by default or not a signal at all */
+    assert_int_equal(signame_parse("SIGKILL"), -1);
+    assert_int_equal(signame_parse("SIGSTOP"), -1);
+    assert_int_equal(signame_parse("SIGSEGV"), -1);
+    assert_int_equal(signame_parse("sigusr1"), -1);
+    assert_int_equal(signame_parse("10"), -1);
+    assert_int_equal(signame_parse(""), -1);
+    assert_int_equal(signame_parse("SIG"), -1);
+    assert_int_equal(signame_parse(NULL), -1);
+    assert_string_equal(signame_str(SIGUSR1), "SIGUSR1");
+    assert_string_equal(signame_str(SIGWINCH), "SIGWINCH");
+    assert_null(signame_str(SIGKILL));
+    assert_non_null(strstr(signame_allowed(), "SIGUSR2"));
+    assert_int_equal(DDP_EXIT_PREEMPTED, 10);
+    assert_string_equal(exitcode_str(DDP_EXIT_PREEMPTED), "preempted");
+}
+
 static void test_common_label_chars(void **state)
 {
     (void)state;
@@ -447,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_common_args_range_and_hostport),
         cmocka_unit_test(test_common_err_table),
         cmocka_unit_test(test_common_label_chars),
+        cmocka_unit_test(test_common_signame),
         cmocka_unit_test(test_common_jsonx),
         cmocka_unit_test(test_common_fs_write_atomic),
         cmocka_unit_test(test_common_secret_equal),

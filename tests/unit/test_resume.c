@@ -58,13 +58,15 @@ static uint64_t digest_of(const void *p, size_t n)
     return testutil_fnv(p, n, 1469598103934665603ULL);
 }
 
-/* Encodes epoch's checkpoint; tag makes two files of one epoch differ. Caller frees. */
+/* Encodes epoch's checkpoint; tag makes two files of one epoch differ, and a tag of 10 or
+ * more makes it a mid-epoch one (epoch_pos = 32 * tag). Caller frees. */
 static uint8_t *make_ckpt(uint32_t epoch, int tag, size_t *len)
 {
     struct ckpt_meta meta;
     memset(&meta, 0, sizeof(meta));
     meta.epoch = epoch;
     meta.step = (uint64_t)epoch * 10 + (uint64_t)tag;
+    meta.epoch_pos = tag >= 10 ? 32u * (uint32_t)tag : 0;
     meta.seed = 1;
     rng_seed(&meta.rng, 7 + (uint64_t)epoch);
     meta.world_size = 3;
@@ -296,6 +298,23 @@ static void test_resume_lowest_owner_one_node(void **state)
     job_free(j);
 }
 
+/* Ranks 0 and 1 both hold epoch 3, rank 1's written mid-epoch 4 (a preemption notice): it is
+ * newer, so rank 1 owns the choice and rank 0's replica takes its place; rank 2's epoch 2
+ * loses. */
+static void test_resume_mid_epoch_is_newer(void **state)
+{
+    (void)state;
+    struct job *j = job_new(3, 0);
+    put_ckpt(j->dirs[0], 3, 0);
+    put_ckpt(j->dirs[1], 3, 11);
+    put_ckpt(j->dirs[2], 2, 0);
+    run_job(j);
+    expect_agreed(j, 3, 1, 11);
+    assert_true(file_digest(j->dirs[0], 3) == ckpt_digest(3, 11));
+    assert_true(file_digest(j->dirs[2], 3) == ckpt_digest(3, 11));
+    job_free(j);
+}
+
 /* Rank 0's newest file (epoch 3) is corrupt: it offers epoch 2, and the group resumes from
  * the newest readable epoch, 2, from rank 0 (the lowest holder). */
 static void test_resume_skips_corrupt(void **state)
@@ -390,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_resume_newest_across_ranks),
         cmocka_unit_test(test_resume_lowest_owner_one_node),
         cmocka_unit_test(test_resume_skips_corrupt),
+        cmocka_unit_test(test_resume_mid_epoch_is_newer),
         cmocka_unit_test(test_resume_replica_replaces_corrupt),
         cmocka_unit_test(test_resume_none),
         cmocka_unit_test(test_resume_single_process),

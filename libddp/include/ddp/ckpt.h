@@ -14,13 +14,20 @@
  *   40      32             rng state (4 x u64)
  *   72      8              nparams
  *   80      4              world_size that wrote it (informational)
- *   84      4              reserved (0)
+ *   84      4              epoch_pos: samples of epoch `epoch` (0-based: the one after the
+ *                          completed ones) already trained, counted in the epoch's shuffled
+ *                          and padded global list; 0 = the epoch's start (files of earlier
+ *                          releases held 0 here, "reserved", and still resume at an epoch's
+ *                          start)
  *   88      4*(nlayers+1)  widths
  *   header_len  4*nparams  parameters (f32, definition order)
  *   ...         4*nparams  momentum buffers (f32, same order)
  *   end - 4     4          crc32 (zlib) of every byte before it
  * A file is valid only if its length is exactly header_len + 8 * nparams + 4, nparams is
  * what the widths imply, and the crc matches. Files are named ckpt-<epoch, 6 digits>.bin.
+ * A checkpoint written mid-epoch (on a preemption notice, docs/worker.md) has epoch_pos > 0
+ * and the name of its completed epochs: it replaces that epoch's end-of-epoch file, being
+ * newer, and ranks choose by (epoch, epoch_pos) (resume.h).
  *
  * Version 2 identifies the model by its spec string instead of widths (any model family,
  * the CNN's "cnn:c32k5-..."), for the models that are not an MLP. It is version 1 but for:
@@ -61,6 +68,7 @@
 
 struct ckpt_meta {
     uint32_t epoch;
+    uint32_t epoch_pos; /* samples of the next epoch already trained (0: at its start) */
     uint64_t step;
     uint64_t seed;
     struct rng rng;
