@@ -39,6 +39,8 @@ ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_resume.py TIMEOUT 400 LABELS worker)
+ddp_script_test(NAME worker_preempt
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_preempt.py TIMEOUT 300 LABELS worker)
 ddp_script_test(NAME worker_failure
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_failure.py TIMEOUT 240 LABELS worker)
 

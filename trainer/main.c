@@ -24,7 +24,7 @@ static const char usage_text[] =
     "                  [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
-    "                  [--kill-after-epoch N]   (fault injection for tests)\n";
+    "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n";
 
 static int usage_error(const char *msg)
 {
@@ -33,15 +33,34 @@ static int usage_error(const char *msg)
 }
 
 /* Flags that take a value. */
-static const char *const valued[] = {"--model",          "--data",         "--epochs",
-                                     "--batch-size",     "--lr",           "--lr-scale",
-                                     "--momentum",       "--weight-decay", "--seed",
-                                     "--bucket-cap-mb",  "--backend",      "--checkpoint-dir",
-                                     "--timeout",        "--lr-schedule",  "--trace",
-                                     "--dump-params",    "--max-steps",    "--kill-after-epoch",
-                                     "--optimizer",      "--betas",        "--eps",
-                                     "--clip-grad-norm", "--warmup-steps", "--eval-every",
-                                     "--generate",       "--shuffle",      NULL};
+static const char *const valued[] = {"--model",
+                                     "--data",
+                                     "--epochs",
+                                     "--batch-size",
+                                     "--lr",
+                                     "--lr-scale",
+                                     "--momentum",
+                                     "--weight-decay",
+                                     "--seed",
+                                     "--bucket-cap-mb",
+                                     "--backend",
+                                     "--checkpoint-dir",
+                                     "--timeout",
+                                     "--lr-schedule",
+                                     "--trace",
+                                     "--dump-params",
+                                     "--max-steps",
+                                     "--kill-after-epoch",
+                                     "--optimizer",
+                                     "--betas",
+                                     "--eps",
+                                     "--clip-grad-norm",
+                                     "--warmup-steps",
+                                     "--eval-every",
+                                     "--generate",
+                                     "--shuffle",
+                                     "--notice-at-step",
+                                     NULL};
 
 static int is_valued(const char *name)
 {
@@ -182,6 +201,10 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         rc = args_parse_long(name, val, 1, 1000000, &l, err);
         if (rc == 0)
             o->kill_after_epoch = (int)l;
+    } else if (strcmp(name, "--notice-at-step") == 0) {
+        rc = args_parse_long(name, val, 1, 1000000000L, &l, err);
+        if (rc == 0)
+            o->notice_at_step = l;
     } else if (strcmp(name, "--max-steps") == 0) {
         rc = args_parse_long(name, val, 1, 1000000000L, &l, err);
         if (rc == 0)

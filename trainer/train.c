@@ -21,6 +21,13 @@
  *      test predictions (each rank scores a slice of the test set), rank 0 prints and
  *      reports, every LOCAL_RANK 0 saves a checkpoint.
  *
+ * Preemption notice (ddp/notice.h): after each step the ranks all-reduce one flag; when any
+ * rank got the notice, all of them stop after that step, every LOCAL_RANK 0 saves a
+ * checkpoint holding the position within the epoch, and each exits DDP_EXIT_PREEMPTED. A
+ * resume continues at the next step of that epoch (at the same world size: bit for bit as
+ * if never stopped; at another, at the same sample position rounded down to a multiple of
+ * the new world size).
+ *
  * Equivalence: the mean over the local batch of B, averaged over W ranks, is the mean over
  * the global batch of W*B, and the sampler's rank r takes positions r, r+W, ... of the
  * shuffled list, so step s of W ranks sees exactly the samples step s of one process with
@@ -50,6 +57,7 @@
 #include "trainer/data.h"
 #include "ddp/ddp.h"
 #include "trainer/model_ops.h"
+#include "ddp/notice.h"
 #include "ddp/reducer.h"
 #include "ddp/resume.h"
 #include "ddp/rng.h"
@@ -215,6 +223,7 @@ struct run {
     struct model_hooks hooks;
     size_t test_lo, test_hi; /* this rank's slice of the test set */
     uint32_t start_epoch;
+    uint32_t start_pos; /* samples of start_epoch trained before the resume (global) */
     uint64_t step;
 };
 
@@ -437,6 +446,7 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
     if (res.epoch > 0) {
         ckpt_copy_arrays(&res.view, mi->ops->params(mi), mi->ops->momentum(mi));
         r->start_epoch = res.view.meta.epoch;
+        r->start_pos = res.view.meta.epoch_pos;
         r->step = res.view.meta.step;
         r->rng = res.view.meta.rng;
         if (mi->ops->set_step)
@@ -512,20 +522,45 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
 
 static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
                                struct ddp_err *err);
+static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err);
 
-/* Step 4: the steps of one epoch. *stop when --max-steps was reached. A language model with
- * --eval-every also reports every that many steps (the sums restart after each report). */
+/* After a step (epoch: epochs completed, pos: samples of the next one trained, global): the
+ * ranks agree whether any got a preemption notice; if so every LOCAL_RANK 0 saves this
+ * step's checkpoint and the answer is DDP_EXIT_PREEMPTED (else DDP_EXIT_OK). */
+static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
+{
+    int any = 0;
+    int rc = ddp_notice_agree(r->g, &any, err);
+    if (rc)
+        return ddp_exit_code_for(rc);
+    if (!any)
+        return DDP_EXIT_OK;
+    if (r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0 &&
+        save_checkpoint(r, epoch, pos, err) != 0)
+        return DDP_EXIT_CHECKPOINT;
+    err_set(err, DDP_EINTERNAL,
+            "preempted: checkpoint at step %llu (epoch %u, position %u of the epoch); resume "
+            "continues there",
+            (unsigned long long)r->step, epoch + 1, pos);
+    return DDP_EXIT_PREEMPTED;
+}
+
+/* Step 4: the steps of one epoch, from the resumed position in the first one. *stop when
+ * --max-steps was reached. A language model with --eval-every also reports every that many
+ * steps (the sums restart after each report). */
 static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, int *stop,
                        struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
+    size_t w = (size_t)r->g->world_size;
     sampler_set_epoch(&r->smp, epoch);
     int sched = schedule_of(o);
     float lr = (float)train_lr_at(r->lr, sched == TRAIN_LR_COSINE, epoch, (uint32_t)o->epochs);
     memset(sums, 0, sizeof(*sums));
     size_t nsteps = (r->smp.num_samples + o->batch_size - 1) / o->batch_size;
-    size_t k = 0;
-    for (size_t start = 0; start < r->smp.num_samples; start += o->batch_size, k++) {
+    size_t first = epoch == r->start_epoch ? r->start_pos / w : 0;
+    size_t k = first / o->batch_size;
+    for (size_t start = first; start < r->smp.num_samples; start += o->batch_size, k++) {
         size_t n =
             r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start : o->batch_size;
         if (sched == TRAIN_LR_WARMUP_COSINE)
@@ -536,6 +571,8 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
             return code;
         sums->train_s += (double)(time_mono_ns() - t0) / 1e9;
         sums->seen += (double)n;
+        if (o->notice_at_step > 0 && r->step == (uint64_t)o->notice_at_step && r->g->rank == 0)
+            raise(ddp_notice_signal());
         int at_max = o->max_steps > 0 && r->step >= (uint64_t)o->max_steps;
         int last = k + 1 == nsteps;
         if (r->mi->ops->evaluate &&
@@ -546,6 +583,9 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
             if (code)
                 return code;
         }
+        if (start + n < r->smp.num_samples &&
+            (code = notice_check(r, epoch, (uint32_t)((start + n) * w), err)) != 0)
+            return code;
         if (at_max) {
             *stop = 1;
             return DDP_EXIT_OK;
@@ -664,13 +704,15 @@ static int evaluate_and_report(struct run *r, const struct report_at *at, struct
     return DDP_EXIT_OK;
 }
 
-/* The checkpoint of epoch (epochs completed) in this node's folder. */
-static int save_checkpoint(struct run *r, uint32_t epoch, struct ddp_err *err)
+/* The checkpoint of epoch (epochs completed) and pos (samples of the next one trained) in
+ * this node's folder. */
+static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
 {
     struct model_inst *mi = r->mi;
     struct ckpt_meta meta;
     memset(&meta, 0, sizeof(meta));
     meta.epoch = epoch;
+    meta.epoch_pos = pos;
     meta.step = r->step;
     meta.seed = r->o->seed;
     meta.rng = r->rng;
@@ -711,8 +753,12 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         code = evaluate_and_report(r, &at, &es, err);
         if (code)
             return code;
-        if (r->ckpt_dir[0] && r->g->env.local_rank == 0 && save_checkpoint(r, epoch + 1, err) != 0)
+        if (r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
+            save_checkpoint(r, epoch + 1, 0, err) != 0)
             return DDP_EXIT_CHECKPOINT;
+        /* a notice during the epoch's last step: that epoch's checkpoint is the one */
+        if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
+            return code;
         if (o->kill_after_epoch > 0 && epoch + 1 == (uint32_t)o->kill_after_epoch) {
             log_warn("--kill-after-epoch %d: killing this rank", o->kill_after_epoch);
             raise(SIGKILL);
@@ -801,6 +847,8 @@ int train_run(const struct train_opts *o)
         code = open_group(&r, &err);
     if (code == DDP_EXIT_OK)
         code = setup_reducer(&r, &err);
+    if (code == DDP_EXIT_OK && ddp_notice_install(&err) != 0)
+        code = DDP_EXIT_USAGE;
     if (code == DDP_EXIT_OK)
         code = resume_from_checkpoint(&r, &err);
     if (code == DDP_EXIT_OK)

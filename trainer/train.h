@@ -48,6 +48,8 @@ struct train_opts {
     long max_steps;          /* --max-steps, 0 = no limit */
     int kill_after_epoch;    /* --kill-after-epoch (fault injection for tests): after this
                                epoch's checkpoint, SIGKILL this process; 0 = never */
+    long notice_at_step;     /* --notice-at-step (tests): rank 0 raises its own preemption
+                               notice signal after this step; 0 = never */
 };
 
 /* Learning-rate schedules (--lr-schedule). */
