@@ -496,7 +496,7 @@ int coord_node_admin(struct coord *c, const char *name, const char *action, cons
             char why[REASON_MAX];
             snprintf(why, sizeof(why), "node %s drained by an admin%s%.300s: moving off it", name,
                      tmp.admin_reason[0] ? ": " : "", tmp.admin_reason);
-            coord_end_generation(c, j, END_SCALE, why, now, NULL);
+            coord_end_noticed(c, j, why, now);
         }
     }
     coord_bump(n);
@@ -620,8 +620,8 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
             if (pthread_cond_timedwait(&n->cond, &c->mu, &ts) != 0)
                 break;
     }
-    json_t *o = json_pack("{s:I, s:o}", "version", (json_int_t)n->version, "assignments",
-                          coord_assignments(c, ni));
+    json_t *o = json_pack("{s:I, s:o, s:o}", "version", (json_int_t)n->version, "assignments",
+                          coord_assignments(c, ni), "notices", coord_notices(c, ni));
     *out = jsonx_dumps(o);
     json_decref(o);
 out:

@@ -171,7 +171,8 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
             /* exits caused by the stop itself are no cause: SIGTERM (143), and SIGKILL
              * once the grace period may have run out */
             int grace_ms = j->spec.grace_period_s * 1000;
-            if (status == 128 + 15 || (status == 128 + 9 && now - j->ended_at >= grace_ms))
+            if (status == 128 + 15 || status == DDP_EXIT_PREEMPTED ||
+                (status == 128 + 9 && now - j->ended_at >= grace_ms))
                 continue;
             if (prio <= j->cause_prio)
                 continue;
@@ -221,6 +222,7 @@ int coord_beat_workers(struct coord *c, int ni, const struct beat *b, int64_t no
             coord_refine(c, j, prio, why, now);
         else if (coord_fail(j, prio, why)) {
             j->fail_port = status == DDP_EXIT_PORT_IN_USE;
+            j->fail_preempted = status == DDP_EXIT_PREEMPTED;
             j->fail_err_time = w->err_message ? (w->err_time ? w->err_time : 1) : 0;
         }
     }

@@ -123,8 +123,10 @@ struct job {
     char fail_reason[REASON_MAX]; /* failure that will end the current generation, or "" */
     int fail_prio;                /* its enum cause_prio */
     int fail_port;                /* fail_reason is an exit 5 (port in use): ddp's, not the job's */
+    int fail_preempted;           /* fail_reason is an exit 10 (preempted): not the job's */
     int64_t fail_err_time;        /* fail_reason is a rank's error file of this time (s), or 0 */
     int end_port;                 /* the generation that ended did so for fail_port */
+    int end_preempted;            /* ... or for fail_preempted */
     int cause_prio;               /* of end_reason while RESTARTING after a failure */
     int64_t ended_at;             /* monotonic ms the generation ended */
     struct rank_prog *prog;       /* world_size entries */
@@ -143,6 +145,10 @@ struct job {
     int wait_pos;
     int64_t preempted_by; /* the job this one's generation was ended for (until it restarts) */
     int preempting;       /* it had victims stopped for it: its next start takes only MIN */
+    /* Its generation ended with a preemption notice (a preemption or a drain; in memory):
+     * while its entries drain, the beat answers of their nodes carry a notice (signal and
+     * preempt_grace_s) and the drain bound includes preempt_grace_s. */
+    int notice;
 };
 
 struct user {
@@ -243,6 +249,9 @@ json_t *coord_job_json(struct coord *c, const struct job *j);
 char *coord_job_text(struct coord *c, struct job *j);
 json_t *coord_node_json(struct coord *c, int idx, int64_t now);
 json_t *coord_assignments(struct coord *c, int ni);
+/* The notices for node ni: one object per (job, generation) whose workers there drain after
+ * a noticed end, {job_id, generation, signal, grace_s}. */
+json_t *coord_notices(struct coord *c, int ni);
 
 /* coord_txn.c */
 /* Work done inside one store transaction: 0, or a negative code with e filled. */
@@ -273,6 +282,9 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
 int coord_end_generation(struct coord *c, struct job *j, int kind, const char *reason, int64_t now,
                          struct ddp_err *err);
 void coord_refine(struct coord *c, struct job *j, int prio, const char *cause, int64_t now);
+/* Ends the generation of RUNNING job j for a reason not its own (a preemption, a drain),
+ * uncharged, with a preemption notice to its workers first (docs/scheduling.md). */
+int coord_end_noticed(struct coord *c, struct job *j, const char *reason, int64_t now);
 /* 1 when reason became the recorded failure (a likelier or first root cause). */
 int coord_fail(struct job *j, int prio, const char *reason);
 /* 1 when the generation j ended for counts against max_restarts: a failure of the job's

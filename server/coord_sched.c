@@ -40,6 +40,7 @@ int coord_end_generation(struct coord *c, struct job *j, int kind, const char *r
     if (kind != END_CANCEL) {
         j->cause_prio = kind == END_FAILURE ? j->fail_prio : CAUSE_NODE + 1;
         j->end_port = kind == END_FAILURE && j->fail_port;
+        j->end_preempted = kind == END_FAILURE && j->fail_preempted;
         j->ended_at = now;
     }
     for (int i = 0; i < j->st.npl; i++) {
@@ -77,13 +78,28 @@ int coord_fail(struct job *j, int prio, const char *reason)
     snprintf(j->fail_reason, sizeof(j->fail_reason), "%s", reason);
     j->fail_prio = prio;
     j->fail_port = 0;
+    j->fail_preempted = 0;
     j->fail_err_time = 0;
     return 1;
 }
 
 int coord_failure_charged(const struct job *j)
 {
-    return j->st.end_kind == END_FAILURE && j->cause_prio != CAUSE_NODE && !j->end_port;
+    return j->st.end_kind == END_FAILURE && j->cause_prio != CAUSE_NODE && !j->end_port &&
+           !j->end_preempted;
+}
+
+int coord_end_noticed(struct coord *c, struct job *j, const char *reason, int64_t now)
+{
+    char why[REASON_MAX];
+    snprintf(why, sizeof(why), "%.800s; notice %s, stopped %d s later", reason,
+             j->spec.preempt_signal, j->spec.preempt_grace_s);
+    int rc = coord_end_generation(c, j, END_SCALE, why, now, NULL);
+    if (rc)
+        return rc;
+    j->notice = 1;
+    j->drain_deadline += (int64_t)j->spec.preempt_grace_s * 1000;
+    return 0;
 }
 
 int64_t coord_backoff_ms(const struct job *j)
@@ -248,7 +264,9 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax,
     j->fail_reason[0] = '\0';
     j->fail_prio = CAUSE_NONE;
     j->fail_port = 0;
+    j->fail_preempted = 0;
     j->preempted_by = 0;
+    j->notice = 0;
     j->hang_first = 0;
     free(j->prog);
     j->prog = xcalloc((size_t)j->st.world_size + 1, sizeof(*j->prog));
@@ -353,6 +371,7 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
         }
     }
     int ended = 0;
+    char victims[800] = "";
     if (gained >= need && chosen > 0) {
         for (int i = 0; i < chosen; i++) {
             struct job *x = pick[i];
@@ -362,12 +381,23 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                      "on the nodes left, or when room returns, at no restart's cost",
                      (long long)j->id, j->spec.priority, x->spec.priority,
                      x->st.npl > x->spec.nmin ? "shrinks" : "stops");
-            if (coord_end_generation(c, x, END_SCALE, why, now, NULL) == 0) {
+            if (coord_end_noticed(c, x, why, now) == 0) {
                 x->preempted_by = j->id;
+                size_t voff = strlen(victims);
+                snprintf(victims + voff, sizeof(victims) - voff, "%sj-%lld (priority %d, %s)",
+                         ended ? ", " : "", (long long)x->id, x->spec.priority,
+                         x->st.npl > x->spec.nmin ? "shrinks" : "stops");
                 ended++;
             }
         }
         if (ended) {
+            /* the preemptor's own events say whom it preempted */
+            struct job_st note = j->st;
+            snprintf(note.reason, sizeof(note.reason),
+                     "preempts %.700s (priority %d): needs %d more node(s) for its MIN", victims,
+                     j->spec.priority, need);
+            if (coord_commit(c, j, &note, now, NULL) != 0)
+                log_warn("job j-%lld: cannot record whom it preempts", (long long)j->id);
             j->preempting = 1;
             log_info("job j-%lld (priority %d) preempts %d job(s) for %d node(s)", (long long)j->id,
                      j->spec.priority, ended, need);

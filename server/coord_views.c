@@ -95,6 +95,30 @@ json_t *coord_node_json(struct coord *c, int idx, int64_t now)
     return o;
 }
 
+json_t *coord_notices(struct coord *c, int ni)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < c->nlive; i++) {
+        struct job *j = c->live[i];
+        if (j->st.state != JOB_RESTARTING || !j->notice)
+            continue;
+        for (int p = 0; p < j->st.npl; p++) {
+            if (j->st.pl[p].node != ni || !j->st.pl[p].draining)
+                continue;
+            char id[32];
+            snprintf(id, sizeof(id), "j-%lld", (long long)j->id);
+            json_t *o = json_pack("{s:s, s:i, s:s, s:i}", "job_id", id, "generation",
+                                  j->st.generation, "signal", j->spec.preempt_signal, "grace_s",
+                                  j->spec.preempt_grace_s);
+            if (!o)
+                abort();
+            json_array_append_new(arr, o);
+            break;
+        }
+    }
+    return arr;
+}
+
 json_t *coord_assignments(struct coord *c, int ni)
 {
     json_t *arr = json_array();

@@ -14,6 +14,7 @@
 
 #include "common/jsonx.h"
 #include "common/label.h"
+#include "common/signame.h"
 #include "common/xalloc.h"
 
 /* Rewrites "field 'k': ..." in err into "field '<prefix>k': ...". */
@@ -176,6 +177,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         "checkpoint_dir",
         "priority",
         "node_selector",
+        "preempt_signal",
+        "preempt_grace_s",
         NULL,
     };
     int rc;
@@ -268,6 +271,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
             goto out;
     }
     int64_t nproc = 1, max_restarts = 3, max_runtime = 0, grace = 30, hang = 0, prio = 0;
+    int64_t preempt_grace = SPEC_PREEMPT_GRACE_DEFAULT;
     rc = jsonx_get_int(body, "nproc_per_node", 0, 1, SPEC_MAX_NPROC, &nproc, err);
     if (!rc)
         rc = jsonx_get_int(body, "max_restarts", 0, 0, 1000, &max_restarts, err);
@@ -279,6 +283,16 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         rc = jsonx_get_int(body, "hang_timeout_s", 0, 0, 86400, &hang, err);
     if (!rc)
         rc = jsonx_get_int(body, "priority", 0, SPEC_PRIORITY_MIN, SPEC_PRIORITY_MAX, &prio, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "preempt_grace_s", 0, 0, SPEC_PREEMPT_GRACE_MAX, &preempt_grace,
+                           err);
+    const char *psig = SIGNAME_DEFAULT;
+    if (!rc)
+        rc = jsonx_get_string(body, "preempt_signal", 0, &psig, err);
+    int psigno = -1;
+    if (!rc && (psigno = signame_parse(psig)) < 0)
+        rc = err_set(err, DDP_EINVAL, "field 'preempt_signal': '%.32s' is not one of %s", psig,
+                     signame_allowed());
     json_t *selector = NULL;
     if (!rc)
         rc = validate_labels(body, "node_selector", &selector, err);
@@ -305,6 +319,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     json_object_set_new(canon, "command", json_deep_copy(command));
     json_object_set_new(canon, "node_selector",
                         selector ? json_deep_copy(selector) : json_object());
+    json_object_set_new(canon, "preempt_signal", json_string(signame_str(psigno)));
+    json_object_set_new(canon, "preempt_grace_s", json_integer(preempt_grace));
     out->json = canon;
     out->name = json_string_value(json_object_get(canon, "name"));
     out->nmin = nmin;
@@ -316,6 +332,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     out->hang_timeout_s = (int)hang;
     out->priority = (int)prio;
     out->node_selector = json_object_get(canon, "node_selector");
+    out->preempt_signal = json_string_value(json_object_get(canon, "preempt_signal"));
+    out->preempt_grace_s = (int)preempt_grace;
     canon = NULL;
     rc = 0;
 out:

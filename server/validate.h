@@ -42,6 +42,8 @@ struct job_spec {
     int hang_timeout_s;
     int priority;                /* -1000..1000, higher first; 0 by default */
     const json_t *node_selector; /* borrowed from json: labels a node must have; may be {} */
+    const char *preempt_signal;  /* borrowed from json: the notice's signal, "SIGUSR1" */
+    int preempt_grace_s;         /* from the notice to the stop (SIGTERM and grace_period_s) */
 };
 
 /* Labels: at most LABELS_MAX pairs; a key is 1..63 of [A-Za-z0-9._/-], a value 0..63 of
@@ -52,6 +54,9 @@ int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp
 
 #define SPEC_PRIORITY_MIN (-1000)
 #define SPEC_PRIORITY_MAX 1000
+/* preempt_grace_s: the default and the most a job may ask */
+#define SPEC_PREEMPT_GRACE_DEFAULT 30
+#define SPEC_PREEMPT_GRACE_MAX     3600
 
 /* Validates a job spec object. On success *out owns a new canonical json. */
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err);

@@ -158,10 +158,49 @@ static void test_validate_spec_defaults(void **state)
                         "\"env\":{},\"nnodes\":\"1:1\",\"nproc_per_node\":1,\"max_restarts\":3,"
                         "\"max_runtime_s\":0,\"grace_period_s\":30,\"hang_timeout_s\":0,"
                         "\"workdir\":\"\",\"checkpoint_dir\":\"\",\"priority\":0,"
-                        "\"node_selector\":{}}");
+                        "\"node_selector\":{},\"preempt_signal\":\"SIGUSR1\","
+                        "\"preempt_grace_s\":30}");
+    assert_string_equal(s.preempt_signal, "SIGUSR1");
+    assert_int_equal(s.preempt_grace_s, 30);
     free(text);
     validate_spec_release(&s);
     validate_spec_release(&s); /* idempotent on a released spec */
+}
+
+/* preempt_signal: a name of common/signame.h, canonical with its SIG prefix; anything else
+ * is a 400 naming the field and the allowed set. preempt_grace_s: 0..3600. */
+static void test_validate_spec_preempt(void **state)
+{
+    (void)state;
+    struct job_spec s = {0};
+    struct ddp_err e;
+    assert_int_equal(spec_of("{\"command\":[\"a\"],\"preempt_signal\":\"USR2\","
+                             "\"preempt_grace_s\":0}",
+                             &s, &e),
+                     0);
+    assert_string_equal(s.preempt_signal, "SIGUSR2");
+    assert_string_equal(json_string_value(json_object_get(s.json, "preempt_signal")), "SIGUSR2");
+    assert_int_equal(s.preempt_grace_s, 0);
+    validate_spec_release(&s);
+    const char *bad[] = {"\"SIGKILL\"", "\"SIGSEGV\"", "\"usr1\"", "\"\"", "10"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"command\":[\"a\"],\"preempt_signal\":%s}", bad[i]);
+        assert_int_equal(spec_of(body, &s, &e), DDP_EINVAL);
+        assert_non_null(strstr(e.msg, "field 'preempt_signal'"));
+    }
+    assert_int_equal(spec_of("{\"command\":[\"a\"],\"preempt_signal\":\"SIGINFO\"}", &s, &e),
+                     DDP_EINVAL);
+    assert_non_null(strstr(e.msg, "SIGUSR1, SIGUSR2"));
+    const char *grace[] = {"-1", "3601", "1.5", "\"30\""};
+    for (size_t i = 0; i < sizeof(grace) / sizeof(grace[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"command\":[\"a\"],\"preempt_grace_s\":%s}", grace[i]);
+        assert_int_equal(spec_of(body, &s, &e), DDP_EINVAL);
+        assert_non_null(strstr(e.msg, "field 'preempt_grace_s'"));
+    }
+    assert_int_equal(spec_of("{\"command\":[\"a\"],\"preempt_grace_s\":3600}", &s, &e), 0);
+    validate_spec_release(&s);
 }
 
 static void test_validate_spec_nnodes_forms(void **state)
@@ -370,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_validate_every_bad_spec),
         cmocka_unit_test(test_validate_spec_limits),
         cmocka_unit_test(test_validate_spec_defaults),
+        cmocka_unit_test(test_validate_spec_preempt),
         cmocka_unit_test(test_validate_spec_nnodes_forms),
         cmocka_unit_test(test_validate_register),
         cmocka_unit_test(test_validate_beat),
