@@ -184,6 +184,7 @@ int agent_run(const struct agent_config *cfg)
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
     a.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (a.sfd < 0) {
         log_error("signalfd: %s", strerror(errno));
@@ -226,6 +227,7 @@ out:
     for (size_t i = 0; i < a.ndesired; i++)
         assign_release(&a.desired[i]);
     free(a.desired);
+    agent_notices_clear(&a);
     free(a.gpu_used);
     free(a.beat_path);
     free(a.cred_path);

@@ -48,6 +48,9 @@ struct worker {
     int rank;
     int local_rank;
     int grace_s;
+    int notice_signo;       /* the job's preemption notice: its signal, */
+    int notice_s;           /* and the time from it to the stop */
+    int ctl_fd;             /* write end of the worker's DDP_CONTROL_FD pipe (non-blocking), or -1 */
     int gpu;                /* index in a->gpu_used, or -1 */
     struct spawn_proc proc; /* proc.exited = reaped (or never started) */
     uint64_t exit_change;   /* a->changes value at the exit */
@@ -73,6 +76,13 @@ struct worker {
 
 #define AGENT_CRED_MAX 257
 
+struct agent_notice {
+    char *job_id;
+    int64_t generation;
+    int signo;
+    int grace_s;
+};
+
 struct agent {
     const struct agent_config *cfg;
     char incarnation[33];
@@ -84,6 +94,10 @@ struct agent {
     uint64_t next_worker_id;
     struct assign *desired;
     size_t ndesired;
+    /* The notices of the last applied answer: workers of these (job, generation) that are
+     * no longer desired get the notice before their stop (docs/api.md, "notices"). */
+    struct agent_notice *notices;
+    size_t nnotices;
     int64_t version; /* of the applied desired set; 0 = none */
     int applied;     /* a desired set was applied since registering */
     int registered;
@@ -137,6 +151,13 @@ void agent_emit_log(void *ctx, const char *line, size_t len);
 void agent_emit_metric(void *ctx, const char *line, size_t len);
 /* Reconciles the desired set against the workers: starts, stops and forgets. Holds a->mu. */
 void agent_reconcile(struct agent *a);
+/* SIGUSR1 to the agent (Slurm's --signal=B:USR1@T, relayed): every running worker gets its
+ * job's notice signal and a "preempt" line on its control pipe; nothing is stopped (the
+ * workers checkpoint and exit by themselves, or the allocation's end stops them). Holds
+ * a->mu. */
+void agent_on_notice_signal(struct agent *a);
+/* Frees the notices of the last answer. Holds a->mu. */
+void agent_notices_clear(struct agent *a);
 /* SIGTERM/SIGINT: the first stops every worker with its grace, the second kills them. Holds
  * a->mu. */
 void agent_on_stop_signal(struct agent *a, int signo);

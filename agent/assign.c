@@ -10,10 +10,12 @@
  */
 #include "agent/assign.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/jsonx.h"
+#include "common/signame.h"
 #include "common/xalloc.h"
 
 static int assign_int(const json_t *obj, const char *key, int required, int64_t min, int64_t max,
@@ -43,6 +45,8 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
     struct assign a;
     memset(&a, 0, sizeof(a));
     a.grace_period_s = -1;
+    a.preempt_signo = SIGUSR1;
+    a.preempt_grace_s = 30;
     int rc = DDP_EINVAL;
     json_t *cmd = NULL, *env = NULL;
 
@@ -112,8 +116,18 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
         assign_int(obj, "restart_count", 0, 0, 1000000, &a.restart_count, err) < 0 ||
         assign_int(obj, "max_restarts", 0, 0, 1000000, &a.max_restarts, err) < 0 ||
         assign_str(obj, "job_token", 0, &a.job_token, err) < 0 ||
-        assign_str(obj, "owner", 0, &a.owner, err) < 0)
+        assign_str(obj, "owner", 0, &a.owner, err) < 0 ||
+        assign_int(obj, "preempt_grace_s", 0, 0, 3600, &a.preempt_grace_s, err) < 0)
         goto out;
+    const json_t *ps = json_object_get(obj, "preempt_signal");
+    if (ps && !json_is_null(ps)) {
+        a.preempt_signo = signame_parse(json_string_value(ps));
+        if (a.preempt_signo < 0) {
+            err_set(err, DDP_EINVAL, "field 'preempt_signal': expected one of %s",
+                    signame_allowed());
+            goto out;
+        }
+    }
     size_t olen = strlen(a.owner);
     if (olen > 63 || strspn(a.owner, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                      "0123456789._-") != olen) { /* it names a local account */

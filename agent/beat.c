@@ -40,6 +40,7 @@
 #include "common/httpc.h"
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/signame.h"
 #include "common/procstat.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
@@ -200,6 +201,38 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
     return body;
 }
 
+/* The answer's notices (optional: an older ddpd sends none) replace the last ones; an entry
+ * that does not parse is logged and left out. Holds a->mu. */
+static void agent_apply_notices(struct agent *a, const json_t *ans)
+{
+    agent_notices_clear(a);
+    const json_t *arr = json_object_get(ans, "notices");
+    size_t n = json_array_size(arr);
+    if (n == 0)
+        return;
+    a->notices = xcalloc(n, sizeof(*a->notices));
+    for (size_t i = 0; i < n; i++) {
+        const json_t *o = json_array_get(arr, i);
+        struct ddp_err err;
+        err_clear(&err);
+        const char *job = NULL, *sig = NULL;
+        int64_t gen = 0, grace = 0;
+        if (jsonx_get_string(o, "job_id", 1, &job, &err) < 0 ||
+            jsonx_get_int(o, "generation", 1, 0, INT64_MAX, &gen, &err) < 0 ||
+            jsonx_get_string(o, "signal", 1, &sig, &err) < 0 ||
+            jsonx_get_int(o, "grace_s", 1, 0, 3600, &grace, &err) < 0 || signame_parse(sig) < 0) {
+            log_warn("ignoring a notice of a heartbeat answer: %s",
+                     err.msg[0] ? err.msg : "a signal not allowed");
+            continue;
+        }
+        struct agent_notice *nt = &a->notices[a->nnotices++];
+        nt->job_id = xstrdup(job);
+        nt->generation = gen;
+        nt->signo = signame_parse(sig);
+        nt->grace_s = (int)grace;
+    }
+}
+
 /* Applies a 200 answer's desired set when it is not older than the applied one. Holds
  * a->mu. */
 static int agent_apply_answer(struct agent *a, const json_t *ans)
@@ -238,6 +271,7 @@ static int agent_apply_answer(struct agent *a, const json_t *ans)
             log_debug("desired set version=%" PRId64 " assignments=%zu", version, k);
         a->version = version;
     }
+    agent_apply_notices(a, ans);
     a->applied = 1;
     agent_reconcile(a);
     return changed;

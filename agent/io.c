@@ -94,6 +94,10 @@ void agent_close_fds(struct worker *w)
         close(w->met_fd);
         w->met_fd = -1;
     }
+    if (w->ctl_fd >= 0) {
+        close(w->ctl_fd);
+        w->ctl_fd = -1;
+    }
     if (w->log_fd >= 0) {
         close(w->log_fd);
         w->log_fd = -1;
@@ -225,6 +229,10 @@ void *agent_io_main(void *arg)
                 if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
                     pthread_mutex_lock(&a->mu);
                     agent_on_stop_signal(a, (int)si.ssi_signo);
+                    pthread_mutex_unlock(&a->mu);
+                } else if (si.ssi_signo == SIGUSR1) {
+                    pthread_mutex_lock(&a->mu);
+                    agent_on_notice_signal(a);
                     pthread_mutex_unlock(&a->mu);
                 }
                 /* SIGCHLD: agent_reap() runs at the top of every round. */

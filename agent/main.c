@@ -472,6 +472,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGCHLD);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1); /* a preemption notice to relay (worker.c) */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* Orphaned grandchildren of workers come to us, so that we reap them too. */

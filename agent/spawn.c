@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/signame.h"
 #include "common/xalloc.h"
 
 /* ---- environment ---------------------------------------------------------------------- */
@@ -123,6 +124,8 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
     spawn_envb_set(&b, "DDP_JOB_TOKEN", a->job_token ? a->job_token : "");
     spawn_envb_set(&b, "DDP_CHECKPOINT_DIR", args->checkpoint_dir);
     spawn_envb_setl(&b, "DDP_METRICS_FD", SPAWN_METRICS_FD);
+    spawn_envb_setl(&b, "DDP_CONTROL_FD", SPAWN_CONTROL_FD);
+    spawn_envb_set(&b, "DDP_PREEMPT_SIGNAL", signame_str(a->preempt_signo) ? signame_str(a->preempt_signo) : SIGNAME_DEFAULT);
     spawn_envb_set(&b, "DDP_HEARTBEAT_FILE", args->heartbeat_file);
     return b.v;
 }
@@ -274,15 +277,21 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
 
     int out = fcntl(req->out_fd, F_DUPFD, 10);
     int met = req->metrics_fd >= 0 ? fcntl(req->metrics_fd, F_DUPFD, 10) : -1;
+    int ctl = req->metrics_fd >= 0 && req->control_fd > 0 ? fcntl(req->control_fd, F_DUPFD, 10)
+                                                          : -1;
     int dn = fcntl(devnull, F_DUPFD, 10);
-    if (out < 0 || dn < 0 || (req->metrics_fd >= 0 && met < 0))
+    if (out < 0 || dn < 0 || (req->metrics_fd >= 0 && met < 0) ||
+        (req->metrics_fd >= 0 && req->control_fd > 0 && ctl < 0))
         _exit(127);
     if (dup2(dn, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 ||
-        (met >= 0 && dup2(met, SPAWN_METRICS_FD) < 0))
+        (met >= 0 && dup2(met, SPAWN_METRICS_FD) < 0) ||
+        (ctl >= 0 && dup2(ctl, SPAWN_CONTROL_FD) < 0))
         _exit(127);
     if (cg_errno)
         spawn_child_say(2, msg->cg, spawn_errno_text(cg_errno, "write failed"));
-    int first_closed = met >= 0 ? SPAWN_METRICS_FD + 1 : SPAWN_METRICS_FD;
+    int first_closed = ctl >= 0   ? SPAWN_CONTROL_FD + 1
+                       : met >= 0 ? SPAWN_METRICS_FD + 1
+                                  : SPAWN_METRICS_FD;
     if (close_range((unsigned)first_closed, ~0U, 0) != 0)
         for (int fd = first_closed; fd < 4096; fd++)
             close(fd);
@@ -391,8 +400,24 @@ void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s)
     kill(p->pid, SIGCONT); /* a stopped worker must see the SIGTERM */
 }
 
+void spawn_proc_notice(struct spawn_proc *p, int64_t now_ms, int signo, int notice_s, int grace_s)
+{
+    if (p->exited || p->stopping || p->noticed)
+        return;
+    p->noticed = 1;
+    p->term_at_ms = now_ms + (int64_t)notice_s * 1000;
+    p->term_grace_s = grace_s;
+    kill(-p->pid, signo);
+    kill(p->pid, SIGCONT); /* a stopped worker must see the notice */
+}
+
 int64_t spawn_proc_tick(struct spawn_proc *p, int64_t now_ms)
 {
+    if (!p->exited && p->noticed && !p->stopping) {
+        if (now_ms < p->term_at_ms)
+            return p->term_at_ms - now_ms;
+        spawn_proc_stop(p, now_ms, p->term_grace_s);
+    }
     if (p->exited || !p->stopping)
         return -1;
     if (p->killed)

@@ -19,6 +19,9 @@
 
 /* The fd number a worker's metrics pipe has in the worker (DDP_METRICS_FD). */
 #define SPAWN_METRICS_FD 3
+/* The fd number of a worker's control pipe (DDP_CONTROL_FD, read end): the agent writes
+ * "preempt <grace_s>\n" there with a preemption notice. */
+#define SPAWN_CONTROL_FD 4
 
 /* What the environment of one worker needs beyond its assignment. */
 struct spawn_env_args {
@@ -70,6 +73,8 @@ struct spawn_req {
     const char *cwd;   /* borrowed, or NULL */
     int out_fd;        /* becomes the child's stdout and stderr */
     int metrics_fd;    /* becomes the child's fd SPAWN_METRICS_FD, or -1 */
+    /* > 0: becomes the child's fd SPAWN_CONTROL_FD (with a metrics_fd only); else none */
+    int control_fd;
     /* The worker's cgroup (cgroup.h), or NULL for none: the child writes "0" to cgroup_fd
      * (its cgroup.procs, borrowed) before anything else, so that it is in the cgroup before
      * it can start a process. cgroup_fd is read only when cgroup_path is set. */
@@ -104,6 +109,9 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err);
 struct spawn_proc {
     pid_t pid;          /* also the process group id */
     int64_t kill_at_ms; /* SIGKILL deadline; 0 = not stopping */
+    int noticed;        /* a preemption notice was sent (spawn_proc_notice) */
+    int64_t term_at_ms; /* noticed: when the stop (SIGTERM) is due */
+    int term_grace_s;   /* noticed: the grace of that stop */
     int stopping;
     int killed;    /* SIGKILL was sent */
     int exited;    /* reaped */
@@ -115,8 +123,12 @@ void spawn_proc_init(struct spawn_proc *p, pid_t pid);
 /* SIGTERM to the group (once); SIGKILL due at now_ms + grace_s, so now_ms must be read at
  * this call (the grace counts from this worker's SIGTERM). No-op when exited. */
 void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s);
-/* SIGKILL to the group when due. Returns ms until the deadline (0 once sent), or -1 when no
- * deadline is pending. */
+/* A preemption notice: signo to the group (once), then spawn_proc_stop(grace_s) due at
+ * now_ms + notice_s unless the worker exits first (spawn_proc_tick() sends it). No-op when
+ * exited, stopping or noticed already. */
+void spawn_proc_notice(struct spawn_proc *p, int64_t now_ms, int signo, int notice_s, int grace_s);
+/* The stop of a notice when due, SIGKILL when due. Returns ms until the next deadline (0
+ * once SIGKILL was sent), or -1 when no deadline is pending. */
 int64_t spawn_proc_tick(struct spawn_proc *p, int64_t now_ms);
 /* SIGKILL to the whole group at once (agent shutting down hard). */
 void spawn_proc_kill(struct spawn_proc *p);

@@ -32,6 +32,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -43,6 +45,7 @@
 #include "common/fsutil.h"
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/signame.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -64,6 +67,9 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     w->local_rank = lr;
     w->rank = assign_rank(as, lr);
     w->grace_s = agent_grace(a, as);
+    w->notice_signo = as->preempt_signo;
+    w->notice_s = as->preempt_grace_s;
+    w->ctl_fd = -1;
     w->gpu = -1;
     w->out_fd = w->met_fd = w->log_fd = -1;
     w->started_wall_ms = time_wall_ms();
@@ -294,7 +300,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     const char *cwd = as->workdir && *as->workdir ? as->workdir : cfg->work_dir;
     char **env = NULL;
     char *path = NULL, *cg_path = NULL;
-    int out[2] = {-1, -1}, met[2] = {-1, -1}, cg_fd = -1, gen_fd = -1;
+    int out[2] = {-1, -1}, met[2] = {-1, -1}, ctl[2] = {-1, -1}, cg_fd = -1, gen_fd = -1;
     struct usermap_account acct;
     memset(&acct, 0, sizeof(acct));
     int per_user = cfg->isolation == USERMAP_PER_USER;
@@ -317,6 +323,12 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
         goto out;
     }
     if (agent_open_pipe(out, &err) < 0 || agent_open_pipe(met, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
+    /* the control pipe: the worker reads, the agent writes without blocking */
+    if (pipe2(ctl, O_CLOEXEC) != 0 || fcntl(ctl[1], F_SETFL, O_NONBLOCK) != 0) {
+        err_set(&err, DDP_EINTERNAL, "control pipe: %s", strerror(errno));
         agent_worker_failed(a, w, err.msg);
         goto out;
     }
@@ -348,6 +360,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
                             .cwd = cwd,
                             .out_fd = out[1],
                             .metrics_fd = met[1],
+                            .control_fd = ctl[0],
                             .cgroup_path = cg_path,
                             .cgroup_fd = cg_fd,
                             .cred = per_user ? &cred : NULL,
@@ -360,7 +373,8 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     spawn_proc_init(&w->proc, pid);
     w->out_fd = out[0];
     w->met_fd = met[0];
-    out[0] = met[0] = -1;
+    w->ctl_fd = ctl[1];
+    out[0] = met[0] = ctl[1] = -1;
     agent_note_change(a);
     if (per_user)
         log_info("started worker job=%s generation=%" PRId64
@@ -392,6 +406,8 @@ out:
             close(out[i]);
         if (met[i] >= 0)
             close(met[i]);
+        if (ctl[i] >= 0)
+            close(ctl[i]);
     }
     spawn_env_free(env);
     free(path);
@@ -425,6 +441,53 @@ void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation)
                  found, job_id, generation, time_mono_ms() - t0);
 }
 
+/* The notice of the last answer for w's (job, generation), or NULL. Holds a->mu. */
+static const struct agent_notice *agent_notice_of(const struct agent *a, const struct worker *w)
+{
+    for (size_t i = 0; i < a->nnotices; i++)
+        if (a->notices[i].generation == w->generation &&
+            strcmp(a->notices[i].job_id, w->job_id) == 0)
+            return &a->notices[i];
+    return NULL;
+}
+
+/* "preempt <grace_s>\n" on w's control pipe; a full pipe or a worker that closed it is no
+ * error (the signal gives notice too). Holds a->mu. */
+static void agent_notice_write(struct worker *w, int grace_s)
+{
+    if (w->ctl_fd < 0)
+        return;
+    char line[32];
+    int n = snprintf(line, sizeof(line), "preempt %d\n", grace_s);
+    ssize_t k = write(w->ctl_fd, line, (size_t)n);
+    if (k != n)
+        log_debug("cannot write the notice to the control pipe of job=%s rank=%d: %s", w->job_id,
+                  w->rank, k < 0 ? strerror(errno) : "short write");
+}
+
+void agent_notices_clear(struct agent *a)
+{
+    for (size_t i = 0; i < a->nnotices; i++)
+        free(a->notices[i].job_id);
+    free(a->notices);
+    a->notices = NULL;
+    a->nnotices = 0;
+}
+
+void agent_on_notice_signal(struct agent *a)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < a->nworkers; i++) {
+        struct worker *w = a->workers[i];
+        if (w->proc.exited || w->proc.stopping)
+            continue;
+        agent_notice_write(w, w->notice_s);
+        kill(-w->proc.pid, w->notice_signo);
+        n++;
+    }
+    log_info("got SIGUSR1: relayed a preemption notice to %zu workers", n);
+}
+
 /* Reconciles the desired set against the workers and applies the actions. Holds a->mu. */
 void agent_reconcile(struct agent *a)
 {
@@ -447,7 +510,7 @@ void agent_reconcile(struct agent *a)
         have[nh].generation = w->generation;
         have[nh].local_rank = w->local_rank;
         have[nh].running = !w->proc.exited || w->exit_change > a->changes_sent;
-        have[nh].stopping = w->proc.exited || w->proc.stopping;
+        have[nh].stopping = w->proc.exited || w->proc.stopping || w->proc.noticed;
         hw[nh++] = w;
     }
     struct recon_plan plan = {0};
@@ -460,12 +523,23 @@ void agent_reconcile(struct agent *a)
         case RECON_START:
             agent_start_worker(a, &a->desired[act->index], act->local_rank);
             break;
-        case RECON_STOP:
-            log_info("stopping worker job=%s generation=%" PRId64 " rank=%d pid=%d grace=%ds",
-                     w->job_id, w->generation, w->rank, (int)w->proc.pid, w->grace_s);
-            spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
+        case RECON_STOP: {
+            const struct agent_notice *nt = agent_notice_of(a, w);
+            if (nt) {
+                log_info("preemption notice to worker job=%s generation=%" PRId64
+                         " rank=%d pid=%d signal=%s stop_in=%ds grace=%ds",
+                         w->job_id, w->generation, w->rank, (int)w->proc.pid,
+                         signame_str(nt->signo), nt->grace_s, w->grace_s);
+                agent_notice_write(w, nt->grace_s);
+                spawn_proc_notice(&w->proc, time_mono_ms(), nt->signo, nt->grace_s, w->grace_s);
+            } else {
+                log_info("stopping worker job=%s generation=%" PRId64 " rank=%d pid=%d grace=%ds",
+                         w->job_id, w->generation, w->rank, (int)w->proc.pid, w->grace_s);
+                spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
+            }
             agent_wake_io(a);
             break;
+        }
         case RECON_FORGET:
             w->forgotten = 1;
             w->forgotten_ms = now;

@@ -145,6 +145,8 @@ json_t *coord_assignments(struct coord *c, int ni)
             j->token, "owner", j->owner);
         if (!a)
             abort();
+        json_object_set_new(a, "preempt_signal", json_string(j->spec.preempt_signal));
+        json_object_set_new(a, "preempt_grace_s", json_integer(j->spec.preempt_grace_s));
         json_array_append_new(arr, a);
     }
     return arr;
