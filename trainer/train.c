@@ -535,8 +535,14 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!any)
         return DDP_EXIT_OK;
-    if (r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0 &&
-        save_checkpoint(r, epoch, pos, err) != 0)
+    int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
+                save_checkpoint(r, epoch, pos, err) == 0;
+    /* No rank leaves before every checkpoint is written: an exit ends the generation, and
+     * the stop that follows must not find a rank still writing. */
+    double done = 0.0;
+    if (r->g->world_size > 1 && (rc = ddp_allreduce_f64(r->g, &done, 1, err)) != 0)
+        return ddp_exit_code_for(rc);
+    if (!saved)
         return DDP_EXIT_CHECKPOINT;
     err_set(err, DDP_EINTERNAL,
             "preempted: checkpoint at step %llu (epoch %u, position %u of the epoch); resume "
