@@ -19,6 +19,7 @@
 #include "common/buf.h"
 #include "common/httpc.h"
 #include "common/randutil.h"
+#include "common/signame.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
@@ -98,6 +99,8 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_HANG,
         O_PRIORITY,
         O_SELECTOR,
+        O_PREEMPT_SIGNAL,
+        O_PREEMPT_GRACE,
         O_PARSABLE
     };
     static const struct option longopts[] = {{"name", required_argument, NULL, O_NAME},
@@ -112,6 +115,10 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                                              {"hang-timeout", required_argument, NULL, O_HANG},
                                              {"priority", required_argument, NULL, O_PRIORITY},
                                              {"node-selector", required_argument, NULL, O_SELECTOR},
+                                             {"preempt-signal", required_argument, NULL,
+                                              O_PREEMPT_SIGNAL},
+                                             {"preempt-grace", required_argument, NULL,
+                                              O_PREEMPT_GRACE},
                                              {"parsable", no_argument, NULL, O_PARSABLE},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
@@ -127,6 +134,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         {O_GRACE, "--grace", "grace_period_s", 3600},
         {O_HANG, "--hang-timeout", "hang_timeout_s", 86400},
         {O_PRIORITY, "--priority", "priority", 1000},
+        {O_PREEMPT_GRACE, "--preempt-grace", "preempt_grace_s", 3600},
     };
     json_t *spec = json_object();
     json_t *env = json_object();
@@ -180,6 +188,14 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                 rc = cli_failf("cannot find the current directory");
                 goto out;
             }
+            break;
+        case O_PREEMPT_SIGNAL:
+            if (signame_parse(optarg) < 0) {
+                rc = cli_usage_error(cmd, "--preempt-signal: '%s' is not one of %s", optarg,
+                                     signame_allowed());
+                goto out;
+            }
+            json_object_set_new(spec, "preempt_signal", json_string(optarg));
             break;
         case O_PARSABLE:
             parsable = 1;

@@ -32,7 +32,8 @@ static const struct cli_cmd cli_cmds[] = {
     {"submit",
      "submit [--name N] [--nnodes MIN:MAX] [--nproc-per-node N] [--max-restarts N] "
      "[--env K=V]... [--workdir D] [--checkpoint-dir D] [--max-runtime S] [--grace S] "
-     "[--hang-timeout S] [--priority N] [--node-selector K=V]... [--parsable] -- CMD ARGS...",
+     "[--hang-timeout S] [--priority N] [--node-selector K=V]... [--preempt-signal SIG] "
+     "[--preempt-grace S] [--parsable] -- CMD ARGS...",
      "submit a job; prints its id",
      "  --name N            job name, 1..63 of [A-Za-z0-9._-] (default \"job\")\n"
      "  --nnodes MIN:MAX    nodes, or one number N (default 1)\n"
@@ -47,6 +48,9 @@ static const struct cli_cmd cli_cmds[] = {
      "  --node-selector K=V only on nodes with this label (repeatable: all must match)\n"
      "  --priority N        -1000..1000, higher first (default 0; above 0 needs an admin\n"
      "                      unless ddpd's --max-user-priority allows it)\n"
+     "  --preempt-signal SIG  the preemption notice's signal (default SIGUSR1; SIGUSR2,\n"
+     "                      SIGHUP, SIGINT, SIGTERM, SIGURG, SIGWINCH)\n"
+     "  --preempt-grace S   from the notice to the stop (default 30)\n"
      "  --parsable          print only the job id\n"
      "The command is an argv (never a shell string); put it after '--'.\n",
      cmd_submit},

@@ -5,7 +5,8 @@
   the same step, write a checkpoint at it and exit 10 (preempted) long before
   preempt_grace_s (20 s); the low job re-forms on 1 node with no restart charged and
   resumes at that very step; the events say who preempted whom, with the notice;
-- ignored: a program that ignores SIGUSR1 and SIGTERM (preempt_grace_s 2, grace_period_s 2)
+- ignored: a program submitted with `ddpctl submit --preempt-signal USR1 --preempt-grace 2`
+  that ignores SIGUSR1 and SIGTERM (grace_period_s 2)
   still reads its "preempt 2" line, and is killed about preempt_grace_s + grace_period_s
   after the notice; the job re-forms at no restart's cost;
 - relayed: SIGUSR1 to an agent (Slurm's --signal=B:USR1@T) reaches its workers: ddp-worker
@@ -21,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
+from cli_util import ctl  # noqa: E402
 from cluster import BIN, wait_for  # noqa: E402
 
 WORKER = os.path.join(BIN, "ddp-worker")
@@ -102,9 +104,19 @@ def test_notice_ignored_stopped_after_both_graces():
         os.makedirs(out)
         script = ('trap "" USR1 TERM; head -n 1 <&$DDP_CONTROL_FD > %s/$RANK-$DDP_GENERATION & '
                   'while :; do sleep 0.05; done' % out)
-        low = c.submit({"name": "stubborn", "nnodes": "1:2", "max_restarts": 0,
-                        "grace_period_s": 2, "preempt_grace_s": 2,
-                        "command": ["/bin/sh", "-c", script]})
+        # through ddpctl: its --preempt-signal (a name without SIG is canonicalised) and
+        # --preempt-grace; a bad signal is a usage error before anything is sent
+        r = ctl(c, "submit", "--name", "stubborn", "--nnodes", "1:2", "--max-restarts", "0",
+                "--grace", "2", "--preempt-grace", "2", "--preempt-signal", "USR1",
+                "--parsable", "--", "/bin/sh", "-c", script)
+        assert r.rc == 0, r
+        low = c.job(r.out.strip())
+        assert low["spec"]["preempt_signal"] == "SIGUSR1", low["spec"]
+        assert low["spec"]["preempt_grace_s"] == 2, low["spec"]
+        r = ctl(c, "submit", "--preempt-signal", "SIGKILL", "--", "/bin/true")
+        assert r.rc == 2 and "--preempt-signal" in r.err, r
+        bad = c.post("/v1/jobs", {"command": ["/bin/true"], "preempt_signal": "SIGSTOP"})
+        assert bad.status == 400 and "field 'preempt_signal'" in bad.text, bad
         c.wait_state(low["id"], "RUNNING", timeout=60)
         wait_for("both workers up", lambda: c.job(low["id"])["world_size"] == 2, timeout=30)
         time.sleep(0.5)  # let the shells install their traps
