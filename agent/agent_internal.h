@@ -48,10 +48,10 @@ struct worker {
     int rank;
     int local_rank;
     int grace_s;
-    int notice_signo;       /* the job's preemption notice: its signal, */
-    int notice_s;           /* and the time from it to the stop */
-    int ctl_fd;             /* write end of the worker's DDP_CONTROL_FD pipe (non-blocking), or -1 */
-    int gpu;                /* index in a->gpu_used, or -1 */
+    int notice_signo; /* the job's preemption notice: its signal, */
+    int notice_s;     /* and the time from it to the stop */
+    int ctl_fd;       /* write end of the worker's DDP_CONTROL_FD pipe (non-blocking), or -1 */
+    int gpu;          /* index in a->gpu_used, or -1 */
     struct spawn_proc proc; /* proc.exited = reaped (or never started) */
     uint64_t exit_change;   /* a->changes value at the exit */
     int forgotten;

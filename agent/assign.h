@@ -33,8 +33,8 @@ struct assign {
     int restart_count;
     int max_restarts;
     char *job_token;
-    char *owner; /* the job's owner, a ddp user name; "" when ddpd did not say (older ddpd) */
-    int preempt_signo;   /* the job's preemption notice signal (SIGUSR1 when not said) */
+    char *owner;       /* the job's owner, a ddp user name; "" when ddpd did not say (older ddpd) */
+    int preempt_signo; /* the job's preemption notice signal (SIGUSR1 when not said) */
     int preempt_grace_s; /* from the notice to the stop (30 when not said) */
 };
 

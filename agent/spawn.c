@@ -125,7 +125,8 @@ char **spawn_env_build(char *const *base, const struct spawn_env_args *args)
     spawn_envb_set(&b, "DDP_CHECKPOINT_DIR", args->checkpoint_dir);
     spawn_envb_setl(&b, "DDP_METRICS_FD", SPAWN_METRICS_FD);
     spawn_envb_setl(&b, "DDP_CONTROL_FD", SPAWN_CONTROL_FD);
-    spawn_envb_set(&b, "DDP_PREEMPT_SIGNAL", signame_str(a->preempt_signo) ? signame_str(a->preempt_signo) : SIGNAME_DEFAULT);
+    spawn_envb_set(&b, "DDP_PREEMPT_SIGNAL",
+                   signame_str(a->preempt_signo) ? signame_str(a->preempt_signo) : SIGNAME_DEFAULT);
     spawn_envb_set(&b, "DDP_HEARTBEAT_FILE", args->heartbeat_file);
     return b.v;
 }
@@ -277,8 +278,8 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
 
     int out = fcntl(req->out_fd, F_DUPFD, 10);
     int met = req->metrics_fd >= 0 ? fcntl(req->metrics_fd, F_DUPFD, 10) : -1;
-    int ctl = req->metrics_fd >= 0 && req->control_fd > 0 ? fcntl(req->control_fd, F_DUPFD, 10)
-                                                          : -1;
+    int ctl =
+        req->metrics_fd >= 0 && req->control_fd > 0 ? fcntl(req->control_fd, F_DUPFD, 10) : -1;
     int dn = fcntl(devnull, F_DUPFD, 10);
     if (out < 0 || dn < 0 || (req->metrics_fd >= 0 && met < 0) ||
         (req->metrics_fd >= 0 && req->control_fd > 0 && ctl < 0))

@@ -103,25 +103,24 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_PREEMPT_GRACE,
         O_PARSABLE
     };
-    static const struct option longopts[] = {{"name", required_argument, NULL, O_NAME},
-                                             {"nnodes", required_argument, NULL, O_NNODES},
-                                             {"nproc-per-node", required_argument, NULL, O_NPROC},
-                                             {"max-restarts", required_argument, NULL, O_RESTARTS},
-                                             {"env", required_argument, NULL, O_ENV},
-                                             {"workdir", required_argument, NULL, O_WORKDIR},
-                                             {"checkpoint-dir", required_argument, NULL, O_CKPT},
-                                             {"max-runtime", required_argument, NULL, O_RUNTIME},
-                                             {"grace", required_argument, NULL, O_GRACE},
-                                             {"hang-timeout", required_argument, NULL, O_HANG},
-                                             {"priority", required_argument, NULL, O_PRIORITY},
-                                             {"node-selector", required_argument, NULL, O_SELECTOR},
-                                             {"preempt-signal", required_argument, NULL,
-                                              O_PREEMPT_SIGNAL},
-                                             {"preempt-grace", required_argument, NULL,
-                                              O_PREEMPT_GRACE},
-                                             {"parsable", no_argument, NULL, O_PARSABLE},
-                                             CLI_COMMON_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"name", required_argument, NULL, O_NAME},
+        {"nnodes", required_argument, NULL, O_NNODES},
+        {"nproc-per-node", required_argument, NULL, O_NPROC},
+        {"max-restarts", required_argument, NULL, O_RESTARTS},
+        {"env", required_argument, NULL, O_ENV},
+        {"workdir", required_argument, NULL, O_WORKDIR},
+        {"checkpoint-dir", required_argument, NULL, O_CKPT},
+        {"max-runtime", required_argument, NULL, O_RUNTIME},
+        {"grace", required_argument, NULL, O_GRACE},
+        {"hang-timeout", required_argument, NULL, O_HANG},
+        {"priority", required_argument, NULL, O_PRIORITY},
+        {"node-selector", required_argument, NULL, O_SELECTOR},
+        {"preempt-signal", required_argument, NULL, O_PREEMPT_SIGNAL},
+        {"preempt-grace", required_argument, NULL, O_PREEMPT_GRACE},
+        {"parsable", no_argument, NULL, O_PARSABLE},
+        CLI_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     /* The ranges of docs/api.md, checked here so that a typo is a usage error. */
     static const struct {
         int opt;

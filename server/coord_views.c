@@ -107,9 +107,9 @@ json_t *coord_notices(struct coord *c, int ni)
                 continue;
             char id[32];
             snprintf(id, sizeof(id), "j-%lld", (long long)j->id);
-            json_t *o = json_pack("{s:s, s:i, s:s, s:i}", "job_id", id, "generation",
-                                  j->st.generation, "signal", j->spec.preempt_signal, "grace_s",
-                                  j->spec.preempt_grace_s);
+            json_t *o =
+                json_pack("{s:s, s:i, s:s, s:i}", "job_id", id, "generation", j->st.generation,
+                          "signal", j->spec.preempt_signal, "grace_s", j->spec.preempt_grace_s);
             if (!o)
                 abort();
             json_array_append_new(arr, o);
