@@ -3,6 +3,7 @@
  * defaults, and each refusal naming its field (a refused assignment is never started).
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,7 +20,7 @@ static const char *full =
     " \"group_rank\": 1, \"group_world_size\": 2, \"nproc_per_node\": 2, \"world_size\": 4,"
     " \"master_addr\": \"10.0.0.1\", \"master_port\": 29500, \"restart_count\": 1,"
     " \"max_restarts\": 3, \"job_token\": \"9b1f\", \"owner\": \"alice.b-2\","
-    " \"a_future_field\": true}";
+    " \"preempt_signal\": \"SIGUSR2\", \"preempt_grace_s\": 12, \"a_future_field\": true}";
 
 static int parse(const char *text, struct assign *a, struct ddp_err *err)
 {
@@ -55,6 +56,8 @@ static void test_assign_full(void **state)
     assert_int_equal(a.max_restarts, 3);
     assert_string_equal(a.job_token, "9b1f");
     assert_string_equal(a.owner, "alice.b-2");
+    assert_int_equal(a.preempt_signo, SIGUSR2);
+    assert_int_equal(a.preempt_grace_s, 12);
     assign_release(&a);
     assign_release(&a); /* twice is harmless */
     assign_release(NULL);
@@ -77,6 +80,8 @@ static void test_assign_defaults(void **state)
     assert_string_equal(a.checkpoint_dir, "");
     assert_string_equal(a.job_token, "");
     assert_string_equal(a.owner, ""); /* an older ddpd */
+    assert_int_equal(a.preempt_signo, SIGUSR1);
+    assert_int_equal(a.preempt_grace_s, 30);
     assign_release(&a);
 }
 
@@ -121,6 +126,10 @@ static void test_assign_refusals_name_the_field(void **state)
     expect_refused("master_port", "70000", "master_port");
     expect_refused("grace_period_s", "-1", "grace_period_s");
     expect_refused("owner", "1", "owner");
+    expect_refused("preempt_signal", "\"SIGKILL\"", "field 'preempt_signal'");
+    expect_refused("preempt_signal", "10", "field 'preempt_signal'");
+    expect_refused("preempt_grace_s", "-1", "preempt_grace_s");
+    expect_refused("preempt_grace_s", "3601", "preempt_grace_s");
     expect_refused("owner", "\"../root\"", "field 'owner': '../root' is not a user name");
     expect_refused("owner", "\"a b\"", "owner");
     expect_refused("owner", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",

@@ -832,6 +832,71 @@ static void test_coord_preemption_shrinks_first(void **state)
     assert_int_equal(job_int(f, low, "restarts"), 0);
 }
 
+/* A preemption ends the victim's generation with a notice: the answers of its nodes list
+ * it (signal, preempt_grace_s) while its workers run, an assignment carries the notice
+ * parameters, an exit 10 during the notice is no failure, and the preemptor's events say
+ * whom it preempted; the victim re-forms with 0 restarts. An exit 10 of a RUNNING job (a
+ * notice the agent relayed) restarts it uncharged. */
+static void test_coord_preemption_notice(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t low = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\",\"max_restarts\":0,"
+                            "\"preempt_signal\":\"USR2\",\"preempt_grace_s\":7}");
+    expect_state(f, low, "RUNNING", "on 2 nodes");
+    json_t *a = beat(f, "node-a", NULL);
+    json_t *as = json_array_get(json_object_get(a, "assignments"), 0);
+    assert_string_equal(json_string_value(json_object_get(as, "preempt_signal")), "SIGUSR2");
+    assert_int_equal(json_integer_value(json_object_get(as, "preempt_grace_s")), 7);
+    assert_int_equal(json_array_size(json_object_get(a, "notices")), 0);
+    json_decref(a);
+    int64_t high = submit(f, "{\"command\":[\"w\"],\"priority\":10}");
+    expect_state(f, low, "RESTARTING", "preempted for j-2 (priority 10 > 0): shrinks");
+    expect_state(f, low, "RESTARTING", "notice SIGUSR2, stopped 7 s later");
+    expect_event(f, high, "PENDING", "preempts j-1 (priority 0, shrinks) (priority 10)");
+    char extra[512], *w = worker("j-1", 1, 0, "running", 0);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    a = beat(f, "node-a", extra);
+    json_t *nt = json_object_get(a, "notices");
+    assert_int_equal(json_array_size(nt), 1);
+    json_t *n0 = json_array_get(nt, 0);
+    assert_string_equal(json_string_value(json_object_get(n0, "job_id")), "j-1");
+    assert_int_equal(json_integer_value(json_object_get(n0, "generation")), 1);
+    assert_string_equal(json_string_value(json_object_get(n0, "signal")), "SIGUSR2");
+    assert_int_equal(json_integer_value(json_object_get(n0, "grace_s")), 7);
+    assert_int_equal(json_array_size(json_object_get(a, "assignments")), 0);
+    json_decref(a);
+    /* the workers answer the notice: exit 10 */
+    w = worker("j-1", 1, 0, "exited", DDP_EXIT_PREEMPTED);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-a", extra);
+    w = worker("j-1", 1, 1, "exited", DDP_EXIT_PREEMPTED);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, "node-b", extra);
+    tick(f, 100);
+    expect_state(f, high, "RUNNING", "on 1 node");
+    expect_state(f, low, "RUNNING", "generation 2 started on 1 node (world size 1, restarts 0/0)");
+    a = beat(f, "node-a", NULL);
+    assert_int_equal(json_array_size(json_object_get(a, "notices")), 0);
+    json_decref(a);
+    /* a notice relayed by the agent: low's rank exits 10 while RUNNING, uncharged */
+    json_t *lj = job(f, low);
+    const char *ln =
+        json_string_value(json_object_get(json_array_get(json_object_get(lj, "nodes"), 0), "name"));
+    w = worker("j-1", 2, 0, "exited", DDP_EXIT_PREEMPTED);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+    free(w);
+    beat0(f, ln, extra);
+    json_decref(lj);
+    tick(f, 100);
+    expect_state(f, low, "RUNNING", "generation 3 started on 1 node (world size 1, restarts 0/0)");
+    expect_event(f, low, "RESTARTING", "exited 10 (preempted)");
+}
+
 /* When shrinking is not enough, whole jobs stop too (lowest priority first); the job that
  * shrank in the first round is not taken twice. */
 static void test_coord_preemption_stops_when_shrinking_is_not_enough(void **state)
@@ -1958,6 +2023,7 @@ int main(void)
         T(test_coord_quota),
         T(test_coord_node_selector),
         T(test_coord_preemption_shrinks_first),
+        T(test_coord_preemption_notice),
         T(test_coord_preemption_stops_when_shrinking_is_not_enough),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),

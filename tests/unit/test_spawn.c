@@ -59,6 +59,8 @@ static struct assign make_assign(void)
     a.restart_count = 1;
     a.max_restarts = 3;
     a.job_token = "9b1f";
+    a.preempt_signo = SIGUSR2;
+    a.preempt_grace_s = 30;
     return a;
 }
 
@@ -98,6 +100,8 @@ static void test_spawn_env_torchrun_variables(void **state)
         {"DDP_JOB_TOKEN", "9b1f"},
         {"DDP_CHECKPOINT_DIR", "/w/jobs/j-7/ckpt"},
         {"DDP_METRICS_FD", "3"},
+        {"DDP_CONTROL_FD", "4"},
+        {"DDP_PREEMPT_SIGNAL", "SIGUSR2"},
         {"DDP_HEARTBEAT_FILE", "/w/jobs/j-7/gen-2/rank-3.heartbeat"},
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
@@ -280,6 +284,85 @@ static void test_spawn_output_metrics_cwd_and_exit_code(void **state)
     assert_int_equal(getpgid(pid) < 0, 1); /* reaped: no such process */
     close(out);
     close(met);
+}
+
+/* A worker with a control pipe (fd 4) gets the notice: the signal to its group and the line
+ * the agent wrote; it answers by exiting 10 before the stop is due, so no SIGTERM comes. */
+static void test_spawn_notice_answered(void **state)
+{
+    (void)state;
+    extern char **environ;
+    char *argv[] = {"sh", "-c",
+                    "trap 'read l <&4; echo \"$l\"; exit 10' USR1; echo ready; "
+                    "while :; do sleep 0.05; done",
+                    NULL};
+    int out[2], met[2], ctl[2];
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(met, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(ctl, O_CLOEXEC), 0);
+    char *path = spawn_resolve(argv[0], environ);
+    struct spawn_req req = {.argv = argv,
+                            .envp = environ,
+                            .path = path,
+                            .out_fd = out[1],
+                            .metrics_fd = met[1],
+                            .control_fd = ctl[0]};
+    pid_t pid = -1;
+    struct ddp_err err;
+    assert_int_equal(spawn_start(&req, &pid, &err), 0);
+    free(path);
+    close(out[1]);
+    close(met[1]);
+    close(ctl[0]);
+    char buf[64];
+    read_line(out[0], buf, sizeof(buf));
+    assert_string_equal(buf, "ready\n");
+    assert_int_equal(write(ctl[1], "preempt 3\n", 10), 10);
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    spawn_proc_notice(&p, 1000, SIGUSR1, 3, 30);
+    assert_true(p.noticed);
+    assert_false(p.stopping);
+    assert_int_equal(spawn_proc_tick(&p, 1100), 2900); /* the stop is due at 4000 */
+    read_line(out[0], buf, sizeof(buf));
+    assert_string_equal(buf, "preempt 3\n");
+    wait_reaped(&p);
+    assert_int_equal(p.exit_code, 10);
+    assert_false(p.stopping);
+    assert_int_equal(spawn_proc_tick(&p, 99999), -1);
+    close(out[0]);
+    close(met[0]);
+    close(ctl[1]);
+}
+
+/* A worker that ignores the notice and SIGTERM: SIGTERM when the notice's time is over, then
+ * SIGKILL after the grace, each counted from the step before. */
+static void test_spawn_notice_ignored_then_stopped(void **state)
+{
+    (void)state;
+    char *argv[] = {"sh", "-c", "trap '' USR1 TERM; echo ready; while :; do sleep 0.05; done",
+                    NULL};
+    int out;
+    pid_t pid = start(argv, NULL, &out, NULL);
+    char buf[64];
+    read_line(out, buf, sizeof(buf));
+    struct spawn_proc p;
+    spawn_proc_init(&p, pid);
+    int64_t t0 = 5000;
+    spawn_proc_notice(&p, t0, SIGUSR1, 2, 1);
+    spawn_proc_notice(&p, t0 + 10, SIGUSR1, 60, 60); /* once only */
+    assert_int_equal(spawn_proc_tick(&p, t0 + 500), 1500);
+    assert_false(p.stopping);
+    time_sleep_ms(100);
+    assert_int_equal(spawn_proc_reap(&p), 0); /* the signal changed nothing */
+    assert_int_equal(spawn_proc_tick(&p, t0 + 2000), 1000); /* SIGTERM now, SIGKILL in 1 s */
+    assert_true(p.stopping);
+    assert_false(p.killed);
+    assert_int_equal(spawn_proc_tick(&p, t0 + 3000), 0);
+    assert_true(p.killed);
+    wait_reaped(&p);
+    assert_int_equal(p.sig, SIGKILL);
+    close(out);
 }
 
 static void test_spawn_own_group_and_only_std_fds(void **state)
@@ -664,6 +747,8 @@ int main(void)
         cmocka_unit_test(test_spawn_own_group_and_only_std_fds),
         cmocka_unit_test(test_spawn_command_not_found_exits_127_with_a_line),
         cmocka_unit_test(test_spawn_sigterm_stops_a_polite_worker),
+        cmocka_unit_test(test_spawn_notice_answered),
+        cmocka_unit_test(test_spawn_notice_ignored_then_stopped),
         cmocka_unit_test(test_spawn_group_ignoring_sigterm_is_killed_after_grace),
         cmocka_unit_test(test_spawn_reap_kills_leftover_group_members),
         cmocka_unit_test(test_spawn_worker_dies_with_its_agent),
