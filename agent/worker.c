@@ -465,6 +465,16 @@ static void agent_notice_write(struct worker *w, int grace_s)
                   w->rank, k < 0 ? strerror(errno) : "short write");
 }
 
+/* 1 when w's (job, generation) is in the desired set. Holds a->mu. */
+static int agent_desired(const struct agent *a, const struct worker *w)
+{
+    for (size_t i = 0; i < a->ndesired; i++)
+        if (a->desired[i].generation == w->generation &&
+            strcmp(a->desired[i].job_id, w->job_id) == 0)
+            return 1;
+    return 0;
+}
+
 void agent_notices_clear(struct agent *a)
 {
     for (size_t i = 0; i < a->nnotices; i++)
@@ -512,6 +522,20 @@ void agent_reconcile(struct agent *a)
         have[nh].running = !w->proc.exited || w->exit_change > a->changes_sent;
         have[nh].stopping = w->proc.exited || w->proc.stopping || w->proc.noticed;
         hw[nh++] = w;
+    }
+    /* A worker in its notice whose notice ddpd no longer sends (the job was cancelled
+     * meanwhile, or ddpd restarted and forgot it) and that is not desired either: its stop
+     * comes now instead of at the notice's end. */
+    for (size_t i = 0; i < nh; i++) {
+        struct worker *w = hw[i];
+        if (w->proc.noticed && !w->proc.stopping && !w->proc.exited && !agent_notice_of(a, w) &&
+            !agent_desired(a, w)) {
+            log_info("stopping worker job=%s generation=%" PRId64
+                     " rank=%d pid=%d grace=%ds: its notice was withdrawn",
+                     w->job_id, w->generation, w->rank, (int)w->proc.pid, w->grace_s);
+            spawn_proc_stop(&w->proc, time_mono_ms(), w->grace_s);
+            agent_wake_io(a);
+        }
     }
     struct recon_plan plan = {0};
     recon_compute(want, a->ndesired, have, nh, !a->shutting_down, &plan);

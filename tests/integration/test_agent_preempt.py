@@ -8,7 +8,8 @@
 - ignored: a program submitted with `ddpctl submit --preempt-signal USR1 --preempt-grace 2`
   that ignores SIGUSR1 and SIGTERM (grace_period_s 2)
   still reads its "preempt 2" line, and is killed about preempt_grace_s + grace_period_s
-  after the notice; the job re-forms at no restart's cost;
+  after the notice; the job re-forms at no restart's cost; preempted again and cancelled
+  during the notice, it is stopped at once, not at the notice's end;
 - relayed: SIGUSR1 to an agent (Slurm's --signal=B:USR1@T) reaches its workers: ddp-worker
   checkpoints and exits 10, and ddpd charges no restart for it.
 Every wait is bounded.
@@ -140,8 +141,24 @@ def test_notice_ignored_stopped_after_both_graces():
         print("notice ignored: stopped and re-formed %.2f s after the preempting submit "
               "(preempt_grace_s 2 + grace_period_s 2); restarts 0" % took)
         c.wait_state(high["id"], ("SUCCEEDED", "FAILED"), timeout=60)
+        # grown back onto both nodes, shrunk again, and cancelled during the notice: the
+        # agent does not wait out the notice, the stop comes at once
+        wait_for("stubborn grown back to 2 nodes", lambda: (lambda j: j["state"] == "RUNNING"
+                 and len(j["nodes"]) == 2)(c.job(low["id"])), timeout=30)
+        time.sleep(0.5)
+        top = c.submit({"name": "top", "nnodes": "1", "priority": 20,
+                        "command": ["/bin/sleep", "1"]})
+        wait_for("stubborn preempted again", lambda: c.job(low["id"])["state"] ==
+                 "RESTARTING", timeout=30)
+        t1 = time.monotonic()
         c.post("/v1/jobs/%s:cancel" % low["id"])
         c.wait_state(low["id"], "CANCELLED", timeout=30)
+        cancelled = time.monotonic() - t1
+        logs = c.log("agent-a.log") + c.log("agent-b.log")
+        assert "its notice was withdrawn" in logs, logs[-3000:]
+        print("cancelled during its notice: CANCELLED %.2f s after the cancel (grace_period_s 2)"
+              % cancelled)
+        c.wait_state(top["id"], ("SUCCEEDED", "FAILED"), timeout=60)
 
 
 def test_agent_relays_sigusr1():
