@@ -354,7 +354,7 @@ static void test_spawn_notice_ignored_then_stopped(void **state)
     assert_int_equal(spawn_proc_tick(&p, t0 + 500), 1500);
     assert_false(p.stopping);
     time_sleep_ms(100);
-    assert_int_equal(spawn_proc_reap(&p), 0); /* the signal changed nothing */
+    assert_int_equal(spawn_proc_reap(&p), 0);               /* the signal changed nothing */
     assert_int_equal(spawn_proc_tick(&p, t0 + 2000), 1000); /* SIGTERM now, SIGKILL in 1 s */
     assert_true(p.stopping);
     assert_false(p.killed);
