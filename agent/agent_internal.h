@@ -38,6 +38,12 @@
 #define AGENT_BEAT_BYTES_MAX    (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
 #define AGENT_BACKOFF_MIN_MS    100
 #define AGENT_BACKOFF_MAX_MS    2000
+/* Another agent holds this node's name (beat.c: 409/401 on a beat, 409 on a register): the
+ * wait before the next try doubles from the first to the most, and starts at the first again
+ * after AGENT_CONFLICT_CALM_MS without a conflict. */
+#define AGENT_CONFLICT_MIN_MS   500
+#define AGENT_CONFLICT_MAX_MS   10000
+#define AGENT_CONFLICT_CALM_MS  120000
 #define AGENT_FORGOTTEN_KEEP_MS 30000 /* unshipped lines of a forgotten worker, at most */
 #define AGENT_READ_CHUNK        65536
 

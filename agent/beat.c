@@ -21,10 +21,17 @@
  *
  * Heartbeat states:
  *
- *   UNREGISTERED --register 200--> BEATING --404/409--> UNREGISTERED
- *        ^  |                        |  ^
- *        |  +--unreachable: backoff  |  +-- 200: apply, reconcile, next beat
+ *   UNREGISTERED --register 200--> BEATING --404--> UNREGISTERED
+ *        ^  |                        |  ^ |
+ *        |  +--unreachable: backoff  |  | +--409/401: conflict backoff--> UNREGISTERED
+ *        |                           |  +-- 200: apply, reconcile, next beat
  *        +---------------------------+-- unreachable: backoff (workers keep running)
+ *
+ * A 409 or 401 on a beat means another process registered this node's name since (it showed
+ * the credential: a second agent with the same --name and work dir), and a 409 on a register
+ * that the name is up and held by another agent. Registering again at once would take the
+ * node back and the other agent would do the same, thousands of times a second; so a
+ * conflict waits, 0.5 s doubling to 10 s, from the first wait again after 2 min without one.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -493,12 +500,31 @@ static void agent_pause(struct agent *a, int64_t ms, int on_change)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* Name conflicts (another agent holds this node's name): the wait before the next try,
+ * from its own backoff, which starts again at its first wait after a calm period. */
+struct conflict_backoff {
+    struct backoff bo;
+    int64_t last_ms, count;
+};
+
+static int64_t conflict_next(struct conflict_backoff *c)
+{
+    int64_t now = time_mono_ms();
+    if (c->last_ms && now - c->last_ms > AGENT_CONFLICT_CALM_MS)
+        backoff_reset(&c->bo);
+    c->last_ms = now;
+    c->count++;
+    return backoff_next(&c->bo);
+}
+
 void agent_heartbeat_loop(struct agent *a)
 {
     struct httpc *h = httpc_new(a->cfg->server, a->cfg->token);
     struct backoff bo;
+    struct conflict_backoff conflict = {.last_ms = 0, .count = 0};
     int64_t outage_since = 0, refused_logged = 0;
     backoff_init(&bo, AGENT_BACKOFF_MIN_MS, AGENT_BACKOFF_MAX_MS);
+    backoff_init(&conflict.bo, AGENT_CONFLICT_MIN_MS, AGENT_CONFLICT_MAX_MS);
     for (;;) {
         pthread_mutex_lock(&a->mu);
         int done = a->done, registered = a->registered;
@@ -524,6 +550,16 @@ void agent_heartbeat_loop(struct agent *a)
                 pthread_mutex_unlock(&a->mu);
                 log_warn("%s; keeping %zu workers running, retrying", err.msg, running);
                 outage_since = t0;
+            } else if (r == BEAT_REFUSED && err.code == DDP_EEXIST) {
+                /* 409 ALREADY_EXISTS: the name is registered and up, held by another agent */
+                int64_t pause = conflict_next(&conflict);
+                if (!refused_logged || conflict.count % 10 == 0)
+                    log_error("ddpd refused the agent: %s; trying again in %.1fs (refusal "
+                              "%" PRId64 ")",
+                              err.msg, pause / 1e3, conflict.count);
+                refused_logged = 1;
+                agent_pause(a, pause, 0);
+                continue;
             } else if (r == BEAT_REFUSED && !refused_logged) {
                 log_error("ddpd refused the agent: %s; retrying", err.msg);
                 refused_logged = 1;
@@ -538,14 +574,21 @@ void agent_heartbeat_loop(struct agent *a)
         refused_logged = 0;
         backoff_reset(&bo);
         if (r == BEAT_REREGISTER) {
+            /* 409 ABORTED (another incarnation registered) and 401 (the credential was taken
+             * over) are name conflicts: the take-back waits. 404 is not. */
+            int64_t pause = 0;
+            if (err.code == DDP_EABORTED || err.code == DDP_EUNAUTH)
+                pause = conflict_next(&conflict);
             if (err.code == DDP_EABORTED)
                 log_warn("ddpd has another incarnation of node %s registered (another agent "
-                         "with this --name?): registering again",
-                         a->cfg->name);
+                         "with this --name?): registering again in %.1fs (conflict %" PRId64
+                         ")",
+                         a->cfg->name, pause / 1e3, conflict.count);
             else if (err.code == DDP_EUNAUTH)
-                log_warn("ddpd does not take node %s's credential (removed?): registering "
-                         "again",
-                         a->cfg->name);
+                log_warn("ddpd does not take node %s's credential (removed, or another agent "
+                         "with this --name took it over?): registering again in %.1fs "
+                         "(conflict %" PRId64 ")",
+                         a->cfg->name, pause / 1e3, conflict.count);
             else
                 log_warn("ddpd does not know node %s: registering again", a->cfg->name);
             pthread_mutex_lock(&a->mu);
@@ -553,6 +596,8 @@ void agent_heartbeat_loop(struct agent *a)
             a->version = 0;
             a->applied = 0;
             pthread_mutex_unlock(&a->mu);
+            if (pause > 0)
+                agent_pause(a, pause, 0);
             continue;
         }
         if (!registered || quick)
