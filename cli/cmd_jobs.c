@@ -55,17 +55,29 @@ static int cli_put_kv(json_t *obj, const char *arg)
     return 0;
 }
 
-/* POST /v1/jobs with an Idempotency-Key drawn for this submit, retried (bounded: 5 tries
- * within CLI_UNREACHABLE_MAX_MS) while ddpd is unreachable or answers 5xx: ddpd may have
- * stored the job and died before answering, and the same key then answers that job instead
- * of a second one. */
-static int cli_submit_retrying(struct cli *cli, const json_t *spec, json_t **answer,
-                               struct ddp_err *err)
+/* The Idempotency-Key rule of docs/api.md: 1..128 printable ASCII characters, no space. */
+static int cli_key_ok(const char *k)
 {
-    char key[33], line[64];
-    if (rand_hex(key, 16) != 0)
+    size_t n = strlen(k);
+    if (n < 1 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (k[i] <= ' ' || k[i] > '~')
+            return 0;
+    return 1;
+}
+
+/* POST /v1/jobs with an Idempotency-Key (given, borrowed, or drawn for this submit when
+ * NULL), retried (bounded: 5 tries within CLI_UNREACHABLE_MAX_MS) while ddpd is unreachable
+ * or answers 5xx: ddpd may have stored the job and died before answering, and the same key
+ * then answers that job instead of a second one. */
+static int cli_submit_retrying(struct cli *cli, const json_t *spec, const char *given,
+                               json_t **answer, struct ddp_err *err)
+{
+    char key[33], line[160];
+    if (!given && rand_hex(key, 16) != 0)
         return err_set(err, DDP_EIO, "no randomness for the Idempotency-Key");
-    snprintf(line, sizeof(line), "Idempotency-Key: %s", key);
+    snprintf(line, sizeof(line), "Idempotency-Key: %s", given ? given : key);
     httpc_set_header(cli->http, line);
     struct backoff bo;
     backoff_init(&bo, 200, 5000);
@@ -101,7 +113,8 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_SELECTOR,
         O_PREEMPT_SIGNAL,
         O_PREEMPT_GRACE,
-        O_PARSABLE
+        O_PARSABLE,
+        O_KEY
     };
     static const struct option longopts[] = {
         {"name", required_argument, NULL, O_NAME},
@@ -119,6 +132,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         {"preempt-signal", required_argument, NULL, O_PREEMPT_SIGNAL},
         {"preempt-grace", required_argument, NULL, O_PREEMPT_GRACE},
         {"parsable", no_argument, NULL, O_PARSABLE},
+        {"idempotency-key", required_argument, NULL, O_KEY},
         CLI_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
     /* The ranges of docs/api.md, checked here so that a typo is a usage error. */
@@ -140,6 +154,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     json_t *selector = json_object();
     json_t *answer = NULL;
     char *workdir = NULL, *ckpt = NULL;
+    const char *key = NULL;
     int parsable = 0, rc = CLI_OK;
     struct ddp_err err;
 
@@ -199,6 +214,14 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         case O_PARSABLE:
             parsable = 1;
             break;
+        case O_KEY:
+            if (!cli_key_ok(optarg)) {
+                rc = cli_usage_error(cmd, "--idempotency-key: 1..128 printable ASCII "
+                                          "characters, no space");
+                goto out;
+            }
+            key = optarg;
+            break;
         default: {
             size_t i;
             for (i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
@@ -246,7 +269,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
-    if (cli_submit_retrying(cli, spec, &answer, &err) < 0) {
+    if (cli_submit_retrying(cli, spec, key, &answer, &err) < 0) {
         rc = cli_fail(cli, &err);
         goto out;
     }
