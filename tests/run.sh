@@ -27,6 +27,12 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
   # rest; those tests then say they skip.
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends python3-torch \
     >/dev/null || echo "note: python3-torch unavailable here; agent_torch will skip"
+  # Slurm and munge for slurm_recipe (deploy/slurm/ddp.sbatch on slurmctld and two slurmd on
+  # loopback; the test starts its own daemons with its own config: the packages' services do
+  # not start without systemd, and need not). Apart too: where they cannot be installed the
+  # test says loudly that it skips.
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends slurm-wlm munge \
+    >/dev/null || echo "note: slurm-wlm or munge unavailable here; slurm_recipe will skip"
 fi
 
 # promtool (Debian package prometheus) checks /metrics. Installing the package would also
