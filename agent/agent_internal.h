@@ -31,13 +31,13 @@
 #include "agent/logship.h"
 #include "agent/spawn.h"
 
-#define AGENT_LOG_QUEUE_MAX     10000        /* lines kept per worker while ddpd does not answer */
-#define AGENT_METRIC_QUEUE_MAX  1000         /* metrics lines kept per worker */
-#define AGENT_BEAT_LINES_MAX    1000         /* log lines per beat (docs/api.md) */
-#define AGENT_BEAT_METRICS_MAX  200          /* metrics lines per beat */
-#define AGENT_BEAT_BYTES_MAX    (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
-#define AGENT_BACKOFF_MIN_MS    100
-#define AGENT_BACKOFF_MAX_MS    2000
+#define AGENT_LOG_QUEUE_MAX    10000        /* lines kept per worker while ddpd does not answer */
+#define AGENT_METRIC_QUEUE_MAX 1000         /* metrics lines kept per worker */
+#define AGENT_BEAT_LINES_MAX   1000         /* log lines per beat (docs/api.md) */
+#define AGENT_BEAT_METRICS_MAX 200          /* metrics lines per beat */
+#define AGENT_BEAT_BYTES_MAX   (640u << 10) /* lines and metrics per beat: ddpd takes 1 MiB */
+#define AGENT_BACKOFF_MIN_MS   100
+#define AGENT_BACKOFF_MAX_MS   2000
 /* Another agent holds this node's name (beat.c: 409/401 on a beat, 409 on a register): the
  * wait before the next try doubles from the first to the most, and starts at the first again
  * after AGENT_CONFLICT_CALM_MS without a conflict. */

@@ -581,8 +581,7 @@ void agent_heartbeat_loop(struct agent *a)
                 pause = conflict_next(&conflict);
             if (err.code == DDP_EABORTED)
                 log_warn("ddpd has another incarnation of node %s registered (another agent "
-                         "with this --name?): registering again in %.1fs (conflict %" PRId64
-                         ")",
+                         "with this --name?): registering again in %.1fs (conflict %" PRId64 ")",
                          a->cfg->name, pause / 1e3, conflict.count);
             else if (err.code == DDP_EUNAUTH)
                 log_warn("ddpd does not take node %s's credential (removed, or another agent "
