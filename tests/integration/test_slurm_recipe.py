@@ -5,7 +5,8 @@ both nodes:
 
   1. a short ddp-worker training (synthetic data): COMPLETED 0:0, the ddp job SUCCEEDED;
      the Slurm overhead (sbatch to the end vs the ddp job's own start to end) is printed;
-  2. a command that fails: FAILED 1:0;
+  2. a command that fails: FAILED 1:0; DDP_PORT taken: FAILED 1:0 at once, the reason in
+     the job's output;
   3. a command that waits, cancelled with scancel: CANCELLED, and every worker saw its
      SIGTERM (the agents gave them their grace);
   4. ddpctl submit with a finished run's DDP_HOME and Idempotency-Key: that run's job back;
@@ -293,6 +294,25 @@ def test_failure(s):
     s.check_nothing_left(job)
 
 
+def test_port_taken(s):
+    """DDP_PORT fixed to a port that is taken: the job fails at once, the reason in its
+    output (it was a silent 36 s wait and an empty slurm-N.out)."""
+    import socket
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        t0 = time.monotonic()
+        job = sbatch(s, ["/bin/true"], {"DDP_PORT": str(port)})
+        state = s.wait_final(job, 60)
+        took = time.monotonic() - t0
+    out = s.out(job)
+    assert state == ("FAILED", "1:0"), "%s\n%s" % (state, out)
+    assert "ddp.sbatch: ddpd exited at start" in out, out
+    assert took < 15, "port taken: %.1f s to FAILED\n%s" % (took, out)
+    s.check_nothing_left(job)
+
+
 def test_scancel(s):
     term = os.path.join(s.run_dir, "term.log")
     ready = os.path.join(s.run_dir, "ready")
@@ -405,6 +425,7 @@ def main():
         print("Slurm up (munged, slurmctld, 2 slurmd) in %.1f s" % (time.monotonic() - t0),
               flush=True)
         for name, fn in (("success", test_success), ("failure", test_failure),
+                         ("port_taken", test_port_taken),
                          ("scancel", test_scancel), ("same_key", test_same_key_same_job),
                          ("requeue", test_requeue)):
             t1 = time.monotonic()
