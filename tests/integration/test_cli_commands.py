@@ -2,7 +2,7 @@
 line), --help, "cannot reach ddpd ...: connection refused", "job j-N not found", token
 resolution (flag, DDP_TOKEN, $DDP_HOME/user.token, ./.ddp/user.token) and its errors, and
 submit / list / status / cancel in table and json form, the json parsed and compared with
-what ddpd stored."""
+what ddpd stored, and submit --idempotency-key (the same key: the same job)."""
 import json
 import os
 import sys
@@ -201,6 +201,24 @@ def test_cli_submit_list_status_cancel():
         assert rows[0][-1] == "ISOLATION", r
         assert {row[0]: row[-1] for row in rows[1:]} == {"n-per": "per-user", "n-old": "-"}, r
 
+
+
+def test_cli_submit_idempotency_key():
+    assert_usage(ctl(None, "submit", "--idempotency-key", "a b", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--idempotency-key", "k" * 129, "--", "true"), "submit")
+    with cluster(node_timeout=300) as c:
+        work = c.tmp
+        first = ctl(c, "submit", "--parsable", "--idempotency-key", "slurm-x-42", "--",
+                    "/bin/true", cwd=work)
+        again = ctl(c, "submit", "--parsable", "--idempotency-key", "slurm-x-42", "--",
+                    "/bin/true", cwd=work)
+        assert first.rc == 0 and again.rc == 0 and first.out == again.out == "j-1\n", (first,
+                                                                                     again)
+        other = ctl(c, "submit", "--parsable", "--idempotency-key", "slurm-x-42", "--",
+                    "/bin/false", cwd=work)
+        assert other.rc == 1 and "slurm-x-42" in other.err, other
+        fresh = ctl(c, "submit", "--parsable", "--", "/bin/true", cwd=work)
+        assert fresh.rc == 0 and fresh.out == "j-2\n", fresh
 
 if __name__ == "__main__":
     api_sim.run_tests(globals())
