@@ -13,6 +13,8 @@ ddp_unit_test(NAME test_coord SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_coor
   LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_http SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_http.c
   LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_dqwire SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dqwire.c
+  LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_common.c
   LIBS ddpcommon)
 
@@ -29,4 +31,15 @@ if(DDP_FUZZ)
             sh -c "rm -rf fuzz_request_work && mkdir fuzz_request_work && exec $<TARGET_FILE:fuzz_request> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_request_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/request_corpus"
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   set_tests_properties(fuzz_request PROPERTIES TIMEOUT 120 LABELS "fuzz")
+
+  add_executable(fuzz_dqwire ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_dqwire.c)
+  target_compile_options(fuzz_dqwire PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_dqwire PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_dqwire PRIVATE ddpserver ddpcommon)
+  set_target_properties(fuzz_dqwire PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME fuzz_dqwire
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+            sh -c "rm -rf fuzz_dqwire_work && mkdir fuzz_dqwire_work && exec $<TARGET_FILE:fuzz_dqwire> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_dqwire_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/dqwire_corpus"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_tests_properties(fuzz_dqwire PROPERTIES TIMEOUT 120 LABELS "fuzz")
 endif()
