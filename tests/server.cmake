@@ -15,6 +15,11 @@ ddp_unit_test(NAME test_http SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_http.
   LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_dqwire SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dqwire.c
   LIBS ddpserver ddpcommon)
+# The dqlite client against real dqlite nodes (1 and 3), which the test forks itself.
+if(DQLITE_FOUND)
+  ddp_unit_test(NAME test_dqclient SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dqclient.c
+    LIBS ddpserver ddpcommon PkgConfig::DQLITE TIMEOUT 120 LABELS dqlite)
+endif()
 ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_common.c
   LIBS ddpcommon)
 
