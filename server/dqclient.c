@@ -454,8 +454,8 @@ static int register_and_open(struct dqclient *c, struct ddp_err *err)
         return bad_answer(c, "client", err);
     out_begin(c, DQWIRE_REQ_OPEN, &start);
     out_text(c, c->db);
-    out_u64(c, 0);
-    out_text(c, "volatile");
+    out_u64(c, 0);   /* flags */
+    out_text(c, ""); /* the VFS name, which dqlite 1.11 ignores */
     out_end(c, start);
     rc = roundtrip(c, "open", NULL, DQWIRE_RESP_DB, &type, err);
     if (rc != 0)
