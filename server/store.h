@@ -1,6 +1,6 @@
 /*
- * store.h - ddpd's SQLite file: migrations, durable writes, loading at start, and the
- * reads that are not on the hot path (events, metrics, logs).
+ * store.h - ddpd's database, a SQLite file (store_open): migrations, durable writes, loading at start, and the reads that are
+ * not on the hot path (events, metrics, logs).
  *
  * The store is not thread safe: the coordinator calls it under its store mutex. Writes happen
  * inside store_begin()/store_commit() (one transaction per change of state; the coordinator's
@@ -12,6 +12,7 @@
 #define DDP_SERVER_STORE_H
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
