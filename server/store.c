@@ -253,6 +253,16 @@ int store_open(const char *path, struct store **out, struct ddp_err *err)
     return store_start(&store_sqlite_ops, be, out, err);
 }
 
+int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db, struct store **out,
+                      struct ddp_err *err)
+{
+    void *be = NULL;
+    int rc = store_dqlite_open(addrs, naddrs, db, &be, err);
+    if (rc)
+        return rc;
+    return store_start(&store_dqlite_ops, be, out, err);
+}
+
 void store_close(struct store *st)
 {
     if (!st)

@@ -1,5 +1,6 @@
 /*
- * store.h - ddpd's database, a SQLite file (store_open): migrations, durable writes, loading at start, and the reads that are
+ * store.h - ddpd's database, a SQLite file (store_open, the default) or a dqlite cluster
+ * (store_open_dqlite): migrations, durable writes, loading at start, and the reads that are
  * not on the hot path (events, metrics, logs).
  *
  * The store is not thread safe: the coordinator calls it under its store mutex. Writes happen
@@ -68,6 +69,13 @@ struct store_user {
  * embedded migrations newer than PRAGMA user_version, each in its own transaction. On
  * success *out is the store (caller closes with store_close()). */
 int store_open(const char *path, struct store **out, struct ddp_err *err);
+/* The same store on a dqlite cluster: connects to the leader among addrs ("HOST:PORT",
+ * server/dqclient.h), opens database db there and applies the same migrations. A lost
+ * connection is found again at the next statement run outside a transaction (the leader may
+ * have changed); inside one, statements fail with DDP_EUNAVAIL until the caller rolls back.
+ * On success *out is the store (caller closes with store_close()). */
+int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db, struct store **out,
+                      struct ddp_err *err);
 /* Closes; accepts NULL. */
 void store_close(struct store *st);
 /* The schema version now (PRAGMA user_version), or -1 on error. */

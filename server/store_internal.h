@@ -90,8 +90,12 @@ struct store {
 };
 
 extern const struct store_ops store_sqlite_ops;
+extern const struct store_ops store_dqlite_ops;
 
 /* Opens the SQLite file at path (mode 0600, WAL, synchronous=FULL, foreign keys): *be. */
 int store_sqlite_open(const char *path, void **be, struct ddp_err *err);
+/* Connects to the dqlite leader among addrs and opens database db: *be. */
+int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db, void **be,
+                      struct ddp_err *err);
 
 #endif

@@ -38,6 +38,7 @@
 #include "common/timeutil.h"
 #include "server/dqclient.h"
 #include "server/embed.h"
+#include "server/store.h"
 
 #define NODE_START_MS 15000
 #define NODE_STOP_MS  10000
@@ -509,12 +510,146 @@ static void test_dqclient_three_nodes(void **state)
         node_stop(&n[i]);
 }
 
+static struct store_job job_row(int64_t id, const char *state)
+{
+    struct store_job j = {
+        .id = id,
+        .name = "fashion",
+        .spec = "{\"name\":\"fashion\"}",
+        .state = state,
+        .generation = 2,
+        .restarts = 1,
+        .world_size = 4,
+        .master_addr = "127.0.0.1",
+        .master_port = 29500,
+        .nodes = "[{\"name\":\"a\",\"group_rank\":0}]",
+        .reason = "rank 3 exited 6",
+        .created_at = 1000,
+        .started_at = 2000,
+        .job_token = "tok",
+        .log_seq = 5,
+        .owner = "admin",
+    };
+    return j;
+}
+
+struct seen {
+    int jobs;
+    int64_t last_id, started_at, finished_at, log_seq;
+    char state[32];
+};
+
+static int on_job(void *ctx, const struct store_job *j)
+{
+    struct seen *s = ctx;
+    s->jobs++;
+    s->last_id = j->id;
+    s->started_at = j->started_at;
+    s->finished_at = j->finished_at;
+    s->log_seq = j->log_seq;
+    snprintf(s->state, sizeof s->state, "%s", j->state);
+    return 0;
+}
+
+/* ddpd's store on dqlite (store_open_dqlite): the same calls as on the SQLite file, and after
+ * a kill -9 of the leader the next transaction runs on the new one. */
+static void test_dqclient_store(void **state)
+{
+    struct node n[3] = {{0}};
+    for (unsigned i = 0; i < 3; i++)
+        node_start(&n[i], i + 1);
+    struct dqclient_opts o = {.timeout_ms = 2000, .leader_timeout_ms = 15000};
+    struct dqclient *c = NULL;
+    struct ddp_err e;
+    const char *first[] = {n[0].addr};
+    int rc = dqclient_open(first, 1, "admin", &o, &c, &e);
+    if (rc != 0)
+        fail_msg("open: %s", e.msg);
+    for (unsigned i = 1; i < 3; i++) {
+        assert_int_equal(dqclient_add(c, n[i].id, n[i].addr, &e), 0);
+        assert_int_equal(dqclient_assign(c, n[i].id, DQWIRE_VOTER, &e), 0);
+    }
+    dqclient_close(c);
+
+    const char *all[] = {n[0].addr, n[1].addr, n[2].addr};
+    struct store *st = NULL;
+    rc = store_open_dqlite(all, 3, "ddp", &st, &e);
+    if (rc != 0)
+        fail_msg("store_open_dqlite: %s", e.msg);
+    assert_true(store_schema_version(st) >= 4);
+    struct store_job j = job_row(1, "RUNNING");
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_job_put(st, &j, &e), 0);
+    assert_int_equal(store_event_add(st, 1, 1, 1000, 0, "PENDING", "submitted", &e), 0);
+    for (int i = 1; i <= 3; i++) {
+        char t[16];
+        snprintf(t, sizeof t, "line %d", i);
+        assert_int_equal(store_log_add(st, 1, i, 2, 0, t, &e), 0);
+    }
+    assert_int_equal(store_commit(st, &e), 0);
+    struct store_job j2 = job_row(2, "PENDING");
+    assert_int_equal(store_begin(st, &e), 0);
+    assert_int_equal(store_job_put(st, &j2, &e), 0);
+    store_rollback(st);
+
+    struct seen s = {0};
+    assert_int_equal(store_load_jobs(st, on_job, &s, &e), 0);
+    assert_int_equal(s.jobs, 1);
+    assert_string_equal(s.state, "RUNNING");
+    assert_int_equal(s.started_at, 2000);
+    assert_int_equal(s.finished_at, 0); /* NULL */
+    assert_int_equal(s.log_seq, 5);
+    json_t *ev = NULL, *logs = NULL, *tail = NULL;
+    assert_int_equal(store_events_json(st, 1, 0, 100, &ev, &e), 0);
+    assert_int_equal(json_array_size(ev), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(ev, 0), "reason")),
+                        "submitted");
+    assert_int_equal(store_logs_json(st, 1, 0, 0, 100, &logs, &e), 0);
+    assert_int_equal(json_array_size(logs), 3);
+    assert_int_equal(store_last_lines(st, 1, 2, 0, 2, &tail, &e), 0);
+    assert_string_equal(json_string_value(json_array_get(tail, 1)), "line 3");
+    json_decref(ev);
+    json_decref(logs);
+    json_decref(tail);
+    int64_t last = 0;
+    assert_int_equal(store_last_job_id(st, &last, &e), 0);
+    assert_int_equal(last, 1);
+
+    /* The leader dies inside a transaction: the transaction's statements fail, the rollback
+     * ends it, and the next one finds the new leader. */
+    assert_int_equal(store_begin(st, &e), 0);
+    node_kill(&n[0]);
+    struct store_job j3 = job_row(3, "PENDING");
+    rc = store_job_put(st, &j3, &e);
+    assert_true(rc == DDP_EPEER || rc == DDP_ETIMEOUT || rc == DDP_EUNAVAIL);
+    assert_int_equal(store_event_add(st, 3, 1, 1000, 0, "PENDING", "x", &e), DDP_EUNAVAIL);
+    assert_non_null(strstr(e.msg, "inside a transaction"));
+    store_rollback(st);
+    int64_t t0 = time_mono_ns();
+    rc = store_begin(st, &e);
+    if (rc != 0)
+        fail_msg("begin after failover: %s", e.msg);
+    assert_int_equal(store_job_put(st, &j3, &e), 0);
+    assert_int_equal(store_commit(st, &e), 0);
+    print_message("figure: store on dqlite: first transaction after kill -9 of the leader "
+                  "committed in %.0f ms\n",
+                  (double)(time_mono_ns() - t0) / 1e6);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(store_load_jobs(st, on_job, &s, &e), 0);
+    assert_int_equal(s.jobs, 2);
+    assert_int_equal(s.last_id, 3);
+    store_close(st);
+    for (unsigned i = 0; i < 3; i++)
+        node_stop(&n[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_dqclient_timeouts, stop_all),
         cmocka_unit_test_teardown(test_dqclient_one_node, stop_all),
         cmocka_unit_test_teardown(test_dqclient_three_nodes, stop_all),
+        cmocka_unit_test_teardown(test_dqclient_store, stop_all),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }
