@@ -103,7 +103,8 @@ static const char *const store_sql[ST_COUNT] = {
                      "started_at, finished_at, job_token, log_seq, metric_seq, event_seq, "
                      "end_kind, end_reason, owner, request_id FROM jobs ORDER BY id",
     [ST_LOAD_NODES] = "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
-                      "registered_at, last_heartbeat, credential_hash, admin_state, admin_reason "
+                      "registered_at, last_heartbeat, credential_hash, admin_state, admin_reason, "
+                      "labels "
                       "FROM nodes ORDER BY name",
     [ST_LOAD_MARKS] = "SELECT job_id, generation, rank, last_seq FROM marks "
                       "ORDER BY job_id, generation, rank",
