@@ -465,6 +465,29 @@ static int register_and_open(struct dqclient *c, struct ddp_err *err)
     return 0;
 }
 
+/* Adds the cluster's members that addrs lacks (up to DQCLIENT_MAX_NODES), so that a client
+ * given one address can still find a new leader after that node died. A FAILURE answer
+ * leaves addrs as they were; a lost connection is an error. */
+static int learn_members(struct dqclient *c, struct ddp_err *err)
+{
+    struct dqclient_server s[DQCLIENT_MAX_NODES];
+    size_t n = 0;
+    int rc = dqclient_cluster(c, s, DQCLIENT_MAX_NODES, &n, err);
+    if (rc != 0)
+        return dqclient_connected(c) ? 0 : rc;
+    for (size_t i = 0; i < n && c->naddrs < DQCLIENT_MAX_NODES; i++) {
+        char host[DQCLIENT_ADDR_MAX], port[16];
+        int known = split_addr(s[i].address, host, sizeof host, port, sizeof port) != 0;
+        for (size_t k = 0; !known && k < c->naddrs; k++)
+            known = strcmp(c->addrs[k], s[i].address) == 0;
+        if (known)
+            continue;
+        c->addrs = xrealloc(c->addrs, (c->naddrs + 1) * sizeof *c->addrs);
+        c->addrs[c->naddrs++] = xstrdup(s[i].address);
+    }
+    return 0;
+}
+
 int dqclient_reconnect(struct dqclient *c, struct ddp_err *err)
 {
     drop(c);
@@ -472,6 +495,8 @@ int dqclient_reconnect(struct dqclient *c, struct ddp_err *err)
     int rc = find_leader(c, err);
     if (rc == 0)
         rc = register_and_open(c, err);
+    if (rc == 0)
+        rc = learn_members(c, err);
     if (rc != 0)
         drop(c);
     return rc;
@@ -530,6 +555,11 @@ void dqclient_close(struct dqclient *c)
     buf_release(&c->out);
     buf_release(&c->in);
     free(c);
+}
+
+size_t dqclient_naddrs(const struct dqclient *c)
+{
+    return c->naddrs;
 }
 
 const char *dqclient_node(const struct dqclient *c)

@@ -82,6 +82,8 @@ struct dqclient_server {
 
 /* Connects to the leader among addrs ("HOST:PORT" or "[V6]:PORT", numeric addresses only,
  * copied), registers as a client and opens database db (created if new). opts may be NULL.
+ * Each connection also asks the leader for the cluster's members and adds those addrs lacks
+ * (at most DQCLIENT_MAX_NODES in all) to the addresses a later reconnect tries.
  * On success *out is the client (caller frees with dqclient_close()); on error nothing is
  * left open. */
 int dqclient_open(const char *const *addrs, size_t naddrs, const char *db,
@@ -91,6 +93,8 @@ void dqclient_close(struct dqclient *c);
 /* Drops the connection (if any) and finds the leader again, as dqclient_open() did; prepared
  * statements of the old connection are dead (their calls answer DDP_EUNAVAIL). */
 int dqclient_reconnect(struct dqclient *c, struct ddp_err *err);
+/* The number of addresses a reconnect tries (those given and those learned). */
+size_t dqclient_naddrs(const struct dqclient *c);
 /* The address of the node connected to (the leader when it was found), "" when BROKEN. */
 const char *dqclient_node(const struct dqclient *c);
 /* 1 when CONNECTED. */

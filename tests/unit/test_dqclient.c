@@ -477,6 +477,12 @@ static void test_dqclient_three_nodes(void **state)
     double three = exec_rate(c, 0, 300);
     print_message("figure: dqlite 3 nodes: %.0f EXEC/s (INSERT, 2 parameters, autocommit)\n",
                   three);
+    /* A client told only node 1's address learns the others from CLUSTER. */
+    struct dqclient *one = NULL;
+    rc = dqclient_open(first, 1, "ddp", &o, &one, &e);
+    if (rc != 0)
+        fail_msg("open one: %s", e.msg);
+    assert_int_equal(dqclient_naddrs(one), 3);
     exec_ok(c, "BEGIN");
     exec_ok(c, "INSERT INTO bench (k, v) VALUES (-1, 'in the open transaction')");
 
@@ -503,6 +509,12 @@ static void test_dqclient_three_nodes(void **state)
     assert_int_equal(query_int(c, "SELECT count(*) FROM bench WHERE k >= 0 AND k < 1000"), 300);
     assert_int_equal(query_int(c, "SELECT count(*) FROM bench WHERE k = -1"), 0);
     assert_int_equal(query_int(c, "SELECT count(*) FROM bench WHERE k = -3"), 1);
+    rc = dqclient_reconnect(one, &e);
+    if (rc != 0)
+        fail_msg("reconnect of the one-address client: %s", e.msg);
+    assert_string_equal(dqclient_node(one), dqclient_node(c));
+    assert_int_equal(query_int(one, "SELECT count(*) FROM bench WHERE k = -3"), 1);
+    dqclient_close(one);
     double two = exec_rate(c, 1000, 100);
     print_message("figure: dqlite 2 of 3 nodes: %.0f EXEC/s\n", two);
     dqclient_close(c);
