@@ -35,9 +35,9 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     >/dev/null || echo "note: slurm-wlm or munge unavailable here; slurm_recipe will skip"
   # libdqlite (with libraft) runs the real dqlite nodes of test_dqclient, the replicated store's
   # client against dqlite itself. Apart too: where it is missing, the configure step says
-  # "libdqlite not found" and that test is not built.
+  # "libdqlite not found" and ctest lists test_dqclient as skipped.
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends libdqlite-dev \
-    libraft-dev >/dev/null || echo "note: libdqlite-dev unavailable here; test_dqclient is not built"
+    libraft-dev >/dev/null || echo "note: libdqlite-dev unavailable here; test_dqclient will skip"
 fi
 
 # promtool (Debian package prometheus) checks /metrics. Installing the package would also
