@@ -2,6 +2,7 @@
  * main.c - ddp-worker: parses the flags (strictly: an unknown flag or a bad value is exit 2
  * with a message naming the flag) and runs the training loop of train.c.
  */
+#include <cblas.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "common/args.h"
 #include "common/exitcodes.h"
 #include "common/log.h"
+#include "trainer/blas_core.h"
 #include "trainer/train.h"
 
 static const char usage_text[] =
@@ -24,7 +26,8 @@ static const char usage_text[] =
     "                  [--bucket-cap-mb MB]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
-    "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n";
+    "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n"
+    "       ddp-worker --blas-core   (prints the OpenBLAS kernels it runs: blas_core.h)\n";
 
 static int usage_error(const char *msg)
 {
@@ -220,12 +223,19 @@ int main(int argc, char **argv)
     char name[64];
     train_opts_default(&o);
     log_init("ddp-worker", LOG_INFO);
+    blas_core_fix(argv);
     signal(SIGPIPE, SIG_IGN);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage_text, stdout);
+            return DDP_EXIT_OK;
+        }
+        if (strcmp(a, "--blas-core") == 0) {
+            /* the kernels OpenBLAS runs here (after blas_core_fix): benchmarks give their
+             * peers the same with OPENBLAS_CORETYPE */
+            printf("%s\n", openblas_get_corename());
             return DDP_EXIT_OK;
         }
         if (strcmp(a, "--no-overlap") == 0) {

@@ -421,9 +421,10 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
         r->views[t] = reducer_grad(r->red, t);
     mi->ops->bind_grads(mi, r->views);
     r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
-    log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d",
+    log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d "
+             "blas=%s",
              g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
-             reducer_bucket_count(r->red), o->overlap);
+             reducer_bucket_count(r->red), o->overlap, openblas_get_corename());
     return DDP_EXIT_OK;
 }
 

@@ -19,6 +19,9 @@ repo=$(cd "$here/../.." && pwd)
 build=${1:-$repo/build}
 worker=$build/bin/ddp-worker
 [ -x "$worker" ] || { echo "no $worker: build first" >&2; exit 1; }
+# The same OpenBLAS kernels for every peer: ddp-worker chooses them where OpenBLAS falls back
+# to its generic ones (trainer/blas_core.h); PyTorch's OpenBLAS gets the same choice.
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$("$build/bin/ddp-worker" --blas-core)}
 work=$(mktemp -d)
 pids=()
 cleanup() {
