@@ -16,7 +16,8 @@
 # file against the live process) and starts afresh on the same ./.ddp (jobs are kept).
 #
 # Settings (environment): DDP_HOME (./.ddp), DDP_PORT (8470), DDP_BUILD_DIR (build),
-# DDP_EPOCHS (10), DDP_WORKER_ARGS (more ddp-worker arguments), DDP_WORKER_PORT_BASE (29500:
+# DDP_EPOCHS (10), DDP_MODEL (mlp: the main job; cnn: the CNN on Fashion-MNIST; gpt: the GPT on
+# Debian's fortunes, 1 epoch unless DDP_EPOCHS says), DDP_WORKER_ARGS (more ddp-worker arguments), DDP_WORKER_PORT_BASE (29500:
 # node-a uses 500 ports from there, node-b the next 500), DDP_SKIP_APT=1, DDP_SKIP_BUILD=1.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +33,19 @@ export DDP_HOME=${DDP_HOME:-$ROOT/.ddp}
 PORT=${DDP_PORT:-8470}
 BUILD=${DDP_BUILD_DIR:-build}
 case "$BUILD" in /*) BIN=$BUILD/bin ;; *) BIN=$ROOT/$BUILD/bin ;; esac
-EPOCHS=${DDP_EPOCHS:-10}
+MODEL=${DDP_MODEL:-mlp}
+case $MODEL in
+  mlp) MODEL_ARGS=() JOB_NAME=fashion-mnist WHAT="an MLP on Fashion-MNIST" ;;
+  cnn) MODEL_ARGS=(--model cnn:c32k5-p2-c64k5-p2-f1024-f10 --backend cpu) JOB_NAME=fashion-cnn
+       WHAT="the CNN on Fashion-MNIST" ;;
+  gpt) MODEL_ARGS=(--model gpt:4-4-128-64 --backend cpu --data fortunes --optimizer adamw
+         --lr 0.001 --lr-scale none --warmup-steps 100 --clip-grad-norm 1.0 --batch-size 16
+         --eval-every 500 --generate 300) JOB_NAME=fortunes-gpt
+       WHAT="the GPT on the fortunes corpus" ;;
+  *) echo "up.sh: DDP_MODEL=$MODEL: want mlp, cnn or gpt" >&2; exit 2 ;;
+esac
+[ "$MODEL" = gpt ] && DEFAULT_EPOCHS=1 || DEFAULT_EPOCHS=10
+EPOCHS=${DDP_EPOCHS:-$DEFAULT_EPOCHS}
 PORT_BASE=${DDP_WORKER_PORT_BASE:-29500}
 read -r -a WORKER_ARGS <<<"${DDP_WORKER_ARGS:-}"
 URL=http://127.0.0.1:$PORT
@@ -45,7 +58,8 @@ die() { echo "up.sh: $*" >&2; exit 1; }
 
 # ---- 1. packages --------------------------------------------------------------------------
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
-  libcurl4-openssl-dev libopenblas-dev zlib1g-dev nettle-dev libcmocka-dev dataset-fashion-mnist)
+  libcurl4-openssl-dev libopenblas-dev zlib1g-dev nettle-dev libcmocka-dev dataset-fashion-mnist
+  fortunes)
 if [ "${DDP_SKIP_APT:-0}" != 1 ]; then
   step "installing packages (apt-get)"
   if [ "$(id -u)" = 0 ]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo);
@@ -159,9 +173,10 @@ done
 "$CTL" nodes
 
 # ---- 4. the main job ----------------------------------------------------------------------
-step "submitting the main job: ddp-worker on Fashion-MNIST, 2 nodes x 2 processes, $EPOCHS epoch(s)"
-JOB=$("$CTL" submit --parsable --name fashion-mnist --nnodes 2 --nproc-per-node 2 -- \
-  "$BIN/ddp-worker" --epochs "$EPOCHS" ${WORKER_ARGS[@]+"${WORKER_ARGS[@]}"})
+step "submitting the main job: ddp-worker, $WHAT, 2 nodes x 2 processes, $EPOCHS epoch(s)"
+JOB=$("$CTL" submit --parsable --name "$JOB_NAME" --nnodes 2 --nproc-per-node 2 -- \
+  "$BIN/ddp-worker" ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} --epochs "$EPOCHS" \
+  ${WORKER_ARGS[@]+"${WORKER_ARGS[@]}"})
 echo "   job $JOB"
 
 # ---- 5. follow it -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
-    libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist \
+    libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
     python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 >/dev/null
   # PyTorch (with OpenBLAS) for the tests that run unmodified torch programs under the agents
   # (agent_torch). Apart, so that a machine where Debian has no python3-torch still runs the

@@ -9,6 +9,7 @@
 #                          falls back to the reference BLAS, ~15x slower on an MLP)
 #   openmpi-bin libopenmpi-dev   mpirun, mpicc (the MPI_Allreduce peer)
 #   dataset-fashion-mnist  the main job's data
+#   fortunes               the GPT's text (bench/models)
 # Then builds OUT_DIR/mpi_allreduce from bench/peers/mpi_allreduce.c with mpicc (not with
 # our CMake: Open MPI is a peer, not a dependency), and checks that torch really loads
 # OpenBLAS at run time (exit 1 if not: the comparison would be unfair).
@@ -20,7 +21,7 @@ out=${1:-$repo/build/peers}
 py=/usr/bin/python3
 
 need=()
-for p in python3-torch libopenblas0-pthread openmpi-bin libopenmpi-dev dataset-fashion-mnist; do
+for p in python3-torch libopenblas0-pthread openmpi-bin libopenmpi-dev dataset-fashion-mnist fortunes; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
