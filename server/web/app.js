@@ -502,8 +502,9 @@
 
     /* -- job page ------------------------------------------------------------------------ */
 
-    /* One point per epoch for metric `key`: a later report of the same epoch (a generation
-     * that re-ran it) replaces the earlier one. */
+    /* One point per epoch for metric `key` (a fractional epoch for the reports a language
+     * model makes between epochs): a later report of the same epoch (a generation that re-ran
+     * it) replaces the earlier one. */
     function series(metrics, key) {
         var byEpoch = {};
         metrics.forEach(function (r) {
@@ -721,11 +722,18 @@
             DdpChart.draw(charts.loss, { title: 'Training loss', ylabel: 'loss',
                                          points: series(metrics, 'loss'), markers: markers,
                                          xmax: xmax });
-            DdpChart.draw(charts.acc, { title: 'Test accuracy', ylabel: 'accuracy',
-                                        points: series(metrics, 'test_acc'), markers: markers,
-                                        xmax: xmax });
-            DdpChart.draw(charts.tput, { title: 'Throughput', ylabel: 'samples/s',
-                                         points: series(metrics, 'samples_per_s'),
+            /* A language model (ddp-worker's GPT) reports a validation loss and tokens/s,
+             * at fractional epochs (every --eval-every steps): its second and third charts. */
+            var lang = lm && typeof lm.val_loss === 'number';
+            DdpChart.draw(charts.acc, lang
+                ? { title: 'Validation loss (nats/byte)', ylabel: 'val loss',
+                    points: series(metrics, 'val_loss'), markers: markers, xmax: xmax }
+                : { title: 'Test accuracy', ylabel: 'accuracy',
+                    points: series(metrics, 'test_acc'), markers: markers, xmax: xmax });
+            DdpChart.draw(charts.tput, { title: 'Throughput',
+                                         ylabel: lang ? 'tokens/s' : 'samples/s',
+                                         points: series(metrics, lang ? 'tokens_per_s'
+                                                                     : 'samples_per_s'),
                                          markers: markers, xmax: xmax });
         }
 
