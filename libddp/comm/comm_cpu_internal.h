@@ -4,7 +4,8 @@
  * to libddp/comm/.
  *
  *   comm_cpu.c  the backend: ops table, transport choice, work queue and comm thread
- *   ring.c      the TCP ring: set-up, the pipelined all-reduce and broadcast engine
+ *   ring.c      the TCP ring: set-up, the pipelined engine of all-reduce, reduce-scatter,
+ *               all-gather and broadcast
  *   rdouble.c   recursive doubling for small all-reduces over TCP
  *   peer.c      publish / connect / accept of TCP peers with a checked hello (both above)
  *   topo.c      host topology: which ranks share a host
@@ -34,7 +35,13 @@
 /* TCP all-reduces of at most this many bytes take recursive doubling (see bench/allreduce). */
 #define COMM_TCP_SMALL_BYTES (64 * 1024)
 
-enum work_kind { WORK_ALLREDUCE = 1, WORK_BROADCAST = 2, WORK_BARRIER = 3 };
+enum work_kind {
+    WORK_ALLREDUCE = 1,
+    WORK_BROADCAST = 2,
+    WORK_BARRIER = 3,
+    WORK_REDUCE_SCATTER = 4,
+    WORK_ALLGATHER = 5,
+};
 
 /* How collectives travel (chosen in init from the rank layout, the same on every rank). */
 enum comm_mode {
@@ -67,6 +74,10 @@ struct cpu {
     char left_name[PEER_NAME_MAX], right_name[PEER_NAME_MAX];
     size_t chunk;
     void *stage;
+    /* Scratch of the running collective (comm thread, or the inline caller): the ring
+     * reduce-scatter's two segments, the hierarchical reduce-scatter's full buffer. */
+    void *scratch;
+    size_t scratch_bytes;
     uint64_t seq; /* collectives run so far (comm thread only) */
     pthread_t thread;
     int thread_started;
@@ -113,6 +124,14 @@ int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, 
                    int kind, const char *what, struct ddp_err *err);
 int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
                    struct ddp_err *err);
+/* The two halves of ring_allreduce on their own, over shards of count elements (segment i
+ * = ring index i's shard; comm.h's contract: in place or not overlapping). The
+ * reduce-scatter only reads `in` (sums go through cpu->scratch when the ring has more than
+ * two ranks); the all-gather copies `in` to its own place in `out` first. */
+int ring_reduce_scatter(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                        uint64_t seq, struct ddp_err *err);
+int ring_allgather(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                   uint64_t seq, struct ddp_err *err);
 
 /* rdouble.c. rd_connect: fills cpu->rd_fd, rd_pow, tcp_small, rd_tmp (store keys
  * "comm/<id>/rd/<ring index>"); what it allocated stays in cpu for cpu_destroy, also after

@@ -1,6 +1,6 @@
 /*
- * ring.c - the CPU backend's TCP ring: its set-up and the engine that runs one all-reduce
- * or broadcast over it.
+ * ring.c - the CPU backend's TCP ring: its set-up and the engine that runs one all-reduce,
+ * reduce-scatter, all-gather or broadcast over it.
  *
  * Set-up (ring_connect): each ring rank publishes its address under "comm/<id>/<ring
  * index>" (peer.c), connects to its right neighbour (index + 1) and says hello, accepts from
@@ -14,11 +14,17 @@
  *
  * All-reduce = reduce-scatter then all-gather over W segments of nearly equal size
  * (count/W elements, the first count%W one more): 2(W-1) steps; in step t a rank sends one
- * segment and receives another. Received reduce-scatter data lands in a chunk-sized staging
- * buffer and is summed into the user's buffer chunk by chunk; all-gather data is received in
- * place. Pipelining: the segment sent in step t is the one received in step t-1, and each
- * byte of it goes out as soon as its chunk has been received and summed, so sending,
- * receiving and summing overlap across the whole ring (non-blocking sockets + poll).
+ * segment and receives another. The two halves are also collectives of their own
+ * (ring_reduce_scatter, ring_allgather: W equal shards, rank r's is segment r), run by the
+ * same engine from the same step functions: a plan says how many reduce-scatter and
+ * all-gather steps it has and where each step's bytes come from and go (struct plan).
+ * Received reduce-scatter data lands in a chunk-sized staging buffer and is summed chunk by
+ * chunk: into the user's buffer for the all-reduce (in place), into two alternating scratch
+ * segments for the reduce-scatter, whose input is only read, and into the output at the last
+ * step; all-gather data is received in place. Pipelining: the segment sent in step t is the
+ * one received in step t-1, and each byte of it goes out as soon as its chunk has been
+ * received and summed, so sending, receiving and summing overlap across the whole ring
+ * (non-blocking sockets + poll).
  * Broadcast is a pipelined ring from the root (each rank forwards bytes as they arrive).
  *
  * Failure: an inactivity deadline (opts.timeout_ms without any byte moving) gives
@@ -31,42 +37,69 @@
  *     (cpu_global_rank) in every message; they differ in the hierarchical layout.
  *  2. A send step never sends bytes of a segment before they were received and summed:
  *     step t forwards what receive step t-1 completed (step_dep).
+ *  3. A receive step never writes a buffer a send step still reads: the reduce-scatter's
+ *     scratch segment of step t - 2 is written again in step t only after send step t - 1
+ *     has finished (recv_gate); every other buffer is written again only after the ring
+ *     carried this rank's bytes of it all the way round.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/timeutil.h"
+#include "common/xalloc.h"
 #include "libddp/comm/comm_cpu_internal.h"
 #include "libddp/comm/comm_shm.h"
 #include "libddp/comm/fault.h"
 #include "libddp/comm/peer.h"
 #include "libddp/comm/vecadd.h"
 
-/* One collective as the engine sees it. */
+/*
+ * One collective as the engine sees it. A ring collective is rs_steps reduce-scatter steps
+ * then ag_steps all-gather steps over `world` segments (segment i at seg_range(i)); in
+ * reduce-scatter step t a rank sends segment rank-t-1 and receives segment rank-t-2 (mod
+ * world), so after world-1 steps it holds the whole sum of its own segment `rank`; in
+ * all-gather step u it sends segment rank-u and receives segment rank-u-1. The all-reduce is
+ * both phases over one buffer (sums in place); reduce-scatter and all-gather are one each.
+ */
 struct plan {
-    char *buf;
+    const char *what;
+    const struct vecadd_type *type; /* ring collectives: the element type */
     size_t esize;
-    const struct vecadd_type *type; /* all-reduce: the element type */
     int nsteps;
     int has_send, has_recv;
-    /* all-reduce */
     int rank, world;
+    /* segments: even: segment i = elements [i * count, (i + 1) * count); else count elements
+     * split nearly evenly (count/world each, the first count%world one more) */
+    int even;
     size_t count;
+    int rs_steps, ag_steps;
+    char *in;           /* reduce-scatter: every rank's contribution, segment i at off(i) */
+    char *rs_dst[2];    /* where the non-final steps' sums go, alternately (a segment each);
+                       * NULL: in place into `in` (which is then written) */
+    char *rs_out;       /* the final sum, of the own segment */
+    const char *ag_own; /* all-gather: the own segment's data, sent first */
+    char *ag_buf;       /* all-gather: segment i is received at ag_buf + off(i) */
     /* broadcast */
     int is_bcast;
+    char *buf;
     size_t bytes;
-    const char *what;
 };
 
 static void seg_range(const struct plan *p, int i, size_t *off, size_t *len)
 {
-    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
     size_t ui = (size_t)i;
+    if (p->even) {
+        *off = ui * p->count * p->esize;
+        *len = p->count * p->esize;
+        return;
+    }
+    size_t base = p->count / (size_t)p->world, rem = p->count % (size_t)p->world;
     *off = (ui * base + (ui < rem ? ui : rem)) * p->esize;
     *len = (base + (ui < rem ? 1 : 0)) * p->esize;
 }
@@ -77,30 +110,69 @@ static int mod(int a, int w)
     return m < 0 ? m + w : m;
 }
 
-static void step_send(const struct plan *p, int t, size_t *off, size_t *len)
+/* Where a reduce-scatter step t's received sum goes. */
+static char *rs_dst_of(const struct plan *p, int t)
 {
+    if (t == p->rs_steps - 1)
+        return p->rs_out;
+    if (p->rs_dst[0])
+        return p->rs_dst[t % 2];
+    size_t off, len;
+    seg_range(p, mod(p->rank - t - 2, p->world), &off, &len);
+    return p->in + off;
+}
+
+/* The bytes send step t sends. */
+static void step_send(const struct plan *p, int t, const char **src, size_t *len)
+{
+    size_t off;
     if (p->is_bcast) {
-        *off = 0;
+        *src = p->buf;
         *len = p->has_send ? p->bytes : 0;
         return;
     }
-    int seg = t < p->world - 1 ? mod(p->rank - t, p->world)
-                               : mod(p->rank + 1 - (t - (p->world - 1)), p->world);
-    seg_range(p, seg, off, len);
-}
-
-static void step_recv(const struct plan *p, int t, size_t *off, size_t *len, int *reduce)
-{
-    if (p->is_bcast) {
-        *off = 0;
-        *len = p->has_recv ? p->bytes : 0;
-        *reduce = 0;
+    if (t < p->rs_steps) {
+        seg_range(p, mod(p->rank - t - 1, p->world), &off, len);
+        *src = t == 0 ? p->in + off : rs_dst_of(p, t - 1);
         return;
     }
-    int rs = t < p->world - 1;
-    int seg = rs ? mod(p->rank - t - 1, p->world) : mod(p->rank - (t - (p->world - 1)), p->world);
-    seg_range(p, seg, off, len);
-    *reduce = rs;
+    int u = t - p->rs_steps;
+    seg_range(p, mod(p->rank - u, p->world), &off, len);
+    *src = u == 0 ? p->ag_own : p->ag_buf + off;
+}
+
+/* Where receive step t's bytes go: *dst, and for a reduce step *acc, the data they are
+ * summed with (dst[i] = acc[i] + received[i]); *acc is NULL for a plain receive. */
+static void step_recv(const struct plan *p, int t, char **dst, const char **acc, size_t *len)
+{
+    size_t off;
+    if (p->is_bcast) {
+        *dst = p->buf;
+        *acc = NULL;
+        *len = p->has_recv ? p->bytes : 0;
+        return;
+    }
+    if (t < p->rs_steps) {
+        seg_range(p, mod(p->rank - t - 2, p->world), &off, len);
+        *dst = rs_dst_of(p, t);
+        *acc = p->in + off;
+        return;
+    }
+    int u = t - p->rs_steps;
+    seg_range(p, mod(p->rank - u - 1, p->world), &off, len);
+    *dst = p->ag_buf + off;
+    *acc = NULL;
+}
+
+/* The send step that must have finished before receive step t may write (-1: none): a
+ * reduce-scatter step that sums into scratch reuses the buffer of step t - 2, which send
+ * step t - 1 forwards. (Everywhere else a segment is written again only after the ring
+ * carried this rank's bytes of it round, so its send has long finished.) */
+static int recv_gate(const struct plan *p, int t)
+{
+    if (!p->is_bcast && p->rs_dst[0] && t >= 2 && t < p->rs_steps - 1)
+        return t - 1;
+    return -1;
 }
 
 /* The receive step whose data send step t forwards (-1: none). */
@@ -136,8 +208,9 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
             } else {
                 if (ss >= p->nsteps)
                     break;
-                size_t off, len;
-                step_send(p, ss, &off, &len);
+                const char *from;
+                size_t len;
+                step_send(p, ss, &from, &len);
                 if (sdone >= len) {
                     ss++;
                     sdone = 0;
@@ -151,7 +224,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                     allowed = rready;
                 if (allowed <= sdone)
                     break; /* waits for the left neighbour's data */
-                src = p->buf + off + sdone;
+                src = from + sdone;
                 avail = allowed - sdone;
             }
             ssize_t n = send(cpu->send_fd, src, avail, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -175,27 +248,31 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         while (p->has_recv) {
             char *dst;
             size_t room;
-            size_t off = 0, len = 0, cend = 0;
-            int reduce = 0;
+            size_t len = 0, cend = 0;
+            char *to = NULL;
+            const char *acc = NULL;
             if (rhdr < hsz) {
                 dst = (char *)&theirs + rhdr;
                 room = hsz - rhdr;
             } else {
                 if (rs >= p->nsteps)
                     break;
-                step_recv(p, rs, &off, &len, &reduce);
+                step_recv(p, rs, &to, &acc, &len);
                 if (rready >= len) {
                     rs++;
                     rready = 0;
                     sfill = 0;
                     continue;
                 }
-                if (reduce) {
+                int g = rready == 0 && sfill == 0 ? recv_gate(p, rs) : -1;
+                if (g >= 0 && ss <= g)
+                    break; /* its buffer is still being sent on: the send side moves first */
+                if (acc) {
                     cend = len - rready < cpu->chunk ? len - rready : cpu->chunk;
                     dst = (char *)cpu->stage + sfill;
                     room = cend - sfill;
                 } else {
-                    dst = p->buf + off + rready;
+                    dst = to + rready;
                     room = len - rready;
                 }
             }
@@ -226,10 +303,13 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                                        theirs.aux, theirs.seq, theirs.bytes, mine->kind, mine->aux,
                                        mine->seq, mine->bytes);
                     }
-                } else if (reduce) {
+                } else if (acc) {
                     sfill += (size_t)n;
                     if (sfill == cend) {
-                        p->type->add(p->buf + off + rready, cpu->stage, cend / p->esize);
+                        if (to == acc)
+                            p->type->add(to + rready, cpu->stage, cend / p->esize);
+                        else
+                            p->type->add2(to + rready, acc + rready, cpu->stage, cend / p->esize);
                         rready += cend;
                         sfill = 0;
                     }
@@ -299,28 +379,87 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
     }
 }
 
-int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
-                   int kind, const char *what, struct ddp_err *err)
+/* The plan of a ring collective over the comm's ring, without its buffers. */
+static void ring_plan(struct comm *c, enum comm_dtype dt, const char *what, struct plan *p)
 {
     struct cpu *cpu = c->impl;
-    const struct vecadd_type *t = vecadd_type(dt);
-    struct plan p;
-    memset(&p, 0, sizeof(p));
-    p.rank = cpu->rrank;
-    p.world = cpu->rworld;
-    p.buf = buf;
-    p.count = count;
-    p.type = t;
-    p.what = what;
-    p.esize = t->size;
-    p.nsteps = 2 * (cpu->rworld - 1);
-    p.has_send = p.has_recv = 1;
+    memset(p, 0, sizeof(*p));
+    p->rank = cpu->rrank;
+    p->world = cpu->rworld;
+    p->type = vecadd_type(dt);
+    p->esize = p->type->size;
+    p->what = what;
+    p->has_send = p->has_recv = 1;
+}
+
+static int ring_go(struct comm *c, struct plan *p, int kind, enum comm_dtype dt, uint64_t seq,
+                   uint64_t bytes, struct ddp_err *err)
+{
+    p->nsteps = p->rs_steps + p->ag_steps;
     struct coll_hdr h = {.magic = COLL_MAGIC,
                          .kind = (uint16_t)kind,
                          .aux = (uint16_t)dt,
                          .seq = seq,
-                         .bytes = count * p.esize};
-    return ring_run(c, &p, &h, err);
+                         .bytes = bytes};
+    return ring_run(c, p, &h, err);
+}
+
+int ring_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, uint64_t seq,
+                   int kind, const char *what, struct ddp_err *err)
+{
+    struct plan p;
+    ring_plan(c, dt, what, &p);
+    size_t off, len;
+    p.count = count;
+    p.in = p.ag_buf = buf;
+    seg_range(&p, p.rank, &off, &len);
+    p.rs_out = p.in + off; /* the sums stay in buf: rs_dst NULL */
+    p.ag_own = p.in + off;
+    p.rs_steps = p.ag_steps = p.world - 1;
+    return ring_go(c, &p, kind, dt, seq, count * p.esize, err);
+}
+
+int ring_reduce_scatter(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                        uint64_t seq, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    struct plan p;
+    ring_plan(c, dt, "reduce-scatter", &p);
+    size_t sb = count * p.esize;
+    p.even = 1;
+    p.count = count;
+    p.in = (char *)in; /* only read: the sums go to rs_dst and out */
+    p.rs_out = out;
+    p.rs_steps = p.world - 1;
+    if (p.world > 2) {
+        /* Two segments of scratch: step t's sum is sent on in step t + 1 while step t + 1's
+         * arrives. */
+        if (cpu->scratch_bytes < 2 * sb) {
+            free(cpu->scratch);
+            cpu->scratch = xmalloc(2 * sb);
+            cpu->scratch_bytes = 2 * sb;
+        }
+        p.rs_dst[0] = cpu->scratch;
+        p.rs_dst[1] = (char *)cpu->scratch + sb;
+    }
+    return ring_go(c, &p, WORK_REDUCE_SCATTER, dt, seq, sb * (size_t)p.world, err);
+}
+
+int ring_allgather(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                   uint64_t seq, struct ddp_err *err)
+{
+    struct plan p;
+    ring_plan(c, dt, "all-gather", &p);
+    size_t sb = count * p.esize;
+    p.even = 1;
+    p.count = count;
+    p.ag_own = in;
+    p.ag_buf = out;
+    p.ag_steps = p.world - 1;
+    char *own = (char *)out + (size_t)p.rank * sb;
+    if (own != (const char *)in && sb)
+        memcpy(own, in, sb);
+    return ring_go(c, &p, WORK_ALLGATHER, dt, seq, sb * (size_t)p.world, err);
 }
 
 int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t seq,
@@ -331,9 +470,9 @@ int ring_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint64_t s
     memset(&p, 0, sizeof(p));
     p.rank = cpu->rrank;
     p.world = cpu->rworld;
-    p.buf = buf;
     p.esize = 1;
     p.is_bcast = 1;
+    p.buf = buf;
     p.bytes = bytes;
     p.nsteps = 1;
     p.has_recv = cpu->rrank != root;
