@@ -199,6 +199,82 @@ int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt, 
     return comm_wait(c, w, err);
 }
 
+/* The checks of comm_reduce_scatter and comm_allgather: `full` is the count * W side
+ * (in for the reduce-scatter, out for the all-gather), `part` the one shard. */
+static int check_sharded(const struct comm *c, const char *what, const void *full, const void *part,
+                         size_t count, enum comm_dtype dt, struct ddp_err *err)
+{
+    if (dt != COMM_F32 && dt != COMM_F64)
+        return err_set(err, DDP_EINVAL, "%s: unknown data type %d", what, (int)dt);
+    size_t es = dt == COMM_F64 ? sizeof(double) : sizeof(float);
+    size_t w = (size_t)c->world_size;
+    if (count > SIZE_MAX / sizeof(double) / w) /* the all-reduce's bound, over the full buffer */
+        return err_set(err, DDP_EINVAL, "%s: count %zu over %d ranks is too large", what, count,
+                       c->world_size);
+    if (count == 0)
+        return 0;
+    if (!full || !part)
+        return err_set(err, DDP_EINVAL, "%s: NULL buffer", what);
+    uintptr_t f = (uintptr_t)full, p = (uintptr_t)part, sb = count * es;
+    if (p == f + (uintptr_t)c->rank * sb)
+        return 0; /* in place */
+    if (p < f + sb * w && f < p + sb)
+        return err_set(err, DDP_EINVAL,
+                       "%s: the buffers overlap but the shard is not at rank %d's place", what,
+                       c->rank);
+    return 0;
+}
+
+int comm_reduce_scatter_async(struct comm *c, const void *in, void *out, size_t count,
+                              enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err)
+{
+    int ret = check_sharded(c, "reduce-scatter", in, out, count, dt, err);
+    if (ret < 0)
+        return ret;
+    return c->ops->reduce_scatter_async(c, in, out, count, dt, out_work, err);
+}
+
+int comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                        struct ddp_err *err)
+{
+    if (c->ops->reduce_scatter) {
+        int ret = check_sharded(c, "reduce-scatter", in, out, count, dt, err);
+        if (ret < 0)
+            return ret;
+        return c->ops->reduce_scatter(c, in, out, count, dt, err);
+    }
+    struct comm_work *w = NULL;
+    int ret = comm_reduce_scatter_async(c, in, out, count, dt, &w, err);
+    if (ret < 0)
+        return ret;
+    return comm_wait(c, w, err);
+}
+
+int comm_allgather_async(struct comm *c, const void *in, void *out, size_t count,
+                         enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err)
+{
+    int ret = check_sharded(c, "all-gather", out, in, count, dt, err);
+    if (ret < 0)
+        return ret;
+    return c->ops->allgather_async(c, in, out, count, dt, out_work, err);
+}
+
+int comm_allgather(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                   struct ddp_err *err)
+{
+    if (c->ops->allgather) {
+        int ret = check_sharded(c, "all-gather", out, in, count, dt, err);
+        if (ret < 0)
+            return ret;
+        return c->ops->allgather(c, in, out, count, dt, err);
+    }
+    struct comm_work *w = NULL;
+    int ret = comm_allgather_async(c, in, out, count, dt, &w, err);
+    if (ret < 0)
+        return ret;
+    return comm_wait(c, w, err);
+}
+
 int comm_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err)
 {
     if (root < 0 || root >= c->world_size)

@@ -10,6 +10,10 @@
  * else hierarchical: a shared-memory reduce to each host's leader, the ring of the leaders
  * (ring index = host index), a shared-memory broadcast.
  *
+ * Reduce-scatter and all-gather (the sharded paths) are works like the all-reduce: the TCP
+ * ring runs its two halves on their own (ring.c), shared memory has its own (comm_shm_coll.c),
+ * and the hierarchical layout runs them as hierarchical all-reduces (do_reduce_scatter).
+ *
  * Collectives run in issue order (FIFO) on the comm thread. Barrier is an all-reduce of W
  * ones: nobody finishes before everybody has contributed. The first error is sticky: the
  * thread tells the neighbours (fault_abort_ring), fails every queued work with the error,
@@ -53,8 +57,9 @@
 
 struct comm_work {
     enum work_kind kind;
-    void *buf;
-    size_t count; /* all-reduce elements */
+    void *buf;    /* all-reduce, broadcast: the buffer; reduce-scatter, all-gather: in */
+    void *out;    /* reduce-scatter, all-gather */
+    size_t count; /* all-reduce elements; reduce-scatter, all-gather: elements per shard */
     enum comm_dtype dt;
     size_t bytes; /* broadcast bytes */
     int root;
@@ -88,7 +93,10 @@ static int do_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype
                         int kind, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    const char *what = kind == WORK_BARRIER ? "barrier" : "all-reduce";
+    const char *what = kind == WORK_BARRIER          ? "barrier"
+                       : kind == WORK_REDUCE_SCATTER ? "reduce-scatter"
+                       : kind == WORK_ALLGATHER      ? "all-gather"
+                                                     : "all-reduce";
     int ret = 0;
     switch (cpu->mode) {
     case MODE_TCP:
@@ -131,10 +139,83 @@ static int do_broadcast(struct comm *c, void *buf, size_t bytes, int root, uint6
     return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
 }
 
+/* cpu->scratch of at least bytes (comm thread or inline caller only: invariant 1). */
+static void *scratch_reserve(struct cpu *cpu, size_t bytes)
+{
+    if (cpu->scratch_bytes < bytes) {
+        free(cpu->scratch);
+        cpu->scratch = xmalloc(bytes);
+        cpu->scratch_bytes = bytes;
+    }
+    return cpu->scratch;
+}
+
+/*
+ * Reduce-scatter over the comm's transport. Shared memory and the TCP ring have their own;
+ * hierarchically (shards of one host need not be contiguous) it is the hierarchical
+ * all-reduce of a copy of in, of which this rank keeps its shard: correct, at the cost of
+ * the all-gather half it did not need.
+ */
+static int do_reduce_scatter(struct comm *c, const void *in, void *out, size_t count,
+                             enum comm_dtype dt, uint64_t seq, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    size_t sb = count * vecadd_type(dt)->size;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_reduce_scatter(c, in, out, count, dt, seq, err);
+    case MODE_SHM:
+        return shm_reduce_scatter(cpu->shm, in, out, count, dt, seq, WORK_REDUCE_SCATTER, err);
+    case MODE_HIER: {
+        size_t full = sb * (size_t)c->world_size;
+        char *tmp = scratch_reserve(cpu, full ? full : 1);
+        if (full)
+            memcpy(tmp, in, full);
+        int ret =
+            do_allreduce(c, tmp, count * (size_t)c->world_size, dt, seq, WORK_REDUCE_SCATTER, err);
+        if (ret == 0 && sb)
+            memmove(out, tmp + (size_t)c->rank * sb, sb);
+        return ret;
+    }
+    }
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
+/*
+ * All-gather over the comm's transport. Hierarchically it is a hierarchical all-reduce of out
+ * with every other shard zeroed: x + 0 is exactly x (a -0.0 comes back as +0.0), at the cost
+ * of summing zeros.
+ */
+static int do_allgather(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                        uint64_t seq, struct ddp_err *err)
+{
+    struct cpu *cpu = c->impl;
+    size_t sb = count * vecadd_type(dt)->size;
+    switch (cpu->mode) {
+    case MODE_TCP:
+        return ring_allgather(c, in, out, count, dt, seq, err);
+    case MODE_SHM:
+        return shm_allgather(cpu->shm, in, out, count, dt, seq, WORK_ALLGATHER, err);
+    case MODE_HIER: {
+        char *o = out, *own = o + (size_t)c->rank * sb;
+        if (sb && own != (const char *)in)
+            memcpy(own, in, sb);
+        memset(o, 0, (size_t)c->rank * sb);
+        memset(own + sb, 0, (size_t)(c->world_size - 1 - c->rank) * sb);
+        return do_allreduce(c, out, count * (size_t)c->world_size, dt, seq, WORK_ALLGATHER, err);
+    }
+    }
+    return err_set(err, DDP_EINTERNAL, "comm: unknown transport mode %d", (int)cpu->mode);
+}
+
 static int run_work(struct comm *c, struct comm_work *w, struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
     uint64_t seq = cpu->seq++;
+    if (w->kind == WORK_REDUCE_SCATTER)
+        return do_reduce_scatter(c, w->buf, w->out, w->count, w->dt, seq, err);
+    if (w->kind == WORK_ALLGATHER)
+        return do_allgather(c, w->buf, w->out, w->count, w->dt, seq, err);
     if (w->kind == WORK_BROADCAST)
         return do_broadcast(c, w->buf, w->bytes, w->root, seq, err);
     if (w->kind == WORK_ALLREDUCE)
@@ -265,6 +346,9 @@ static int enqueue(struct comm *c, struct comm_work *w, struct ddp_err *err)
         cpu->all->all_prev = w;
     cpu->all = w;
     if (c->world_size == 1) {
+        /* Nothing to exchange; a reduce-scatter or all-gather still copies its shard. */
+        if ((w->kind == WORK_REDUCE_SCATTER || w->kind == WORK_ALLGATHER) && w->buf != w->out)
+            memmove(w->out, w->buf, w->count * vecadd_type(w->dt)->size);
         w->done = 1;
     } else {
         if (cpu->tail)
@@ -336,6 +420,8 @@ static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err
 {
     struct cpu *cpu = c->impl;
     if (c->world_size == 1) {
+        if ((w->kind == WORK_REDUCE_SCATTER || w->kind == WORK_ALLGATHER) && w->buf != w->out)
+            memmove(w->out, w->buf, w->count * vecadd_type(w->dt)->size);
         free(w);
         return 0;
     }
@@ -369,6 +455,51 @@ static int cpu_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtyp
     w->count = count;
     w->dt = dt;
     return run_blocking(c, w, err);
+}
+
+static struct comm_work *sharded_work(enum work_kind kind, const void *in, void *out, size_t count,
+                                      enum comm_dtype dt)
+{
+    struct comm_work *w = xcalloc(1, sizeof(*w));
+    w->kind = kind;
+    w->buf = (void *)in; /* only read (comm.h) */
+    w->out = out;
+    w->count = count;
+    w->dt = dt;
+    return w;
+}
+
+static int cpu_reduce_scatter_async(struct comm *c, const void *in, void *out, size_t count,
+                                    enum comm_dtype dt, struct comm_work **out_work,
+                                    struct ddp_err *err)
+{
+    struct comm_work *w = sharded_work(WORK_REDUCE_SCATTER, in, out, count, dt);
+    int ret = enqueue(c, w, err);
+    if (ret == 0)
+        *out_work = w;
+    return ret;
+}
+
+static int cpu_allgather_async(struct comm *c, const void *in, void *out, size_t count,
+                               enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err)
+{
+    struct comm_work *w = sharded_work(WORK_ALLGATHER, in, out, count, dt);
+    int ret = enqueue(c, w, err);
+    if (ret == 0)
+        *out_work = w;
+    return ret;
+}
+
+static int cpu_reduce_scatter(struct comm *c, const void *in, void *out, size_t count,
+                              enum comm_dtype dt, struct ddp_err *err)
+{
+    return run_blocking(c, sharded_work(WORK_REDUCE_SCATTER, in, out, count, dt), err);
+}
+
+static int cpu_allgather(struct comm *c, const void *in, void *out, size_t count,
+                         enum comm_dtype dt, struct ddp_err *err)
+{
+    return run_blocking(c, sharded_work(WORK_ALLGATHER, in, out, count, dt), err);
 }
 
 static int cpu_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err)
@@ -423,6 +554,7 @@ static void cpu_destroy(struct comm *c)
     if (cpu->recv_fd >= 0)
         close(cpu->recv_fd);
     free(cpu->stage);
+    free(cpu->scratch);
     for (int i = 0; cpu->rd_fd && i < cpu->rworld; i++)
         if (cpu->rd_fd[i] >= 0)
             close(cpu->rd_fd[i]);
@@ -601,4 +733,8 @@ const struct comm_ops comm_cpu_ops = {
     .destroy = cpu_destroy,
     .alloc_buffer = cpu_alloc_buffer,
     .free_buffer = cpu_free_buffer,
+    .reduce_scatter_async = cpu_reduce_scatter_async,
+    .allgather_async = cpu_allgather_async,
+    .reduce_scatter = cpu_reduce_scatter,
+    .allgather = cpu_allgather,
 };

@@ -1,6 +1,9 @@
 /*
  * comm_nccl.c - the NCCL backend of comm.h: collectives on GPU memory over NCCL.
  *
+ * Reduce-scatter and all-gather (ncclReduceScatter, ncclAllGather) follow the all-reduce in
+ * every respect below: ordering, host staging, faults.
+ *
  * Ordering: every all-reduce runs on this backend's own comm stream. At issue time an event
  * is recorded on the compute stream (gpu_stream()) and the comm stream waits on it, so the
  * all-reduce reads the gradients only after the kernels that wrote them, while the compute
@@ -330,6 +333,51 @@ static int host_collective(struct comm *c, enum host_op op, void *buf, size_t co
     return ret;
 }
 
+/*
+ * A reduce-scatter (reduce = 1) or all-gather on host memory, finished before it returns, like
+ * host_collective: the full buffer of count * W elements is staged, the collective runs in
+ * its in-place form on the device staging buffer (NCCL's in place: the shard at rank *
+ * count), then the result goes back. NCCL runs the collective; this only moves bytes.
+ */
+static int host_sharded(struct comm *c, int reduce, const void *in, void *out, size_t count,
+                        ncclDataType_t type, size_t esize, struct ddp_err *err)
+{
+    struct nccl_state *s = st_of(c);
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    size_t sb = count * esize, full = sb * (size_t)c->world_size;
+    size_t own = (size_t)c->rank * sb;
+    const char *what = reduce ? "reduce-scatter" : "all-gather";
+    int ret;
+    if (count == 0)
+        return 0;
+    if ((ret = stage_reserve(c, full, err)) < 0)
+        return ret;
+    char *h = s->hstage, *d = s->dstage;
+    /* In: the whole buffer (reduce-scatter) or the own shard at its place (all-gather). */
+    size_t in_off = reduce ? 0 : own, in_bytes = reduce ? full : sb;
+    memcpy(h + in_off, in, in_bytes);
+    CUDA_CHECK(cudaMemcpyAsync(d + in_off, h + in_off, in_bytes, cudaMemcpyHostToDevice, s->stream),
+               "cudaMemcpyAsync (stage in)");
+    ncclResult_t nr = reduce
+                          ? ncclReduceScatter(d, d + own, count, type, ncclSum, s->comm, s->stream)
+                          : ncclAllGather(d + own, d, count, type, s->comm, s->stream);
+    if ((ret = nccl_check(c, nr, what, deadline, err)) < 0)
+        return ret;
+    size_t out_off = reduce ? own : 0, out_bytes = reduce ? sb : full;
+    CUDA_CHECK(
+        cudaMemcpyAsync(h + out_off, d + out_off, out_bytes, cudaMemcpyDeviceToHost, s->stream),
+        "cudaMemcpyAsync (stage out)");
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    cudaError_t e = cudaEventRecord(done, s->stream);
+    ret = e == cudaSuccess ? nccl_poll(c, done, what, deadline, err)
+                           : cuda_fail(c, e, "cudaEventRecord", err);
+    cudaEventDestroy(done);
+    if (ret == 0)
+        memcpy(out, h + out_off, out_bytes);
+    return ret;
+}
+
 /* Orders the comm stream after the work queued so far on the compute stream. */
 static int after_compute(struct comm *c, struct ddp_err *err)
 {
@@ -389,13 +437,61 @@ static int nccl_allreduce_async(struct comm *c, void *buf, size_t count, enum co
     return record_done(c, out, err);
 }
 
+/* Reduce-scatter (reduce = 1) or all-gather, async like the all-reduce: device buffers on the
+ * comm stream after the compute stream's work, host buffers staged and finished at once. */
+static int nccl_sharded_async(struct comm *c, int reduce, const void *in, void *out, size_t count,
+                              enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err)
+{
+    struct nccl_state *s = st_of(c);
+    if (s->failed)
+        return err_set(err, s->failed, "%s", s->why);
+    size_t esize = dt == COMM_F64 ? sizeof(double) : sizeof(float);
+    ncclDataType_t type = dt == COMM_F64 ? ncclFloat64 : ncclFloat32;
+    int ret;
+    if (count > 0 && (!gpu_is_device_ptr(in) || !gpu_is_device_ptr(out))) {
+        if (gpu_is_device_ptr(in) || gpu_is_device_ptr(out))
+            return err_set(err, DDP_EINVAL,
+                           "nccl: %s of one host and one device buffer: give both on one side",
+                           reduce ? "reduce-scatter" : "all-gather");
+        if ((ret = host_sharded(c, reduce, in, out, count, type, esize, err)) < 0)
+            return ret;
+        *out_work = xcalloc(1, sizeof(**out_work)); /* done: nothing to wait for */
+        return 0;
+    }
+    int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
+    if ((ret = after_compute(c, err)) < 0)
+        return ret;
+    if (count > 0) {
+        ncclResult_t nr = reduce
+                              ? ncclReduceScatter(in, out, count, type, ncclSum, s->comm, s->stream)
+                              : ncclAllGather(in, out, count, type, s->comm, s->stream);
+        if ((ret = nccl_check(c, nr, reduce ? "reduce-scatter" : "all-gather", deadline, err)) < 0)
+            return ret;
+    }
+    return record_done(c, out_work, err);
+}
+
+static int nccl_reduce_scatter_async(struct comm *c, const void *in, void *out, size_t count,
+                                     enum comm_dtype dt, struct comm_work **out_work,
+                                     struct ddp_err *err)
+{
+    return nccl_sharded_async(c, 1, in, out, count, dt, out_work, err);
+}
+
+static int nccl_allgather_async(struct comm *c, const void *in, void *out, size_t count,
+                                enum comm_dtype dt, struct comm_work **out_work,
+                                struct ddp_err *err)
+{
+    return nccl_sharded_async(c, 0, in, out, count, dt, out_work, err);
+}
+
 static int nccl_wait(struct comm *c, struct comm_work *w, struct ddp_err *err)
 {
     struct nccl_state *s = st_of(c);
     int ret = 0;
     if (w->done) {
         int64_t deadline = time_mono_ms() + c->opts.timeout_ms;
-        ret = nccl_poll(c, w->done, "all-reduce", deadline, err);
+        ret = nccl_poll(c, w->done, "collective", deadline, err);
         /* The optimizer (compute stream) runs after the all-reduce. The host saw it finish
          * already; this keeps the order explicit for the stream. */
         if (ret == 0) {
@@ -496,4 +592,6 @@ const struct comm_ops comm_nccl_ops = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
+    .reduce_scatter_async = nccl_reduce_scatter_async,
+    .allgather_async = nccl_allgather_async,
 };

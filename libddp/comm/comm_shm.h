@@ -1,7 +1,8 @@
 /*
  * comm_shm.h - the shared-memory transport between ranks of one host (issue 7), used by the
  * CPU backend (comm_cpu.c): for a job on one host it is the whole all-reduce, for a job on
- * several hosts the intra-host reduce and broadcast around the leaders' TCP ring.
+ * several hosts the intra-host reduce and broadcast around the leaders' TCP ring; also the
+ * reduce-scatter and all-gather of a job on one host.
  *
  * A struct shm_group is one mapped segment shared by the L ranks of a host; it is used by
  * one thread at a time (the comm thread, or a caller running a blocking collective inline),
@@ -72,6 +73,17 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
 /* Unmaps the part p from shm_region_alloc; returns 1, or 0 when p is not one (untouched).
  * Accepts NULL g or p. */
 int shm_region_free(struct shm_group *g, void *p);
+
+/* Reduce-scatter (sum) over the members, member k's shard = elements [k * count, (k + 1) *
+ * count) of in: every member copies the others' shards into its slot, piece by piece, and
+ * sums its own shard from all slots into out (in place when out is in's own shard; in is
+ * only read otherwise). */
+int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,
+                       enum comm_dtype dt, uint64_t seq, int kind, struct ddp_err *err);
+/* All-gather: member k's in (count elements) lands at out + k * count on every member (in
+ * place when in is out's own shard): a copy into the own slot and one out of each. */
+int shm_allgather(struct shm_group *g, const void *in, void *out, size_t count, enum comm_dtype dt,
+                  uint64_t seq, int kind, struct ddp_err *err);
 
 /* Copies root_local's bytes to every member. */
 int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, uint64_t seq,

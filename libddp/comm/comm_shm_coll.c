@@ -1,7 +1,7 @@
 /*
  * comm_shm_coll.c - all-reduce and broadcast through the shared-memory slots (and, for a
  * registered buffer, straight from the members' parts of a region), on the primitives of
- * comm_shm.c.
+ * comm_shm.c; and the reduce-scatter and all-gather of a job on one host.
  *
  * Rounds: a message is cut into pieces; round number R (a per-group counter that is the
  * same on every member) uses buffer R % SHM_NBUF of every slot. Before writing it a rank
@@ -20,6 +20,14 @@
  * offset on every member) needs no staging: the others read this rank's data where it lies
  * and the own slice is reduced in place, in pieces SHM_REG_PIECE_FACTOR times larger; it
  * returns only once no member reads this rank's part any more.
+ *
+ * Reduce-scatter and all-gather (every rank's shard = count elements, member k's at k *
+ * count): a reduce-scatter round copies a piece of every other member's shard into the own
+ * slot (piece / L bytes each), then each member sums its own shard's piece from its own data
+ * and the L - 1 other slots straight into its output: one copy in per byte, the sum reads
+ * each byte once, no copy out. An all-gather round copies a piece of the own shard into the
+ * own slot and every member copies all the others' out: the shared segment makes it a copy.
+ * Neither has a "reduced" phase: arrive, then done.
  *
  * Invariants:
  *  1. Every member runs the same rounds in the same order (g->round is the same on all).
@@ -204,6 +212,107 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
                 (ret = shm_check_desc(g, root_local, h, &d, err)) < 0)
                 return ret;
             memcpy(p + off, shm_slot(g, root_local, h), n);
+        }
+        shm_post(g, C_DONE, r);
+        off += n;
+    }
+    return 0;
+}
+
+/* The part of a slot each member's shard gets in one reduce-scatter round: piece / L,
+ * whole elements, cache lines where there is room; 0 when not even one element fits. */
+static size_t rs_sub(const struct shm_group *g, size_t esize)
+{
+    size_t sub = g->piece / (size_t)g->L;
+    if (sub >= 64)
+        return sub & ~(size_t)63;
+    return sub / esize * esize;
+}
+
+int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,
+                       enum comm_dtype dt, uint64_t seq, int kind, struct ddp_err *err)
+{
+    const char *what = "reduce-scatter";
+    const struct vecadd_type *t = vecadd_type(dt);
+    size_t sb = count * t->size;
+    const char *src = in;
+    char *dst = out;
+    if (g->L == 1) {
+        if (sb && dst != src)
+            memcpy(dst, src, sb);
+        return 0;
+    }
+    if (sb == 0)
+        return 0;
+    g->fault = -1;
+    size_t sub = rs_sub(g, t->size);
+    if (sub == 0)
+        return err_set(err, DDP_EINVAL,
+                       "reduce-scatter: shared-memory pieces of %zu bytes cannot hold an element "
+                       "for each of %d ranks (raise chunk_bytes)",
+                       g->piece, g->L);
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = sb, .roff = UINT64_MAX};
+    const char *own = src + (size_t)g->lr * sb;
+    for (size_t off = 0; off < sb;) {
+        size_t n = sb - off < sub ? sb - off : sub;
+        uint32_t r;
+        int h, ret;
+        if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
+            return ret;
+        /* Slot layout this round: member k's piece of shard k at k * sub. */
+        char *slot = shm_slot(g, g->lr, h);
+        for (int k = 0; k < g->L; k++)
+            if (k != g->lr)
+                memcpy(slot + (size_t)k * sub, src + (size_t)k * sb + off, n);
+        shm_post(g, C_ARRIVE, r);
+        int first = 1;
+        for (int k = 0; k < g->L; k++) {
+            if (k == g->lr)
+                continue;
+            if ((ret = shm_wait_one(g, k, C_ARRIVE, r, what, err)) < 0 ||
+                (ret = shm_check_desc(g, k, h, &d, err)) < 0)
+                return ret;
+            const char *theirs = shm_slot(g, k, h) + (size_t)g->lr * sub;
+            if (first && dst + off != own + off)
+                t->add2(dst + off, own + off, theirs, n / t->size);
+            else
+                t->add(dst + off, theirs, n / t->size);
+            first = 0;
+        }
+        shm_post(g, C_DONE, r);
+        off += n;
+    }
+    return 0;
+}
+
+int shm_allgather(struct shm_group *g, const void *in, void *out, size_t count, enum comm_dtype dt,
+                  uint64_t seq, int kind, struct ddp_err *err)
+{
+    const char *what = "all-gather";
+    size_t sb = count * vecadd_type(dt)->size;
+    const char *src = in;
+    char *dst = out;
+    if (sb && dst + (size_t)g->lr * sb != src)
+        memcpy(dst + (size_t)g->lr * sb, src, sb);
+    if (g->L == 1 || sb == 0)
+        return 0;
+    g->fault = -1;
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = sb, .roff = UINT64_MAX};
+    for (size_t off = 0; off < sb;) {
+        size_t n = sb - off < g->piece ? sb - off : g->piece;
+        uint32_t r;
+        int h, ret;
+        if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
+            return ret;
+        memcpy(shm_slot(g, g->lr, h), src + off, n);
+        shm_post(g, C_ARRIVE, r);
+        for (int k = 0; k < g->L; k++) {
+            if (k == g->lr)
+                continue;
+            if ((ret = shm_wait_one(g, k, C_ARRIVE, r, what, err)) < 0 ||
+                (ret = shm_check_desc(g, k, h, &d, err)) < 0)
+                return ret;
+            memcpy(dst + (size_t)k * sb + off, shm_slot(g, k, h), n);
         }
         shm_post(g, C_DONE, r);
         off += n;

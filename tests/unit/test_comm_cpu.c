@@ -2,7 +2,10 @@
  * test_comm_cpu.c - the CPU ring backend (forced over TCP; test_comm_shm.c covers the
  * shared-memory and hierarchical transports): all-reduce against a reference sum for many counts
  * and world sizes (ranks as threads on 127.0.0.1), async FIFO issue, broadcast from every
- * root, barrier, world size 1, backend selection, a collective mismatch, and (heavy, run with
+ * root, barrier, world size 1, backend selection, a collective mismatch; reduce-scatter and
+ * all-gather (testutil_sharded_sweep: sums, padding, in and out of place, async) at W = 1..5
+ * and 8, their mismatch, a SIGKILLed peer (peer lost) and a SIGSTOPped one (timeout) during
+ * each; and (heavy, run with
  * the argument "heavy") 10^7 elements and peers in forked processes that are SIGKILLed or
  * SIGSTOPped mid-collective.
  *
@@ -229,6 +232,101 @@ static void test_comm_cpu_allreduce_small_chunks(void **state)
     /* Chunks of 40 and 8 bytes: many pipeline stages per segment, partial last chunks. */
     run_sweep(3, 40);
     run_sweep(2, 8);
+}
+
+/* ---- reduce-scatter and all-gather (testutil_sharded_sweep) ---- */
+
+/* Buffer lengths N (elements) of the sharded sweep at world size w; job->ctx != NULL: the
+ * small ones only. Around multiples of w (padding of 0, 1 and w - 1 elements), fewer
+ * elements than ranks, and sizes of many chunks. */
+static size_t sharded_counts(int w, int small, size_t *out)
+{
+    size_t uw = (size_t)w, n = 0;
+    size_t base[] = {0, 1, 2, 3, uw - 1, uw, uw + 1, 5 * uw, 13, 97, 1009, 65537, 100003};
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+        if (!small || base[i] <= 1009)
+            out[n++] = base[i];
+    return n;
+}
+
+static int sharded_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    size_t ns[16];
+    size_t nn = sharded_counts(job->world, job->ctx != NULL, ns);
+    return testutil_sharded_sweep(c, 500 + (uint64_t)job->world, ns, nn, &job->digest[rank], err);
+}
+
+static void run_sharded(int world, size_t chunk, int small)
+{
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    uint64_t digest[64] = {0};
+    static int small_flag;
+    job.ctx = small ? &small_flag : NULL;
+    job.timeout_ms = 60000;
+    job.world = world;
+    job.chunk = chunk;
+    job.body = sharded_body;
+    job.digest = digest;
+    run_ring(&job);
+    expect_all_ok(&job);
+    for (int i = 1; i < world; i++)
+        if (digest[i] != digest[0])
+            fail_msg("W=%d: rank %d's gathered buffers differ from rank 0's", world, i);
+}
+
+/* Reduce-scatter and all-gather over the TCP ring, W = 1..4: sums, padding, in place and
+ * out of place, async with an all-reduce between them. */
+static void test_comm_cpu_sharded_w1_to_4(void **state)
+{
+    (void)state;
+    for (int w = 1; w <= 4; w++)
+        run_sharded(w, 0, 0);
+}
+
+/* Many pipeline chunks per shard (40 and 8 bytes), and W = 5 and 8, where the reduce-scatter's
+ * two scratch segments are reused while the ring still forwards from them. */
+static void test_comm_cpu_sharded_small_chunks_and_w5_w8(void **state)
+{
+    (void)state;
+    run_sharded(3, 40, 0);
+    run_sharded(2, 8, 1);
+    run_sharded(5, 40, 1);
+    run_sharded(5, 0, 0);
+    run_sharded(8, 0, 1);
+}
+
+/* Rank 1 issues an all-gather where the others issue a reduce-scatter of the same bytes:
+ * a loud error on every rank, fast, never mixed data. */
+static int sharded_mismatch_body(struct ring_job *job, int rank, struct comm *c,
+                                 struct ddp_err *err)
+{
+    (void)job;
+    float in[12] = {0}, out[4] = {0};
+    if (rank == 1)
+        return comm_allgather(c, out, in, 4, COMM_F32, err);
+    return comm_reduce_scatter(c, in, out, 4, COMM_F32, err);
+}
+
+static void test_comm_cpu_sharded_mismatch_detected(void **state)
+{
+    (void)state;
+    struct ring_job job;
+    memset(&job, 0, sizeof(job));
+    job.world = 3;
+    job.timeout_ms = 10000;
+    job.body = sharded_mismatch_body;
+    int64_t t0 = time_mono_ms();
+    run_ring(&job);
+    int mismatch = 0;
+    for (int i = 0; i < 3; i++) {
+        if (job.rc[i] != DDP_EINTERNAL && job.rc[i] != DDP_EPEER)
+            fail_msg("rank %d: %d '%s', want a mismatch or a lost peer", i, job.rc[i], job.msg[i]);
+        if (job.rc[i] == DDP_EINTERNAL && strstr(job.msg[i], "mismatch"))
+            mismatch++;
+    }
+    assert_true(mismatch >= 1);
+    assert_true(time_mono_ms() - t0 < 10000);
 }
 
 static int bcast_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
@@ -474,6 +572,28 @@ static void test_comm_cpu_world_one(void **state)
     assert_int_equal(comm_allreduce(c, NULL, 3, COMM_F32, &err), DDP_EINVAL);
     assert_int_equal(comm_allreduce(c, v, SIZE_MAX / 4, COMM_F32, &err), DDP_EINVAL);
     assert_int_equal(comm_allreduce(c, v, 3, (enum comm_dtype)7, &err), DDP_EINVAL);
+    /* Reduce-scatter and all-gather at world size 1: a copy, or nothing in place. */
+    float full[3] = {1, 2, 3}, one[3] = {0};
+    assert_int_equal(comm_reduce_scatter(c, full, one, 3, COMM_F32, &err), 0);
+    assert_true(one[0] == 1 && one[1] == 2 && one[2] == 3);
+    memset(one, 0, sizeof(one));
+    assert_int_equal(comm_allgather(c, full, one, 3, COMM_F32, &err), 0);
+    assert_true(one[0] == 1 && one[2] == 3);
+    assert_int_equal(comm_reduce_scatter(c, full, full, 3, COMM_F32, &err), 0);
+    assert_int_equal(comm_allgather_async(c, full, one, 3, COMM_F32, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_int_equal(comm_reduce_scatter_async(c, full, one, 0, COMM_F32, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_int_equal(comm_reduce_scatter(c, NULL, NULL, 0, COMM_F32, &err), 0);
+    /* Refused: NULL with a count, an overlap that is not the in-place form, a bad dtype, a
+     * count whose bytes overflow. */
+    assert_int_equal(comm_reduce_scatter(c, NULL, one, 3, COMM_F32, &err), DDP_EINVAL);
+    assert_int_equal(comm_allgather(c, full, NULL, 3, COMM_F32, &err), DDP_EINVAL);
+    assert_int_equal(comm_reduce_scatter(c, full, full + 1, 2, COMM_F32, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "overlap"));
+    assert_int_equal(comm_allgather(c, full + 1, full, 2, COMM_F32, &err), DDP_EINVAL);
+    assert_int_equal(comm_allgather(c, full, one, 3, (enum comm_dtype)7, &err), DDP_EINVAL);
+    assert_int_equal(comm_reduce_scatter(c, full, one, SIZE_MAX / 4, COMM_F32, &err), DDP_EINVAL);
     /* An un-waited work is freed by comm_free. */
     assert_int_equal(comm_allreduce_async(c, v, 3, COMM_F32, &w, &err), 0);
     comm_free(c);
@@ -849,9 +969,14 @@ static void test_comm_cpu_allreduce_ten_million(void **state)
 
 /* ---- heavy: peers in processes, killed or stopped mid-collective ---- */
 
+/* What rank_process runs in a loop: 0 all-reduce, 1 reduce-scatter, 2 all-gather (set before
+ * fault_run forks). */
+static int fault_op;
+
 enum { EXIT_NO_ERROR = 20, EXIT_PEER = 21, EXIT_TIMEOUT = 22, EXIT_OTHER = 23, EXIT_SETUP = 24 };
 
-/* A rank process: all-reduces 1M floats until an error; writes one byte to ready_fd after
+/* A rank process: all-reduces 1M floats (or reduce-scatters / all-gathers them: fault_op)
+ * until an error; writes one byte to ready_fd after
  * its first success, and its error message as one line "RANK MESSAGE" to msg_fd. Never
  * returns. */
 static void rank_process(int port, int rank, int world, int64_t timeout_ms, int ready_fd,
@@ -869,11 +994,13 @@ static void rank_process(int port, int rank, int world, int64_t timeout_ms, int 
         fprintf(stderr, "rank %d setup: %s\n", rank, err.msg);
         _exit(EXIT_SETUP);
     }
-    size_t n = 1 << 20;
-    float *v = calloc(n, sizeof(float));
+    size_t n = 1 << 20, shard = n / (size_t)world;
+    float *v = calloc(n, sizeof(float)), *part = calloc(shard, sizeof(float));
     int code = EXIT_NO_ERROR;
     for (int i = 0; i < 100000; i++) {
-        int rc = comm_allreduce(c, v, n, COMM_F32, &err);
+        int rc = fault_op == 1   ? comm_reduce_scatter(c, v, part, shard, COMM_F32, &err)
+                 : fault_op == 2 ? comm_allgather(c, part, v, shard, COMM_F32, &err)
+                                 : comm_allreduce(c, v, n, COMM_F32, &err);
         if (rc < 0) {
             char line[DDP_ERR_MSG_MAX + 16];
             int ln = snprintf(line, sizeof(line), "%d %s\n", rank, err.msg);
@@ -1027,6 +1154,51 @@ static void test_comm_cpu_stopped_peer_times_out(void **state)
         fail_msg("rank 0: '%s' does not name rank 2", msgs[0]);
 }
 
+/* A rank SIGKILLed during reduce-scatters (then all-gathers): its neighbours fail with the
+ * peer-lost error naming it, well inside the timeout. */
+static void test_comm_cpu_sharded_killed_peer(void **state)
+{
+    (void)state;
+    for (fault_op = 1; fault_op <= 2; fault_op++) {
+        int codes[8] = {0};
+        static char msgs[8][DDP_ERR_MSG_MAX + 16];
+        memset(msgs, 0, sizeof(msgs));
+        int64_t timeout_ms = 20000;
+        int64_t took = fault_run(3, 1, SIGKILL, timeout_ms, codes, msgs);
+        for (int i = 0; i <= 2; i += 2) {
+            if (codes[i] != EXIT_PEER)
+                fail_msg("op %d: rank %d exited %d, want %d (peer lost)", fault_op, i, codes[i],
+                         EXIT_PEER);
+            if (!strstr(msgs[i], "peer rank 1 ") || !strstr(msgs[i], "lost"))
+                fail_msg("op %d: rank %d: '%s' does not say peer rank 1 was lost", fault_op, i,
+                         msgs[i]);
+        }
+        assert_true(took < timeout_ms);
+    }
+    fault_op = 0;
+}
+
+/* A rank SIGSTOPped during all-gathers (then reduce-scatters): nobody hangs; the rank that
+ * receives from it times out naming it. */
+static void test_comm_cpu_sharded_stopped_peer_times_out(void **state)
+{
+    (void)state;
+    for (fault_op = 2; fault_op >= 1; fault_op--) {
+        int codes[8] = {0};
+        static char msgs[8][DDP_ERR_MSG_MAX + 16];
+        memset(msgs, 0, sizeof(msgs));
+        fault_run(3, 2, SIGSTOP, 1500, codes, msgs);
+        for (int i = 0; i < 2; i++)
+            if (codes[i] != EXIT_TIMEOUT && codes[i] != EXIT_PEER)
+                fail_msg("op %d: rank %d exited %d, want %d or %d", fault_op, i, codes[i],
+                         EXIT_TIMEOUT, EXIT_PEER);
+        assert_int_equal(codes[0], EXIT_TIMEOUT);
+        if (!strstr(msgs[0], "peer rank 2 ") || !strstr(msgs[0], "silent"))
+            fail_msg("op %d: rank 0: '%s' does not say rank 2 was silent", fault_op, msgs[0]);
+    }
+    fault_op = 0;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL); /* MSG_NOSIGNAL must make this harmless */
@@ -1046,6 +1218,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comm_cpu_stranger_dropped),
         cmocka_unit_test(test_comm_cpu_silent_connections_do_not_delay),
         cmocka_unit_test(test_comm_cpu_notice_names_high_rank),
+        cmocka_unit_test(test_comm_cpu_sharded_w1_to_4),
+        cmocka_unit_test(test_comm_cpu_sharded_small_chunks_and_w5_w8),
+        cmocka_unit_test(test_comm_cpu_sharded_mismatch_detected),
+        cmocka_unit_test(test_comm_cpu_sharded_killed_peer),
+        cmocka_unit_test(test_comm_cpu_sharded_stopped_peer_times_out),
     };
     const struct CMUnitTest heavy[] = {
         cmocka_unit_test(test_comm_cpu_allreduce_w16_w64),

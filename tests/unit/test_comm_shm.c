@@ -6,8 +6,9 @@
  * FIFO issue; hierarchical layouts simulated with DDP_COMM_HOST_ID (two "hosts" in one
  * machine); two concurrent jobs; a SIGKILLed peer (DDP_EPEER, not a timeout) and a
  * SIGSTOPped one (DDP_ETIMEOUT naming it); a stale segment from a "crash" is replaced;
- * registered buffers (comm_alloc_buffer) shared and reduced in place; no segment is left in
- * /dev/shm after close.
+ * registered buffers (comm_alloc_buffer) shared and reduced in place; reduce-scatter and
+ * all-gather (testutil_sharded_sweep) on every layout, with a killed and a stopped peer; no
+ * segment is left in /dev/shm after close.
  *
  * Tolerances as in test_comm_cpu.c: f32 within 1e-5 * (1 + sum |x|), f64 within 1e-12 *
  * (1 + sum |x|) of the sum in double; every rank must end with bit-identical buffers.
@@ -72,6 +73,7 @@ struct job {
     uint64_t seed;
     body_fn body;
     int stops;      /* 1: the last rank stops itself; it is killed once the others are done */
+    int few;        /* sharded_body: the small lengths only */
     int registered; /* sweep_body's buffer from comm_alloc_buffer, used at an offset */
     int fake_rank;  /* with fake: this rank runs fake() instead of a comm */
     int (*fake)(struct job *j, int rank);
@@ -749,6 +751,133 @@ static void test_comm_shm_ring_setup_error_names_rank(void **state)
     munmap(j.b, sizeof(struct board));
 }
 
+/* ---- reduce-scatter and all-gather ---- */
+
+/* Reduce-scatter and all-gather (testutil_sharded_sweep): lengths around multiples of W,
+ * fewer elements than ranks, and many pieces; j->few caps them at 1009. */
+static int sharded_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    size_t w = (size_t)j->world;
+    size_t ns[] = {0, 1, 2, w - 1, w, w + 1, 5 * w + 3, 97, 1009, 16385, 100003};
+    size_t nn = sizeof(ns) / sizeof(ns[0]);
+    if (j->few)
+        nn = 9;
+    return testutil_sharded_sweep(c, j->seed, ns, nn, &j->b->digest[rank][0], err);
+}
+
+static void run_sharded(int world, size_t chunk, const char *const *hosts,
+                        const char *want_transport, int small)
+{
+    struct job j = {.world = world,
+                    .chunk = chunk,
+                    .host_ids = hosts,
+                    .seed = 900 + (uint64_t)world * 10 + chunk,
+                    .body = sharded_body,
+                    .few = small,
+                    .b = board_new()};
+    run_job(&j, 120000);
+    expect_all_ok(&j);
+    expect_digests_equal(&j, 1);
+    for (int i = 0; i < world; i++)
+        if (strcmp(j.b->transport[i], want_transport) != 0)
+            fail_msg("W=%d rank %d: transport %s, expected %s", world, i, j.b->transport[i],
+                     want_transport);
+    expect_no_segments(&j);
+    munmap(j.b, sizeof(struct board));
+}
+
+/* Rank world-1 dies (SIGKILL) or stops (SIGSTOP) after one reduce-scatter + all-gather; the
+ * others are in the next ones. */
+static int sharded_victim_body(struct job *j, int rank, struct comm *c, struct ddp_err *err,
+                               int sig)
+{
+    enum { SHARD = 4096 };
+    static double full[SHARD * MAXW], part[SHARD];
+    for (size_t i = 0; i < SHARD * (size_t)j->world; i++)
+        full[i] = 1;
+    int rc = comm_reduce_scatter(c, full, part, SHARD, COMM_F64, err);
+    if (rc == 0)
+        rc = comm_allgather(c, part, full, SHARD, COMM_F64, err);
+    if (rc < 0)
+        return rc;
+    if (full[0] != j->world)
+        return err_set(err, DDP_EINTERNAL, "wrong sum %g", full[0]);
+    if (rank == j->world - 1)
+        raise(sig);
+    for (int it = 0; it < 3 && rc == 0; it++) {
+        rc = comm_reduce_scatter(c, full, part, SHARD, COMM_F64, err);
+        if (rc == 0)
+            rc = comm_allgather(c, part, full, SHARD, COMM_F64, err);
+    }
+    return rc == 0 ? err_set(err, DDP_EINTERNAL, "sharded collectives with a lost peer succeeded")
+                   : rc;
+}
+
+static int sharded_killed_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    return sharded_victim_body(j, rank, c, err, SIGKILL);
+}
+
+static int sharded_stopped_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    return sharded_victim_body(j, rank, c, err, SIGSTOP);
+}
+
+/* Reduce-scatter and all-gather through the shared segment, W = 1..4 and 8; pieces small
+ * enough that a shard takes many rounds and the slots cycle (1024 bytes: 5 ranks get 192
+ * bytes of a slot each; 64 bytes: 3 ranks get 20 or 16); the hierarchical layouts and ranks
+ * on hosts of their own (the TCP ring). */
+static void test_comm_shm_sharded(void **state)
+{
+    (void)state;
+    for (int w = 1; w <= 4; w++)
+        run_sharded(w, 0, NULL, w == 1 ? "none" : "shm", 0);
+    run_sharded(8, 0, NULL, "shm", 1);
+    run_sharded(5, 1024, NULL, "shm", 0);
+    run_sharded(3, 64, NULL, "shm", 1);
+    static const char *const two[] = {"a", "a", "b", "b"};
+    run_sharded(4, 0, two, "hier", 0);
+    static const char *const mixed[] = {"a", "b", "a", "c", "a"};
+    run_sharded(5, 8192, mixed, "hier", 0);
+    static const char *const apart[] = {"a", "b", "c"};
+    run_sharded(3, 0, apart, "tcp", 0);
+}
+
+/* A SIGKILLed rank during reduce-scatters / all-gathers: DDP_EPEER naming it, through shared
+ * memory alone (the comm timeout is far beyond the test's limit) and hierarchically. */
+static void test_comm_shm_sharded_killed_peer(void **state)
+{
+    (void)state;
+    struct job j = {
+        .world = 3, .timeout_ms = 600000, .body = sharded_killed_body, .b = board_new()};
+    run_job(&j, 60000);
+    check_victims(&j, DDP_EPEER, "shm sharded");
+    expect_no_segments(&j);
+    static const char *const two[] = {"a", "a", "b", "b"};
+    struct job h = {.world = 4,
+                    .timeout_ms = 600000,
+                    .host_ids = two,
+                    .body = sharded_killed_body,
+                    .b = board_new()};
+    run_job(&h, 60000);
+    check_victims(&h, DDP_EPEER, "hier sharded");
+    expect_no_segments(&h);
+    munmap(j.b, sizeof(struct board));
+    munmap(h.b, sizeof(struct board));
+}
+
+/* A SIGSTOPped rank: DDP_ETIMEOUT naming it, within the 1.5 s timeout. */
+static void test_comm_shm_sharded_stopped_peer_times_out(void **state)
+{
+    (void)state;
+    struct job j = {
+        .world = 3, .timeout_ms = 1500, .body = sharded_stopped_body, .stops = 1, .b = board_new()};
+    run_job(&j, 30000);
+    check_victims(&j, DDP_ETIMEOUT, "shm sharded");
+    expect_no_segments(&j);
+    munmap(j.b, sizeof(struct board));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -763,6 +892,9 @@ int main(void)
         cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
         cmocka_unit_test(test_comm_shm_force_tcp_env),
         cmocka_unit_test(test_comm_shm_ring_setup_error_names_rank),
+        cmocka_unit_test(test_comm_shm_sharded),
+        cmocka_unit_test(test_comm_shm_sharded_killed_peer),
+        cmocka_unit_test(test_comm_shm_sharded_stopped_peer_times_out),
         /* last: it runs in a mount namespace of its own */
         cmocka_unit_test(test_comm_shm_registered_no_room),
     };

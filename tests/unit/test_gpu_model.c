@@ -3,7 +3,7 @@
  * (trainer/model.c) on the same parameters and data: forward loss, every gradient, the hooks'
  * order, and SGD steps with momentum and weight decay, to relative 1e-4, for the main job's
  * shape and for odd ones; gpu_alloc's zeroing; and the NCCL backend at world size 1 on
- * device and host buffers.
+ * device and host buffers (all-reduce, broadcast, barrier, reduce-scatter, all-gather).
  *
  * Without a GPU the whole binary reports itself skipped (exit 77, ctest's SKIP_RETURN_CODE)
  * and says why; nothing is claimed as passed. With DDP_GPU_REQUIRED=1 (tests/gpu/check.sh,
@@ -255,6 +255,55 @@ static void test_gpu_model_nccl_world_one(void **state)
     comm_free(c);
 }
 
+/* Reduce-scatter and all-gather through ncclReduceScatter / ncclAllGather at world size 1
+ * (one GPU: a copy of the one shard), on device memory in place and out of place, async
+ * with an ordered kernel after it, and on host memory (staged). */
+static void test_gpu_model_nccl_sharded_world_one(void **state)
+{
+    (void)state;
+    struct ddp_err err = {0};
+    struct comm *c = NULL;
+    struct comm_opts o;
+    comm_opts_default(&o);
+    o.timeout_ms = 20000;
+    assert_int_equal(comm_new("nccl", NULL, 0, 1, &o, &c, &err), 0);
+    enum { K = 1000 };
+    float *host = malloc(K * sizeof(float)), *back = malloc(K * sizeof(float));
+    for (int i = 0; i < K; i++)
+        host[i] = 0.5f * (float)i - 7.0f;
+    float *din = NULL, *dout = NULL;
+    assert_int_equal(gpu_alloc((void **)&din, K * sizeof(float), &err), 0);
+    assert_int_equal(gpu_alloc((void **)&dout, K * sizeof(float), &err), 0);
+    assert_int_equal(gpu_to_device(din, host, K * sizeof(float), &err), 0);
+    assert_int_equal(comm_reduce_scatter(c, din, dout, K, COMM_F32, &err), 0);
+    assert_int_equal(gpu_to_host(back, dout, K * sizeof(float), &err), 0);
+    assert_memory_equal(back, host, K * sizeof(float));
+    assert_int_equal(comm_reduce_scatter(c, din, din, K, COMM_F32, &err), 0); /* in place */
+    struct comm_work *w = NULL;
+    assert_int_equal(comm_allgather_async(c, din, dout, K, COMM_F32, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_int_equal(gpu_scale(dout, K, 2.0f, &err), 0); /* ordered after the all-gather */
+    assert_int_equal(gpu_to_host(back, dout, K * sizeof(float), &err), 0);
+    for (int i = 0; i < K; i++)
+        if (back[i] != 2.0f * host[i])
+            fail_msg("device all-gather: element %d is %g", i, (double)back[i]);
+    /* Host memory, staged; f64. */
+    double hin[3] = {1.5, -2.5, 3.25}, hout[3] = {0, 0, 0};
+    assert_int_equal(comm_reduce_scatter(c, hin, hout, 3, COMM_F64, &err), 0);
+    assert_true(hout[0] == 1.5 && hout[1] == -2.5 && hout[2] == 3.25);
+    memset(hout, 0, sizeof(hout));
+    assert_int_equal(comm_allgather_async(c, hin, hout, 3, COMM_F64, &w, &err), 0);
+    assert_int_equal(comm_wait(c, w, &err), 0);
+    assert_true(hout[0] == 1.5 && hout[2] == 3.25);
+    /* One device and one host buffer: refused. */
+    assert_int_equal(comm_allgather(c, hin, dout, 3, COMM_F64, &err), DDP_EINVAL);
+    gpu_free(din);
+    gpu_free(dout);
+    free(host);
+    free(back);
+    comm_free(c);
+}
+
 int main(void)
 {
     const char *why = NULL;
@@ -284,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_gpu_model_odd_shapes),
         cmocka_unit_test(test_gpu_alloc_zeroed),
         cmocka_unit_test(test_gpu_model_nccl_world_one),
+        cmocka_unit_test(test_gpu_model_nccl_sharded_world_one),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     gpu_shutdown();

@@ -12,11 +12,14 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ddp/shard.h"
 #include "tests/unit/testutil.h"
 
 int testutil_free_port(void)
@@ -58,7 +61,14 @@ void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_d
 int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
                        struct ddp_err *err)
 {
-    for (size_t i = 0; i < count; i++) {
+    return testutil_check_sum_at(seed, world, buf, 0, count, dt, err);
+}
+
+int testutil_check_sum_at(uint64_t seed, int world, const void *buf, size_t first, size_t count,
+                          enum comm_dtype dt, struct ddp_err *err)
+{
+    for (size_t j = 0; j < count; j++) {
+        size_t i = first + j;
         double ref = 0, mag = 0;
         for (int q = 0; q < world; q++) {
             double x = testutil_input(seed, q, i);
@@ -67,7 +77,7 @@ int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, 
             ref += x;
             mag += fabs(x);
         }
-        double got = dt == COMM_F32 ? (double)((const float *)buf)[i] : ((const double *)buf)[i];
+        double got = dt == COMM_F32 ? (double)((const float *)buf)[j] : ((const double *)buf)[j];
         double tol = (dt == COMM_F32 ? 1e-5 : 1e-12) * (1.0 + mag);
         if (!(fabs(got - ref) <= tol))
             return err_set(err, DDP_EINTERNAL,
@@ -75,6 +85,144 @@ int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, 
                            count, dt == COMM_F32 ? "f32" : "f64", i, got, ref);
     }
     return 0;
+}
+
+/* 0 when the n bytes at p are all zero (the padding), else the error naming what. */
+static int check_zero(const void *p, size_t n, const char *what, size_t nel, struct ddp_err *err)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return err_set(err, DDP_EINTERNAL, "N=%zu: %s padding byte %zu is %u, not 0", nel, what,
+                           i, b[i]);
+    return 0;
+}
+
+/* One N and dtype of testutil_sharded_sweep. */
+static int sharded_case(struct comm *c, uint64_t seed, size_t N, enum comm_dtype dt,
+                        uint64_t *digest, struct ddp_err *err)
+{
+    int W = comm_world_size(c), rank = comm_rank(c), rc = 0;
+    size_t es = dt == COMM_F64 ? sizeof(double) : sizeof(float);
+    struct shard sh;
+    if ((rc = shard_of(N, W, rank, &sh, err)) < 0)
+        return rc;
+    size_t fb = sh.padded * es, sb = sh.count * es;
+    /* +1: never malloc(0) */
+    char *full = calloc(1, fb + 1), *keep = calloc(1, fb + 1), *inpl = calloc(1, fb + 1);
+    char *shard = malloc(sb + 1), *gath = malloc(fb + 1), *gin = malloc(fb + 1);
+    char *a3 = calloc(1, fb + 1), *s3 = malloc(sb + 1), *g3 = malloc(fb + 1);
+    char *ar = calloc(1, fb + 1);
+    testutil_fill(seed, rank, full, N, dt);
+    memcpy(keep, full, fb);
+    memcpy(inpl, full, fb);
+    memcpy(a3, full, fb);
+    memcpy(ar, full, fb);
+    memset(shard, 0x7f, sb + 1);
+    memset(gath, 0x7f, fb + 1);
+    memset(gin, 0x7f, fb + 1);
+    memset(g3, 0x7f, fb + 1);
+    const char *step = "reduce-scatter";
+    /* Reduce-scatter out of place: the own shard's sums, zero padding, in untouched. */
+    rc = comm_reduce_scatter(c, full, shard, sh.count, dt, err);
+    if (rc == 0)
+        rc = testutil_check_sum_at(seed, W, shard, sh.offset, sh.valid, dt, err);
+    if (rc == 0)
+        rc = check_zero(shard + sh.valid * es, sb - sh.valid * es, "reduce-scatter", N, err);
+    if (rc == 0 && memcmp(full, keep, fb) != 0)
+        rc = err_set(err, DDP_EINTERNAL, "N=%zu: reduce-scatter wrote its input", N);
+    /* In place: the same bits in the own shard, the other shards untouched. */
+    if (rc == 0)
+        step = "in-place reduce-scatter";
+    if (rc == 0 &&
+        (rc = comm_reduce_scatter(c, inpl, inpl + sh.offset * es, sh.count, dt, err)) == 0) {
+        if (memcmp(inpl + sh.offset * es, shard, sb) != 0)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: in-place reduce-scatter differs", N);
+        else if (memcmp(inpl, keep, sh.offset * es) != 0 ||
+                 memcmp(inpl + sh.offset * es + sb, keep + sh.offset * es + sb,
+                        fb - sh.offset * es - sb) != 0)
+            rc =
+                err_set(err, DDP_EINTERNAL, "N=%zu: in-place reduce-scatter wrote other shards", N);
+    }
+    /* All-gather out of place: every shard's sums, bit for bit what each rank reduced. */
+    if (rc == 0)
+        step = "all-gather";
+    if (rc == 0 && (rc = comm_allgather(c, shard, gath, sh.count, dt, err)) == 0) {
+        rc = testutil_check_sum_at(seed, W, gath, 0, N, dt, err);
+        if (rc == 0)
+            rc = check_zero(gath + N * es, fb - N * es, "all-gather", N, err);
+        if (rc == 0 && memcmp(gath + sh.offset * es, shard, sb) != 0)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: all-gather changed the own shard", N);
+        if (rc == 0 && gath[fb] != 0x7f)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: all-gather wrote past its output", N);
+    }
+    /* In place. */
+    if (rc == 0)
+        step = "in-place all-gather";
+    if (rc == 0) {
+        memcpy(gin + sh.offset * es, shard, sb);
+        rc = comm_allgather(c, gin + sh.offset * es, gin, sh.count, dt, err);
+        if (rc == 0 && memcmp(gin, gath, fb) != 0)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: in-place all-gather differs", N);
+    }
+    /* Async: reduce-scatter, all-reduce, all-gather in flight together, waited in order. */
+    if (rc == 0)
+        step = "async";
+    if (rc == 0) {
+        struct comm_work *w[3] = {NULL, NULL, NULL};
+        int started = 0;
+        rc = comm_reduce_scatter_async(c, a3, s3, sh.count, dt, &w[0], err);
+        started += rc == 0;
+        if (rc == 0 && (rc = comm_allreduce_async(c, ar, sh.padded, dt, &w[1], err)) == 0)
+            started++;
+        /* The gathered input is the out-of-place result: s3 is not final before the wait. */
+        if (rc == 0 && (rc = comm_allgather_async(c, shard, g3, sh.count, dt, &w[2], err)) == 0)
+            started++;
+        for (int q = 0; q < started; q++) {
+            struct ddp_err e2;
+            int r2 = comm_wait(c, w[q], &e2);
+            if (r2 < 0 && rc == 0) {
+                rc = r2;
+                *err = e2;
+            }
+        }
+        if (rc == 0 && memcmp(s3, shard, sb) != 0)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: async reduce-scatter differs", N);
+        if (rc == 0 && memcmp(g3, gath, fb) != 0)
+            rc = err_set(err, DDP_EINTERNAL, "N=%zu: async all-gather differs", N);
+        if (rc == 0)
+            rc = testutil_check_sum_at(seed, W, ar, 0, N, dt, err);
+    }
+    if (rc < 0 && !strstr(err->msg, "N=")) {
+        char why[DDP_ERR_MSG_MAX];
+        snprintf(why, sizeof(why), "%s", err->msg);
+        err_set(err, rc, "N=%zu %s (%s): %.200s", N, step, dt == COMM_F64 ? "f64" : "f32", why);
+    }
+    *digest = testutil_fnv(gath, fb, *digest);
+    free(full);
+    free(keep);
+    free(inpl);
+    free(shard);
+    free(gath);
+    free(gin);
+    free(a3);
+    free(s3);
+    free(g3);
+    free(ar);
+    return rc;
+}
+
+int testutil_sharded_sweep(struct comm *c, uint64_t seed, const size_t *ns, size_t nn,
+                           uint64_t *digest, struct ddp_err *err)
+{
+    int rc = 0;
+    uint64_t d = 0xcbf29ce484222325ull;
+    for (size_t k = 0; k < nn && rc == 0; k++)
+        for (int f = 0; f < 2 && rc == 0; f++)
+            rc = sharded_case(c, seed + k * 2 + (uint64_t)f, ns[k], f ? COMM_F64 : COMM_F32, &d,
+                              err);
+    *digest = d;
+    return rc;
 }
 
 uint64_t testutil_fnv(const void *p, size_t n, uint64_t h)

@@ -27,6 +27,25 @@ void testutil_fill(uint64_t seed, int rank, void *buf, size_t count, enum comm_d
 int testutil_check_sum(uint64_t seed, int world, const void *buf, size_t count, enum comm_dtype dt,
                        struct ddp_err *err);
 
+/* The same for buf[0..count) against elements [first, first + count) of the inputs (a
+ * shard of a reduce-scatter). */
+int testutil_check_sum_at(uint64_t seed, int world, const void *buf, size_t first, size_t count,
+                          enum comm_dtype dt, struct ddp_err *err);
+
+/*
+ * The reduce-scatter / all-gather checks of every backend and transport, as one rank of c:
+ * for each N of ns[0..nn) and f32 then f64, a buffer of N inputs (case seed + 2k + f,
+ * testutil_input) padded with zeros to W shards (shard_of); then a reduce-scatter out of
+ * place (own shard = the sums within tolerance, padding exactly 0, input untouched) and in
+ * place (the same bits, other shards untouched), an all-gather of the result out of place (all
+ * N sums, padding 0, nothing written past the output) and in place (the same bits), and a
+ * reduce-scatter, an all-reduce and an all-gather in flight at once, waited in order (the
+ * same results). *digest = FNV of the gathered buffers (equal on every rank). 0 or the
+ * first failure, naming N and the step.
+ */
+int testutil_sharded_sweep(struct comm *c, uint64_t seed, const size_t *ns, size_t nn,
+                           uint64_t *digest, struct ddp_err *err);
+
 /* Kills (SIGKILL) and reaps every process of pids[0..n) still > 0, setting each to 0: the
  * end of a test whose forked ranks ran past their deadline. */
 void testutil_kill_all(pid_t *pids, int n);

@@ -1,6 +1,7 @@
 /*
  * comm.h - the collective communication interface, with one ops table per backend
- * (comm_cpu.c: TCP ring on a comm thread; comm_nccl.c: NCCL on a comm stream).
+ * (comm_cpu.c: TCP ring on a comm thread; comm_nccl.c: NCCL on a comm stream): all-reduce,
+ * reduce-scatter and all-gather (the sharded paths), broadcast, barrier.
  *
  * A struct comm is created once per generation after the rendezvous. Collectives are issued
  * from one thread (the training thread) in the same order on every rank. Async all-reduces
@@ -64,6 +65,18 @@ struct comm_ops {
      * < 0 on error; free returns 1 when p was one of its buffers. */
     int (*alloc_buffer)(struct comm *c, size_t bytes, void **out, struct ddp_err *err);
     int (*free_buffer)(struct comm *c, void *p);
+    /* Reduce-scatter and all-gather (comm.c has checked the arguments: count elements per
+     * rank, in place or not overlapping). The blocking ones are optional (NULL: async +
+     * wait). */
+    int (*reduce_scatter_async)(struct comm *c, const void *in, void *out, size_t count,
+                                enum comm_dtype dt, struct comm_work **out_work,
+                                struct ddp_err *err);
+    int (*allgather_async)(struct comm *c, const void *in, void *out, size_t count,
+                           enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err);
+    int (*reduce_scatter)(struct comm *c, const void *in, void *out, size_t count,
+                          enum comm_dtype dt, struct ddp_err *err);
+    int (*allgather)(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                     struct ddp_err *err);
 };
 
 /*
@@ -104,6 +117,39 @@ int comm_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype dt,
 int comm_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err);
 /* Frees what comm_alloc_buffer returned. Accepts NULL p. */
 void comm_free_buffer(struct comm *c, void *p);
+
+/*
+ * Reduce-scatter and all-gather: the two halves of an all-reduce, for sharded training
+ * (ddp/shard.h says how a buffer of N elements becomes W shards of `count` elements, padded).
+ * `count` is the number of elements of ONE rank's shard; W = comm_world_size(c); the shard of
+ * rank r is elements [r * count, (r + 1) * count) of the full buffer of count * W elements.
+ * Issued like the all-reduce (same order on every rank, the same count and dtype) and run in
+ * issue order with it on the backend's thread/stream; same timeout and failure semantics
+ * (DDP_EPEER naming the lost peer, DDP_ETIMEOUT the silent one; sticky).
+ *
+ * Reduce-scatter (sum): in holds count * W elements on every rank; rank r's out (count
+ * elements) receives the sum over all ranks of their in's shard r. In place when
+ * out == in + r * count (the result lands in the own shard of in); otherwise out must not
+ * overlap in. in is never written except, in place, its own shard.
+ *
+ * All-gather: in holds count elements (this rank's shard); every rank's out (count * W
+ * elements) receives every rank's in, rank q's at out + q * count. In place when
+ * in == out + r * count; otherwise in must not overlap out.
+ *
+ * in and out are borrowed until comm_wait() returns for the work (the async forms) or the
+ * call returns; *out_work is freed by comm_wait(). A NULL buffer is allowed only with count 0.
+ * nccl: both buffers in device memory (on the comm stream, after the compute stream's work,
+ * like the all-reduce), or both in host memory (staged, finished before the call returns).
+ * Overlap other than the in-place form, or count * W overflowing, is DDP_EINVAL.
+ */
+int comm_reduce_scatter_async(struct comm *c, const void *in, void *out, size_t count,
+                              enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err);
+int comm_reduce_scatter(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                        struct ddp_err *err);
+int comm_allgather_async(struct comm *c, const void *in, void *out, size_t count,
+                         enum comm_dtype dt, struct comm_work **out_work, struct ddp_err *err);
+int comm_allgather(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype dt,
+                   struct ddp_err *err);
 
 /* Copies root's bytes of buf to every rank. */
 int comm_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct ddp_err *err);
