@@ -1,16 +1,20 @@
 /*
- * bench_allreduce.c - ddp-bench-allreduce: times libddp's all-reduce the way nccl-tests'
- * all_reduce_perf does and prints its columns.
+ * bench_allreduce.c - ddp-bench-allreduce: times libddp's all-reduce (or reduce-scatter, or
+ * all-gather) the way nccl-tests' all_reduce_perf (reduce_scatter_perf, all_gather_perf)
+ * does and prints its columns.
  *
  *   ddp-bench-allreduce --world W [--backend cpu] [--min-bytes 4096] [--max-bytes 64M]
  *                       [--factor 4] [--warmup 3] [--iters 0 (auto)] [--chunk BYTES]
  *                       [--port P] [--memcpy] [--transport auto|tcp] [--small BYTES]
- *                       [--buffer user|comm]
+ *                       [--buffer user|comm] [--op allreduce|reduce-scatter|all-gather]
  *
  * Forks W rank processes on 127.0.0.1 (a rendezvous store on a free port, then comm_new).
  * For each size: warm-up iterations, then timed iterations each preceded by a barrier; an
  * iteration's time is the slowest rank's, the reported time the median over iterations.
  * algbw = bytes / time, busbw = algbw * 2(W-1)/W (nccl-tests' definition for all-reduce).
+ * --op reduce-scatter / all-gather time comm_reduce_scatter / comm_allgather out of place
+ * instead; as in nccl-tests, size is the full buffer (the reduce-scatter's input, the
+ * all-gather's output: W shards of size / W) and busbw = algbw * (W-1)/W.
  * --memcpy prints the machine's memcpy bandwidth (64 MiB, median of 7) as the reference row.
  * --transport tcp forces the TCP ring (comm_opts.force_tcp; DDP_COMM_TRANSPORT=tcp in the
  * environment does the same); auto (default) takes shared memory between these same-host
@@ -49,7 +53,22 @@ struct bench_opts {
     int force_tcp;
     long small;
     int comm_buffer;
+    int op; /* 0 all-reduce, 1 reduce-scatter, 2 all-gather */
 };
+
+static const char *const op_names[] = {"all-reduce", "reduce-scatter", "all-gather"};
+
+/* One collective of --op over bytes of buf (the full buffer; part holds one shard). */
+static int run_op(const struct bench_opts *o, struct comm *c, float *buf, float *part, size_t count,
+                  struct ddp_err *err)
+{
+    size_t shard = count / (size_t)o->world;
+    if (o->op == 1)
+        return comm_reduce_scatter(c, buf, part, shard, COMM_F32, err);
+    if (o->op == 2)
+        return comm_allgather(c, part, buf, shard, COMM_F32, err);
+    return comm_allreduce(c, buf, count, COMM_F32, err);
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -100,7 +119,7 @@ static int rank_main(const struct bench_opts *o, int rank)
     struct comm *c = NULL;
     struct ddp_err err;
     int ret = 0;
-    float *buf = NULL;
+    float *buf = NULL, *part = NULL;
     double *times = NULL;
     if ((ret = rdzv_open("127.0.0.1", o->port, rank, o->world, "bench", 30000, &r, &err)) < 0)
         goto out;
@@ -119,13 +138,17 @@ static int rank_main(const struct bench_opts *o, int rank)
     }
     for (long i = 0; i < o->max_bytes / 4; i++)
         buf[i] = (float)(i % 17) * 0.25f;
+    size_t part_bytes = (size_t)o->max_bytes / (size_t)o->world + 64;
+    part = xmalloc(part_bytes);
+    for (size_t i = 0; i < part_bytes / 4; i++)
+        part[i] = (float)(i % 13) * 0.5f;
     if (rank == 0) {
         char small[32] = "default";
         if (o->small)
             snprintf(small, sizeof(small), "%ld", o->small);
-        printf("# ddp all-reduce, backend %s, transport %s, %d ranks (processes) on 127.0.0.1, "
+        printf("# ddp %s, backend %s, transport %s, %d ranks (processes) on 127.0.0.1, "
                "chunk %ld, small %s, buffer %s\n",
-               comm_backend_name(c),
+               op_names[o->op], comm_backend_name(c),
                strcmp(comm_backend_name(c), "cpu") == 0 ? comm_cpu_transport(c) : "-", o->world,
                o->chunk ? o->chunk : 262144L, small, o->comm_buffer ? "comm" : "user");
         printf("%12s %12s %6s %12s %10s %10s\n", "size(B)", "count", "type", "time(us)",
@@ -136,14 +159,14 @@ static int rank_main(const struct bench_opts *o, int rank)
         size_t count = (size_t)bytes / sizeof(float);
         long iters = o->iters > 0 ? o->iters : auto_iters(bytes);
         for (long i = 0; i < o->warmup && ret == 0; i++)
-            ret = comm_allreduce(c, buf, count, COMM_F32, &err);
+            ret = run_op(o, c, buf, part, count, &err);
         /* times[i * W + rank] = this rank's time of iteration i; summed over ranks below. */
         times = xcalloc((size_t)(iters * o->world), sizeof(double));
         for (long i = 0; i < iters && ret == 0; i++) {
             ret = comm_barrier(c, &err);
             int64_t t0 = time_mono_ns();
             if (ret == 0)
-                ret = comm_allreduce(c, buf, count, COMM_F32, &err);
+                ret = run_op(o, c, buf, part, count, &err);
             times[i * o->world + rank] = (double)(time_mono_ns() - t0) / 1e3;
         }
         if (ret == 0)
@@ -158,7 +181,7 @@ static int rank_main(const struct bench_opts *o, int rank)
                         slow[i] = times[i * o->world + q];
             double us = median(slow, (int)iters);
             double algbw = (double)bytes / (us * 1e-6) / 1e9;
-            double busbw = algbw * 2.0 * (o->world - 1) / o->world;
+            double busbw = algbw * (o->op == 0 ? 2.0 : 1.0) * (o->world - 1) / o->world;
             printf("%12ld %12zu %6s %12.1f %10.3f %10.3f\n", bytes, count, "float", us, algbw,
                    busbw);
             fflush(stdout);
@@ -171,6 +194,7 @@ out:
     if (ret < 0)
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     free(times);
+    free(part);
     if (o->comm_buffer)
         comm_free_buffer(c, buf);
     else
@@ -203,7 +227,7 @@ static void usage(void)
     fprintf(stderr, "usage: ddp-bench-allreduce --world W [--backend cpu] [--min-bytes N] "
                     "[--max-bytes N] [--factor F] [--warmup N] [--iters N] [--chunk BYTES] "
                     "[--port P] [--memcpy] [--transport auto|tcp] [--small BYTES] "
-                    "[--buffer user|comm]\n");
+                    "[--buffer user|comm] [--op allreduce|reduce-scatter|all-gather]\n");
 }
 
 int main(int argc, char **argv)
@@ -259,6 +283,20 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.comm_buffer = strcmp(v, "comm") == 0;
+        } else if (strcmp(a, "--op") == 0) {
+            if (strcmp(v, "allreduce") == 0)
+                o.op = 0;
+            else if (strcmp(v, "reduce-scatter") == 0)
+                o.op = 1;
+            else if (strcmp(v, "all-gather") == 0)
+                o.op = 2;
+            else {
+                fprintf(stderr,
+                        "ddp-bench-allreduce: --op: '%s' is not one of allreduce, "
+                        "reduce-scatter, all-gather\n",
+                        v);
+                return 2;
+            }
         } else if (strcmp(a, "--small") == 0) {
             rc = args_parse_long(a, v, 0, 1L << 40, &o.small, &err);
         } else if (strcmp(a, "--port") == 0) {
@@ -275,6 +313,13 @@ int main(int argc, char **argv)
     }
     if (o.min_bytes > o.max_bytes) {
         fprintf(stderr, "ddp-bench-allreduce: --min-bytes is over --max-bytes\n");
+        return 2;
+    }
+    if (o.op != 0 && (o.min_bytes % (4L * o.world) != 0)) {
+        fprintf(stderr,
+                "ddp-bench-allreduce: --op %s: --min-bytes must be a multiple of 4 * "
+                "--world (one float shard per rank)\n",
+                op_names[o.op]);
         return 2;
     }
     if (o.memcpy_row)

@@ -3,8 +3,12 @@
 outputs of ddp-bench-allreduce and its peers (bench/peers/gloo_allreduce.py, mpi_allreduce),
 which all print nccl-tests' columns: size(B) count type time(us) algbw(GB/s) busbw(GB/s).
 
-    compare_allreduce.py --world W OURS_LABEL=FILE[,FILE...]... -- PEER_LABEL=FILE[,FILE...]...
+    compare_allreduce.py --world W [--op allreduce|reduce-scatter|all-gather]
+        OURS_LABEL=FILE[,FILE...]... -- PEER_LABEL=FILE[,FILE...]...
         [--memcpy FILE[,FILE...]]  (files holding ddp-bench-allreduce's "# memcpy ...: X GB/s")
+
+busbw = algbw * 2(W-1)/W for the all-reduce, algbw * (W-1)/W for the reduce-scatter and the
+all-gather (nccl-tests), recomputed from the median time.
 
 Several files for one label are repetitions: each size's time is the median over them (busbw
 is computed from that median time), memcpy the median too. Prints, for every size present in
@@ -18,7 +22,10 @@ import statistics
 import sys
 
 
-def read_table(paths, world):
+BUS = {"allreduce": 2.0, "reduce-scatter": 1.0, "all-gather": 1.0}
+
+
+def read_table(paths, world, bus=2.0):
     """{size: (time_us, busbw)}: the median time over the files' nccl-tests-like rows (a size
     missing from one file is dropped), busbw from it; comment lines are skipped."""
     per = []
@@ -34,7 +41,7 @@ def read_table(paths, world):
     out = {}
     for s in sizes:
         us = statistics.median(r[s] for r in per)
-        out[s] = (us, s / (us * 1e-6) / 1e9 * 2.0 * (world - 1) / world)
+        out[s] = (us, s / (us * 1e-6) / 1e9 * bus * (world - 1) / world)
     return out
 
 
@@ -64,13 +71,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--memcpy")
+    ap.add_argument("--op", default="allreduce", choices=sorted(BUS))
     ap.add_argument("systems", nargs="*")
     a1 = ap.parse_args(argv[:cut])
     a2 = ap.parse_args(["--world", str(a1.world)] + argv[cut + 1:])
     ours = [s.split("=", 1) for s in a1.systems]
     peers = [s.split("=", 1) for s in a2.systems]
     memcpy_file = a1.memcpy or a2.memcpy
-    tables = {label: read_table(path, a1.world) for label, path in ours + peers}
+    tables = {label: read_table(path, a1.world, BUS[a1.op]) for label, path in ours + peers}
     empty = [label for label, t in tables.items() if not t]
     if empty:
         sys.exit("compare_allreduce: no rows from %s" % ", ".join(empty))
@@ -78,8 +86,8 @@ def main():
     labels = [label for label, _ in ours + peers]
     pairs = [(o, p) for o, _ in ours for p, _ in peers]
     nrep = max(len(path.split(",")) for _, path in ours + peers)
-    print("# W = %d: time (us) and busbw (GB/s) of each, median over %d run(s); ratio = "
-          "busbw(ours) / busbw(peer), > 1 is ours faster" % (a1.world, nrep))
+    print("# %s, W = %d: time (us) and busbw (GB/s) of each, median over %d run(s); ratio = "
+          "busbw(ours) / busbw(peer), > 1 is ours faster" % (a1.op, a1.world, nrep))
     head = "%9s " % "size" + " ".join("%11s %8s" % (label[:8] + " us", "GB/s") for label in labels)
     head += " " + " ".join("%15s" % ("%s/%s" % (o[:8], p[:6])) for o, p in pairs)
     print(head)

@@ -5,7 +5,11 @@
  *
  *   mpirun --allow-run-as-root --oversubscribe -np W --mca btl self,vader \
  *       mpi_allreduce [--min-bytes 4096] [--max-bytes 67108864] [--factor 4] [--warmup 3]
- *                     [--iters 0 (auto)]
+ *                     [--iters 0 (auto)] [--op allreduce|reduce_scatter|allgather]
+ *
+ * --op reduce_scatter times MPI_Reduce_scatter_block (size = the whole send buffer, a block of
+ * size / W per rank), --op allgather MPI_Allgather (size = the whole receive buffer), both out
+ * of place, with busbw = algbw * (W-1)/W (nccl-tests, and ddp-bench-allreduce --op).
  *
  * Built by bench/peers/setup.sh with mpicc, not by our CMake (Open MPI is a peer, not a
  * dependency). Same method as ours: for each size, warm-up iterations, then timed
@@ -54,12 +58,26 @@ static int parse_long(const char *s, long *out)
     return 0;
 }
 
+/* One collective of op over count floats of buf (the whole buffer; part holds one block). */
+static int run(int op, float *buf, float *part, int count, int world)
+{
+    int block = count / world;
+    if (op == 1)
+        return MPI_Reduce_scatter_block(buf, part, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == 2)
+        return MPI_Allgather(part, block, MPI_FLOAT, buf, block, MPI_FLOAT, MPI_COMM_WORLD);
+    return MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     long min_bytes = 4096, max_bytes = 64L << 20, factor = 4, warmup = 3, iters = 0;
     int rank = 0, world = 1, ret = 1;
-    float *buf = NULL;
+    float *buf = NULL, *part = NULL;
     double *t = NULL, *slow = NULL;
+    int op = 0; /* 0 MPI_Allreduce, 1 MPI_Reduce_scatter_block, 2 MPI_Allgather */
+    static const char *const names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
+                                        "MPI_Allgather"};
 
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS)
         return 1;
@@ -67,6 +85,19 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     for (int i = 1; i < argc; i++) {
         long *dst = NULL;
+        if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            op = strcmp(v, "allreduce") == 0        ? 0
+                 : strcmp(v, "reduce_scatter") == 0 ? 1
+                 : strcmp(v, "allgather") == 0      ? 2
+                                                    : -1;
+            if (op < 0) {
+                if (rank == 0)
+                    fprintf(stderr, "mpi_allreduce: bad --op '%s'\n", v);
+                goto out;
+            }
+            continue;
+        }
         if (strcmp(argv[i], "--min-bytes") == 0)
             dst = &min_bytes;
         else if (strcmp(argv[i], "--max-bytes") == 0)
@@ -90,9 +121,10 @@ int main(int argc, char **argv)
         goto out;
     }
     buf = malloc((size_t)max_bytes);
+    part = malloc((size_t)max_bytes / (size_t)world + 64);
     t = malloc((size_t)(iters > 50 ? iters : 50) * sizeof(double));
     slow = malloc((size_t)(iters > 50 ? iters : 50) * sizeof(double));
-    if (!buf || !t || !slow) {
+    if (!buf || !part || !t || !slow) {
         fprintf(stderr, "mpi_allreduce: out of memory\n");
         goto out;
     }
@@ -105,7 +137,7 @@ int main(int argc, char **argv)
         char *nl = strchr(ver, ',');
         if (nl)
             *nl = '\0';
-        printf("# MPI_Allreduce (%s), %d ranks (processes), float sum\n", ver, world);
+        printf("# %s (%s), %d ranks (processes), float sum\n", names[op], ver, world);
         printf("%12s %12s %6s %12s %10s %10s\n", "size(B)", "count", "type", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
         fflush(stdout);
@@ -114,14 +146,12 @@ int main(int argc, char **argv)
         int count = (int)(bytes / 4);
         long n = iters > 0 ? iters : auto_iters(bytes);
         for (long i = 0; i < warmup; i++)
-            if (MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
-                MPI_SUCCESS)
+            if (run(op, buf, part, count, world) != MPI_SUCCESS)
                 goto out;
         for (long i = 0; i < n; i++) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
-            if (MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
-                MPI_SUCCESS)
+            if (run(op, buf, part, count, world) != MPI_SUCCESS)
                 goto out;
             t[i] = (MPI_Wtime() - t0) * 1e6;
         }
@@ -130,7 +160,7 @@ int main(int argc, char **argv)
         if (rank == 0) {
             double us = median(slow, n);
             double algbw = (double)bytes / (us * 1e-6) / 1e9;
-            double busbw = algbw * 2.0 * (world - 1) / world;
+            double busbw = algbw * (op == 0 ? 2.0 : 1.0) * (world - 1) / world;
             printf("%12ld %12d %6s %12.1f %10.3f %10.3f\n", bytes, count, "float", us, algbw,
                    busbw);
             fflush(stdout);
@@ -139,6 +169,7 @@ int main(int argc, char **argv)
     ret = 0;
 out:
     free(buf);
+    free(part);
     free(t);
     free(slow);
     MPI_Finalize();
