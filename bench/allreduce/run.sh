@@ -59,8 +59,14 @@ for op in $ops; do
       # user runs instead (gloo_allreduce.py says so in its header), labelled gloo-ar
       if [ "$op" = reduce-scatter ]; then gop=reduce_scatter mop=reduce_scatter glabel=gloo-ar
       else gop=all_gather mop=allgather glabel=gloo; fi
-      # no ours-reg: registered buffers change only the all-reduce
-      opvariants=("ours=--transport auto --op $op" "ours-tcp=--transport tcp --op $op") ;;
+      # ours-reg: the full buffer from comm_alloc_buffer (the peers' shards read where they
+      # lie), where the driver has --buffer
+      if grep -q -- --buffer <<<"$usage"; then
+        opvariants=("ours=--transport auto --op $op" "ours-reg=--transport auto --buffer comm --op $op"
+                    "ours-tcp=--transport tcp --op $op")
+      else
+        opvariants=("ours=--transport auto --op $op" "ours-tcp=--transport tcp --op $op")
+      fi ;;
     *) echo "run.sh: OPS: '$op' is not one of allreduce, reduce-scatter, all-gather" >&2; exit 2 ;;
   esac
   for w in 2 4; do

@@ -81,7 +81,11 @@ int shm_region_free(struct shm_group *g, void *p);
 int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,
                        enum comm_dtype dt, uint64_t seq, int kind, struct ddp_err *err);
 /* All-gather: member k's in (count elements) lands at out + k * count on every member (in
- * place when in is out's own shard): a copy into the own slot and one out of each. */
+ * place when in is out's own shard): a copy into the own slot and one out of each.
+ * Both: where the full buffer (reduce-scatter: in; all-gather: out) lies in this rank's part
+ * of a registered region (shm_region_alloc), at the same offset on every member, the others'
+ * shards are read where they lie instead (no slot), and the call returns once no member reads
+ * this rank's part any more. */
 int shm_allgather(struct shm_group *g, const void *in, void *out, size_t count, enum comm_dtype dt,
                   uint64_t seq, int kind, struct ddp_err *err);
 

@@ -27,7 +27,11 @@
  * and the L - 1 other slots straight into its output: one copy in per byte, the sum reads
  * each byte once, no copy out. An all-gather round copies a piece of the own shard into the
  * own slot and every member copies all the others' out: the shared segment makes it a copy.
- * Neither has a "reduced" phase: arrive, then done.
+ * Neither has a "reduced" phase: arrive, then done. Where the full buffer (the
+ * reduce-scatter's input, the all-gather's output) is registered, at the same offset on every
+ * member, there is no slot at all: one round reads the others' shards where they lie
+ * (registered_sharded), so an all-gather copies each byte once, as Open MPI's single-copy
+ * transport does.
  *
  * Invariants:
  *  1. Every member runs the same rounds in the same order (g->round is the same on all).
@@ -219,6 +223,51 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
     return 0;
 }
 
+/*
+ * Reduce-scatter (reduce = 1) or all-gather of a registered buffer: the full buffer lies in
+ * this rank's part of region rg at roff, at the same offset on every member (checked with
+ * the description), so no slot is needed: one round in which every member reads the others'
+ * parts where they lie - its own shard of each to sum (reduce-scatter: src is the full
+ * buffer, dst the output), or each member's own shard to copy (all-gather: src is the own
+ * shard, already in place, dst the full buffer) - then waits until no member reads its
+ * part any more, so that the caller may write it again.
+ */
+static int registered_sharded(struct shm_group *g, const struct shm_region *rg, size_t roff,
+                              int reduce, const char *src, char *dst, size_t sb,
+                              const struct vecadd_type *t, uint64_t seq, int kind,
+                              struct ddp_err *err)
+{
+    const char *what = reduce ? "reduce-scatter" : "all-gather";
+    struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = sb, .roff = roff};
+    uint32_t r;
+    int h, ret;
+    if ((ret = round_begin(g, &r, &h, &d, what, err)) < 0)
+        return ret;
+    shm_post(g, C_ARRIVE, r);
+    const char *own = reduce ? src + (size_t)g->lr * sb : src; /* reduce: the own input shard */
+    int first = 1;
+    for (int k = 0; k < g->L; k++) {
+        if (k == g->lr)
+            continue;
+        if ((ret = shm_wait_one(g, k, C_ARRIVE, r, what, err)) < 0 ||
+            (ret = shm_check_desc(g, k, h, &d, err)) < 0)
+            return ret;
+        const char *part = rg->base + SHM_REGION_HDR + (size_t)k * rg->stride + roff;
+        if (!reduce) {
+            memcpy(dst + (size_t)k * sb, part + (size_t)k * sb, sb);
+            continue;
+        }
+        const char *theirs = part + (size_t)g->lr * sb;
+        if (first && dst != own)
+            t->add2(dst, own, theirs, sb / t->size);
+        else
+            t->add(dst, theirs, sb / t->size);
+        first = 0;
+    }
+    shm_post(g, C_DONE, r);
+    return shm_wait_all(g, C_DONE, r, what, err);
+}
+
 /* The part of a slot each member's shard gets in one reduce-scatter round: piece / L,
  * whole elements, cache lines where there is room; 0 when not even one element fits. */
 static size_t rs_sub(const struct shm_group *g, size_t esize)
@@ -251,6 +300,10 @@ int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t co
                        "reduce-scatter: shared-memory pieces of %zu bytes cannot hold an element "
                        "for each of %d ranks (raise chunk_bytes)",
                        g->piece, g->L);
+    size_t roff = 0;
+    const struct shm_region *rg = region_of(g, src, sb * (size_t)g->L, &roff);
+    if (rg)
+        return registered_sharded(g, rg, roff, 1, src, dst, sb, t, seq, kind, err);
     struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = sb, .roff = UINT64_MAX};
     const char *own = src + (size_t)g->lr * sb;
     for (size_t off = 0; off < sb;) {
@@ -297,6 +350,11 @@ int shm_allgather(struct shm_group *g, const void *in, void *out, size_t count, 
     if (g->L == 1 || sb == 0)
         return 0;
     g->fault = -1;
+    size_t roff = 0;
+    const struct shm_region *rg = region_of(g, dst, sb * (size_t)g->L, &roff);
+    if (rg)
+        return registered_sharded(g, rg, roff, 0, dst + (size_t)g->lr * sb, dst, sb,
+                                  vecadd_type(dt), seq, kind, err);
     struct shm_desc d = {.seq = seq, .kind = (uint32_t)kind, .bytes = sb, .roff = UINT64_MAX};
     for (size_t off = 0; off < sb;) {
         size_t n = sb - off < g->piece ? sb - off : g->piece;

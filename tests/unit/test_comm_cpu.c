@@ -253,7 +253,8 @@ static int sharded_body(struct ring_job *job, int rank, struct comm *c, struct d
 {
     size_t ns[16];
     size_t nn = sharded_counts(job->world, job->ctx != NULL, ns);
-    return testutil_sharded_sweep(c, 500 + (uint64_t)job->world, ns, nn, &job->digest[rank], err);
+    return testutil_sharded_sweep(c, 500 + (uint64_t)job->world, ns, nn, 0, &job->digest[rank],
+                                  err);
 }
 
 static void run_sharded(int world, size_t chunk, int small)

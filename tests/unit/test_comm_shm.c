@@ -762,11 +762,11 @@ static int sharded_body(struct job *j, int rank, struct comm *c, struct ddp_err 
     size_t nn = sizeof(ns) / sizeof(ns[0]);
     if (j->few)
         nn = 9;
-    return testutil_sharded_sweep(c, j->seed, ns, nn, &j->b->digest[rank][0], err);
+    return testutil_sharded_sweep(c, j->seed, ns, nn, j->registered, &j->b->digest[rank][0], err);
 }
 
-static void run_sharded(int world, size_t chunk, const char *const *hosts,
-                        const char *want_transport, int small)
+static void run_sharded_reg(int world, size_t chunk, const char *const *hosts,
+                            const char *want_transport, int small, int registered)
 {
     struct job j = {.world = world,
                     .chunk = chunk,
@@ -774,6 +774,7 @@ static void run_sharded(int world, size_t chunk, const char *const *hosts,
                     .seed = 900 + (uint64_t)world * 10 + chunk,
                     .body = sharded_body,
                     .few = small,
+                    .registered = registered,
                     .b = board_new()};
     run_job(&j, 120000);
     expect_all_ok(&j);
@@ -784,6 +785,12 @@ static void run_sharded(int world, size_t chunk, const char *const *hosts,
                      want_transport);
     expect_no_segments(&j);
     munmap(j.b, sizeof(struct board));
+}
+
+static void run_sharded(int world, size_t chunk, const char *const *hosts,
+                        const char *want_transport, int small)
+{
+    run_sharded_reg(world, chunk, hosts, want_transport, small, 0);
 }
 
 /* Rank world-1 dies (SIGKILL) or stops (SIGSTOP) after one reduce-scatter + all-gather; the
@@ -841,6 +848,12 @@ static void test_comm_shm_sharded(void **state)
     run_sharded(5, 8192, mixed, "hier", 0);
     static const char *const apart[] = {"a", "b", "c"};
     run_sharded(3, 0, apart, "tcp", 0);
+    /* Registered buffers (comm_alloc_buffer): read where they lie, no slot; hierarchically
+     * and over TCP they are plain memory. */
+    for (int w = 2; w <= 4; w++)
+        run_sharded_reg(w, 0, NULL, "shm", 0, 1);
+    run_sharded_reg(4, 0, two, "hier", 1, 1);
+    run_sharded_reg(3, 0, apart, "tcp", 1, 1);
 }
 
 /* A SIGKILLed rank during reduce-scatters / all-gathers: DDP_EPEER naming it, through shared

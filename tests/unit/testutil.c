@@ -99,7 +99,7 @@ static int check_zero(const void *p, size_t n, const char *what, size_t nel, str
 }
 
 /* One N and dtype of testutil_sharded_sweep. */
-static int sharded_case(struct comm *c, uint64_t seed, size_t N, enum comm_dtype dt,
+static int sharded_case(struct comm *c, uint64_t seed, size_t N, enum comm_dtype dt, int registered,
                         uint64_t *digest, struct ddp_err *err)
 {
     int W = comm_world_size(c), rank = comm_rank(c), rc = 0;
@@ -108,11 +108,19 @@ static int sharded_case(struct comm *c, uint64_t seed, size_t N, enum comm_dtype
     if ((rc = shard_of(N, W, rank, &sh, err)) < 0)
         return rc;
     size_t fb = sh.padded * es, sb = sh.count * es;
-    /* +1: never malloc(0) */
-    char *full = calloc(1, fb + 1), *keep = calloc(1, fb + 1), *inpl = calloc(1, fb + 1);
-    char *shard = malloc(sb + 1), *gath = malloc(fb + 1), *gin = malloc(fb + 1);
-    char *a3 = calloc(1, fb + 1), *s3 = malloc(sb + 1), *g3 = malloc(fb + 1);
-    char *ar = calloc(1, fb + 1);
+    /* The full-size buffers: private (+1: never malloc(0)), or registered, at the same
+     * offsets of one comm_alloc_buffer block on every rank. */
+    size_t slot = (fb + 1 + 63) & ~(size_t)63;
+    char *block = NULL;
+    if (registered && (rc = comm_alloc_buffer(c, 7 * slot, (void **)&block, err)) < 0)
+        return rc;
+    char *full = NULL, *inpl = NULL, *gath = NULL, *gin = NULL, *a3 = NULL, *g3 = NULL, *ar = NULL;
+    char **fulls[7] = {&full, &inpl, &gath, &gin, &a3, &g3, &ar};
+    for (int q = 0; q < 7; q++) {
+        *fulls[q] = block ? block + (size_t)q * slot : malloc(fb + 1);
+        memset(*fulls[q], 0, fb + 1);
+    }
+    char *keep = calloc(1, fb + 1), *shard = malloc(sb + 1), *s3 = malloc(sb + 1);
     testutil_fill(seed, rank, full, N, dt);
     memcpy(keep, full, fb);
     memcpy(inpl, full, fb);
@@ -199,28 +207,24 @@ static int sharded_case(struct comm *c, uint64_t seed, size_t N, enum comm_dtype
         err_set(err, rc, "N=%zu %s (%s): %.200s", N, step, dt == COMM_F64 ? "f64" : "f32", why);
     }
     *digest = testutil_fnv(gath, fb, *digest);
-    free(full);
+    for (int q = 0; q < 7 && !block; q++)
+        free(*fulls[q]);
+    comm_free_buffer(c, block);
     free(keep);
-    free(inpl);
     free(shard);
-    free(gath);
-    free(gin);
-    free(a3);
     free(s3);
-    free(g3);
-    free(ar);
     return rc;
 }
 
 int testutil_sharded_sweep(struct comm *c, uint64_t seed, const size_t *ns, size_t nn,
-                           uint64_t *digest, struct ddp_err *err)
+                           int registered, uint64_t *digest, struct ddp_err *err)
 {
     int rc = 0;
     uint64_t d = 0xcbf29ce484222325ull;
     for (size_t k = 0; k < nn && rc == 0; k++)
         for (int f = 0; f < 2 && rc == 0; f++)
-            rc = sharded_case(c, seed + k * 2 + (uint64_t)f, ns[k], f ? COMM_F64 : COMM_F32, &d,
-                              err);
+            rc = sharded_case(c, seed + k * 2 + (uint64_t)f, ns[k], f ? COMM_F64 : COMM_F32,
+                              registered, &d, err);
     *digest = d;
     return rc;
 }

@@ -40,11 +40,13 @@ int testutil_check_sum_at(uint64_t seed, int world, const void *buf, size_t firs
  * place (the same bits, other shards untouched), an all-gather of the result out of place (all
  * N sums, padding 0, nothing written past the output) and in place (the same bits), and a
  * reduce-scatter, an all-reduce and an all-gather in flight at once, waited in order (the
- * same results). *digest = FNV of the gathered buffers (equal on every rank). 0 or the
- * first failure, naming N and the step.
+ * same results). registered: the full-size buffers come from one comm_alloc_buffer block,
+ * at the same offsets on every rank (shared memory reads them where they lie). *digest = FNV
+ * of the gathered buffers (equal on every rank). 0 or the first failure, naming N and the
+ * step.
  */
 int testutil_sharded_sweep(struct comm *c, uint64_t seed, const size_t *ns, size_t nn,
-                           uint64_t *digest, struct ddp_err *err);
+                           int registered, uint64_t *digest, struct ddp_err *err);
 
 /* Kills (SIGKILL) and reaps every process of pids[0..n) still > 0, setting each to 0: the
  * end of a test whose forked ranks ran past their deadline. */
