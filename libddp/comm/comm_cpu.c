@@ -197,11 +197,13 @@ static int do_allgather(struct comm *c, const void *in, void *out, size_t count,
     case MODE_SHM:
         return shm_allgather(cpu->shm, in, out, count, dt, seq, WORK_ALLGATHER, err);
     case MODE_HIER: {
-        char *o = out, *own = o + (size_t)c->rank * sb;
-        if (sb && own != (const char *)in)
-            memcpy(own, in, sb);
-        memset(o, 0, (size_t)c->rank * sb);
-        memset(own + sb, 0, (size_t)(c->world_size - 1 - c->rank) * sb);
+        if (sb) {
+            char *o = out, *own = o + (size_t)c->rank * sb;
+            if (own != (const char *)in)
+                memcpy(own, in, sb);
+            memset(o, 0, (size_t)c->rank * sb);
+            memset(own + sb, 0, (size_t)(c->world_size - 1 - c->rank) * sb);
+        }
         return do_allreduce(c, out, count * (size_t)c->world_size, dt, seq, WORK_ALLGATHER, err);
     }
     }
@@ -329,6 +331,15 @@ static void *comm_thread(void *arg)
     return NULL;
 }
 
+/* What w does at world size 1: nothing to exchange, but a reduce-scatter or all-gather out
+ * of place still copies its one shard. */
+static void world_one(struct comm_work *w)
+{
+    int sharded = w->kind == WORK_REDUCE_SCATTER || w->kind == WORK_ALLGATHER;
+    if (sharded && w->count && w->buf != w->out)
+        memmove(w->out, w->buf, w->count * vecadd_type(w->dt)->size);
+}
+
 /* Queues w (or finishes it at once for world size 1); returns the sticky error if any. */
 static int enqueue(struct comm *c, struct comm_work *w, struct ddp_err *err)
 {
@@ -346,9 +357,7 @@ static int enqueue(struct comm *c, struct comm_work *w, struct ddp_err *err)
         cpu->all->all_prev = w;
     cpu->all = w;
     if (c->world_size == 1) {
-        /* Nothing to exchange; a reduce-scatter or all-gather still copies its shard. */
-        if ((w->kind == WORK_REDUCE_SCATTER || w->kind == WORK_ALLGATHER) && w->buf != w->out)
-            memmove(w->out, w->buf, w->count * vecadd_type(w->dt)->size);
+        world_one(w);
         w->done = 1;
     } else {
         if (cpu->tail)
@@ -420,8 +429,7 @@ static int run_blocking(struct comm *c, struct comm_work *w, struct ddp_err *err
 {
     struct cpu *cpu = c->impl;
     if (c->world_size == 1) {
-        if ((w->kind == WORK_REDUCE_SCATTER || w->kind == WORK_ALLGATHER) && w->buf != w->out)
-            memmove(w->out, w->buf, w->count * vecadd_type(w->dt)->size);
+        world_one(w);
         free(w);
         return 0;
     }
