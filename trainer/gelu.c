@@ -1,5 +1,9 @@
 /*
- * gelu.c - the tanh-approximate GELU and its derivative, element-wise.
+ * gelu.c - the tanh-approximate GELU and its derivative, element-wise. tanh(u) is computed as
+ * 1 - 2 / (exp(2u) + 1) with expf: glibc's tanhf (through expm1f) took 42% of a GPT step,
+ * expf is several times cheaper, and the absolute error stays at float rounding (the
+ * relative error near u = 0 does not matter: GELU adds 1 to it). exp(2u) overflowing to inf
+ * gives 1, underflowing to 0 gives -1.
  */
 #include "trainer/gelu.h"
 
@@ -8,12 +12,17 @@
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
+static inline float fast_tanh(float u)
+{
+    return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
 void gelu_forward(const float *x, float *y, size_t cnt)
 {
     for (size_t i = 0; i < cnt; i++) {
         float v = x[i];
         float u = GELU_K * (v + GELU_C * v * v * v);
-        y[i] = 0.5f * v * (1.0f + tanhf(u));
+        y[i] = 0.5f * v * (1.0f + fast_tanh(u));
     }
 }
 
@@ -22,7 +31,7 @@ void gelu_backward(const float *x, const float *dy, float *dx, size_t cnt)
     for (size_t i = 0; i < cnt; i++) {
         float v = x[i];
         float u = GELU_K * (v + GELU_C * v * v * v);
-        float t = tanhf(u);
+        float t = fast_tanh(u);
         float du = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
         float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
         dx[i] = dy[i] * g;
