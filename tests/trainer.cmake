@@ -35,6 +35,8 @@ ddp_script_test(NAME worker_gpt
 ddp_script_test(NAME worker_gpt_torch
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_gpt_torch.py TIMEOUT 900
   LABELS "worker;heavy")
+ddp_script_test(NAME worker_sharding
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_sharding.py TIMEOUT 400 LABELS worker)
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume

@@ -30,28 +30,37 @@ void adamw_release(struct adamw *a)
     a->n = 0;
 }
 
-void adamw_step_tensors(struct adamw *a, float *params, int ntensors, const size_t *off,
-                        const size_t *size, float *const *grads, float grad_scale)
+void adamw_begin(struct adamw *a, struct adamw_coef *c)
 {
     a->t++;
     double bc1 = 1.0 - pow((double)a->beta1, (double)a->t);
     double bc2 = 1.0 - pow((double)a->beta2, (double)a->t);
-    float step_size = (float)((double)a->lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    float decay = 1.0f - a->lr * a->weight_decay;
+    c->step_size = (float)((double)a->lr / bc1);
+    c->bc2_sqrt = (float)sqrt(bc2);
+    c->decay = 1.0f - a->lr * a->weight_decay;
+}
+
+void adamw_update(const struct adamw *a, const struct adamw_coef *c, float *p, float *m, float *v,
+                  const float *g, size_t n, float grad_scale)
+{
     float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
-    for (int k = 0; k < ntensors; k++) {
-        float *p = params + off[k];
-        float *m = a->state + off[k];
-        float *v = a->state + a->n + off[k];
-        const float *g = grads[k];
-        for (size_t i = 0; i < size[k]; i++) {
-            float gi = g[i] * grad_scale;
-            p[i] *= decay;
-            m[i] = b1 * m[i] + (1.0f - b1) * gi;
-            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-            float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-            p[i] -= step_size * (m[i] / denom);
-        }
+    float decay = c->decay, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        p[i] *= decay;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+        p[i] -= step_size * (m[i] / denom);
     }
+}
+
+void adamw_step_tensors(struct adamw *a, float *params, int ntensors, const size_t *off,
+                        const size_t *size, float *const *grads, float grad_scale)
+{
+    struct adamw_coef c;
+    adamw_begin(a, &c);
+    for (int k = 0; k < ntensors; k++)
+        adamw_update(a, &c, params + off[k], a->state + off[k], a->state + a->n + off[k], grads[k],
+                     size[k], grad_scale);
 }

@@ -31,4 +31,15 @@ void adamw_release(struct adamw *a);
 void adamw_step_tensors(struct adamw *a, float *params, int ntensors, const size_t *off,
                         const size_t *size, float *const *grads, float grad_scale);
 
+/* One step in parts, for a range of the parameters (a shard: trainer/zero.h):
+ * adamw_begin counts the step (t += 1) and computes its coefficients, adamw_update applies
+ * them to n parameters p with moments m, v and gradient g times grad_scale. adamw_step_tensors
+ * is these two. */
+struct adamw_coef {
+    float step_size, bc2_sqrt, decay;
+};
+void adamw_begin(struct adamw *a, struct adamw_coef *c);
+void adamw_update(const struct adamw *a, const struct adamw_coef *c, float *p, float *m, float *v,
+                  const float *g, size_t n, float grad_scale);
+
 #endif

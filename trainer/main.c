@@ -23,7 +23,7 @@ static const char usage_text[] =
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
     "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
-    "                  [--bucket-cap-mb MB]\n"
+    "                  [--bucket-cap-mb MB] [--sharding none|optimizer]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n"
@@ -63,6 +63,7 @@ static const char *const valued[] = {"--model",
                                      "--generate",
                                      "--shuffle",
                                      "--notice-at-step",
+                                     "--sharding",
                                      NULL};
 
 static int is_valued(const char *name)
@@ -155,6 +156,17 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         rc = args_parse_double(name, val, 0.0, 1e9, &d, err);
         if (rc == 0)
             o->clip_grad_norm = d;
+    } else if (strcmp(name, "--sharding") == 0) {
+        if (strcmp(val, "none") == 0)
+            o->sharding = TRAIN_SHARD_NONE;
+        else if (strcmp(val, "optimizer") == 0)
+            o->sharding = TRAIN_SHARD_OPTIMIZER;
+        else if (strcmp(val, "grad") == 0 || strcmp(val, "full") == 0 || strcmp(val, "hybrid") == 0)
+            return err_set(err, DDP_EINVAL,
+                           "--sharding %s: not built yet (none and optimizer are; docs/fsdp.md)",
+                           val);
+        else
+            return err_set(err, DDP_EINVAL, "--sharding: want none or optimizer, got '%s'", val);
     } else if (strcmp(name, "--shuffle") == 0) {
         if (strcmp(val, "on") == 0)
             o->no_shuffle = 0;

@@ -23,9 +23,8 @@ void optim_init(struct optim *o, const struct model *m, float lr, float momentum
     optim_init_n(o, model_param_count(m), lr, momentum, weight_decay);
 }
 
-/* One tensor's update: p and b are its parameters and momentum, g its gradient. */
-static void step_one(const struct optim *o, float *p, float *b, const float *g, size_t cnt,
-                     float grad_scale)
+void optim_step_range(const struct optim *o, float *p, float *b, const float *g, size_t cnt,
+                      float grad_scale)
 {
     float lr = o->lr, mu = o->momentum, wd = o->weight_decay;
     for (size_t i = 0; i < cnt; i++) {
@@ -39,7 +38,7 @@ void optim_step_tensors(struct optim *o, float *params, int ntensors, const size
                         const size_t *size, float *const *grads, float grad_scale)
 {
     for (int t = 0; t < ntensors; t++)
-        step_one(o, params + off[t], o->buf + off[t], grads[t], size[t], grad_scale);
+        optim_step_range(o, params + off[t], o->buf + off[t], grads[t], size[t], grad_scale);
 }
 
 void optim_release(struct optim *o)
@@ -56,7 +55,7 @@ void optim_step(struct optim *o, struct model *m, float grad_scale)
     float *params = model_params(m);
     for (int t = 0; t < model_tensor_count(m); t++) {
         size_t off = model_tensor_offset(m, t);
-        step_one(o, params + off, o->buf + off, model_grad(m, t), model_tensor_size(m, t),
-                 grad_scale);
+        optim_step_range(o, params + off, o->buf + off, model_grad(m, t), model_tensor_size(m, t),
+                         grad_scale);
     }
 }

@@ -38,6 +38,11 @@ void optim_step(struct optim *o, struct model *m, float grad_scale);
 void optim_step_tensors(struct optim *o, float *params, int ntensors, const size_t *off,
                         const size_t *size, float *const *grads, float grad_scale);
 
+/* The update of cnt parameters p with momentum b and gradient g times grad_scale: the
+ * arithmetic of every step above, for a range of them (a shard: trainer/zero.h). */
+void optim_step_range(const struct optim *o, float *p, float *b, const float *g, size_t cnt,
+                      float grad_scale);
+
 /* As optim_init, for n parameters of any model. */
 void optim_init_n(struct optim *o, size_t n, float lr, float momentum, float weight_decay);
 

@@ -64,6 +64,7 @@
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 #include "trainer/text.h"
+#include "trainer/zero.h"
 
 #define TRAIN_EVAL_BATCH   1000
 #define TRAIN_TRACE_EVENTS 200000
@@ -210,7 +211,8 @@ struct run {
     uint64_t total_steps;               /* of the whole run: the per-step schedule's length */
     struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
-    float **views; /* the reducer's gradient view of each tensor */
+    struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
+    float **views;     /* the reducer's gradient view of each tensor */
     struct trace *trace;
     struct rng rng;
     char ckpt_dir[1024];
@@ -412,7 +414,10 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
         ro.cap_bytes = 1;
     if (ro.first_cap_bytes > ro.cap_bytes)
         ro.first_cap_bytes = ro.cap_bytes;
-    int rc = reducer_new(g->comm, g->world_size, counts, nt, &ro, r->trace, &r->red, err);
+    /* Sharded, the reducer only holds the gradients: zero_step reduce-scatters them. */
+    int sharded = o->sharding != TRAIN_SHARD_NONE && g->world_size > 1;
+    int rc = reducer_new(sharded ? NULL : g->comm, sharded ? 1 : g->world_size, counts, nt, &ro,
+                         r->trace, &r->red, err);
     free(counts);
     if (rc)
         return DDP_EXIT_FAILURE;
@@ -426,6 +431,42 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
              g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
              reducer_bucket_count(r->red), o->overlap, openblas_get_corename());
     return DDP_EXIT_OK;
+}
+
+/* --sharding optimizer: the ZeRO-1 optimizer, its shard of the state taken from the full
+ * state the resume loaded (so a checkpoint of any strategy and world size resumes). */
+static int setup_sharding(struct run *r, struct ddp_err *err)
+{
+    const struct train_opts *o = r->o;
+    struct ddp_group *g = r->g;
+    if (o->sharding == TRAIN_SHARD_NONE || g->world_size == 1)
+        return DDP_EXIT_OK;
+    if (g->gpu) {
+        err_set(err, DDP_EINVAL, "--sharding optimizer: runs on the CPU only: use --backend cpu");
+        return DDP_EXIT_USAGE;
+    }
+    struct optim_cfg c = {.adamw = o->adamw,
+                          .momentum = (float)o->momentum,
+                          .weight_decay = (float)o->weight_decay,
+                          .beta1 = (float)o->beta1,
+                          .beta2 = (float)o->beta2,
+                          .eps = (float)o->eps,
+                          .clip_norm = o->is_gpt ? (float)o->clip_grad_norm : 0.0f};
+    if (zero_new(g->comm, g->world_size, g->rank, r->mi, r->red, &c, r->step, &r->zero, err) != 0)
+        return DDP_EXIT_FAILURE;
+    zero_load_state(r->zero, r->mi->ops->momentum(r->mi));
+    log_info("sharding optimizer: this rank updates %zu of %zu parameters and keeps their "
+             "optimizer state",
+             zero_shard_count(r->zero), r->mi->ops->param_count(r->mi));
+    return DDP_EXIT_OK;
+}
+
+/* Before a checkpoint, on every rank: a sharded optimizer's state made whole (collective). */
+static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
+{
+    if (!r->zero || !r->ckpt_dir[0])
+        return 0;
+    return zero_gather_state(r->zero, r->mi->ops->momentum(r->mi), err);
 }
 
 /* Step 3 of the file comment (the protocol is ddp_resume's): the agreed checkpoint into the
@@ -459,7 +500,7 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
         return ddp_exit_code_for(rc);
     if (mi->ops->sync_to_device(mi, err) != 0)
         return DDP_EXIT_DEVICE;
-    return DDP_EXIT_OK;
+    return setup_sharding(r, err);
 }
 
 /* This rank's sampler, the batch buffers, the backward's hooks and its test slice. */
@@ -509,7 +550,9 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
         rc = mi->ops->backward(mi, &r->hooks, err);
     if (rc == 0)
         rc = reducer_finish(r->red, err);
-    if (rc == 0)
+    if (rc == 0 && r->zero)
+        rc = zero_step(r->zero, lr, 1.0f / (float)r->g->world_size, err);
+    else if (rc == 0)
         rc = mi->ops->step(mi, lr, reducer_grad_scale(r->red), err);
     if (rc)
         return run_exit_code(r, rc);
@@ -536,6 +579,8 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!any)
         return DDP_EXIT_OK;
+    if ((rc = gather_for_checkpoint(r, err)) != 0)
+        return ddp_exit_code_for(rc);
     int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
                 save_checkpoint(r, epoch, pos, err) == 0;
     /* No rank leaves before every checkpoint is written: an exit ends the generation, and
@@ -760,6 +805,8 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         code = evaluate_and_report(r, &at, &es, err);
         if (code)
             return code;
+        if ((code = gather_for_checkpoint(r, err)) != 0)
+            return ddp_exit_code_for(code);
         if (r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
             save_checkpoint(r, epoch + 1, 0, err) != 0)
             return DDP_EXIT_CHECKPOINT;
@@ -822,6 +869,7 @@ static void teardown(struct run *r)
     if (r->sampler_ok)
         sampler_release(&r->smp);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */
+    zero_free(r->zero);
     reducer_free(r->red);
     free(r->views);
     trace_free(r->trace);

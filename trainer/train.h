@@ -37,6 +37,7 @@ struct train_opts {
     long eval_every;          /* a language model: also report every N steps (0: epochs only) */
     long generate;            /* a language model: rank 0 samples this many bytes at the end */
     int no_shuffle;           /* --shuffle off: every epoch in the data's order */
+    int sharding;             /* TRAIN_SHARD_*: --sharding */
     uint64_t seed;
     double bucket_cap_mb;
     const char *backend;        /* auto | cpu | nccl */
@@ -59,6 +60,9 @@ enum {
     TRAIN_LR_WARMUP_COSINE = 2, /* linear warmup, then cosine over the run's steps, set per step
                                    (the GPT's default) */
 };
+
+/* --sharding (trainer/zero.h for optimizer). */
+enum { TRAIN_SHARD_NONE = 0, TRAIN_SHARD_OPTIMIZER = 1 };
 
 /* Fills o with ddp-worker's defaults (the main job). */
 void train_opts_default(struct train_opts *o);
