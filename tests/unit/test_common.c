@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -346,6 +347,27 @@ static void test_common_proc_state(void **state)
     assert_int_equal(proc_state(pid), 0); /* reaped: gone */
 }
 
+/* This process's usage: an opened descriptor is counted and closing it uncounts it, the
+ * resident set and CPU time are positive, the start time lies before now. */
+static void test_common_proc_self_usage(void **state)
+{
+    struct proc_usage a, b;
+    proc_self_usage(&a);
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    proc_self_usage(&b);
+    assert_int_equal(b.open_fds, a.open_fds + 1);
+    assert_int_equal(close(fd), 0);
+    proc_self_usage(&b);
+    assert_int_equal(b.open_fds, a.open_fds);
+    assert_true(a.open_fds >= 3);
+    assert_true(a.max_fds >= a.open_fds);
+    assert_true(a.rss_bytes > 0);
+    assert_true(a.cpu_s >= 0);
+    double now = (double)time_wall_ms() / 1000.0;
+    assert_true(a.start_time_s > now - 3600 && a.start_time_s <= now + 1);
+}
+
 static void test_common_token_file(void **state)
 {
     char dir[] = "/tmp/ddp-test-token-XXXXXX";
@@ -482,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_common_buf),
         cmocka_unit_test(test_common_deadline_backoff),
         cmocka_unit_test(test_common_proc_state),
+        cmocka_unit_test(test_common_proc_self_usage),
         cmocka_unit_test(test_common_token_file),
         cmocka_unit_test(test_common_termsafe_and_log),
         cmocka_unit_test(test_common_log_limited),
