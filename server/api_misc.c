@@ -38,7 +38,7 @@ void api_misc_readyz(struct api_req *r)
 
 void api_misc_metrics(struct api_req *r)
 {
-    api_reply_json(r, 200, metrics_render(r->coord));
+    api_reply_json(r, 200, metrics_render(r->coord, r->now));
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 

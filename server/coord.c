@@ -773,6 +773,7 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;
     c->wall_offset = time_wall_ms() - now;
     c->version_base = (uint64_t)time_wall_ms();
+    c->db_path = xstrdup(db_path);
     rc = store_open(db_path, &c->store, err);
     if (rc)
         goto out;
@@ -804,6 +805,7 @@ void coord_close(struct coord *c)
     free(c->nodes);
     free(c->users);
     store_close(c->store);
+    free(c->db_path);
     if (c->open) { /* none without a beat waiting for it: only when a caller broke the rule */
         coord_batch_release(c->open);
         free(c->open);

@@ -146,12 +146,41 @@ void coord_tick(struct coord *c, int64_t now);
 void coord_counts(struct coord *c, int64_t jobs[JOB_STATE_COUNT], int64_t *nodes_ready,
                   int64_t *nodes_lost);
 
+/* One live job (PENDING, RUNNING, RESTARTING, CANCELLING) as /metrics shows it (coord_stats.c).
+ * loss, samples_per_s and epoch come from the last metrics rank 0 reported; has_* is 0 where
+ * that report had no such number (or there is none yet). */
+struct coord_job_stat {
+    int64_t id;
+    char owner[AUTH_NAME_MAX + 1];
+    enum job_state state;
+    int generation, restarts, world_size;
+    int has_loss, has_samples_per_s, has_epoch;
+    double loss, samples_per_s, epoch;
+};
+/* One registered node (removed ones left out) as /metrics shows it. */
+struct coord_node_stat {
+    char name[64];
+    int up;            /* READY (or SUSPECT) in the API's terms; 0: LOST */
+    int slots, used;   /* slots, and those the live jobs hold */
+    double beat_age_s; /* since its last heartbeat (or since ddpd started, before its first) */
+};
+/* The live jobs (in id order) and the nodes (in registration order), copied under the
+ * coordinator's mutex at monotonic now. On return *jobs and *nodes hold *njobs and *nnodes
+ * entries (NULL when none); the caller frees both arrays with free(). Never fails (the
+ * allocator aborts on out-of-memory). */
+void coord_stats(struct coord *c, int64_t now, struct coord_job_stat **jobs, size_t *njobs,
+                 struct coord_node_stat **nodes, size_t *nnodes);
+/* The bytes of the database file plus those of its write-ahead log (none yet: 0), or -1 when
+ * the database file cannot be stat()ed. Takes no lock (the path never changes). */
+int64_t coord_db_bytes(struct coord *c);
+
 /* The health of the store, for /readyz and /metrics. */
 struct coord_health {
     int store_ok;            /* 0 while the last write failed and no write succeeded since */
     uint64_t store_failures; /* write transactions that failed since ddpd started */
     int64_t store_failed_at; /* wall ms of the last failure; 0: none */
     char store_error[DDP_ERR_MSG_MAX]; /* its message ("" when none) */
+    int64_t store_ok_at;               /* wall ms of the last write that succeeded; 0: none */
 };
 /* Fills *out. Takes neither the coordinator's mutex nor the store's, so it answers while a
  * write hangs on the disk. */

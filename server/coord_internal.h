@@ -190,6 +190,8 @@ struct coord {
     int store_failing;                 /* the last one failed and none succeeded since */
     int64_t store_failed_wall;         /* wall ms of the last failure */
     char store_error[DDP_ERR_MSG_MAX]; /* its message */
+    int64_t store_ok_wall;             /* wall ms of the last write that succeeded; 0: none */
+    char *db_path;                     /* the database file, for its size in /metrics; owned */
     struct coord_opts opts;
     int64_t wall_offset; /* wall ms = now + wall_offset */
     uint64_t version_base;
@@ -336,6 +338,8 @@ void coord_jobs_pad(struct coord *c, int64_t upto);
 /* Deletes finished jobs older than opts.job_ttl_ms, bounded work (coord_retain.c); called by
  * the tick where no loop over c->live runs. */
 void coord_retain_sweep(struct coord *c, int64_t now);
+
+/* coord_stats.c: nothing shared (coord.h has its calls). */
 
 /* coord_load.c */
 int coord_load(struct coord *c, int64_t now, struct ddp_err *err);

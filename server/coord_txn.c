@@ -42,10 +42,12 @@ static void coord_health_note(struct coord *c, int rc, const struct ddp_err *e)
         c->store_failing = 1;
         c->store_failed_wall = time_wall_ms();
         snprintf(c->store_error, sizeof(c->store_error), "%s", e->msg);
-    } else if (c->store_failing) {
+    } else {
+        c->store_ok_wall = time_wall_ms();
+        if (c->store_failing)
+            log_info("storage: writes succeed again (%llu failed since ddpd started)",
+                     (unsigned long long)c->store_failures);
         c->store_failing = 0;
-        log_info("storage: writes succeed again (%llu failed since ddpd started)",
-                 (unsigned long long)c->store_failures);
     }
     pthread_mutex_unlock(&c->health_mu);
 }
@@ -72,6 +74,7 @@ void coord_health(struct coord *c, struct coord_health *out)
     out->store_failures = c->store_failures;
     out->store_failed_at = c->store_failures ? c->store_failed_wall : 0;
     snprintf(out->store_error, sizeof(out->store_error), "%s", c->store_error);
+    out->store_ok_at = c->store_ok_wall;
     pthread_mutex_unlock(&c->health_mu);
 }
 

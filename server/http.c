@@ -83,7 +83,9 @@ static const struct route http_routes[] = {
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
 
-/* Route names for metrics: the patterns, with {} shown as {id}. */
+/* Route names for metrics: the patterns, with {} shown as {id}. The heartbeat's is the one
+ * long poll (a beat is held up to its wait_ms while nothing changes, coord_beat()): its
+ * durations have their own histogram (http_send()). */
 static const char *const http_route_names[HTTP_NROUTES] = {
     "/healthz",
     "/readyz",
@@ -590,7 +592,8 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r,
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
-    metrics_http(route, r->method, r->status, time_mono_ns() - hc->start_ns);
+    metrics_http(route, r->method, r->status, time_mono_ns() - hc->start_ns,
+                 route >= 0 && http_routes[route].fn == api_nodes_heartbeat);
     log_debug("%s %s -> %d", r->method, r->path, r->status);
     return ret;
 }
