@@ -11,6 +11,8 @@ ddp_script_test(NAME api_auth
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_auth.py TIMEOUT 120 LABELS api)
 ddp_script_test(NAME api_jobs
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_jobs.py TIMEOUT 300 LABELS api)
+ddp_script_test(NAME api_metrics
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_metrics.py TIMEOUT 300 LABELS api)
 ddp_script_test(NAME api_nodes
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_nodes.py TIMEOUT 300 LABELS api)
 ddp_script_test(NAME api_durability
