@@ -9,6 +9,8 @@
  *      path), methods a fixed list, per-job series only for live jobs (coord_stats()), per-node
  *      series only for registered nodes.
  *   3. Label values that come from users (a job's owner, a node's name) are escaped.
+ *   4. No series carries a label Prometheus sets on its own (job, instance): a job's label is
+ *      job_id, so a scrape under default honor_labels keeps it as is.
  */
 #include "server/metrics.h"
 
@@ -185,7 +187,7 @@ static void metrics_jobs(struct buf *b, const struct coord_job_stat *js, size_t 
                 "1 for each live job (PENDING, RUNNING, RESTARTING, CANCELLING) in its state; "
                 "a finished job has no series.");
     for (size_t i = 0; i < nj; i++) {
-        mbuf_printf(b, "ddp_job_state{job=\"j-%lld\",owner=\"", (long long)js[i].id);
+        mbuf_printf(b, "ddp_job_state{job_id=\"j-%lld\",owner=\"", (long long)js[i].id);
         mbuf_label(b, js[i].owner);
         mbuf_printf(b, "\",state=\"%s\"} 1\n", jobstate_name(js[i].state));
     }
@@ -231,7 +233,7 @@ static void metrics_jobs(struct buf *b, const struct coord_job_stat *js, size_t 
                 v = s->epoch;
                 break;
             }
-            mbuf_printf(b, "%s{job=\"j-%lld\"} %.15g\n", fam[f].name, (long long)s->id, v);
+            mbuf_printf(b, "%s{job_id=\"j-%lld\"} %.15g\n", fam[f].name, (long long)s->id, v);
         }
     }
 }

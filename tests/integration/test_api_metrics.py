@@ -96,17 +96,17 @@ def test_metrics_series():
         assert info[0][0]["version"] == project_version() and info[0][0]["commit"], info
 
         # Jobs: the running one with its last metrics, the pending one without.
-        assert one(fams, "ddp_job_state", job=run["id"], owner="admin", state="RUNNING") == 1
-        assert one(fams, "ddp_job_state", job=pend["id"], owner="admin", state="PENDING") == 1
-        assert len(samples(fams, "ddp_job_state", job=run["id"])) == 1
-        assert one(fams, "ddp_job_generation", job=run["id"]) == 1
-        assert one(fams, "ddp_job_restarts", job=run["id"]) == 0
-        assert one(fams, "ddp_job_world_size", job=run["id"]) == 2
-        assert one(fams, "ddp_job_loss", job=run["id"]) == 0.41
-        assert one(fams, "ddp_job_samples_per_second", job=run["id"]) == 1250.5
-        assert one(fams, "ddp_job_epoch", job=run["id"]) == 3
-        assert one(fams, "ddp_job_generation", job=pend["id"]) == 0
-        assert samples(fams, "ddp_job_loss", job=pend["id"]) == [], "loss of a job never run"
+        assert one(fams, "ddp_job_state", job_id=run["id"], owner="admin", state="RUNNING") == 1
+        assert one(fams, "ddp_job_state", job_id=pend["id"], owner="admin", state="PENDING") == 1
+        assert len(samples(fams, "ddp_job_state", job_id=run["id"])) == 1
+        assert one(fams, "ddp_job_generation", job_id=run["id"]) == 1
+        assert one(fams, "ddp_job_restarts", job_id=run["id"]) == 0
+        assert one(fams, "ddp_job_world_size", job_id=run["id"]) == 2
+        assert one(fams, "ddp_job_loss", job_id=run["id"]) == 0.41
+        assert one(fams, "ddp_job_samples_per_second", job_id=run["id"]) == 1250.5
+        assert one(fams, "ddp_job_epoch", job_id=run["id"]) == 3
+        assert one(fams, "ddp_job_generation", job_id=pend["id"]) == 0
+        assert samples(fams, "ddp_job_loss", job_id=pend["id"]) == [], "loss of a job never run"
 
         # Nodes.
         assert one(fams, "ddp_node_state", node="pm-a", state="READY") == 1
