@@ -13,6 +13,11 @@ ddp_script_test(NAME api_jobs
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_jobs.py TIMEOUT 300 LABELS api)
 ddp_script_test(NAME api_metrics
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_metrics.py TIMEOUT 300 LABELS api)
+# deploy/prometheus: rules and dashboard name only ddpd's series; promtool check rules and
+# test rules (skipped, 77, without promtool).
+ddp_script_test(NAME prometheus_rules
+  COMMAND /usr/bin/python3 ${DDP_API_PY}/test_prometheus_deploy.py TIMEOUT 120 LABELS api)
+set_tests_properties(prometheus_rules PROPERTIES SKIP_RETURN_CODE 77)
 ddp_script_test(NAME api_nodes
   COMMAND /usr/bin/python3 ${DDP_API_PY}/test_api_nodes.py TIMEOUT 300 LABELS api)
 ddp_script_test(NAME api_durability
