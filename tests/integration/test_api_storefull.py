@@ -1,8 +1,9 @@
 """A real ddpd whose database lives on a small tmpfs that fills up while a real agent's job
 ships log lines, then has room again. While writes fail: /readyz answers 503 naming the
-storage and SQLite's error, /healthz stays 200, ddp_store_write_failures_total counts and
-ddp_store_healthy is 0, and a job whose rank exits meanwhile is not forgotten. Once the
-space is back, with no restart: /readyz is 200 again, the job that ended reaches SUCCEEDED,
+storage and SQLite's error, /healthz stays 200, ddp_store_write_failures_total counts,
+ddp_store_healthy is 0 and the last failure's time is past the last commit's, and a job whose
+rank exits meanwhile is not forgotten. Once the space is back, with no restart: /readyz is 200
+again, a commit is past the failure, the job that ended reaches SUCCEEDED,
 and the logging job's lines - those the agent had to send again included - are all stored,
 each once, their seqs without a gap.
 
@@ -14,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import Api, cluster, run_tests  # noqa: E402
@@ -142,6 +144,10 @@ def run_scenario(c, mnt):
     assert api.get("/healthz", token=None).status == 200
     assert metric(api, "ddp_store_write_failures_total") >= 1
     assert metric(api, "ddp_store_healthy") == 0
+    failed_at = metric(api, "ddp_store_last_failure_timestamp_seconds")
+    assert abs(failed_at - time.time()) < 60, failed_at
+    assert metric(api, "ddp_store_last_commit_timestamp_seconds") <= failed_at
+    assert metric(api, "ddp_store_database_bytes") > 0
 
     # The ender's rank exits 0 while every beat's lines fail to be stored; the agent keeps
     # reporting it (a beat that is not 200 leaves its changes unreported), and ddpd acts on
@@ -161,6 +167,8 @@ def run_scenario(c, mnt):
     os.remove(filler)
     wait_for("/readyz 200", lambda: api.get("/readyz", token=None).status == 200, timeout=30)
     assert metric(api, "ddp_store_healthy") == 1
+    assert metric(api, "ddp_store_last_commit_timestamp_seconds") >= \
+        metric(api, "ddp_store_last_failure_timestamp_seconds")
     done = c.wait_state(ender, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=30)
     assert done["state"] == "SUCCEEDED", done
 
