@@ -2000,11 +2000,59 @@ static void test_coord_logs_download_gzip(void **state)
     coord_log_gz_close(NULL);
 }
 
+/* coord_stats(): live jobs only (a cancelled one leaves), the numbers of the last metrics
+ * rank 0 reported (a key that is not a number is absent), nodes with their slots used and
+ * heartbeat age at the now passed in, a removed node left out. */
+static void test_coord_stats_live_only(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t run = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2}");
+    int64_t gone = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"4\"}");
+    expect_state(f, run, "RUNNING", NULL);
+    expect_state(f, gone, "PENDING", NULL);
+    beat0(f, "node-a",
+          "\"metrics\":[{\"job_id\":\"j-1\",\"generation\":1,\"seq\":1,"
+          "\"metric\":{\"epoch\":3,\"loss\":0.5,\"samples_per_s\":\"fast\"}}]");
+    char *out = NULL;
+    assert_int_equal(coord_cancel(f->c, gone, "admin", f->now, &out, NULL), 0);
+    free(out);
+    expect_state(f, gone, "CANCELLED", NULL);
+    assert_int_equal(coord_remove_node(f->c, "node-b", f->now, &out, NULL), 0);
+    free(out);
+
+    struct coord_job_stat *js = NULL;
+    struct coord_node_stat *ns = NULL;
+    size_t nj = 0, nn = 0;
+    coord_stats(f->c, f->now + 2500, &js, &nj, &ns, &nn);
+    assert_int_equal(nj, 1);
+    assert_int_equal(js[0].id, run);
+    assert_string_equal(js[0].owner, "admin");
+    assert_int_equal(js[0].state, JOB_RUNNING);
+    assert_int_equal(js[0].generation, 1);
+    assert_int_equal(js[0].restarts, 0);
+    assert_int_equal(js[0].world_size, 2);
+    assert_true(js[0].has_loss && js[0].loss == 0.5);
+    assert_true(js[0].has_epoch && js[0].epoch == 3);
+    assert_false(js[0].has_samples_per_s);
+    assert_int_equal(nn, 1);
+    assert_string_equal(ns[0].name, "node-a");
+    assert_true(ns[0].up);
+    assert_int_equal(ns[0].slots, 2);
+    assert_int_equal(ns[0].used, 2);
+    assert_true(ns[0].beat_age_s == 2.5);
+    free(js);
+    free(ns);
+    assert_true(coord_db_bytes(f->c) > 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_coord_start_and_succeed),
+        T(test_coord_stats_live_only),
         T(test_coord_failure_restarts_then_fails),
         T(test_coord_drain_is_bounded),
         T(test_coord_node_lost_scales_down),
