@@ -50,6 +50,15 @@ void coord_stats(struct coord *c, int64_t now, struct coord_job_stat **jobs, siz
         s->has_samples_per_s = coord_stat_num(j->last_metrics, "samples_per_s", &s->samples_per_s);
         s->has_epoch = coord_stat_num(j->last_metrics, "epoch", &s->epoch);
     }
+    /* slots used per node in one pass over the live jobs (coord_slots_used()'s rule), not
+     * one pass per node: a scrape holds the mutex for O(jobs + nodes) */
+    int *used = c->nnodes ? xcalloc(c->nnodes, sizeof(*used)) : NULL;
+    for (size_t i = 0; i < c->nlive; i++) {
+        const struct job *j = c->live[i];
+        for (int k = 0; k < j->st.npl; k++)
+            if (coord_entry_holds(j, &j->st.pl[k]))
+                used[j->st.pl[k].node] += j->spec.nproc;
+    }
     struct coord_node_stat *ns = c->nnodes ? xcalloc(c->nnodes, sizeof(*ns)) : NULL;
     size_t nn = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
@@ -60,10 +69,11 @@ void coord_stats(struct coord *c, int64_t now, struct coord_job_stat **jobs, siz
         snprintf(s->name, sizeof(s->name), "%s", n->name);
         s->up = nodestate_is_up(n->state);
         s->slots = n->slots;
-        s->used = coord_slots_used(c, (int)i);
+        s->used = used[i];
         s->beat_age_s = now > n->last_seen ? (double)(now - n->last_seen) / 1000.0 : 0.0;
     }
     pthread_mutex_unlock(&c->mu);
+    free(used);
     *jobs = js;
     *njobs = nj;
     *nodes = ns;
