@@ -106,12 +106,16 @@ int reducer_new(struct comm *comm, int world_size, const size_t *counts, int nte
     } else {
         /* From the comm: where the ranks share memory, the buckets are all-reduced where
          * they lie instead of being copied into the shared slots. */
-        int rc = comm_alloc_buffer(world_size > 1 ? comm : NULL, (off ? off : 1) * sizeof(float),
+        size_t alloc = off ? off : 1;
+        if (opts->pad_to > 1)
+            alloc = (alloc + opts->pad_to - 1) / opts->pad_to * opts->pad_to;
+        int rc = comm_alloc_buffer(world_size > 1 ? comm : NULL, alloc * sizeof(float),
                                    (void **)&r->grads, err);
         if (rc) {
             reducer_free(r);
             return rc;
         }
+        memset(r->grads + off, 0, (alloc - off) * sizeof(float));
     }
     r->pending = xmalloc((size_t)r->nbuckets * sizeof(int));
     r->work = xcalloc((size_t)r->nbuckets, sizeof(struct comm_work *));

@@ -62,6 +62,10 @@ struct model_ops {
     int (*count_correct)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                          size_t *correct, struct ddp_err *err);
     int (*step)(struct model_inst *mi, float lr, float grad_scale, struct ddp_err *err);
+    /* Frees the optimizer's state (momentum() is NULL from then on, and step() must not be
+     * called): a sharded optimizer (trainer/zero.h) keeps its own shard. NULL where the
+     * instance cannot (a GPU instance). */
+    void (*release_state)(struct model_inst *mi);
     /* A language model's evaluation of n windows (x unused): the summed loss as forward's
      * and the positions whose most likely next byte was right. NULL for the classifiers,
      * which count_correct scores. */

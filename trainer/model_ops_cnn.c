@@ -63,6 +63,11 @@ static float *ci_momentum(struct model_inst *mi)
     return cnn_of(mi)->opt.buf;
 }
 
+static void ci_release_state(struct model_inst *mi)
+{
+    optim_release(&cnn_of(mi)->opt);
+}
+
 static void ci_bind_grads(struct model_inst *mi, float *const *grads)
 {
     cnn_bind_grads(cnn_of(mi)->m, grads);
@@ -125,6 +130,7 @@ static const struct model_ops cnn_ops = {
     .layer_tensors = ci_layer_tensors,
     .params = ci_params,
     .momentum = ci_momentum,
+    .release_state = ci_release_state,
     .bind_grads = ci_bind_grads,
     .sync_to_device = ci_sync,
     .sync_to_host = ci_sync,

@@ -61,6 +61,11 @@ static float *cpu_momentum(struct model_inst *mi)
     return cpu_of(mi)->opt.buf;
 }
 
+static void cpu_release_state(struct model_inst *mi)
+{
+    optim_release(&cpu_of(mi)->opt);
+}
+
 static void cpu_bind_grads(struct model_inst *mi, float *const *grads)
 {
     model_bind_grads(cpu_of(mi)->m, grads);
@@ -119,6 +124,7 @@ static const struct model_ops cpu_ops = {
     .layer_tensors = cpu_layer_tensors,
     .params = cpu_params,
     .momentum = cpu_momentum,
+    .release_state = cpu_release_state,
     .bind_grads = cpu_bind_grads,
     .sync_to_device = cpu_sync,
     .sync_to_host = cpu_sync,

@@ -82,6 +82,13 @@ static void gi_set_step(struct model_inst *mi, uint64_t step)
     gi_of(mi)->adamw.t = step;
 }
 
+static void gi_release_state(struct model_inst *mi)
+{
+    struct gpt_inst *g = gi_of(mi);
+    optim_release(&g->sgd);
+    adamw_release(&g->adamw);
+}
+
 static void gi_bind_grads(struct model_inst *mi, float *const *grads)
 {
     gpt_bind_grads(gi_of(mi)->m, grads);
@@ -174,6 +181,7 @@ static const struct model_ops gpt_ops = {
     .layer_tensors = gi_layer_tensors,
     .params = gi_params,
     .momentum = gi_state,
+    .release_state = gi_release_state,
     .state_arrays = gi_state_arrays,
     .set_step = gi_set_step,
     .bind_grads = gi_bind_grads,

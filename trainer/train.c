@@ -212,6 +212,7 @@ struct run {
     struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
     struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
+    float *ckpt_state; /* with zero: the whole state gathered for a checkpoint (owned) */
     float **views;     /* the reducer's gradient view of each tensor */
     struct trace *trace;
     struct rng rng;
@@ -416,6 +417,8 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
         ro.first_cap_bytes = ro.cap_bytes;
     /* Sharded, the reducer only holds the gradients: zero_step reduce-scatters them. */
     int sharded = o->sharding != TRAIN_SHARD_NONE && g->world_size > 1;
+    if (sharded)
+        ro.pad_to = (size_t)g->world_size;
     int rc = reducer_new(sharded ? NULL : g->comm, sharded ? 1 : g->world_size, counts, nt, &ro,
                          r->trace, &r->red, err);
     free(counts);
@@ -455,6 +458,9 @@ static int setup_sharding(struct run *r, struct ddp_err *err)
     if (zero_new(g->comm, g->world_size, g->rank, r->mi, r->red, &c, r->step, &r->zero, err) != 0)
         return DDP_EXIT_FAILURE;
     zero_load_state(r->zero, r->mi->ops->momentum(r->mi));
+    /* The whole state is the shard's now: freed, it is rebuilt only for a checkpoint. */
+    if (r->mi->ops->release_state)
+        r->mi->ops->release_state(r->mi);
     log_info("sharding optimizer: this rank updates %zu of %zu parameters and keeps their "
              "optimizer state",
              zero_shard_count(r->zero), r->mi->ops->param_count(r->mi));
@@ -466,7 +472,10 @@ static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
 {
     if (!r->zero || !r->ckpt_dir[0])
         return 0;
-    return zero_gather_state(r->zero, r->mi->ops->momentum(r->mi), err);
+    if (!r->ckpt_state)
+        r->ckpt_state = xmalloc((size_t)zero_state_arrays(r->zero) *
+                                r->mi->ops->param_count(r->mi) * sizeof(float));
+    return zero_gather_state(r->zero, r->ckpt_state, err);
 }
 
 /* Step 3 of the file comment (the protocol is ddp_resume's): the agreed checkpoint into the
@@ -583,6 +592,8 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
                 save_checkpoint(r, epoch, pos, err) == 0;
+    free(r->ckpt_state);
+    r->ckpt_state = NULL;
     /* No rank leaves before every checkpoint is written: an exit ends the generation, and
      * the stop that follows must not find a rank still writing. */
     double done = 0.0;
@@ -783,7 +794,8 @@ static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct d
     int rc = mi->ops->sync_to_host(mi, err);
     if (rc)
         return rc;
-    rc = ckpt_encode(&meta, mi->ops->params(mi), mi->ops->momentum(mi), &buf, &len, err);
+    rc = ckpt_encode(&meta, mi->ops->params(mi),
+                     r->ckpt_state ? r->ckpt_state : mi->ops->momentum(mi), &buf, &len, err);
     if (rc == 0)
         rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
     free(buf);
@@ -807,8 +819,11 @@ static int train_epochs(struct run *r, struct ddp_err *err)
             return code;
         if ((code = gather_for_checkpoint(r, err)) != 0)
             return ddp_exit_code_for(code);
-        if (r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
-            save_checkpoint(r, epoch + 1, 0, err) != 0)
+        int failed = r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
+                     save_checkpoint(r, epoch + 1, 0, err) != 0;
+        free(r->ckpt_state); /* a sharded state is whole only while it is written */
+        r->ckpt_state = NULL;
+        if (failed)
             return DDP_EXIT_CHECKPOINT;
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
         if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
@@ -870,6 +885,7 @@ static void teardown(struct run *r)
         sampler_release(&r->smp);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */
     zero_free(r->zero);
+    free(r->ckpt_state);
     reducer_free(r->red);
     free(r->views);
     trace_free(r->trace);

@@ -1,6 +1,10 @@
 /*
  * zero.c - ZeRO-1 over the reducer's gradient block (trainer/zero.h).
  *
+ * Everything happens in the block itself (allocated padded: reducer_opts.pad_to), so the
+ * sharding costs no buffer of the model's size: the reduce-scatter leaves this rank's sums in
+ * its own part of the block (in place), the updated parameters are written there and
+ * all-gathered in place over the whole block, which the next backward overwrites anyway.
  * The shard is a range of the block, which is in bucket order (reverse of definition);
  * parameters are in definition order. ranges[] maps the shard's elements, tensor piece by
  * tensor piece, to the parameters; tensors[] maps every tensor of the block (for copying the
@@ -28,10 +32,8 @@ struct zero {
     int world, rank;
     size_t n;
     struct shard sh;
-    const float *block; /* the gradients, borrowed */
-    float *params;      /* borrowed */
-    float *stage;       /* sh.padded floats: gradients in, parameters or state out */
-    float *grad;        /* sh.count floats: this rank's summed gradients */
+    float *block;  /* the gradients, sh.padded floats (the tail zero), borrowed */
+    float *params; /* borrowed */
     int arrays;
     float *state; /* arrays x sh.count */
     struct optim_cfg cfg;
@@ -60,8 +62,6 @@ int zero_new(struct comm *comm, int world, int rank, struct model_inst *mi, stru
     z->sh = sh;
     z->block = block;
     z->params = mi->ops->params(mi);
-    z->stage = xcalloc(sh.padded ? sh.padded : 1, sizeof(float));
-    z->grad = xcalloc(sh.count ? sh.count : 1, sizeof(float));
     z->cfg = *cfg;
     z->arrays = cfg->adamw ? 2 : 1;
     z->state = xcalloc((size_t)z->arrays * (sh.count ? sh.count : 1), sizeof(float));
@@ -94,8 +94,6 @@ void zero_free(struct zero *z)
 {
     if (!z)
         return;
-    free(z->stage);
-    free(z->grad);
     free(z->state);
     free(z->tensors);
     free(z->ranges);
@@ -122,20 +120,20 @@ void zero_load_state(struct zero *z, const float *full)
         }
 }
 
-/* stage[offset..] = this rank's shard of src (count floats), all-gathered in place; then
- * every tensor copied from the stage to dst (definition order). The stage's padding stays 0:
- * no shard holds anything there. */
+/* block[offset..] = this rank's shard of src (count floats), all-gathered in place; then
+ * every tensor copied from the block to dst (definition order). The block's padding stays 0:
+ * no shard writes there. */
 static int gather_into(struct zero *z, const float *shard_src, float *dst, struct ddp_err *err)
 {
-    float *mine = z->stage + z->sh.offset;
+    float *mine = z->block + z->sh.offset;
     if (shard_src)
         memcpy(mine, shard_src, z->sh.valid * sizeof(float));
-    int rc = comm_allgather(z->comm, mine, z->stage, z->sh.count, COMM_F32, err);
+    int rc = comm_allgather(z->comm, mine, z->block, z->sh.count, COMM_F32, err);
     if (rc)
         return rc;
     for (int t = 0; t < z->ntensors; t++) {
         const struct zero_piece *p = &z->tensors[t];
-        memcpy(dst + p->param, z->stage + p->at, p->len * sizeof(float));
+        memcpy(dst + p->param, z->block + p->at, p->len * sizeof(float));
     }
     return 0;
 }
@@ -152,14 +150,14 @@ int zero_gather_state(struct zero *z, float *full, struct ddp_err *err)
 
 int zero_step(struct zero *z, float lr, float grad_scale, struct ddp_err *err)
 {
-    memcpy(z->stage, z->block, z->n * sizeof(float));
-    int rc = comm_reduce_scatter(z->comm, z->stage, z->grad, z->sh.count, COMM_F32, err);
+    float *mine = z->block + z->sh.offset;
+    int rc = comm_reduce_scatter(z->comm, z->block, mine, z->sh.count, COMM_F32, err);
     if (rc)
         return rc;
     if (z->cfg.clip_norm > 0.0f) {
         double sq = 0.0;
         for (size_t i = 0; i < z->sh.valid; i++)
-            sq += (double)z->grad[i] * (double)z->grad[i];
+            sq += (double)mine[i] * (double)mine[i];
         rc = comm_allreduce(z->comm, &sq, 1, COMM_F64, err);
         if (rc)
             return rc;
@@ -175,12 +173,11 @@ int zero_step(struct zero *z, float lr, float grad_scale, struct ddp_err *err)
     } else {
         z->sgd.lr = lr;
     }
-    /* Each piece updated, then written where the gather takes it. */
-    float *mine = z->stage + z->sh.offset;
+    /* Each piece updated, then written over its gradients, where the gather takes it. */
     for (int k = 0; k < z->nranges; k++) {
         const struct zero_piece *p = &z->ranges[k];
         float *prm = z->params + p->param;
-        const float *g = z->grad + p->at;
+        const float *g = mine + p->at;
         if (z->cfg.adamw)
             adamw_update(&z->adamw, &coef, prm, z->state + p->at, z->state + z->sh.count + p->at, g,
                          p->len, grad_scale);

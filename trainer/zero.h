@@ -6,21 +6,22 @@
  * The unit is the whole gradient block of the reducer (libddp/include/ddp/reducer.h: every
  * tensor's gradient, in bucket order), split over the W ranks as libddp/include/ddp/shard.h
  * says: rank r owns elements [r*count, r*count + valid) of it. A step:
- *   1. the block (local gradients, not reduced: the reducer runs without a comm) is copied
- *      into a padded staging buffer and reduce-scattered: this rank gets the sums of its shard;
+ *   1. the block (local gradients, not reduced: the reducer runs without a comm, its block
+ *      padded) is reduce-scattered in place: this rank gets the sums of its shard;
  *   2. with clipping, the squares of the shards are all-reduced: every rank has the global
  *      norm, as with --sharding none;
  *   3. the optimizer (SGD or AdamW: the same arithmetic as the unsharded step, trainer/optim.h,
  *      adamw.h) updates the parameters of the shard, its state kept for the shard only;
- *   4. the updated parameters of each shard are all-gathered, in place in the staging buffer,
- *      and copied back into every tensor: every rank ends with all the parameters.
+ *   4. the updated parameters of each shard are all-gathered, in place in the block (the
+ *      gradients are spent), and copied back into every tensor: every rank ends with all the
+ *      parameters.
  * So a step is the unsharded step's arithmetic element by element; only the sums' order is
  * the reduce-scatter's, not the all-reduce's. Checkpoints stay the unsharded format:
  * zero_gather_state() rebuilds the full state for the writer, zero_load_state() takes a
  * rank's shard from a full one, at any world size.
  *
- * Memory: the state is count * arrays floats per rank instead of n * arrays; the staging
- * buffer is n padded. Ownership: z borrows the comm, the parameters (params, n floats in
+ * Memory: the state is count * arrays floats per rank instead of n * arrays, and nothing
+ * else of the model's size is added. Ownership: z borrows the comm, the parameters (params, n floats in
  * definition order) and the gradient block; all must outlive it.
  */
 #ifndef DDP_TRAINER_ZERO_H
@@ -39,7 +40,8 @@ struct zero;
 /*
  * The ZeRO-1 optimizer for the instance mi's tensors (their gradients: red's views, which
  * mi's backward writes; red built without a comm) over comm's world ranks; cfg the optimizer
- * (cfg->clip_norm > 0: global-norm clipping), step the optimizer steps already taken (a
+ * (cfg->clip_norm > 0: global-norm clipping); red's block must be padded to a multiple of
+ * world floats (reducer_opts.pad_to); step the optimizer steps already taken (a
  * resumed checkpoint's). Caller frees with zero_free().
  */
 int zero_new(struct comm *comm, int world, int rank, struct model_inst *mi, struct reducer *red,

@@ -44,6 +44,9 @@ struct reducer_opts {
     int defer_average;      /* host gradients: 1 = reducer_finish leaves the sums and the
                                caller multiplies by reducer_grad_scale() where it reads them
                                (ddp-worker's optimizer), which saves a pass over the block */
+    size_t pad_to;          /* > 1: the block is allocated rounded up to a multiple of this
+                               many floats, the tail zero (a sharded optimizer's padding:
+                               ddp/shard.h); reducer_grad_block still counts the gradients */
 };
 
 /*

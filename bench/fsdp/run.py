@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""bench/fsdp: peak memory per rank of ddp-worker's sharding strategies against the ZeRO
+paper's formula, at W = 1, 2 and 4 on this host.
+
+    bench/fsdp/run.py [BUILD_DIR]    (default build)
+
+The model: gpt:6-4-384-64 (10.8 M parameters) with AdamW (2 state arrays), batch 2 windows,
+5 steps on a text made here. Per rank, float32, the formula for parameters, gradients and
+optimizer state (Rajbhandari et al., ZeRO, section 5), P parameters, K = 2:
+  none       4P + 4P + 4KP
+  optimizer  4P + 4P + 4KP/W      (stage 1: the state sharded)
+measured: peak proportional set size of each rank (/proc/PID/smaps_rollup every 20 ms, max
+over the ranks), minus the same run's baseline (the process before the model: a 1-step
+run of a 1-parameter-scale model, gpt:1-1-4-64, the same data) and minus the activations
+(ddp-worker's own arena for this batch). ratio = measured / formula.
+"""
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.join(HERE, "..", "..")
+spec = importlib.util.spec_from_file_location("sbs", os.path.join(REPO, "bench", "peers",
+                                                                  "ddp_side_by_side.py"))
+sbs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sbs)
+
+MODEL = "gpt:6-4-384-64"
+TINY = "gpt:1-1-4-64"
+BATCH = 2
+
+
+def nparams(model):
+    L, H, D, T = (int(v) for v in model[4:].split("-"))
+    return 256 * D + T * D + L * (12 * D * D + 13 * D) + 2 * D
+
+
+def activations(model):
+    L, H, D, T = (int(v) for v in model[4:].split("-"))
+    n = BATCH * T
+    block = n * (16 * D + 4) + BATCH * H * T * T
+    return 4 * (n * D + L * block + n * (D + 2) + n * 256 + n * 9 * D + T * T)
+
+
+def run(worker, model, w, sharding, text, steps):
+    port = sbs.free_port()
+    procs = []
+    for r in range(w):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                   WORLD_SIZE=str(w), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(w),
+                   GROUP_RANK="0", GROUP_WORLD_SIZE="1", OMP_NUM_THREADS="1",
+                   DDP_LOG_LEVEL="warn")
+        procs.append(subprocess.Popen(
+            [worker, "--model", model, "--backend", "cpu", "--data", "text:%s,%s" % (text, text),
+             "--optimizer", "adamw", "--batch-size", str(BATCH), "--max-steps", str(steps),
+             "--sharding", sharding, "--checkpoint-dir", "", "--lr-scale", "none"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env))
+    peak = {p.pid: 0 for p in procs}
+    deadline = time.monotonic() + 600
+    while any(p.poll() is None for p in procs):
+        for p in procs:
+            peak[p.pid] = max(peak[p.pid], sbs.pss_kib(p.pid))
+        if time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            raise SystemExit("%s W=%d %s: no end after 600 s" % (model, w, sharding))
+        time.sleep(0.02)
+    for p in procs:
+        if p.returncode != 0:
+            raise SystemExit("%s W=%d %s failed: %s" % (model, w, sharding,
+                                                         p.stderr.read().decode()[-800:]))
+    return max(peak.values()) * 1024
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build")
+    worker = os.path.join(build, "bin", "ddp-worker")
+    P = nparams(MODEL)
+    acts = activations(MODEL)
+    with tempfile.TemporaryDirectory(prefix="ddp-fsdp-") as d:
+        text = os.path.join(d, "text")
+        with open(text, "wb") as f:
+            f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(64 * 400)))
+        print("# %s: %.1f M parameters, AdamW; activations %.1f MiB; MiB per rank" %
+              (MODEL, P / 1e6, acts / 2**20))
+        print("%-10s %2s %10s %10s %10s %8s" % ("sharding", "W", "pss_MiB", "model_MiB",
+                                                  "formula", "ratio"))
+        for w in (1, 2, 4):
+            base = run(worker, TINY, w, "none", text, 1)
+            for s in ("none", "optimizer"):
+                if w == 1 and s != "none":
+                    continue
+                pss = run(worker, MODEL, w, s, text, 5)
+                model_bytes = pss - base - acts
+                formula = 4 * P + 4 * P + 8 * P / (w if s == "optimizer" else 1)
+                print("%-10s %2d %10.1f %10.1f %10.1f %7.2fx" % (
+                    s, w, pss / 2**20, model_bytes / 2**20, formula / 2**20,
+                    model_bytes / formula))
+    print("# pss = peak PSS of the largest rank; model = pss - baseline (%s, same W) - "
+          "activations; formula = ZeRO's per-rank bytes; %d cores, load %s" % (
+              TINY, os.cpu_count(), open("/proc/loadavg").read()[:14]))
+
+
+if __name__ == "__main__":
+    main()
