@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
+#include "ddp_version.h"
 
 #define AGENT_DEFAULT_SERVER "http://127.0.0.1:8470"
 
@@ -37,7 +38,7 @@ static const char usage_line[] =
     "                 [--slots N] [--port-range A-B] [--work-dir DIR] [--grace SECONDS]\n"
     "                 [--orphan-timeout SECONDS] [--cgroup auto|v2|freezer|pids|off]\n"
     "                 [--isolation auto|per-user|single-user] [--user-map FILE]\n"
-    "                 [--label K=V]... [--log-level debug|info|warn|error]\n";
+    "                 [--label K=V]... [--log-level debug|info|warn|error] [--version]\n";
 
 static void usage_help(void)
 {
@@ -70,7 +71,8 @@ static void usage_help(void)
           "  --label K=V        a label of this node for jobs' node_selector (repeatable; K\n"
           "                     1..63 of [A-Za-z0-9._/-], V 0..63 of [A-Za-z0-9._-]); cpus,\n"
           "                     memory_gb and gpus are detected (a --label overrides them)\n"
-          "  --log-level L      debug, info, warn or error (default info)\n",
+          "  --log-level L      debug, info, warn or error (default info)\n"
+          "  --version          print the version and the git commit, and exit\n",
           stdout);
 }
 
@@ -278,6 +280,7 @@ int main(int argc, char **argv)
         {"label", required_argument, NULL, 'L'},
         {"log-level", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     struct agent_config cfg;
@@ -380,6 +383,10 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage_help();
+            rc = 0;
+            goto out;
+        case 'V':
+            printf("ddp-agent %s (commit %s)\n", DDP_VERSION, DDP_COMMIT);
             rc = 0;
             goto out;
         default:

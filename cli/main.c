@@ -25,6 +25,7 @@
 #include "common/httpc.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
+#include "ddp_version.h"
 
 #define CLI_MAX_TOKEN_FILE 4096
 
@@ -124,6 +125,7 @@ static void cli_print_global_help(FILE *out)
             "  --token-file F    file holding the user token (default $DDP_TOKEN, else\n"
             "                    $DDP_HOME/user.token; DDP_HOME defaults to ./.ddp)\n"
             "  -o table|json     output format (json: the raw answers of ddpd)\n"
+            "  --version         print the version and the git commit\n"
             "\n'ddpctl COMMAND --help' describes a command. Exit codes: 0 ok, 1 failure,"
             " 2 usage.\n",
             CLI_DEFAULT_SERVER);
@@ -370,9 +372,13 @@ int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix
 static const struct cli_cmd cli_global_cmd = {
     "", "[--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]", "", "", NULL};
 
+/* --version: only before the command (it needs no server). */
+#define CLI_OPT_VERSION 1003
+
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        CLI_COMMON_LONGOPTS, {"version", no_argument, NULL, CLI_OPT_VERSION}, {NULL, 0, NULL, 0}};
     struct cli cli = {0};
     int rc = CLI_OK;
     const struct cli_cmd *cmd = NULL;
@@ -385,6 +391,10 @@ int main(int argc, char **argv)
             break;
         if (c == CLI_OPT_HELP) {
             cli_print_global_help(stdout);
+            goto out;
+        }
+        if (c == CLI_OPT_VERSION) {
+            printf("ddpctl %s (commit %s)\n", DDP_VERSION, DDP_COMMIT);
             goto out;
         }
         int handled = cli_common_opt(&cli, &cli_global_cmd, c, argv, &rc);

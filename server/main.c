@@ -26,6 +26,7 @@
 #include "common/xalloc.h"
 #include "server/coord.h"
 #include "server/http.h"
+#include "ddp_version.h"
 
 #define TICK_MS 200
 
@@ -67,6 +68,7 @@ static void ddpd_usage(FILE *f)
             "                            0 = off, decimals allowed)\n"
             "  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
             "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
+            "  --version                 print the version and the git commit, and exit\n"
             "  --help                    this text\n");
 }
 
@@ -142,7 +144,8 @@ int main(int argc, char **argv)
         O_IDLE,
         O_MAX_PRIO,
         O_JOB_TTL,
-        O_HELP
+        O_HELP,
+        O_VERSION
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -162,6 +165,7 @@ int main(int argc, char **argv)
         {"max-user-priority", required_argument, NULL, O_MAX_PRIO},
         {"job-ttl", required_argument, NULL, O_JOB_TTL},
         {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
@@ -251,6 +255,9 @@ int main(int argc, char **argv)
             break;
         case O_HELP:
             ddpd_usage(stdout);
+            return 0;
+        case O_VERSION:
+            printf("ddpd %s (commit %s)\n", DDP_VERSION, DDP_COMMIT);
             return 0;
         default:
             if (optopt)

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "trainer/blas_core.h"
 #include "trainer/train.h"
+#include "ddp_version.h"
 
 static const char usage_text[] =
     "usage: ddp-worker [--model mlp:784-256-128-10|cnn:c32k5-p2-c64k5-p2-f1024-f10|gpt:L-H-D-T]\n"
@@ -27,6 +28,7 @@ static const char usage_text[] =
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n"
+    "                  [--version] [--help]\n"
     "       ddp-worker --blas-core   (prints the OpenBLAS kernels it runs: blas_core.h)\n";
 
 static int usage_error(const char *msg)
@@ -248,6 +250,10 @@ int main(int argc, char **argv)
             /* the kernels OpenBLAS runs here (after blas_core_fix): benchmarks give their
              * peers the same with OPENBLAS_CORETYPE */
             printf("%s\n", openblas_get_corename());
+            return DDP_EXIT_OK;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("ddp-worker %s (commit %s)\n", DDP_VERSION, DDP_COMMIT);
             return DDP_EXIT_OK;
         }
         if (strcmp(a, "--no-overlap") == 0) {

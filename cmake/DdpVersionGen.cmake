@@ -1,0 +1,15 @@
+# Run at every build (cmake -P, from the ddp_version target of cmake/DdpVersion.cmake): writes
+# OUT from TEMPLATE with DDP_VERSION and the short git commit of SRC ("unknown" when SRC is no
+# git checkout or git is missing). configure_file rewrites OUT only when its text changes, so
+# the binaries are relinked only when the commit moved.
+set(DDP_COMMIT unknown)
+find_program(DDP_GIT git)
+if(DDP_GIT)
+  execute_process(COMMAND ${DDP_GIT} -C ${SRC} rev-parse --short=7 HEAD
+                  OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_QUIET
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(rc EQUAL 0 AND out MATCHES "^[0-9a-f]+$")
+    set(DDP_COMMIT ${out})
+  endif()
+endif()
+configure_file(${TEMPLATE} ${OUT} @ONLY)
