@@ -21,7 +21,7 @@ struct assign {
     char **env_keys; /* the job's env, nenv pairs in the answer's order */
     char **env_vals;
     size_t nenv;
-    char *workdir;        /* "" = the agent's work dir */
+    char *workdir;        /* "" = the job's own folder, <work dir>/jobs/<job> */
     char *checkpoint_dir; /* "" = <work-dir>/jobs/<job>/ckpt */
     int grace_period_s;   /* -1 when the answer gave none */
     int group_rank;

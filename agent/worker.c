@@ -297,7 +297,10 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     int own_ckpt = as->checkpoint_dir && *as->checkpoint_dir;
     char *ckpt = own_ckpt ? xstrdup(as->checkpoint_dir)
                           : xasprintf("%s/jobs/%s/ckpt", cfg->work_dir, as->job_id);
-    const char *cwd = as->workdir && *as->workdir ? as->workdir : cfg->work_dir;
+    /* No workdir in the spec: the job's own folder, made (for its account) before the
+     * spawn by agent_job_dirs(), so that any owner's account can enter it. */
+    char *cwd = as->workdir && *as->workdir ? xstrdup(as->workdir)
+                                            : xasprintf("%s/jobs/%s", cfg->work_dir, as->job_id);
     char **env = NULL;
     char *path = NULL, *cg_path = NULL;
     int out[2] = {-1, -1}, met[2] = {-1, -1}, ctl[2] = {-1, -1}, cg_fd = -1, gen_fd = -1;
@@ -413,6 +416,7 @@ out:
     free(path);
     free(cg_path);
     free(ckpt);
+    free(cwd);
     free(log_path);
     free(log_name);
     free(gen_dir);

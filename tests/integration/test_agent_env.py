@@ -107,7 +107,7 @@ def test_agent_env_every_variable_on_every_rank():
                     "DDP_CHECKPOINT_DIR": os.path.join(work, "jobs", jid, "ckpt"),
                     "DDP_HEARTBEAT_FILE": os.path.join(work, "jobs", jid, "gen-1",
                                                        "rank-%d.heartbeat" % r),
-                    "__cwd": work,
+                    "__cwd": os.path.join(work, "jobs", jid),  # no workdir: the job's folder
                 }
                 for k, v in want.items():
                     assert e.get(k) == v, "rank %d: %s=%r, expected %r" % (r, k, e.get(k), v)

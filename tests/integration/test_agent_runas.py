@@ -181,7 +181,9 @@ def test_agent_runas_jobs_run_as_their_owners_accounts():
             r = read_json(os.path.join(out, "alice.json"))
             assert (r["uid"], r["euid"], r["gid"]) == (nobody.pw_uid, nobody.pw_uid,
                                                        nobody.pw_gid), r
-            assert (r["user"], r["home"], r["cwd"]) == ("nobody", nobody.pw_dir, work), r
+            # No workdir: the job's own folder, which its account (nobody) can enter.
+            assert (r["user"], r["home"], r["cwd"]) == ("nobody", nobody.pw_dir,
+                                                        os.path.join(work, "jobs", ja)), r
             assert r["ckpt"] == [ckpt, nobody.pw_uid, 0o700], r
             assert r["open"] == {cred: 13, token_file: 13}, r  # EACCES, both
             assert r["own_environ"] is True, r
