@@ -21,6 +21,10 @@
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* The -o formats. name and wide shape the lists (list, nodes: ids only, more columns); the
+ * other commands print name and wide as table, but for submit, where name is --parsable. */
+enum cli_output { CLI_OUT_TABLE = 0, CLI_OUT_JSON, CLI_OUT_NAME, CLI_OUT_WIDE };
+
 #define CLI_DEFAULT_SERVER "http://127.0.0.1:8470"
 /* Timeout of one request to ddpd. */
 #define CLI_REQUEST_TIMEOUT_MS 15000L
@@ -35,7 +39,8 @@ struct cli {
     char *token_from; /* where the token came from (for hints), or NULL */
     char *server_opt; /* --server as given, or NULL */
     char *token_file_opt;
-    int json; /* -o json */
+    int json;               /* -o json (output == CLI_OUT_JSON) */
+    enum cli_output output; /* -o as given (default table) */
     struct httpc *http;
 };
 
@@ -82,7 +87,20 @@ int cli_parse_common_only(struct cli *cli, const struct cli_cmd *cmd, int argc, 
  * set, or a usage error (missing, empty, or followed by another argument). */
 int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **job);
 
-/* Parses "table" or "json" into cli->json; -1 if it is neither. */
+/* The most job ids one command takes (each is one request): delete, cancel, status. */
+#define CLI_JOBS_MAX 1000
+
+/* Checks the JOB... arguments left after the options (optind): at least one, at most
+ * CLI_JOBS_MAX, none empty. CLI_OK, or a usage error printed and CLI_USAGE. */
+int cli_job_args(const struct cli_cmd *cmd, int argc, char **argv);
+
+/* After a command on several jobs (n of them) of which failed (an array of {"id", "error"})
+ * did not work out: with more than one job and any failure, says "ddpctl: F of N jobs not
+ * VERB: id, id" on stderr. Returns CLI_FAIL when any failed, else CLI_OK. */
+int cli_jobs_summary(const json_t *failed, int n, const char *verb);
+
+/* Parses "table", "json", "name" or "wide" into cli->output (and cli->json); -1 if it is none
+ * of them. */
 int cli_set_output(struct cli *cli, const char *v);
 
 /* Prints "ddpctl CMD: <message>" and the usage line on stderr; returns CLI_USAGE. */

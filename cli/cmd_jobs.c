@@ -16,7 +16,6 @@
 #include "cli/table.h"
 #include "common/args.h"
 #include "common/backoff.h"
-#include "common/buf.h"
 #include "common/httpc.h"
 #include "common/randutil.h"
 #include "common/signame.h"
@@ -254,15 +253,11 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         json_object_set(spec, "env", env);
     if (json_object_size(selector) > 0)
         json_object_set(spec, "node_selector", selector);
-    if (!workdir) {
-        char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof(cwd))) {
-            rc = cli_failf("cannot find the current directory (pass --workdir)");
-            goto out;
-        }
-        workdir = xstrdup(cwd);
-    }
-    json_object_set_new(spec, "workdir", json_string(workdir));
+    /* No --workdir: none in the spec, so the agent runs the workers in the job's own folder
+     * on each node (an account of the job's owner can always enter it; the caller's
+     * directory, say a home folder, may be closed to it). --workdir . asks for that one. */
+    if (workdir)
+        json_object_set_new(spec, "workdir", json_string(workdir));
     if (ckpt)
         json_object_set_new(spec, "checkpoint_dir", json_string(ckpt));
 
@@ -276,7 +271,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     const char *id = cli_str(answer, "id", "?");
     if (cli->json)
         cli_print_json(answer);
-    else if (parsable)
+    else if (parsable || cli->output == CLI_OUT_NAME)
         printf("%s\n", id);
     else
         printf("submitted job %s\n", id);
@@ -288,6 +283,21 @@ out:
     free(workdir);
     free(ckpt);
     return rc;
+}
+
+/* The names of a job's nodes, comma-separated (cut at size), or "-". */
+static void cli_format_node_names(const json_t *nodes, char *buf, size_t size)
+{
+    size_t o = 0, i;
+    json_t *n;
+    snprintf(buf, size, "-");
+    json_array_foreach(nodes, i, n)
+    {
+        int w = snprintf(buf + o, size - o, "%s%s", i ? "," : "", cli_str(n, "name", "?"));
+        if (w < 0 || (size_t)w >= size - o)
+            break;
+        o += (size_t)w;
+    }
 }
 
 /* "epoch 3/10 loss 0.4100" from last_metrics, or "-". */
@@ -322,13 +332,14 @@ static void cli_progress_short(const json_t *job, char *buf, size_t size)
 
 int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    enum { O_STATE = 1, O_ALL };
+    enum { O_STATE = 1, O_ALL, O_NO_HEADERS };
     static const struct option longopts[] = {{"state", required_argument, NULL, O_STATE},
                                              {"all", no_argument, NULL, O_ALL},
+                                             {"no-headers", no_argument, NULL, O_NO_HEADERS},
                                              CLI_COMMON_LONGOPTS,
                                              {NULL, 0, NULL, 0}};
     char state[16] = "";
-    int every = 0;
+    int every = 0, no_headers = 0;
     json_t *all = json_array();
     json_t *page = NULL;
     char *token = xstrdup("");
@@ -346,6 +357,10 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             continue;
         if (c == O_ALL) {
             every = 1;
+            continue;
+        }
+        if (c == O_NO_HEADERS) {
+            no_headers = 1;
             continue;
         }
         if (c != O_STATE) {
@@ -396,12 +411,21 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         json_decref(o);
         goto out;
     }
-    static const char *const hdr[] = {"ID",    "NAME",  "OWNER",    "STATE",    "GEN",
-                                      "NODES", "WORLD", "RESTARTS", "PROGRESS", "AGE"};
-    struct table *t = table_new(10, hdr);
-    int64_t now = time_wall_ms();
     size_t i;
     json_t *job;
+    if (cli->output == CLI_OUT_NAME) {
+        json_array_foreach(all, i, job)
+        {
+            printf("%s\n", cli_str(job, "id", "?"));
+        }
+        goto out;
+    }
+    int wide = cli->output == CLI_OUT_WIDE;
+    static const char *const hdr[] = {"ID",       "NAME",     "OWNER",    "STATE",    "GEN",
+                                      "NODES",    "WORLD",    "RESTARTS", "PROGRESS", "AGE",
+                                      "PRIORITY", "NODELIST", "REASON"};
+    struct table *t = table_new(wide ? 13 : 10, hdr);
+    int64_t now = time_wall_ms();
     json_array_foreach(all, i, job)
     {
         char prog[128], age[16];
@@ -418,11 +442,20 @@ int cmd_list(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         table_cell(t, "%lld", (long long)cli_int(job, "restarts", 0));
         table_cell(t, "%s", prog);
         table_cell(t, "%s", age);
+        if (wide) {
+            char nodes[256];
+            cli_format_node_names(json_object_get(job, "nodes"), nodes, sizeof(nodes));
+            const char *reason = cli_str(job, "reason", "");
+            table_cell(t, "%lld", (long long)cli_int(json_object_get(job, "spec"), "priority", 0));
+            table_cell(t, "%s", nodes);
+            table_cell(t, "%s", reason[0] ? reason : "-");
+        }
     }
-    if (json_array_size(all) == 0)
+    /* An empty list says so, but not where headers were turned off: scripts read that. */
+    if (json_array_size(all) == 0 && !no_headers)
         printf("no jobs%s%s\n", state[0] ? " in state " : "", state);
-    else
-        table_print(t, stdout);
+    else if (json_array_size(all) > 0)
+        table_print_opt(t, stdout, !no_headers);
     table_free(t);
 out:
     json_decref(page);
@@ -446,33 +479,23 @@ static void cli_format_command(const json_t *spec, char *buf, size_t size)
     }
 }
 
-int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+/* Says err for job id on stderr; with several jobs (many) the message names the job when
+ * it does not already. Returns CLI_FAIL. */
+static int cli_job_fail(struct cli *cli, const char *id, struct ddp_err *err, int many)
 {
-    json_t *job = NULL, *ev = NULL;
-    const char *id = NULL;
-    int rc = CLI_OK;
-    struct ddp_err err;
+    if (many && !strstr(err->msg, id)) {
+        char msg[sizeof(err->msg)];
+        snprintf(msg, sizeof(msg), "%s", err->msg[0] ? err->msg : err_str(err->code));
+        int w = snprintf(err->msg, sizeof(err->msg), "job %s: %s", id, msg);
+        if (w < 0 || (size_t)w >= sizeof(err->msg)) /* cut at the end: the id is kept */
+            err->msg[sizeof(err->msg) - 1] = '\0';
+    }
+    return cli_fail(cli, err);
+}
 
-    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
-        goto out;
-    rc = cli_job_arg(cmd, argc, argv, &id);
-    if (rc != CLI_OK)
-        goto out;
-    rc = cli_connect(cli);
-    if (rc != CLI_OK)
-        goto out;
-    if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
-        rc = cli_fail(cli, &err);
-        goto out;
-    }
-    if (cli->json) {
-        cli_print_json(job);
-        goto out;
-    }
-    if (cli_job_call(cli, "GET", id, "/events", NULL, &ev, &err) < 0) {
-        rc = cli_fail(cli, &err);
-        goto out;
-    }
+/* The status block of one job (table output), from the job and its events. */
+static void cli_status_print(const json_t *job, const json_t *ev)
+{
     const json_t *spec = json_object_get(job, "spec");
     char line[1024];
     printf("job:         %s (%s)\n", cli_str(job, "id", "?"), cli_str(job, "name", ""));
@@ -549,50 +572,93 @@ int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
                    cli_str(e, "reason", ""));
         }
     }
-out:
-    json_decref(job);
-    json_decref(ev);
+}
+
+/* Which of the per-job commands runs: status (GET) or cancel (POST :cancel). */
+enum cli_each { CLI_EACH_STATUS, CLI_EACH_CANCEL };
+
+/* status and cancel on JOB...: each job apart, a failed one named on stderr while the others
+ * go on; exit 1 when any failed. -o json: one job's answer as it came, several as
+ * {"jobs": [...], "failed": [{"id", "error"}]}. */
+static int cli_each_job(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv,
+                        enum cli_each what)
+{
+    int rc = CLI_OK;
+    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
+        return rc;
+    rc = cli_job_args(cmd, argc, argv);
+    if (rc != CLI_OK)
+        return rc;
+    rc = cli_connect(cli);
+    if (rc != CLI_OK)
+        return rc;
+    int n = argc - optind, shown = 0;
+    json_t *jobs = json_array(), *failed = json_array();
+    for (int i = optind; i < argc; i++) {
+        const char *id = argv[i];
+        json_t *job = NULL, *ev = NULL;
+        struct ddp_err err;
+        int r = what == CLI_EACH_STATUS
+                    ? cli_job_call(cli, "GET", id, NULL, NULL, &job, &err)
+                    : cli_job_call(cli, "POST", id, ":cancel", NULL, &job, &err);
+        if (r == 0 && what == CLI_EACH_STATUS && !cli->json)
+            r = cli_job_call(cli, "GET", id, "/events", NULL, &ev, &err);
+        if (r < 0) {
+            json_decref(job);
+            if (r == DDP_EUNAVAIL) { /* no ddpd: the same for the rest, said once */
+                cli_fail(cli, &err);
+                for (; i < argc; i++)
+                    json_array_append_new(failed,
+                                          json_pack("{s:s, s:s}", "id", argv[i], "error", err.msg));
+                break;
+            }
+            cli_job_fail(cli, id, &err, n > 1);
+            json_array_append_new(failed, json_pack("{s:s, s:s}", "id", id, "error", err.msg));
+            continue;
+        }
+        if (cli->json) {
+            if (n == 1)
+                cli_print_json(job);
+            json_array_append_new(jobs, job);
+            continue;
+        }
+        if (what == CLI_EACH_STATUS) {
+            if (shown++)
+                printf("\n");
+            cli_status_print(job, ev);
+        } else {
+            const char *state = cli_str(job, "state", "?");
+            if (strcmp(state, "CANCELLING") == 0)
+                printf("cancelling job %s (workers get SIGTERM, SIGKILL after %lld s)\n", id,
+                       (long long)cli_int(json_object_get(job, "spec"), "grace_period_s", 30));
+            else if (strcmp(state, "CANCELLED") == 0)
+                printf("job %s CANCELLED\n", id);
+            else
+                printf("job %s already ended: %s (nothing to cancel)\n", id, state);
+        }
+        json_decref(job);
+        json_decref(ev);
+    }
+    if (cli->json && n > 1) {
+        json_t *o = json_pack("{s:O, s:O}", "jobs", jobs, "failed", failed);
+        cli_print_json(o);
+        json_decref(o);
+    }
+    rc = cli_jobs_summary(failed, n, what == CLI_EACH_STATUS ? "shown" : "cancelled");
+    json_decref(jobs);
+    json_decref(failed);
     return rc;
+}
+
+int cmd_status(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+{
+    return cli_each_job(cli, cmd, argc, argv, CLI_EACH_STATUS);
 }
 
 int cmd_cancel(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    json_t *job = NULL;
-    const char *id = NULL;
-    int rc = CLI_OK;
-    struct ddp_err err;
-
-    if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
-        goto out;
-    rc = cli_job_arg(cmd, argc, argv, &id);
-    if (rc != CLI_OK)
-        goto out;
-    rc = cli_connect(cli);
-    if (rc != CLI_OK)
-        goto out;
-    if (cli_job_call(cli, "POST", id, ":cancel", NULL, &job, &err) < 0) {
-        rc = cli_fail(cli, &err);
-        goto out;
-    }
-    if (cli->json) {
-        cli_print_json(job);
-        goto out;
-    }
-    const char *state = cli_str(job, "state", "?");
-    if (strcmp(state, "CANCELLING") == 0)
-        printf("cancelling job %s (workers get SIGTERM, SIGKILL after %lld s)\n", id,
-               (long long)cli_int(json_object_get(job, "spec"), "grace_period_s", 30));
-    else if (strcmp(state, "CANCELLED") == 0)
-        printf("job %s CANCELLED\n", id);
-    else
-        printf("job %s already ended: %s (nothing to cancel)\n", id, state);
-out:
-    json_decref(job);
-    return rc;
+    return cli_each_job(cli, cmd, argc, argv, CLI_EACH_CANCEL);
 }
-
-/* The most job ids one delete takes (each is one request). */
-#define CLI_DELETE_MAX 1000
 
 int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
@@ -602,13 +668,9 @@ int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
 
     if (cli_parse_common_only(cli, cmd, argc, argv, &rc) < 0)
         return rc;
-    if (optind >= argc)
-        return cli_usage_error(cmd, "missing the job id");
-    if (argc - optind > CLI_DELETE_MAX)
-        return cli_usage_error(cmd, "more than %d job ids", CLI_DELETE_MAX);
-    for (int i = optind; i < argc; i++)
-        if (!argv[i][0])
-            return cli_usage_error(cmd, "empty job id");
+    rc = cli_job_args(cmd, argc, argv);
+    if (rc != CLI_OK)
+        return rc;
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         return rc;
@@ -627,25 +689,14 @@ int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             printf("deleted job %s (%s)\n", id, cli_str(job, "state", "?"));
         json_array_append_new(deleted, job);
     }
-    size_t nfail = json_array_size(failed);
     if (cli->json) {
         json_t *o = json_pack("{s:O, s:O}", "deleted", deleted, "failed", failed);
         cli_print_json(o);
         json_decref(o);
-    } else if (nfail > 0 && argc - optind > 1) {
-        struct buf ids = BUF_INIT;
-        size_t i;
-        json_t *f;
-        json_array_foreach(failed, i, f)
-        {
-            if (buf_printf(&ids, "%s%s", i ? ", " : "", cli_str(f, "id", "?")) != 0)
-                break;
-        }
-        fprintf(stderr, "ddpctl: %zu of %d jobs not deleted: %s\n", nfail, argc - optind,
-                ids.data ? ids.data : "");
-        buf_release(&ids);
+        rc = json_array_size(failed) > 0 ? CLI_FAIL : CLI_OK;
+    } else {
+        rc = cli_jobs_summary(failed, argc - optind, "deleted");
     }
-    rc = nfail > 0 ? CLI_FAIL : CLI_OK;
     json_decref(deleted);
     json_decref(failed);
     return rc;

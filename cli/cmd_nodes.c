@@ -9,7 +9,25 @@
 
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
+
+/* A node's labels as "k=v,k=v" in the order ddpd gave (cut at size), or "-". */
+static void cli_format_labels(const json_t *labels, char *buf, size_t size)
+{
+    const char *key;
+    json_t *v;
+    size_t o = 0;
+    snprintf(buf, size, "-");
+    json_object_foreach((json_t *)labels, key, v)
+    {
+        int w = snprintf(buf + o, size - o, "%s%s=%s", o ? "," : "", key,
+                         json_is_string(v) ? json_string_value(v) : "?");
+        if (w < 0 || (size_t)w >= size - o)
+            break;
+        o += (size_t)w;
+    }
+}
 
 /* ddpctl nodes cordon|drain|uncordon NAME [--reason TEXT]: POST /v1/nodes/NAME:ACTION. */
 static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const char *action,
@@ -72,10 +90,13 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     int rc = CLI_OK;
     struct ddp_err err;
 
-    enum { O_REASON = 1 };
-    static const struct option longopts[] = {
-        {"reason", required_argument, NULL, O_REASON}, CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    enum { O_REASON = 1, O_NO_HEADERS };
+    static const struct option longopts[] = {{"reason", required_argument, NULL, O_REASON},
+                                             {"no-headers", no_argument, NULL, O_NO_HEADERS},
+                                             CLI_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
     const char *reason = NULL;
+    int no_headers = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
         if (c == -1)
@@ -85,6 +106,10 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             goto out;
         if (h > 0)
             continue;
+        if (c == O_NO_HEADERS) {
+            no_headers = 1;
+            continue;
+        }
         if (c != O_REASON) {
             rc = cli_usage_error(cmd, "unexpected option");
             goto out;
@@ -122,17 +147,30 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         goto out;
     }
     json_t *nodes = json_object_get(ans, "nodes");
-    if (json_array_size(nodes) == 0) {
-        printf("no nodes (start ddp-agent on a machine to add one)\n");
-        goto out;
-    }
-    static const char *const hdr[] = {"NAME",  "ADDRESS",   "STATE", "SLOTS",    "USED",
-                                      "PORTS", "LAST BEAT", "HOLD",  "ISOLATION"};
-    struct table *t = table_new(9, hdr);
     size_t i;
     json_t *n;
+    if (cli->output == CLI_OUT_NAME) {
+        json_array_foreach(nodes, i, n)
+        {
+            printf("%s\n", cli_str(n, "name", "?"));
+        }
+        goto out;
+    }
+    if (json_array_size(nodes) == 0) {
+        /* Not where headers were turned off: a script reads an empty list as nothing. */
+        if (!no_headers)
+            printf("no nodes (start ddp-agent on a machine to add one)\n");
+        goto out;
+    }
+    int wide = cli->output == CLI_OUT_WIDE;
+    static const char *const hdr[] = {"NAME",      "ADDRESS",    "STATE",     "SLOTS",
+                                      "USED",      "PORTS",      "LAST BEAT", "HOLD",
+                                      "ISOLATION", "REGISTERED", "LABELS"};
+    struct table *t = table_new(wide ? 11 : 9, hdr);
+    int64_t now = time_wall_ms();
     json_array_foreach(nodes, i, n)
     {
+        char labels[TABLE_MAX_CELL];
         table_row(t);
         table_cell(t, "%s", cli_str(n, "name", "?"));
         table_cell(t, "%s", cli_str(n, "address", "?"));
@@ -154,8 +192,15 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         else
             table_cell(t, "%s%s%s", hold, why[0] ? ": " : "", why);
         table_cell(t, "%s", cli_str(n, "isolation", "-"));
+        if (wide) {
+            char reg[16];
+            cli_format_age(cli_str(n, "registered_at", NULL), now, reg, sizeof(reg));
+            table_cell(t, "%s", reg);
+            cli_format_labels(json_object_get(n, "labels"), labels, sizeof(labels));
+            table_cell(t, "%s", labels);
+        }
     }
-    table_print(t, stdout);
+    table_print_opt(t, stdout, !no_headers);
     table_free(t);
 out:
     json_decref(ans);

@@ -2,7 +2,7 @@
  * main.c - ddpctl: the command line of ddp. Parses the global options, picks the command,
  * and holds what every command shares (connection, errors, output helpers of cli.h).
  *
- *   ddpctl [--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]
+ *   ddpctl [--server URL] [--token-file F] [-o table|json|name|wide] COMMAND [ARGS]
  *
  * Resolution order (so that a user of the local cluster types no flags):
  *   server: --server, else $DDP_SERVER, else http://127.0.0.1:8470
@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/buf.h"
 #include "common/fsutil.h"
 #include "common/httpc.h"
 #include "common/timeutil.h"
@@ -41,7 +42,9 @@ static const struct cli_cmd cli_cmds[] = {
      "  --nproc-per-node N  worker processes per node (default 1)\n"
      "  --max-restarts N    restarts before the job FAILED (default 3)\n"
      "  --env K=V           environment of every worker (repeatable)\n"
-     "  --workdir D         working directory of the workers (default: the current one)\n"
+     "  --workdir D         working directory of the workers (default: the job's own\n"
+     "                      folder on each node, <agent work dir>/jobs/<job>; '.' for\n"
+     "                      the current one, which the job's account must be able to enter)\n"
      "  --checkpoint-dir D  DDP_CHECKPOINT_DIR of the workers (default: the agent's)\n"
      "  --max-runtime S     stop the job after S seconds (default 0: no limit)\n"
      "  --grace S           seconds between SIGTERM and SIGKILL on stop (default 30)\n"
@@ -54,17 +57,25 @@ static const struct cli_cmd cli_cmds[] = {
      "  --preempt-grace S   from the notice to the stop (default 30)\n"
      "  --idempotency-key K the submit's Idempotency-Key (default: drawn): a submit again\n"
      "                      with K answers the job the first made (a requeued batch job)\n"
-     "  --parsable          print only the job id\n"
+     "  --parsable          print only the job id (as -o name)\n"
      "The command is an argv (never a shell string); put it after '--'.\n",
      cmd_submit},
-    {"list", "list [--state S] [--all]", "list your jobs, newest first",
-     "  --state S  only jobs in state S (PENDING, RUNNING, RESTARTING, CANCELLING,\n"
-     "             SUCCEEDED, FAILED, CANCELLED)\n"
-     "  --all      every user's jobs (roles admin and viewer)\n",
+    {"list", "list [--state S] [--all] [--no-headers] [-o table|json|name|wide]",
+     "list your jobs, newest first",
+     "  --state S     only jobs in state S (PENDING, RUNNING, RESTARTING, CANCELLING,\n"
+     "                SUCCEEDED, FAILED, CANCELLED)\n"
+     "  --all         every user's jobs (roles admin and viewer)\n"
+     "  --no-headers  no header line (no jobs: nothing at all)\n"
+     "  -o name       the job ids only, one a line; -o wide: with PRIORITY, NODELIST, REASON\n",
      cmd_list},
-    {"status", "status JOB", "show a job: state, generation, nodes and ranks, progress, events", "",
+    {"status", "status JOB...", "show jobs: state, generation, nodes and ranks, progress, events",
+     "Several jobs: one after the other, a blank line between (-o json: {\"jobs\": [...],\n"
+     "\"failed\": [{\"id\", \"error\"}]}). Exit 1 when any of them could not be shown.\n",
      cmd_status},
-    {"cancel", "cancel JOB", "cancel a job (idempotent)", "", cmd_cancel},
+    {"cancel", "cancel JOB...", "cancel jobs (idempotent)",
+     "Each job is cancelled apart; one that fails is named and the others go on\n"
+     "(-o json with several: {\"jobs\": [...], \"failed\": [...]}). Exit 1 when any failed.\n",
+     cmd_cancel},
     {"delete", "delete JOB...", "delete finished jobs with their events, metrics and logs",
      "Only a finished job (SUCCEEDED, FAILED, CANCELLED) is deleted: cancel a live one first.\n"
      "Its id is never given out again. Exit 1 when any of the jobs was not deleted.\n",
@@ -80,7 +91,9 @@ static const struct cli_cmd cli_cmds[] = {
      "  -f, --follow  keep printing new lines until the job ends\n"
      "  --download F  write the whole kept log to file F, gzip-compressed (- for stdout)\n",
      cmd_logs},
-    {"nodes", "nodes [remove NAME | cordon|drain|uncordon NAME [--reason TEXT]]",
+    {"nodes",
+     "nodes [--no-headers] [-o table|json|name|wide] | nodes remove NAME | "
+     "nodes cordon|drain|uncordon NAME [--reason TEXT]",
      "list the nodes (agents), their slots and state",
      "  remove NAME    forget a node (admin): its jobs lose it as if it died, and its\n"
      "                 credential opens nothing; a live agent registers again, so stop it\n"
@@ -89,7 +102,9 @@ static const struct cli_cmd cli_cmds[] = {
      "  drain NAME     cordon, and elastic jobs move off it now at no restart's cost;\n"
      "                 the others finish there. Stopping the agent afterwards costs nothing\n"
      "  uncordon NAME  schedulable again\n"
-     "  --reason TEXT  shown with the node (HOLD column)\n",
+     "  --reason TEXT  shown with the node (HOLD column)\n"
+     "  --no-headers   no header line (no nodes: nothing at all)\n"
+     "  -o name        the node names only, one a line; -o wide: with REGISTERED, LABELS\n",
      cmd_nodes},
     {"users",
      "users list | add NAME [--role R] [--token-out F] | remove NAME | rotate-token NAME "
@@ -111,7 +126,8 @@ static const struct cli_cmd cli_cmds[] = {
 #define CLI_NCMDS (sizeof(cli_cmds) / sizeof(cli_cmds[0]))
 
 static const char cli_global_usage[] =
-    "usage: ddpctl [--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]";
+    "usage: ddpctl [--server URL] [--token-file F] [-o table|json|name|wide] COMMAND [ARGS]\n"
+    "       ddpctl --version";
 
 static void cli_print_global_help(FILE *out)
 {
@@ -124,7 +140,8 @@ static void cli_print_global_help(FILE *out)
             "  --server URL      ddpd's address (default $DDP_SERVER, else %s)\n"
             "  --token-file F    file holding the user token (default $DDP_TOKEN, else\n"
             "                    $DDP_HOME/user.token; DDP_HOME defaults to ./.ddp)\n"
-            "  -o table|json     output format (json: the raw answers of ddpd)\n"
+            "  -o FORMAT         table (default), json (the raw answers of ddpd), name (list\n"
+            "                    and nodes: the ids only) or wide (list and nodes: more columns)\n"
             "  --version         print the version and the git commit\n"
             "\n'ddpctl COMMAND --help' describes a command. Exit codes: 0 ok, 1 failure,"
             " 2 usage.\n",
@@ -149,7 +166,8 @@ int cli_print_help(const struct cli_cmd *cmd)
     printf("usage: ddpctl %s\n\n%s.\n", cmd->usage, cmd->summary);
     if (cmd->help[0])
         printf("\n%s", cmd->help);
-    printf("\nGlobal options --server, --token-file and -o table|json are accepted too.\n");
+    printf("\nGlobal options --server, --token-file and -o table|json|name|wide are accepted "
+           "too.\n");
     return CLI_OK;
 }
 
@@ -183,13 +201,20 @@ int cli_fail(struct cli *cli, const struct ddp_err *err)
 
 int cli_set_output(struct cli *cli, const char *v)
 {
-    if (strcmp(v, "json") == 0)
-        cli->json = 1;
-    else if (strcmp(v, "table") == 0)
-        cli->json = 0;
-    else
-        return -1;
-    return 0;
+    static const struct {
+        const char *name;
+        enum cli_output out;
+    } outs[] = {{"table", CLI_OUT_TABLE},
+                {"json", CLI_OUT_JSON},
+                {"name", CLI_OUT_NAME},
+                {"wide", CLI_OUT_WIDE}};
+    for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++)
+        if (strcmp(v, outs[i].name) == 0) {
+            cli->output = outs[i].out;
+            cli->json = outs[i].out == CLI_OUT_JSON;
+            return 0;
+        }
+    return -1;
 }
 
 static void cli_set_str(char **dst, const char *v)
@@ -209,7 +234,8 @@ int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **arg
         return 1;
     case CLI_OPT_OUTPUT:
         if (cli_set_output(cli, optarg) < 0) {
-            *exit_code = cli_usage_error(cmd, "-o: '%s' is neither table nor json", optarg);
+            *exit_code =
+                cli_usage_error(cmd, "-o: '%s' is not one of table, json, name, wide", optarg);
             return -1;
         }
         return 1;
@@ -241,6 +267,39 @@ int cli_job_arg(const struct cli_cmd *cmd, int argc, char **argv, const char **j
         return cli_usage_error(cmd, "empty job id");
     *job = argv[optind];
     return CLI_OK;
+}
+
+int cli_job_args(const struct cli_cmd *cmd, int argc, char **argv)
+{
+    if (optind >= argc)
+        return cli_usage_error(cmd, "missing the job id");
+    if (argc - optind > CLI_JOBS_MAX)
+        return cli_usage_error(cmd, "more than %d job ids", CLI_JOBS_MAX);
+    for (int i = optind; i < argc; i++)
+        if (!argv[i][0])
+            return cli_usage_error(cmd, "empty job id");
+    return CLI_OK;
+}
+
+int cli_jobs_summary(const json_t *failed, int n, const char *verb)
+{
+    size_t nfail = json_array_size(failed);
+    if (nfail == 0)
+        return CLI_OK;
+    if (n > 1) {
+        struct buf ids = BUF_INIT;
+        size_t i;
+        json_t *f;
+        json_array_foreach(failed, i, f)
+        {
+            if (buf_printf(&ids, "%s%s", i ? ", " : "", cli_str(f, "id", "?")) != 0)
+                break;
+        }
+        fprintf(stderr, "ddpctl: %zu of %d jobs not %s: %s\n", nfail, n, verb,
+                ids.data ? ids.data : "");
+        buf_release(&ids);
+    }
+    return CLI_FAIL;
 }
 
 /* Parses only the common options (commands without options of their own). Returns
@@ -370,7 +429,7 @@ int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix
 /* ---- main ----------------------------------------------------------------------------- */
 
 static const struct cli_cmd cli_global_cmd = {
-    "", "[--server URL] [--token-file F] [-o table|json] COMMAND [ARGS]", "", "", NULL};
+    "", "[--server URL] [--token-file F] [-o table|json|name|wide] COMMAND [ARGS]", "", "", NULL};
 
 /* --version: only before the command (it needs no server). */
 #define CLI_OPT_VERSION 1003

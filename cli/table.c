@@ -82,14 +82,19 @@ void table_cell(struct table *t, const char *fmt, ...)
 
 void table_print(const struct table *t, FILE *out)
 {
+    table_print_opt(t, out, 1);
+}
+
+void table_print_opt(const struct table *t, FILE *out, int headers)
+{
     size_t width[TABLE_MAX_COLS] = {0};
-    for (int r = 0; r < t->nrows; r++)
+    for (int r = headers ? 0 : 1; r < t->nrows; r++)
         for (int i = 0; i < t->ncols; i++) {
             size_t w = strlen(t->rows[r][i]);
             if (w > width[i])
                 width[i] = w;
         }
-    for (int r = 0; r < t->nrows; r++) {
+    for (int r = headers ? 0 : 1; r < t->nrows; r++) {
         for (int i = 0; i < t->ncols; i++) {
             const char *cell = t->rows[r][i];
             if (i == t->ncols - 1)

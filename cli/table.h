@@ -24,5 +24,7 @@ void table_cell(struct table *t, const char *fmt, ...) __attribute__((format(pri
 
 /* Prints the header and every row, columns separated by two spaces, the last column unpadded. */
 void table_print(const struct table *t, FILE *out);
+/* The same, without the header line when headers is 0. */
+void table_print_opt(const struct table *t, FILE *out, int headers);
 
 #endif
