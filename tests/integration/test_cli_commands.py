@@ -43,7 +43,8 @@ def test_cli_usage_errors_and_help():
         r = ctl(None, cmd)
         assert_usage(r, cmd + " JOB")
         assert "missing the job id" in r.err, r
-        assert_usage(ctl(None, cmd, "j-1", "j-2"), cmd + " JOB")
+        if cmd not in ("status", "cancel"):  # those two take several (test_cli_output_habits)
+            assert_usage(ctl(None, cmd, "j-1", "j-2"), cmd + " JOB")
     assert_usage(ctl(None, "list", "--state", "DONE"), "list [--state S]")
     assert_usage(ctl(None, "list", "extra"), "list")
     assert_usage(ctl(None, "nodes", "extra"), "nodes")
@@ -64,6 +65,9 @@ def test_cli_unreachable_ddpd():
         r = ctl(None, *args)
         assert r.rc == 1 and want in r.err and r.out == "", r
         assert "retrying" not in r.err, r  # only a job being followed is waited for
+    # Several jobs and no ddpd: said once, not once a job.
+    r = ctl(None, "--server", url, "cancel", "j-1", "j-2", "j-3")
+    assert r.rc == 1 and r.err.count(want) == 1 and "3 of 3 jobs not cancelled" in r.err, r
     # DDP_SERVER is used when there is no flag; the flag wins over it.
     r = ctl(None, "nodes", env=ctl_env(None, extra={"DDP_SERVER": url}))
     assert r.rc == 1 and want in r.err, r
@@ -114,7 +118,8 @@ def test_cli_submit_list_status_cancel():
         assert r.rc == 0 and r.out == "j-1\n", r
         j1 = api.job("j-1")
         assert j1["spec"]["command"] == ["/bin/echo", "hello world"], j1
-        assert j1["spec"]["workdir"] == os.path.realpath(work), j1  # default: cwd, absolute
+        # No --workdir: none sent, so the agent runs it in the job's own folder on the node.
+        assert j1["spec"]["workdir"] == "", j1
         r = ctl(c, "submit", "--name", "probe.2", "--nnodes", "2:3", "--nproc-per-node", "2",
                 "--max-restarts", "5", "--env", "A=1", "--env", "B=x=y", "--workdir", "sub",
                 "--checkpoint-dir", "ck", "--max-runtime", "600", "--grace", "7",
@@ -132,10 +137,12 @@ def test_cli_submit_list_status_cancel():
         assert (s["max_restarts"], s["max_runtime_s"], s["grace_period_s"],
                 s["hang_timeout_s"]) == (5, 600, 7, 60), s
         assert api.job("j-2")["spec"] == s
-        # The word after the options starts the command even without "--".
-        r = ctl(c, "submit", "--name", "plain", "/bin/true", "--x", cwd=work)
+        # The word after the options starts the command even without "--"; --workdir . is
+        # the caller's directory, made absolute.
+        r = ctl(c, "submit", "--name", "plain", "--workdir", ".", "/bin/true", "--x", cwd=work)
         assert r.rc == 0 and r.out == "submitted job j-3\n", r
         assert api.job("j-3")["spec"]["command"] == ["/bin/true", "--x"]
+        assert api.job("j-3")["spec"]["workdir"] == os.path.realpath(work)
         # ddpd's own refusal is a failure with its message (not a usage error).
         r = ctl(c, "submit", "--name", "bad name!", "--", "true")
         assert r.rc == 1 and "name" in r.err and r.out == "", r
@@ -201,6 +208,101 @@ def test_cli_submit_list_status_cancel():
         assert rows[0][-1] == "ISOLATION", r
         assert {row[0]: row[-1] for row in rows[1:]} == {"n-per": "per-user", "n-old": "-"}, r
 
+
+def test_cli_output_habits():
+    """--no-headers, -o name and -o wide of list and nodes (empty lists too), and status and
+    cancel on several jobs: each done apart, each failure named, exit 1 if any failed."""
+    assert_usage(ctl(None, "list", "-o", "yaml"), "list")
+    assert "not one of table, json, name, wide" in ctl(None, "list", "-o", "yaml").err
+    assert_usage(ctl(None, "cancel"), "cancel JOB...")
+    assert_usage(ctl(None, "status"), "status JOB...")
+    assert_usage(ctl(None, "status", "j-1", ""), "status JOB...")
+    assert_usage(ctl(None, "nodes", "--no-headers", "x"), "nodes")
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        # Empty: nothing at all with --no-headers or -o name; the sentence otherwise.
+        for args in (["list", "--no-headers"], ["list", "-o", "name"],
+                     ["list", "-o", "wide", "--no-headers"], ["nodes", "--no-headers"],
+                     ["nodes", "-o", "name"], ["nodes", "-o", "wide", "--no-headers"]):
+            r = ctl(c, *args)
+            assert r.rc == 0 and r.out == "" and r.err == "", r
+        r = ctl(c, "list")
+        assert r.rc == 0 and r.out == "no jobs\n", r
+        r = ctl(c, "nodes")
+        assert r.rc == 0 and r.out.startswith("no nodes"), r
+
+        r = ctl(c, "submit", "-o", "name", "--", "/bin/true")
+        assert r.rc == 0 and r.out == "j-1\n", r
+        api.submit({"command": ["true"], "name": "two", "priority": 0})
+        api.submit({"command": ["true"], "name": "three"})
+        r = ctl(c, "list", "-o", "name")
+        assert r.rc == 0 and r.out == "j-3\nj-2\nj-1\n", r
+        r = ctl(c, "list", "--no-headers")
+        assert r.rc == 0 and [ln.split()[0] for ln in r.out.splitlines()] == \
+            ["j-3", "j-2", "j-1"], r
+        r = ctl(c, "list", "-o", "wide")
+        assert r.rc == 0, r
+        head = r.out.splitlines()[0].split()
+        assert head[:4] == ["ID", "NAME", "OWNER", "STATE"], r
+        assert head[-3:] == ["PRIORITY", "NODELIST", "REASON"], r
+        rows = [ln.split() for ln in r.out.splitlines()[1:]]
+        assert [row[0] for row in rows] == ["j-3", "j-2", "j-1"], r
+        assert all(row[-3:-1] == ["0", "-"] for row in rows), r  # pending: no nodes yet
+        r = ctl(c, "list", "-o", "wide", "--no-headers")
+        assert r.rc == 0 and len(r.out.splitlines()) == 3 and "PRIORITY" not in r.out, r
+
+        # status on several: one block each, a blank line between.
+        r = ctl(c, "status", "j-1", "j-2")
+        assert r.rc == 0 and r.err == "", r
+        blocks = r.out.split("\n\n")
+        assert len(blocks) == 2 and blocks[0].startswith("job:         j-1") and \
+            blocks[1].startswith("job:         j-2 (two)"), r
+        r = ctl(c, "status", "j-1", "j-42", "j-2")
+        assert r.rc == 1, r
+        assert "job j-42 not found" in r.err and "1 of 3 jobs not shown: j-42" in r.err, r
+        assert "job:         j-1" in r.out and "job:         j-2" in r.out, r
+        r = ctl(c, "status", "j-1", "j-2", "-o", "json")
+        assert r.rc == 0, r
+        o = json.loads(r.out)
+        assert [j["id"] for j in o["jobs"]] == ["j-1", "j-2"] and o["failed"] == [], o
+        r = ctl(c, "status", "j-1", "j-42", "-o", "json")
+        assert r.rc == 1, r
+        o = json.loads(r.out)
+        assert [j["id"] for j in o["jobs"]] == ["j-1"], o
+        assert [f["id"] for f in o["failed"]] == ["j-42"] and "j-42" in o["failed"][0]["error"]
+
+        # cancel on several: the good ones cancelled, the bad one named, exit 1.
+        r = ctl(c, "cancel", "j-1", "j-404", "j-2")
+        assert r.rc == 1, r
+        assert "job j-404 not found" in r.err and "1 of 3 jobs not cancelled: j-404" in r.err, r
+        assert "job j-1 " in r.out and "job j-2 " in r.out, r
+        api.wait_state("j-1", "CANCELLED")
+        api.wait_state("j-2", "CANCELLED")
+        assert api.job("j-3")["state"] == "PENDING"
+        r = ctl(c, "cancel", "j-1", "j-3", "-o", "json")
+        assert r.rc == 0, r
+        o = json.loads(r.out)
+        assert [j["id"] for j in o["jobs"]] == ["j-1", "j-3"] and o["failed"] == [], o
+        api.wait_state("j-3", "CANCELLED")
+        r = ctl(c, "list", "--state", "PENDING", "--no-headers")
+        assert r.rc == 0 and r.out == "", r
+
+        # nodes last: a registered node would take the pending jobs above.
+        for name, zone in (("n-a", "a"), ("n-b", "b")):
+            body = {"name": name, "address": "127.0.0.1", "slots": 1, "incarnation": "i-" + name,
+                    "labels": {"zone": zone}}
+            assert api.post("/v1/nodes:register", body, token="agent").status == 200
+        r = ctl(c, "nodes", "-o", "name")
+        assert r.rc == 0 and sorted(r.out.splitlines()) == ["n-a", "n-b"], r
+        r = ctl(c, "nodes", "--no-headers")
+        assert r.rc == 0 and sorted(ln.split()[0] for ln in r.out.splitlines()) == \
+            ["n-a", "n-b"], r
+        r = ctl(c, "nodes", "-o", "wide")
+        assert r.rc == 0, r
+        lines = r.out.splitlines()
+        assert lines[0].split()[-3:] == ["ISOLATION", "REGISTERED", "LABELS"], r
+        labels = {ln.split()[0]: ln.split()[-1] for ln in lines[1:]}
+        assert "zone=a" in labels["n-a"].split(",") and "zone=b" in labels["n-b"].split(","), r
 
 
 def test_cli_submit_idempotency_key():

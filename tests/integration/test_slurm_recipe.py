@@ -357,7 +357,8 @@ def test_same_key_same_job(s):
         r"listening on http://[^ ]*:(\d+) ", ddpd.stderr.readline() or ""), timeout=20)
     e["DDP_SERVER"] = "http://127.0.0.1:%s" % port.group(1)
     r = subprocess.run([os.path.join(BIN, "ddpctl"), "submit", "--parsable",
-                        "--idempotency-key", "slurm-ddptest-%s" % first, "--name",
+                        "--idempotency-key", "slurm-ddptest-%s" % first, "--workdir", ".",
+                        "--name",
                         "slurm-%s" % first, "--nnodes", "2:2", "--nproc-per-node", "1",
                         "--grace", "5", "--"] + argv, env=e, cwd=s.run_dir,
                        capture_output=True, text=True, timeout=30)
