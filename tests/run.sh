@@ -21,7 +21,12 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
-    python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 >/dev/null
+    python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 \
+    man-db groff-base bash-completion >/dev/null
+  # zsh for the install test's check of the zsh completion (apart: it skips, saying so,
+  # where zsh cannot be installed).
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends zsh >/dev/null ||
+    echo "note: zsh unavailable here; the install test skips the zsh completion"
   # PyTorch (with OpenBLAS) for the tests that run unmodified torch programs under the agents
   # (agent_torch). Apart, so that a machine where Debian has no python3-torch still runs the
   # rest; those tests then say they skip.
