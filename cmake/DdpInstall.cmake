@@ -46,10 +46,19 @@ add_library(ddp_static STATIC ${DDP_DIST_OBJECTS})
 set_target_properties(ddp_static PROPERTIES OUTPUT_NAME ddp
                       ARCHIVE_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib/dist)
 
-install(TARGETS ddpd ddp-agent RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR})
-install(TARGETS ddpctl ddp-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-set_target_properties(ddpd ddp-agent PROPERTIES INSTALL_RPATH "${DDP_RPATH_SBIN}")
-set_target_properties(ddpctl ddp-worker PROPERTIES INSTALL_RPATH "${DDP_RPATH_BIN}")
+# Each only where its part is in the tree (tests/layering.sh builds libddp without trainer/).
+foreach(exe ddpd ddp-agent ddpctl ddp-worker)
+  if(NOT TARGET ${exe})
+    continue()
+  endif()
+  if(exe MATCHES "^(ddpd|ddp-agent)$")
+    install(TARGETS ${exe} RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR})
+    set_target_properties(${exe} PROPERTIES INSTALL_RPATH "${DDP_RPATH_SBIN}")
+  else()
+    install(TARGETS ${exe} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+    set_target_properties(${exe} PROPERTIES INSTALL_RPATH "${DDP_RPATH_BIN}")
+  endif()
+endforeach()
 install(TARGETS ddp_shared ddp_static
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
