@@ -1,7 +1,8 @@
 /*
  * test_cli.c - ddpctl's pure helpers (cli/util.c, cli/table.c): URL escaping, --nnodes
  * checking, RFC 3339 parsing and ages, rank ranges, job states, tolerant JSON readers and
- * aligned tables, including their bounds (tiny buffers, cut cells, extra cells).
+ * aligned tables, including their bounds (tiny buffers, cut cells, extra cells), with and
+ * without the header line.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,6 +154,36 @@ static void test_cli_table(void **state)
     table_free(NULL);
 }
 
+/* --no-headers: the rows only, their columns as wide as their own widest cell (not the
+ * header's). */
+static void test_cli_table_no_headers(void **state)
+{
+    static const char *const hdr[] = {"IDENTIFIER", "STATE"};
+    struct table *t = table_new(2, hdr);
+    table_row(t);
+    table_cell(t, "%s", "j-1");
+    table_cell(t, "%s", "RUNNING");
+    table_row(t);
+    table_cell(t, "%s", "j-10");
+    table_cell(t, "%s", "PENDING");
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    assert_non_null(f);
+    table_print_opt(t, f, 0);
+    assert_int_equal(fclose(f), 0);
+    assert_string_equal(out, "j-1   RUNNING\nj-10  PENDING\n");
+    free(out);
+    out = NULL;
+    f = open_memstream(&out, &len);
+    assert_non_null(f);
+    table_print_opt(t, f, 1);
+    assert_int_equal(fclose(f), 0);
+    assert_string_equal(out, "IDENTIFIER  STATE\nj-1         RUNNING\nj-10        PENDING\n");
+    free(out);
+    table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +193,7 @@ int main(void)
         cmocka_unit_test(test_cli_ranks),
         cmocka_unit_test(test_cli_states_and_readers),
         cmocka_unit_test(test_cli_table),
+        cmocka_unit_test(test_cli_table_no_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
