@@ -103,6 +103,18 @@ def check_layout(prefix):
     return libdir, pcs[0]
 
 
+def build_setting(name):
+    """A value of the build's CMakeCache.txt, or None."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def check_pkgconfig(prefix, libdir, tmp):
     env = dict(os.environ, PKG_CONFIG_PATH=os.path.dirname(must(
         ["sh", "-c", "ls %s/pkgconfig/ddp.pc" % libdir]).stdout.strip()))
@@ -112,8 +124,11 @@ def check_pkgconfig(prefix, libdir, tmp):
     src = os.path.join(tmp, "prog.c")
     with open(src, "w") as f:
         f.write(PROGRAM)
-    cc = os.environ.get("CC", "cc")
+    cc = build_setting("CMAKE_C_COMPILER") or os.environ.get("CC", "cc")
     strict = ["-std=c11", "-Wall", "-Wextra", "-Werror"]
+    if build_setting("DDP_SANITIZE") in ("ON", "TRUE", "1"):
+        # An instrumented libddp needs the sanitizer runtimes in the program too.
+        strict.append("-fsanitize=address,undefined")
     shared_flags = must(["pkg-config", "--cflags", "--libs", "ddp"], env=env).stdout.split()
     static_flags = must(["pkg-config", "--static", "--cflags", "--libs", "ddp"],
                         env=env).stdout.split()
