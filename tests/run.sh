@@ -22,7 +22,7 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
     python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 \
-    man-db groff-base bash-completion >/dev/null
+    man-db groff-base >/dev/null
   # zsh for the install test's check of the zsh completion (apart: it skips, saying so,
   # where zsh cannot be installed).
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends zsh >/dev/null ||
