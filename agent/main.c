@@ -45,7 +45,8 @@ static void usage_help(void)
     fputs(usage_line, stdout);
     fputs("\n"
           "Runs the workers that ddpd assigns to this node.\n"
-          "  --server URL       ddpd (default $DDP_SERVER or " AGENT_DEFAULT_SERVER ")\n"
+          "  --server URL       ddpd (default $DDP_SERVER or " AGENT_DEFAULT_SERVER
+          "; an empty URL is refused)\n"
           "  --token-file F     agent token file (default $DDP_AGENT_TOKEN, else\n"
           "                     $DDP_HOME/agent.token; DDP_HOME defaults to ./.ddp)\n"
           "  --name NAME        node name (default the host name)\n"
@@ -398,7 +399,16 @@ int main(int argc, char **argv)
         rc = usage_error("unexpected argument '%s'", argv[optind]);
         goto out;
     }
-    if (!server || !*server)
+    /* Only an absent server means the local default: an empty one is a configuration
+     * mistake (a unit's --server ${DDP_SERVER} with DDP_SERVER unset), and an agent that
+     * quietly dials 127.0.0.1 would never register where it was meant to. */
+    if (server && !*server) {
+        rc = usage_error("%s", "--server: empty URL (give ddpd's http:// or https:// URL, or "
+                                     "leave --server and DDP_SERVER unset for " AGENT_DEFAULT_SERVER
+                                     ")");
+        goto out;
+    }
+    if (!server)
         server = AGENT_DEFAULT_SERVER;
     if (strncmp(server, "http://", 7) != 0 && strncmp(server, "https://", 8) != 0) {
         rc = usage_error("--server: '%s' is not an http:// or https:// URL", server);
