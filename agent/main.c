@@ -404,8 +404,7 @@ int main(int argc, char **argv)
      * quietly dials 127.0.0.1 would never register where it was meant to. */
     if (server && !*server) {
         rc = usage_error("%s", "--server: empty URL (give ddpd's http:// or https:// URL, or "
-                                     "leave --server and DDP_SERVER unset for " AGENT_DEFAULT_SERVER
-                                     ")");
+                               "leave --server and DDP_SERVER unset for " AGENT_DEFAULT_SERVER ")");
         goto out;
     }
     if (!server)
