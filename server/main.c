@@ -21,6 +21,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/randutil.h"
+#include "common/sdnotify.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
@@ -349,12 +350,17 @@ int main(int argc, char **argv)
              (long long)(suspect_ms > 0 ? suspect_ms : 0), suspect_ms > 0 ? "" : " (off)");
     if (job_ttl > 0)
         log_info("--job-ttl %ld s: finished jobs are deleted that long after they ended", job_ttl);
+    /* Type=notify: the listener is up, so systemd may start what is ordered after ddpd. */
+    if (sdnotify_send("READY=1", &err) < 0)
+        log_warn("systemd notification: %s", err.msg);
 
     for (;;) {
         struct timespec ts = {0, TICK_MS * 1000000L};
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGTERM || sig == SIGINT) {
             log_info("signal %d: shutting down", sig);
+            if (sdnotify_send("STOPPING=1", &err) < 0)
+                log_warn("systemd notification: %s", err.msg);
             break;
         }
         coord_tick(coord, time_mono_ms());

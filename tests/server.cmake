@@ -27,6 +27,9 @@ else()
 endif()
 ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_common.c
   LIBS ddpcommon)
+# systemd's readiness datagram (ddpd's Type=notify), to a path and an abstract socket.
+ddp_unit_test(NAME test_sdnotify SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sdnotify.c
+  LIBS ddpcommon TIMEOUT 30)
 
 if(DDP_FUZZ)
   add_executable(fuzz_request ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_request.c)
