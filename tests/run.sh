@@ -21,12 +21,17 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
     libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
-    python3 python3-jsonschema chromium curl openssl iproute2 procps psmisc sqlite3 \
+    python3 python3-jsonschema python3-yaml chromium curl openssl iproute2 procps psmisc sqlite3 \
     man-db groff-base >/dev/null
   # zsh for the install test's check of the zsh completion (apart: it skips, saying so,
   # where zsh cannot be installed).
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends zsh >/dev/null ||
     echo "note: zsh unavailable here; the install test skips the zsh completion"
+  # systemd for systemd-analyze (deploy_recipes: verify and the security scores of the units).
+  # Debian's package installs without systemd as PID 1 and starts nothing there: its scripts
+  # skip what needs a running systemd. Apart, so that a failure costs only that check.
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends systemd \
+    >/dev/null || echo "note: systemd unavailable here; deploy_recipes skips the unit checks"
   # PyTorch (with OpenBLAS) for the tests that run unmodified torch programs under the agents
   # (agent_torch). Apart, so that a machine where Debian has no python3-torch still runs the
   # rest; those tests then say they skip.
