@@ -9,6 +9,9 @@ The model: gpt:6-4-384-64 (10.8 M parameters) with AdamW (2 state arrays), batch
 optimizer state (Rajbhandari et al., ZeRO, section 5), P parameters, K = 2:
   none       4P + 4P + 4KP
   optimizer  4P + 4P + 4KP/W      (stage 1: the state sharded)
+Then speed at W = 2: ddp-worker --sharding none and optimizer against PyTorch DDP and DDP
+with ZeroRedundancyOptimizer (AdamW, bench/models/torch_models.py --zero) on gpt:4-4-128-64,
+tokens/s, median of 3 paired runs (bench/models/side_by_side.py's runners).
 measured: peak proportional set size of each rank (/proc/PID/smaps_rollup every 20 ms, max
 over the ranks), minus the same run's baseline (the process before the model: a 1-step
 run of a 1-parameter-scale model, gpt:1-1-4-64, the same data) and minus the activations
@@ -76,9 +79,42 @@ def run(worker, model, w, sharding, text, steps):
     return max(peak.values()) * 1024
 
 
+def speed(worker):
+    spec2 = importlib.util.spec_from_file_location(
+        "models_sbs", os.path.join(REPO, "bench", "models", "side_by_side.py"))
+    m = importlib.util.module_from_spec(spec2)
+    spec2.loader.exec_module(m)
+    import statistics
+    with tempfile.TemporaryDirectory(prefix="ddp-fsdp-speed-") as d:
+        text = os.path.join(d, "text")
+        with open(text, "wb") as f:
+            f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(200000)))
+        with open(text + ".valid", "wb") as f:
+            f.write(bytes((i * 5 + i // 7) % 96 + 32 for i in range(8000)))
+        runs = {"ours none": [], "ours optimizer": [], "torch ddp": [], "torch zero": []}
+        for _ in range(3):
+            runs["ours none"].append(m.run_ours(worker, m.GPT, 2, text, d)[0])
+            runs["torch ddp"].append(m.run_torch(m.GPT, 2, text)[0])
+            runs["ours optimizer"].append(m.run_ours(worker, m.GPT, 2, text, d,
+                                                     sharding="optimizer")[0])
+            runs["torch zero"].append(m.run_torch(m.GPT, 2, text, zero=True)[0])
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    print("# speed, %s W=2, tokens/s, median of 3" % m.GPT)
+    for k in ("ours none", "ours optimizer", "torch ddp", "torch zero"):
+        print("%-16s %10.0f   (%s)" % (k, med[k], " ".join("%.0f" % v for v in runs[k])))
+    print("ours optimizer / torch zero: %.2fx (paired median %.2fx); ours optimizer / ours "
+          "none: %.2fx" % (med["ours optimizer"] / med["torch zero"],
+                           statistics.median(a / b for a, b in zip(runs["ours optimizer"],
+                                                                   runs["torch zero"])),
+                           med["ours optimizer"] / med["ours none"]))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build")
     worker = os.path.join(build, "bin", "ddp-worker")
+    # the same OpenBLAS kernels for PyTorch as ddp-worker picks (trainer/blas_core.h)
+    os.environ.setdefault("OPENBLAS_CORETYPE",
+                          subprocess.check_output([worker, "--blas-core"], text=True).strip())
     P = nparams(MODEL)
     acts = activations(MODEL)
     with tempfile.TemporaryDirectory(prefix="ddp-fsdp-") as d:
@@ -100,6 +136,7 @@ def main():
                 print("%-10s %2d %10.1f %10.1f %10.1f %7.2fx" % (
                     s, w, pss / 2**20, model_bytes / 2**20, formula / 2**20,
                     model_bytes / formula))
+    speed(worker)
     print("# pss = peak PSS of the largest rank; model = pss - baseline (%s, same W) - "
           "activations; formula = ZeRO's per-rank bytes; %d cores, load %s" % (
               TINY, os.cpu_count(), open("/proc/loadavg").read()[:14]))
