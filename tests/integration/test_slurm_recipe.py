@@ -337,6 +337,28 @@ def test_scancel(s):
     s.check_nothing_left(job)
 
 
+def test_notice(s):
+    """scancel --signal=USR1 --batch (what --signal=B:USR1@T sends before the time limit):
+    the recipe relays it to the agents, the workers checkpoint at their step and exit 10,
+    ddpd starts the next generation without charging a restart, it resumes from that step
+    and the job ends COMPLETED 0:0."""
+    job = sbatch(s, [os.path.join(BIN, "ddp-worker"), "--data", "synthetic:40000:64:10",
+                     "--model", "mlp:64-512-512-10", "--epochs", "6", "--batch-size", "16"])
+    wait_for("job %s training" % job, lambda: "epoch 1/6" in s.out(job), timeout=90,
+             interval=0.2)
+    t0 = time.monotonic()
+    s.cmd(["scancel", "--signal=USR1", "--batch", job])
+    state = s.wait_final(job, 180)
+    out = s.out(job)
+    assert state == ("COMPLETED", "0:0"), "%s\n%s\n%s" % (state, out, s.logs())
+    assert "relaying the checkpoint notice" in out, out
+    assert re.search(r"^generation:\s+2 \(restarts 0\)", out, re.M), out
+    assert re.search(r"^state:\s+SUCCEEDED", out, re.M), out
+    print("USR1 relayed: job ended %.2f s later, generation 2, no restart" %
+          (time.monotonic() - t0), flush=True)
+    s.check_nothing_left(job)
+
+
 def test_same_key_same_job(s):
     """What a requeue does: the same DDP_HOME and Idempotency-Key. The second run gets the
     first run's ddp job back (SUCCEEDED at once) instead of training a second one."""
@@ -427,7 +449,8 @@ def main():
               flush=True)
         for name, fn in (("success", test_success), ("failure", test_failure),
                          ("port_taken", test_port_taken),
-                         ("scancel", test_scancel), ("same_key", test_same_key_same_job),
+                         ("scancel", test_scancel), ("notice", test_notice),
+                         ("same_key", test_same_key_same_job),
                          ("requeue", test_requeue)):
             t1 = time.monotonic()
             try:
