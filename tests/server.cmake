@@ -30,6 +30,9 @@ ddp_unit_test(NAME test_common SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_com
 # systemd's readiness datagram (ddpd's Type=notify), to a path and an abstract socket.
 ddp_unit_test(NAME test_sdnotify SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sdnotify.c
   LIBS ddpcommon TIMEOUT 30)
+# The clients' list of ddpd addresses and the redirect rule (common/srvlist).
+ddp_unit_test(NAME test_srvlist SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_srvlist.c
+  LIBS ddpcommon)
 
 if(DDP_FUZZ)
   add_executable(fuzz_request ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_request.c)
