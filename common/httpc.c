@@ -5,18 +5,25 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "common/backoff.h"
 #include "common/jsonx.h"
+#include "common/srvlist.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
 
 struct httpc {
     CURL *curl;
-    char *base_url;
-    char *auth_header;  /* "Authorization: Bearer ..." or NULL */
-    char *extra_header; /* one more "Name: value" line, or NULL */
+    struct srvlist servers; /* ddpd's addresses, at least one */
+    size_t cur;             /* the sticky address: tried first by the next call */
+    char *auth_header;      /* "Authorization: Bearer ..." or NULL */
+    char *extra_header;     /* one more "Name: value" line, or NULL */
+    int idempotency_key;    /* extra_header is an Idempotency-Key */
     char *ca_file;
 };
 
@@ -33,17 +40,24 @@ static void httpc_global_init(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-struct httpc *httpc_new(const char *base_url, const char *token)
+struct httpc *httpc_new(const char *servers, const char *token)
 {
     pthread_once(&httpc_once, httpc_global_init);
     struct httpc *c = xcalloc(1, sizeof(*c));
     c->curl = curl_easy_init();
     if (!c->curl)
         abort();
-    size_t n = strlen(base_url);
-    while (n > 0 && base_url[n - 1] == '/')
-        n--;
-    c->base_url = xstrndup(base_url, n);
+    if (srvlist_parse(servers, &c->servers, NULL) < 0) {
+        /* Not a list the callers checked: kept as one address, whose calls then fail with
+         * curl's own reason. */
+        size_t n = strlen(servers);
+        while (n > 0 && servers[n - 1] == '/')
+            n--;
+        c->servers.urls = xcalloc(1, sizeof(*c->servers.urls));
+        c->servers.origins = xcalloc(1, sizeof(*c->servers.origins));
+        c->servers.urls[0] = xstrndup(servers, n);
+        c->servers.n = 1;
+    }
     httpc_set_token(c, token);
     return c;
 }
@@ -52,6 +66,7 @@ void httpc_set_header(struct httpc *c, const char *line)
 {
     free(c->extra_header);
     c->extra_header = line ? xstrdup(line) : NULL;
+    c->idempotency_key = line && strncasecmp(line, "Idempotency-Key:", 16) == 0;
 }
 
 void httpc_set_token(struct httpc *c, const char *token)
@@ -65,7 +80,7 @@ void httpc_free(struct httpc *c)
     if (!c)
         return;
     curl_easy_cleanup(c->curl);
-    free(c->base_url);
+    srvlist_release(&c->servers);
     free(c->auth_header);
     free(c->extra_header);
     free(c->ca_file);
@@ -80,7 +95,12 @@ void httpc_set_ca_file(struct httpc *c, const char *path)
 
 const char *httpc_base_url(const struct httpc *c)
 {
-    return c->base_url;
+    return c->servers.urls[c->cur];
+}
+
+size_t httpc_server_count(const struct httpc *c)
+{
+    return c->servers.n;
 }
 
 static size_t httpc_on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -96,6 +116,12 @@ static size_t httpc_on_data(char *ptr, size_t size, size_t nmemb, void *userdata
     b->len += n;
     b->data[b->len] = '\0';
     return n;
+}
+
+static void httpc_buf_reset(struct httpc_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
 }
 
 static const char *httpc_reason(CURLcode cc)
@@ -118,29 +144,46 @@ static const char *httpc_reason(CURLcode cc)
     }
 }
 
-int httpc_request(struct httpc *c, const char *method, const char *path, const json_t *body,
-                  long timeout_ms, long *status, json_t **answer, char **text, struct ddp_err *err)
+/* ---- one exchange, and the walk over the addresses ------------------------------------- */
+
+/*
+ * Where an exchange's answer body goes. body: the buffer that holds the body of an answer
+ * that is not 2xx (for a redirect or not_leader answer) or of every answer (a request);
+ * reset() empties the sink before the next try; kept() says how many 2xx bytes went where
+ * they cannot be taken back (a download's file): such an exchange is never tried again.
+ */
+struct httpc_io {
+    curl_write_callback fn;
+    void *ud;
+    struct httpc_buf *body;
+    void (*reset)(void *ud);
+    unsigned long long (*kept)(void *ud);
+};
+
+/* One exchange on the easy handle: METHOD url with payload (may be NULL). */
+static CURLcode httpc_perform(struct httpc *c, const char *method, const char *url,
+                              const char *payload, int auth, long timeout_ms,
+                              const struct httpc_io *io, long *status, char **location, int *sent)
 {
     CURL *h = c->curl;
-    struct httpc_buf buf = {0};
     struct curl_slist *hdrs = NULL;
-    char *url = xasprintf("%s%s", c->base_url, path);
-    char *payload = body ? jsonx_dumps(body) : NULL;
-    int rc = 0;
-
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, httpc_on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &buf);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, io->fn);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, io->ud);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (c->ca_file)
         curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    if (strcmp(method, "GET") == 0 && !payload) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    } else {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    }
     hdrs = curl_slist_append(hdrs, "Accept: application/json");
-    if (c->auth_header)
+    if (auth && c->auth_header)
         hdrs = curl_slist_append(hdrs, c->auth_header);
     if (c->extra_header)
         hdrs = curl_slist_append(hdrs, c->extra_header);
@@ -157,17 +200,233 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const j
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 
     CURLcode cc = curl_easy_perform(h);
-    if (cc != CURLE_OK) {
-        if (buf.too_big)
-            rc = err_set(err, DDP_ETOOBIG, "answer from %s is larger than %u bytes", url,
-                         HTTPC_MAX_BODY);
-        else
-            rc = err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEOUT : DDP_EUNAVAIL,
-                         "cannot reach ddpd at %s: %s", c->base_url, httpc_reason(cc));
-        goto out;
+    long reqsize = 0;
+    if (curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &reqsize) != CURLE_OK)
+        reqsize = 1; /* unknown: count it as sent */
+    *sent = reqsize > 0 && cc != CURLE_COULDNT_CONNECT && cc != CURLE_COULDNT_RESOLVE_HOST;
+    *status = 0;
+    *location = NULL;
+    if (cc == CURLE_OK) {
+        char *loc = NULL;
+        if (curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status) != CURLE_OK)
+            *status = 0;
+        if (curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
+            *location = xstrdup(loc);
     }
+    curl_slist_free_all(hdrs);
+    return cc;
+}
+
+/* Whether METHOD may be sent again after it may have reached a ddpd. */
+static int httpc_resend_ok(const struct httpc *c, const char *method)
+{
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 || strcmp(method, "PUT") == 0 ||
+        strcmp(method, "DELETE") == 0)
+        return 1;
+    return c->idempotency_key; /* POST, PATCH */
+}
+
+/* The leader a 503 answer names when its error.code is "not_leader": 1 and *leader (borrowed
+ * from ans; NULL when it names none), or 0 for any other 503. */
+static int httpc_not_leader(json_t *ans, const char **leader)
+{
+    json_t *e = ans ? json_object_get(ans, "error") : NULL;
+    const char *code = e ? json_string_value(json_object_get(e, "code")) : NULL;
+    if (!code || strcmp(code, "not_leader") != 0)
+        return 0;
+    const char *l = json_string_value(json_object_get(e, "leader"));
+    *leader = l && *l ? l : NULL;
+    return 1;
+}
+
+/* Appends "what" to the bounded list of addresses tried. */
+static void httpc_note(char *tried, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void httpc_note(char *tried, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(tried);
+    if (len + 8 >= cap)
+        return;
+    if (len > 0) {
+        memcpy(tried + len, ", ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tried + len, cap - len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        tried[len] = '\0';
+    else if ((size_t)n >= cap - len && cap > 4)
+        memcpy(tried + cap - 4, "...", 4);
+}
+
+/*
+ * Sends METHOD path with payload to the addresses, sticky one first (see httpc.h for the
+ * rules). Returns 0 with *status the final answer's status (its body is in io), or a DDP_E*
+ * code with err filled.
+ */
+static int httpc_run(struct httpc *c, const char *method, const char *path, const char *payload,
+                     long timeout_ms, struct httpc_io *io, long *status, struct ddp_err *err)
+{
+    int64_t deadline = time_deadline_ms(timeout_ms > 0 ? timeout_ms : 1);
+    size_t n = c->servers.n;
+    char tried[DDP_ERR_MSG_MAX] = "";
+    const char *last_reason = "no time left to try";
+    char refused[DDP_ERR_MSG_MAX];
+    int last_timeout = 0, resend = httpc_resend_ok(c, method);
+    struct backoff bo;
+    backoff_init(&bo, HTTPC_BACKOFF_MIN_MS, HTTPC_BACKOFF_MAX_MS);
+
+    for (int round = 0; round < HTTPC_ROUNDS; round++) {
+        size_t start = c->cur;
+        for (size_t k = 0; k < n; k++) {
+            size_t idx = (start + k) % n;
+            char *url = xasprintf("%s%s", c->servers.urls[idx], path);
+            int auth = 1;
+            for (int hop = 0;; hop++) {
+                long left = (long)time_left_ms(deadline);
+                if (left <= 0) {
+                    free(url);
+                    goto exhausted;
+                }
+                long st = 0;
+                char *loc = NULL;
+                int sent = 0;
+                io->reset(io->ud);
+                CURLcode cc =
+                    httpc_perform(c, method, url, payload, auth, left, io, &st, &loc, &sent);
+                if (cc != CURLE_OK) {
+                    free(loc);
+                    if (io->body->too_big) {
+                        int rc = err_set(err, DDP_ETOOBIG,
+                                         "answer from %s is larger than %u "
+                                         "bytes",
+                                         url, HTTPC_MAX_BODY);
+                        free(url);
+                        return rc;
+                    }
+                    last_reason = httpc_reason(cc);
+                    last_timeout = cc == CURLE_OPERATION_TIMEDOUT;
+                    int rc = last_timeout ? DDP_ETIMEOUT : DDP_EUNAVAIL;
+                    if ((sent && !resend) || io->kept(io->ud) > 0) {
+                        /* It may have been done: not sent again, and the next call starts
+                         * at the next address. */
+                        c->cur = (idx + 1) % n;
+                        if (n == 1 && hop == 0)
+                            err_set(err, rc, "cannot reach ddpd at %s: %s", c->servers.urls[idx],
+                                    last_reason);
+                        else
+                            err_set(err, rc,
+                                    "cannot reach ddpd at %.200s: %s (%s %s not sent "
+                                    "again: it may have arrived; tried %.200s)",
+                                    url, last_reason, method, path,
+                                    tried[0] ? tried : "nothing before");
+                        free(url);
+                        return rc;
+                    }
+                    httpc_note(tried, sizeof(tried), "%.200s (%s)", url, last_reason);
+                    break; /* the next address */
+                }
+                const char *leader = NULL;
+                int named = 0;
+                char *target = NULL;
+                if ((st == 307 || st == 308) && loc) {
+                    target = loc;
+                    loc = NULL;
+                } else if (st == 503) {
+                    json_t *ans = io->body->len > 0
+                                      ? json_loadb(io->body->data, io->body->len, 0, NULL)
+                                      : NULL;
+                    if (httpc_not_leader(ans, &leader)) {
+                        named = 1;
+                        if (leader) {
+                            size_t ll = strlen(leader);
+                            while (ll > 0 && leader[ll - 1] == '/')
+                                ll--;
+                            target = xasprintf("%.*s%s", (int)ll, leader, path);
+                        }
+                    }
+                    json_decref(ans);
+                    if (named && !target) {
+                        free(loc);
+                        last_reason = "not the leader, and it knows none";
+                        last_timeout = 0;
+                        httpc_note(tried, sizeof(tried), "%.200s (%s)", url, last_reason);
+                        break;
+                    }
+                }
+                free(loc);
+                if (!target) {
+                    /* The answer. The address the walk began at, or the listed one that
+                     * answered, comes first next time. */
+                    int at = srvlist_find(&c->servers, url);
+                    c->cur = at >= 0 ? (size_t)at : idx;
+                    *status = st;
+                    free(url);
+                    return 0;
+                }
+                struct ddp_err why;
+                int next_auth = 0;
+                if (hop + 1 >= HTTPC_MAX_HOPS) {
+                    httpc_note(tried, sizeof(tried), "%.200s (more than %d redirects)", url,
+                               HTTPC_MAX_HOPS - 1);
+                    last_reason = "too many redirects";
+                    free(target);
+                    break;
+                }
+                if (srvlist_redirect_check(&c->servers, url, target, named, &next_auth, &why) < 0) {
+                    httpc_note(tried, sizeof(tried), "%.200s (%s)", url, why.msg);
+                    snprintf(refused, sizeof(refused), "%s", why.msg);
+                    last_reason = refused;
+                    free(target);
+                    break;
+                }
+                auth = next_auth;
+                free(url);
+                url = target;
+            }
+            free(url);
+        }
+        if (time_left_ms(deadline) <= 0 || round + 1 == HTTPC_ROUNDS)
+            break;
+        backoff_sleep(&bo, deadline);
+    }
+exhausted:
+    if (n == 1)
+        return err_set(err, last_timeout ? DDP_ETIMEOUT : DDP_EUNAVAIL,
+                       "cannot reach ddpd at %s: %s", c->servers.urls[0], last_reason);
+    return err_set(err, last_timeout ? DDP_ETIMEOUT : DDP_EUNAVAIL,
+                   "cannot reach ddpd at any of its %zu addresses: %s", n,
+                   tried[0] ? tried : last_reason);
+}
+
+static void httpc_io_buf_reset(void *ud)
+{
+    httpc_buf_reset(ud);
+}
+
+static unsigned long long httpc_io_buf_kept(void *ud)
+{
+    (void)ud;
+    return 0;
+}
+
+int httpc_request(struct httpc *c, const char *method, const char *path, const json_t *body,
+                  long timeout_ms, long *status, json_t **answer, char **text, struct ddp_err *err)
+{
+    struct httpc_buf buf = {0};
+    struct httpc_io io = {.fn = httpc_on_data,
+                          .ud = &buf,
+                          .body = &buf,
+                          .reset = httpc_io_buf_reset,
+                          .kept = httpc_io_buf_kept};
+    char *payload = body ? jsonx_dumps(body) : NULL;
     long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    int rc = httpc_run(c, method, path, payload, timeout_ms, &io, &code, err);
+    if (rc < 0)
+        goto out;
     *status = code;
     if (answer) {
         *answer = NULL;
@@ -179,10 +438,8 @@ int httpc_request(struct httpc *c, const char *method, const char *path, const j
         buf.data = NULL;
     }
 out:
-    curl_slist_free_all(hdrs);
     free(buf.data);
     free(payload);
-    free(url);
     return rc;
 }
 
@@ -258,45 +515,37 @@ static size_t httpc_on_file(char *ptr, size_t size, size_t nmemb, void *userdata
     return n;
 }
 
+static void httpc_io_sink_reset(void *ud)
+{
+    struct httpc_sink *s = ud;
+    httpc_buf_reset(&s->err_body);
+}
+
+static unsigned long long httpc_io_sink_kept(void *ud)
+{
+    const struct httpc_sink *s = ud;
+    return s->written + (unsigned long long)(s->too_big || s->write_failed);
+}
+
 int httpc_download(struct httpc *c, const char *path, long timeout_ms, FILE *out,
                    unsigned long long max, unsigned long long *written, struct ddp_err *err)
 {
-    CURL *h = c->curl;
-    struct httpc_sink sink = {.h = h, .out = out, .max = max};
-    struct curl_slist *hdrs = NULL;
-    char *url = xasprintf("%s%s", c->base_url, path);
-    int rc = 0;
-
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, httpc_on_file);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (c->ca_file)
-        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
-    if (c->auth_header)
-        hdrs = curl_slist_append(hdrs, c->auth_header);
-    if (c->extra_header)
-        hdrs = curl_slist_append(hdrs, c->extra_header);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-
-    CURLcode cc = curl_easy_perform(h);
-    if (cc != CURLE_OK) {
+    struct httpc_sink sink = {.h = c->curl, .out = out, .max = max};
+    struct httpc_io io = {.fn = httpc_on_file,
+                          .ud = &sink,
+                          .body = &sink.err_body,
+                          .reset = httpc_io_sink_reset,
+                          .kept = httpc_io_sink_kept};
+    long code = 0;
+    int rc = httpc_run(c, "GET", path, NULL, timeout_ms, &io, &code, err);
+    if (rc < 0) {
         if (sink.too_big)
-            rc = err_set(err, DDP_ETOOBIG, "answer from %s is larger than %llu bytes", url, max);
+            rc = err_set(err, DDP_ETOOBIG, "answer from %s%s is larger than %llu bytes",
+                         httpc_base_url(c), path, max);
         else if (sink.write_failed)
             rc = err_set(err, DDP_EIO, "cannot write the download: %s", strerror(errno));
-        else
-            rc = err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEOUT : DDP_EUNAVAIL,
-                         "cannot reach ddpd at %s: %s", c->base_url, httpc_reason(cc));
         goto out;
     }
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     if (code < 200 || code >= 300) {
         json_t *ans = sink.err_body.len > 0
                           ? json_loadb(sink.err_body.data, sink.err_body.len, 0, NULL)
@@ -308,8 +557,6 @@ int httpc_download(struct httpc *c, const char *path, long timeout_ms, FILE *out
     if (written)
         *written = sink.written;
 out:
-    curl_slist_free_all(hdrs);
     free(sink.err_body.data);
-    free(url);
     return rc;
 }
