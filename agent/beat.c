@@ -45,6 +45,7 @@
 #include "common/backoff.h"
 #include "common/fsutil.h"
 #include "common/httpc.h"
+#include "common/srvlist.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "common/signame.h"
@@ -447,7 +448,7 @@ static enum beat_result agent_register(struct agent *a, struct httpc *h, struct 
         a->interval_ms = (int)interval;
         pthread_mutex_unlock(&a->mu);
         log_info("registered with ddpd server=%s name=%s address=%s slots=%d incarnation=%s",
-                 cfg->server, cfg->name, cfg->address, cfg->slots, a->incarnation);
+                 httpc_base_url(h), cfg->name, cfg->address, cfg->slots, a->incarnation);
     }
     json_decref(ans);
     json_decref(body);
@@ -523,6 +524,7 @@ void agent_heartbeat_loop(struct agent *a)
     struct backoff bo;
     struct conflict_backoff conflict = {.last_ms = 0, .count = 0};
     int64_t outage_since = 0, refused_logged = 0;
+    char answered[SRVLIST_URL_MAX + 1] = ""; /* the address that answered last */
     backoff_init(&bo, AGENT_BACKOFF_MIN_MS, AGENT_BACKOFF_MAX_MS);
     backoff_init(&conflict.bo, AGENT_CONFLICT_MIN_MS, AGENT_CONFLICT_MAX_MS);
     for (;;) {
@@ -542,6 +544,12 @@ void agent_heartbeat_loop(struct agent *a)
             a->last_answer_ms = time_mono_ms();
             a->orphaned = 0;
             pthread_mutex_unlock(&a->mu);
+            /* Which of ddpd's addresses answers (httpc.h: the sticky one) */
+            if (strcmp(answered, httpc_base_url(h)) != 0) {
+                if (answered[0])
+                    log_info("ddpd answers at server=%s now (was %s)", httpc_base_url(h), answered);
+                snprintf(answered, sizeof(answered), "%s", httpc_base_url(h));
+            }
         }
         if (r == BEAT_UNREACHABLE || r == BEAT_REFUSED) {
             if (r == BEAT_UNREACHABLE && !outage_since) {

@@ -27,6 +27,7 @@
 #include "common/fsutil.h"
 #include "common/label.h"
 #include "common/log.h"
+#include "common/srvlist.h"
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
 #include "ddp_version.h"
@@ -45,8 +46,9 @@ static void usage_help(void)
     fputs(usage_line, stdout);
     fputs("\n"
           "Runs the workers that ddpd assigns to this node.\n"
-          "  --server URL       ddpd (default $DDP_SERVER or " AGENT_DEFAULT_SERVER
-          "; an empty URL is refused)\n"
+          "  --server URL[,URL...]\n"
+          "                     ddpd, or its replicas, comma-separated (default $DDP_SERVER,\n"
+          "                     else " AGENT_DEFAULT_SERVER "; an empty URL is refused)\n"
           "  --token-file F     agent token file (default $DDP_AGENT_TOKEN, else\n"
           "                     $DDP_HOME/agent.token; DDP_HOME defaults to ./.ddp)\n"
           "  --name NAME        node name (default the host name)\n"
@@ -298,7 +300,7 @@ int main(int argc, char **argv)
     struct usermap *user_map = NULL;
     int level = LOG_INFO;
     char *own_name = NULL, *own_address = NULL, *own_work = NULL, *own_tf = NULL;
-    char *token = NULL, *abs_work = NULL;
+    char *token = NULL, *abs_work = NULL, *first_server = NULL;
     int rc = 2;
     struct ddp_err err;
     err_clear(&err);
@@ -409,10 +411,13 @@ int main(int argc, char **argv)
     }
     if (!server)
         server = AGENT_DEFAULT_SERVER;
-    if (strncmp(server, "http://", 7) != 0 && strncmp(server, "https://", 8) != 0) {
-        rc = usage_error("--server: '%s' is not an http:// or https:// URL", server);
+    struct srvlist servers;
+    if (srvlist_parse(server, &servers, &err) < 0) {
+        rc = usage_error("--server: %s", err.msg);
         goto out;
     }
+    first_server = xstrdup(servers.urls[0]);
+    srvlist_release(&servers);
     long lo, hi;
     if (args_parse_range("--port-range", port_range, 1, 65535, &lo, &hi, &err) < 0) {
         rc = usage_error("%s", err.msg);
@@ -469,7 +474,7 @@ int main(int argc, char **argv)
     if (slots < 1)
         slots = 1;
     if (!address) {
-        own_address = route_address(server);
+        own_address = route_address(first_server); /* the route to the first address */
         address = own_address;
     }
     if (fs_mkdir_p(work_dir, 0755, &err) < 0) {
@@ -538,6 +543,7 @@ out:
     usermap_free(user_map);
     free(own_name);
     free(own_address);
+    free(first_server);
     free(own_work);
     free(own_tf);
     free(token);

@@ -111,7 +111,8 @@ int cli_usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
 int cli_print_help(const struct cli_cmd *cmd);
 
 /* Resolves server and token (flag, environment, $DDP_HOME/user.token) and opens the HTTP
- * client. Returns 0, or prints the reason and returns CLI_FAIL. */
+ * client. Returns 0, or prints the reason and returns CLI_FAIL (CLI_USAGE for a server list
+ * that srvlist_parse refuses). */
 int cli_connect(struct cli *cli);
 
 /* Prints "ddpctl: <err->msg>" on stderr, with a hint where one helps (401, 403); returns

@@ -24,6 +24,7 @@
 #include "common/buf.h"
 #include "common/fsutil.h"
 #include "common/httpc.h"
+#include "common/srvlist.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "ddp_version.h"
@@ -137,7 +138,8 @@ static void cli_print_global_help(FILE *out)
         fprintf(out, "  %-8s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
     fprintf(out,
             "\nOptions (also accepted after the command):\n"
-            "  --server URL      ddpd's address (default $DDP_SERVER, else %s)\n"
+            "  --server URL[,URL...]  ddpd's address, or its replicas' (default $DDP_SERVER,\n"
+            "                    else %s)\n"
             "  --token-file F    file holding the user token (default $DDP_TOKEN, else\n"
             "                    $DDP_HOME/user.token; DDP_HOME defaults to ./.ddp)\n"
             "  -o FORMAT         table (default), json (the raw answers of ddpd), name (list\n"
@@ -340,6 +342,13 @@ int cli_connect(struct cli *cli)
     const char *server = cli->server_opt               ? cli->server_opt
                          : (env_server && *env_server) ? env_server
                                                        : CLI_DEFAULT_SERVER;
+    struct srvlist list;
+    struct ddp_err lerr;
+    if (srvlist_parse(server, &list, &lerr) < 0) {
+        fprintf(stderr, "ddpctl: %s: %s\n", cli->server_opt ? "--server" : "$DDP_SERVER", lerr.msg);
+        return CLI_USAGE;
+    }
+    srvlist_release(&list);
     cli_set_str(&cli->server, server);
 
     const char *env_token = getenv("DDP_TOKEN");
