@@ -239,14 +239,15 @@ static int httpc_not_leader(json_t *ans, const char **leader)
     return 1;
 }
 
-/* Appends "what" to the bounded list of addresses tried. */
-static void httpc_note(char *tried, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Appends "what" to the bounded list of addresses tried, in the first round only (the later
+ * rounds try the same ones). */
+static void httpc_note(char *tried, size_t cap, int round, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static void httpc_note(char *tried, size_t cap, const char *fmt, ...)
+static void httpc_note(char *tried, size_t cap, int round, const char *fmt, ...)
 {
     size_t len = strlen(tried);
-    if (len + 8 >= cap)
+    if (round > 0 || len + 8 >= cap)
         return;
     if (len > 0) {
         memcpy(tried + len, ", ", 3);
@@ -267,6 +268,9 @@ static void httpc_note(char *tried, size_t cap, const char *fmt, ...)
  * rules). Returns 0 with *status the final answer's status (its body is in io), or a DDP_E*
  * code with err filled.
  */
+/* Where a try went: the configured address, or the URL a redirect led to. */
+#define HTTPC_WHERE (hop == 0 ? c->servers.urls[idx] : url)
+
 static int httpc_run(struct httpc *c, const char *method, const char *path, const char *payload,
                      long timeout_ms, struct httpc_io *io, long *status, struct ddp_err *err)
 {
@@ -279,8 +283,10 @@ static int httpc_run(struct httpc *c, const char *method, const char *path, cons
     struct backoff bo;
     backoff_init(&bo, HTTPC_BACKOFF_MIN_MS, HTTPC_BACKOFF_MAX_MS);
 
+    int rounds = 0;
     for (int round = 0; round < HTTPC_ROUNDS; round++) {
         size_t start = c->cur;
+        rounds++;
         for (size_t k = 0; k < n; k++) {
             size_t idx = (start + k) % n;
             char *url = xasprintf("%s%s", c->servers.urls[idx], path);
@@ -319,14 +325,16 @@ static int httpc_run(struct httpc *c, const char *method, const char *path, cons
                                     last_reason);
                         else
                             err_set(err, rc,
-                                    "cannot reach ddpd at %.200s: %s (%s %s not sent "
-                                    "again: it may have arrived; tried %.200s)",
-                                    url, last_reason, method, path,
-                                    tried[0] ? tried : "nothing before");
+                                    "cannot reach ddpd at %.200s: %s (%s not sent to another "
+                                    "address: it may have arrived, and it has no "
+                                    "Idempotency-Key%s%.200s)",
+                                    HTTPC_WHERE, last_reason, method, tried[0] ? "; before: " : "",
+                                    tried);
                         free(url);
                         return rc;
                     }
-                    httpc_note(tried, sizeof(tried), "%.200s (%s)", url, last_reason);
+                    httpc_note(tried, sizeof(tried), round, "%.200s (%s)", HTTPC_WHERE,
+                               last_reason);
                     break; /* the next address */
                 }
                 const char *leader = NULL;
@@ -353,7 +361,8 @@ static int httpc_run(struct httpc *c, const char *method, const char *path, cons
                         free(loc);
                         last_reason = "not the leader, and it knows none";
                         last_timeout = 0;
-                        httpc_note(tried, sizeof(tried), "%.200s (%s)", url, last_reason);
+                        httpc_note(tried, sizeof(tried), round, "%.200s (%s)", HTTPC_WHERE,
+                                   last_reason);
                         break;
                     }
                 }
@@ -370,14 +379,14 @@ static int httpc_run(struct httpc *c, const char *method, const char *path, cons
                 struct ddp_err why;
                 int next_auth = 0;
                 if (hop + 1 >= HTTPC_MAX_HOPS) {
-                    httpc_note(tried, sizeof(tried), "%.200s (more than %d redirects)", url,
-                               HTTPC_MAX_HOPS - 1);
+                    httpc_note(tried, sizeof(tried), round, "%.200s (more than %d redirects)",
+                               HTTPC_WHERE, HTTPC_MAX_HOPS - 1);
                     last_reason = "too many redirects";
                     free(target);
                     break;
                 }
                 if (srvlist_redirect_check(&c->servers, url, target, named, &next_auth, &why) < 0) {
-                    httpc_note(tried, sizeof(tried), "%.200s (%s)", url, why.msg);
+                    httpc_note(tried, sizeof(tried), round, "%.200s (%s)", HTTPC_WHERE, why.msg);
                     snprintf(refused, sizeof(refused), "%s", why.msg);
                     last_reason = refused;
                     free(target);
@@ -397,8 +406,9 @@ exhausted:
     if (n == 1)
         return err_set(err, last_timeout ? DDP_ETIMEOUT : DDP_EUNAVAIL,
                        "cannot reach ddpd at %s: %s", c->servers.urls[0], last_reason);
+#undef HTTPC_WHERE
     return err_set(err, last_timeout ? DDP_ETIMEOUT : DDP_EUNAVAIL,
-                   "cannot reach ddpd at any of its %zu addresses: %s", n,
+                   "cannot reach ddpd at any of its %zu addresses (%d rounds): %s", n, rounds,
                    tried[0] ? tried : last_reason);
 }
 

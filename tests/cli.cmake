@@ -10,6 +10,10 @@ ddp_script_test(NAME cli_follow
 # logs --tail N (with --rank, -o json, -f) and its usage errors.
 ddp_script_test(NAME cli_logtail
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_logtail.py TIMEOUT 120 LABELS cli)
+# Several ddpd addresses: fake replicas (tests/integration/front.py) that redirect, refuse or
+# close, before the real ddpd in the --server list.
+ddp_script_test(NAME cli_multiserver
+  COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_multiserver.py TIMEOUT 180 LABELS cli)
 # Real processes end to end: ddpd and two real ddp-agent processes, jobs of small shell programs.
 ddp_script_test(NAME cli_agents
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_agents.py TIMEOUT 240 LABELS cli)
