@@ -12,7 +12,7 @@ ddp_unit_test(NAME test_usermap SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_us
               LIBS ddpagent)
 
 set(DDP_AGENT_PY ${PROJECT_SOURCE_DIR}/tests/integration)
-foreach(t env cancel kill reconnect orphan preempt dupname flags)
+foreach(t env cancel kill reconnect orphan preempt dupname flags multiserver)
   ddp_script_test(NAME agent_${t}
     COMMAND /usr/bin/python3 ${DDP_AGENT_PY}/test_agent_${t}.py TIMEOUT 240 LABELS agent)
 endforeach()
