@@ -263,14 +263,14 @@ static void httpc_note(char *tried, size_t cap, int round, const char *fmt, ...)
         memcpy(tried + cap - 4, "...", 4);
 }
 
+/* Where a try went: the configured address, or the URL a redirect led to. */
+#define HTTPC_WHERE (hop == 0 ? c->servers.urls[idx] : url)
+
 /*
  * Sends METHOD path with payload to the addresses, sticky one first (see httpc.h for the
  * rules). Returns 0 with *status the final answer's status (its body is in io), or a DDP_E*
  * code with err filled.
  */
-/* Where a try went: the configured address, or the URL a redirect led to. */
-#define HTTPC_WHERE (hop == 0 ? c->servers.urls[idx] : url)
-
 static int httpc_run(struct httpc *c, const char *method, const char *path, const char *payload,
                      long timeout_ms, struct httpc_io *io, long *status, struct ddp_err *err)
 {
@@ -306,9 +306,7 @@ static int httpc_run(struct httpc *c, const char *method, const char *path, cons
                 if (cc != CURLE_OK) {
                     free(loc);
                     if (io->body->too_big) {
-                        int rc = err_set(err, DDP_ETOOBIG,
-                                         "answer from %s is larger than %u "
-                                         "bytes",
+                        int rc = err_set(err, DDP_ETOOBIG, "answer from %s is larger than %u bytes",
                                          url, HTTPC_MAX_BODY);
                         free(url);
                         return rc;
