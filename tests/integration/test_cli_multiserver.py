@@ -2,9 +2,10 @@
 and fake replicas in front of it (multi_util.py: they only redirect, refuse or close):
 
 - DEAD (nothing listens), a front answering 307 to the real ddpd, the real ddpd: `list`,
-  `nodes`, `submit` and `status` work; the submit's POST reached the front with its body
-  and the job ddpd stored has that command; the front saw the Authorization header (it is
-  listed, and so is its target).
+  `nodes`, `submit`, `status` and `update` work; the submit's POST reached the front with
+  its body and the job ddpd stored has that command, the update's PATCH its priority; the
+  front saw the Authorization header (it is listed, and so is its target). Sticky: the
+  polls of one `wait` after its first call go straight to ddpd, not through the front.
 - A redirect through an unlisted front: that front gets no Authorization header, the
   listed ddpd behind it gets it again and answers.
 - A front answering 503 not_leader naming the leader, and one naming none: both lead to
@@ -50,7 +51,20 @@ def main():
         assert r.rc == 0 and job in r.out and "through-front" in r.out, r
         r = run(c, servers, "-o", "json", "list")
         assert r.rc == 0 and job in r.out, r
-        print("ok: dead, 307 front, ddpd: list, nodes, submit (body kept), status")
+        # PATCH keeps its body through the redirect.
+        r = run(c, servers, "update", job, "--priority", "7")
+        assert r.rc == 0, r
+        assert [q for q in redirect.requests() if q["method"] == "PATCH"
+                and '"priority":7' in q["body"].replace(" ", "")], redirect.requests()
+        assert c.job(job)["spec"]["priority"] == 7, c.job(job)
+        # Sticky: the job is PENDING (no nodes), `wait` polls it every 0.5 s; only its first
+        # call goes through the front, the others straight to ddpd, which answered.
+        n = len(redirect.requests())
+        r = run(c, servers, "wait", job, "--timeout", "2")
+        assert r.rc == 1 and "timed out" in r.err, r
+        assert len(redirect.requests()) == n + 1, redirect.requests()[n:]
+        print("ok: dead, 307 front, ddpd: list, nodes, submit and update (bodies kept), status, "
+              "sticky")
 
         # Through an unlisted front: it sees no Authorization; the listed ddpd does again.
         hidden = fronts.start("redirect", c.url)
