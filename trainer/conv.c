@@ -75,6 +75,17 @@ static void im2col(const struct conv2d *c, const float *x, float *col)
                         continue;
                     }
                     const float *in = plane + (size_t)ii * (size_t)c->w;
+                    if (c->stride == 1) {
+                        /* columns lo..hi-1 read in[oj - pad + kj]: one copy, zeros around */
+                        int lo = c->pad - kj > 0 ? c->pad - kj : 0;
+                        int hi = c->w + c->pad - kj < c->ow ? c->w + c->pad - kj : c->ow;
+                        if (hi < lo)
+                            hi = lo;
+                        memset(out, 0, (size_t)lo * sizeof(float));
+                        memcpy(out + lo, in + lo - c->pad + kj, (size_t)(hi - lo) * sizeof(float));
+                        memset(out + hi, 0, (size_t)(c->ow - hi) * sizeof(float));
+                        continue;
+                    }
                     for (int oj = 0; oj < c->ow; oj++) {
                         int jj = oj * c->stride - c->pad + kj;
                         out[oj] = jj >= 0 && jj < c->w ? in[jj] : 0.0f;
@@ -100,6 +111,15 @@ static void col2im(const struct conv2d *c, const float *col, float *dx)
                         continue;
                     const float *in = row + (size_t)oi * (size_t)c->ow;
                     float *out = plane + (size_t)ii * (size_t)c->w;
+                    if (c->stride == 1) {
+                        /* the columns lo..hi-1 that land inside the row, in im2col's order */
+                        int lo = c->pad - kj > 0 ? c->pad - kj : 0;
+                        int hi = c->w + c->pad - kj < c->ow ? c->w + c->pad - kj : c->ow;
+                        float *o = out - c->pad + kj;
+                        for (int oj = lo; oj < hi; oj++)
+                            o[oj] += in[oj];
+                        continue;
+                    }
                     for (int oj = 0; oj < c->ow; oj++) {
                         int jj = oj * c->stride - c->pad + kj;
                         if (jj >= 0 && jj < c->w)
