@@ -35,7 +35,7 @@ def test_agent_flags_empty_server_refused():
 def test_agent_flags_bad_server_still_refused():
     p = agent(["--server", "127.0.0.1:8470"], None)
     assert p.returncode == 2, p
-    assert "is not an http:// or https:// URL" in p.stderr, p.stderr
+    assert "--server" in p.stderr and "scheme must be http or https" in p.stderr, p.stderr
 
 
 if __name__ == "__main__":
