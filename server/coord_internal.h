@@ -240,6 +240,9 @@ void coord_node_removed(struct coord *c, int ni, int64_t now);
 int coord_group_rank(const struct job *j, int ni);
 /* 1 when node n has every label of selector (an object of strings; NULL or {}: any node). */
 int coord_node_matches(const struct node *n, const json_t *selector);
+/* The GPUs a node's agent hands out: its "gpus" label (the agent detects it, a --label
+ * overrides it), 0 when it has none or the label is not a count 0..999. */
+int coord_node_gpus(const struct node *n);
 /* 1 when node ni held rank (< 0: the metrics stream, rank 0's) of generation gen of j: the
  * current generation or, from prev_pl, the one before. */
 int coord_node_held_rank(const struct job *j, int ni, int64_t gen, int rank);

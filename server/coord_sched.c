@@ -168,8 +168,34 @@ static void coord_cand_add_port(struct cand *k, int node, int port)
     k->sn[node].nused = k->nports[node];
 }
 
-/* The scheduler's view: READY nodes with their free slots and used ports. Nodes that are
- * not READY get free_slots -1 so they are never chosen. */
+int coord_node_gpus(const struct node *n)
+{
+    const char *v = json_string_value(json_object_get(n->labels, "gpus"));
+    if (!v || !*v || strlen(v) > 3)
+        return 0;
+    int g = 0;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return 0;
+        g = g * 10 + (*p - '0');
+    }
+    return g;
+}
+
+/* The GPUs one entry of j's placement holds on node sn. */
+static int coord_entry_gpus(const struct job *j, const struct sched_node *sn)
+{
+    return j->spec.nproc * sched_gpus_per_proc(j->spec.gpus_per_proc, sn->gpus);
+}
+
+static struct sched_job coord_sched_job(const struct job *j, int nmax)
+{
+    struct sched_job sj = {j->spec.nmin, nmax, j->spec.nproc, j->spec.gpus_per_proc};
+    return sj;
+}
+
+/* The scheduler's view: READY nodes with their free slots and GPUs and used ports. Nodes
+ * that are not READY get free_slots -1 so they are never chosen. */
 static void coord_cand_build(struct coord *c, struct cand *k)
 {
     k->n = c->nnodes;
@@ -185,6 +211,8 @@ static void coord_cand_build(struct coord *c, struct cand *k)
             nodestate_is_up(n->state) && n->admin == NODE_SCHEDULABLE ? n->slots : -1;
         k->sn[i].port_lo = n->port_lo;
         k->sn[i].port_hi = n->port_hi;
+        k->sn[i].gpus = coord_node_gpus(n);
+        k->sn[i].free_gpus = k->sn[i].gpus;
     }
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];
@@ -194,6 +222,7 @@ static void coord_cand_build(struct coord *c, struct cand *k)
                 continue;
             if (k->sn[jn->node].free_slots >= 0)
                 k->sn[jn->node].free_slots -= j->spec.nproc;
+            k->sn[jn->node].free_gpus -= coord_entry_gpus(j, &k->sn[jn->node]);
             if (j->st.master_port)
                 coord_cand_add_port(k, jn->node, j->st.master_port);
         }
@@ -214,7 +243,7 @@ static void coord_cand_release(struct cand *k)
  * quota may allow fewer than the spec's MAX); updates them on success. */
 static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax, int64_t now)
 {
-    struct sched_job sj = {j->spec.nmin, nmax, j->spec.nproc};
+    struct sched_job sj = coord_sched_job(j, nmax);
     size_t cap = k->n < (size_t)nmax ? k->n : (size_t)nmax;
     struct sched_placement pl = {.idx = xcalloc(cap + 1, sizeof(size_t))};
     int avoid_node = -1;
@@ -276,6 +305,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax,
     for (int i = 0; i < j->st.npl; i++) {
         int ni = j->st.pl[i].node;
         k->sn[ni].free_slots -= j->spec.nproc;
+        k->sn[ni].free_gpus -= coord_entry_gpus(j, &k->sn[ni]);
         coord_cand_add_port(k, ni, j->st.master_port);
         coord_bump(c->nodes[ni]);
     }
@@ -323,13 +353,15 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                              const int *reserved, const char *off, int64_t now)
 {
     int nproc = j->spec.nproc, have = 0;
+    struct sched_job sj = coord_sched_job(j, j->spec.nmax);
     char *fits = xcalloc(k->n + 1, 1), *eligible = xcalloc(k->n + 1, 1);
     for (size_t n = 0; n < k->n; n++) {
         struct node *nd = c->nodes[n];
         eligible[n] = !off[n] && !nd->removed && nodestate_is_up(nd->state) &&
                       nd->admin == NODE_SCHEDULABLE && reserved[n] <= j->spec.priority &&
-                      nd->slots >= nproc;
-        fits[n] = eligible[n] && k->sn[n].free_slots >= nproc;
+                      nd->slots >= nproc && (k->sn[n].gpus > 0 || sj.gpus_per_proc <= 0) &&
+                      k->sn[n].gpus >= nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus);
+        fits[n] = eligible[n] && sched_node_fits(&sj, &k->sn[n]);
         have += fits[n];
     }
     int need = j->spec.nmin - have, nv = 0;
@@ -340,7 +372,8 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
             v[nv++] = x;
     }
     qsort(v, (size_t)nv, sizeof(*v), coord_victim_cmp);
-    int *gain = xcalloc(k->n + 1, sizeof(int)); /* slots freed per node by the chosen */
+    int *gain = xcalloc(k->n + 1, sizeof(int));      /* slots freed per node by the chosen */
+    int *gain_gpus = xcalloc(k->n + 1, sizeof(int)); /* and GPUs */
     int gained = 0, chosen = 0;
     struct job **pick = xcalloc((size_t)nv + 1, sizeof(*pick));
     for (int phase = 0; phase < 2 && gained < need; phase++) {
@@ -358,7 +391,10 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                 if (!eligible[n] || fits[n])
                     continue;
                 gain[n] += x->spec.nproc;
-                if (k->sn[n].free_slots + gain[n] >= nproc) {
+                gain_gpus[n] += coord_entry_gpus(x, &k->sn[n]);
+                if (k->sn[n].free_slots + gain[n] >= nproc &&
+                    k->sn[n].free_gpus + gain_gpus[n] >=
+                        nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus)) {
                     fits[n] = 1;
                     gained++;
                     took++;
@@ -405,6 +441,7 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
     }
     free(pick);
     free(gain);
+    free(gain_gpus);
     free(v);
     free(fits);
     free(eligible);
@@ -420,16 +457,30 @@ static int coord_queue_cmp(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* Ready nodes of k with at least nproc free slots, not ruled out (off[i]); with reserved
- * (may be NULL), only those no waiting job of a higher priority than prio holds back. */
-static int coord_fitting(const struct cand *k, const int *reserved, const char *off, int nproc,
-                         int prio)
+/* Ready nodes of k that fit j now (slots, GPUs), not ruled out (off[i]); with reserved
+ * (may be NULL), only those no waiting job of a higher priority than j's holds back. */
+static int coord_fitting(const struct cand *k, const int *reserved, const char *off,
+                         const struct job *j)
 {
+    struct sched_job sj = coord_sched_job(j, j->spec.nmax);
     int n = 0;
     for (size_t i = 0; i < k->n; i++)
-        if (k->sn[i].free_slots >= nproc && !off[i] && (!reserved || reserved[i] <= prio))
+        if (sched_node_fits(&sj, &k->sn[i]) && !off[i] &&
+            (!reserved || reserved[i] <= j->spec.priority))
             n++;
     return n;
+}
+
+/* " and 4 GPUs each (gpus_per_proc 2 x 2 workers; ...)" for a job that asks GPUs, else ""
+ * (auto counts GPUs too, 1 per worker on a GPU node, but never rules a node out). */
+static void coord_gpu_need(const struct job *j, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (j->spec.gpus_per_proc > 0)
+        snprintf(buf, len,
+                 " and %d GPUs each (gpus_per_proc %d x %d workers; nodes without GPUs "
+                 "never fit)",
+                 j->spec.gpus_per_proc * j->spec.nproc, j->spec.gpus_per_proc, j->spec.nproc);
 }
 
 /* The jobs that want a generation, in queue order (priority, then submit order). A job that
@@ -526,8 +577,10 @@ void coord_schedule(struct coord *c, int64_t now)
          * from being taken by a scale-up or by lower priorities */
         if (j->spec.nproc < pending_min_nproc)
             pending_min_nproc = j->spec.nproc;
-        int all = coord_fitting(&k, NULL, off, j->spec.nproc, j->spec.priority);
-        int open = coord_fitting(&k, reserved, off, j->spec.nproc, j->spec.priority);
+        int all = coord_fitting(&k, NULL, off, j);
+        int open = coord_fitting(&k, reserved, off, j);
+        char gneed[160];
+        coord_gpu_need(j, gneed, sizeof(gneed));
         pos++;
         /* One preemption at a time: while victims drain, nothing more is stopped. */
         int making_room = preempt_draining || j->preempting;
@@ -542,12 +595,13 @@ void coord_schedule(struct coord *c, int64_t now)
                            all == 1 ? "s" : "");
         else
             coord_wait_set(j, "Resources", pos,
-                           "needs %d node%s x %d free slots; %d node%s fit%s now%s", j->spec.nmin,
-                           j->spec.nmin == 1 ? "" : "s", j->spec.nproc, open, open == 1 ? "" : "s",
-                           open == 1 ? "s" : "",
+                           "needs %d node%s x %d free slots%s; %d node%s fit%s now%s", j->spec.nmin,
+                           j->spec.nmin == 1 ? "" : "s", j->spec.nproc, gneed, open,
+                           open == 1 ? "" : "s", open == 1 ? "s" : "",
                            making_room ? "; jobs of a lower priority make room" : "");
+        struct sched_job sj = coord_sched_job(j, j->spec.nmax);
         for (size_t n = 0; n < k.n; n++)
-            if (k.sn[n].free_slots >= j->spec.nproc && reserved[n] < j->spec.priority &&
+            if (sched_node_fits(&sj, &k.sn[n]) && reserved[n] < j->spec.priority &&
                 (!selective || coord_node_matches(c->nodes[n], sel)))
                 reserved[n] = j->spec.priority;
     }
@@ -568,8 +622,9 @@ void coord_schedule(struct coord *c, int64_t now)
         int64_t quota = coord_user_quota(c, j->owner);
         if (quota > 0 && coord_slots_of(c, j->owner) + j->spec.nproc > quota)
             continue; /* growing would pass its owner's quota */
+        struct sched_job sj = coord_sched_job(j, j->spec.nmax);
         for (size_t ni = 0; ni < k.n; ni++) {
-            if (k.sn[ni].free_slots < j->spec.nproc || k.sn[ni].free_slots >= pending_min_nproc)
+            if (!sched_node_fits(&sj, &k.sn[ni]) || k.sn[ni].free_slots >= pending_min_nproc)
                 continue;
             if (!coord_node_matches(c->nodes[ni], j->spec.node_selector))
                 continue;

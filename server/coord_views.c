@@ -11,6 +11,7 @@
 #include "common/jsonx.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
+#include "server/sched.h"
 
 static void coord_time_str(int64_t wall, char *buf, size_t size)
 {
@@ -147,6 +148,10 @@ json_t *coord_assignments(struct coord *c, int ni)
             abort();
         json_object_set_new(a, "preempt_signal", json_string(j->spec.preempt_signal));
         json_object_set_new(a, "preempt_grace_s", json_integer(j->spec.preempt_grace_s));
+        /* what each worker gets on this node: auto resolved (1 with GPUs, 0 without) */
+        json_object_set_new(a, "gpus_per_proc",
+                            json_integer(sched_gpus_per_proc(j->spec.gpus_per_proc,
+                                                             coord_node_gpus(c->nodes[ni]))));
         json_array_append_new(arr, a);
     }
     return arr;

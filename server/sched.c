@@ -2,7 +2,9 @@
  * sched.c - gang scheduling of one job as a pure function over (job, candidate nodes).
  *
  * Rules (docs/ddpd.md):
- *   1. A node is usable when it has at least nproc_per_node free slots.
+ *   1. A node is usable when it has at least nproc_per_node free slots and, when it has GPUs,
+ *      nproc_per_node x gpus_per_proc free GPUs (auto: 1 per worker there). A node without
+ *      GPUs is never usable for a job with gpus_per_proc > 0.
  *   2. Usable nodes are taken in name order, at most MAX of them; fewer than MIN means no
  *      placement at all (gang: all or nothing).
  *   3. Node ranks follow that order; group rank 0 serves MASTER_PORT, the lowest port of its
@@ -12,6 +14,7 @@
  */
 #include "server/sched.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,18 +38,36 @@ int sched_pick_port(const struct sched_node *node)
     return 0;
 }
 
+int sched_gpus_per_proc(int gpus_per_proc, int node_gpus)
+{
+    if (node_gpus <= 0)
+        return 0;
+    return gpus_per_proc == SCHED_GPUS_AUTO ? 1 : gpus_per_proc;
+}
+
+int sched_node_fits(const struct sched_job *job, const struct sched_node *node)
+{
+    if (node->free_slots < job->nproc)
+        return 0;
+    if (node->gpus <= 0)
+        return job->gpus_per_proc <= 0;
+    int64_t need = (int64_t)job->nproc * sched_gpus_per_proc(job->gpus_per_proc, node->gpus);
+    return node->free_gpus >= need;
+}
+
 int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
                 struct sched_placement *out)
 {
     int rc = DDP_EUNAVAIL;
     size_t *order = NULL;
     size_t n = 0;
-    if (job->nmin < 1 || job->nmax < job->nmin || job->nproc < 1)
+    if (job->nmin < 1 || job->nmax < job->nmin || job->nproc < 1 ||
+        job->gpus_per_proc < SCHED_GPUS_AUTO)
         return DDP_EINVAL;
     order = xcalloc(nnodes + 1, sizeof(*order));
     /* insertion sort of the usable nodes by name: node counts are small */
     for (size_t i = 0; i < nnodes; i++) {
-        if (nodes[i].free_slots < job->nproc)
+        if (!sched_node_fits(job, &nodes[i]))
             continue;
         size_t k = n;
         while (k > 0 && strcmp(nodes[order[k - 1]].name, nodes[i].name) > 0) {

@@ -1,9 +1,13 @@
 /*
  * sched.h - gang placement of one job on ready nodes: a pure function, no state, no clock.
  *
- * The caller (coord_sched.c) lists the candidate nodes (READY, with their free slots and the
- * master ports of other live jobs there) and runs jobs through sched_place() in FIFO order,
- * subtracting each placement's slots before the next job.
+ * The caller (coord_sched.c) lists the candidate nodes (READY, with their free slots and GPUs
+ * and the master ports of other live jobs there) and runs jobs through sched_place() in queue
+ * order, subtracting each placement's slots and GPUs before the next job.
+ *
+ * GPUs: a node with gpus > 0 gives each worker of a job sched_gpus_per_proc() of them, so
+ * it holds a job's nproc workers when it has nproc free slots and nproc times that many free
+ * GPUs; a node without GPUs takes only jobs that ask for none (gpus_per_proc 0 or auto).
  */
 #ifndef DDP_SERVER_SCHED_H
 #define DDP_SERVER_SCHED_H
@@ -17,12 +21,26 @@ struct sched_node {
     const int *used_ports; /* borrowed: MASTER_PORTs of other live jobs on this node */
     size_t nused;
     int avoid_port; /* the port this job's previous generation used here, or 0 */
+    int gpus;       /* GPUs the node's agent hands out; 0 = a node without GPUs */
+    int free_gpus;  /* of those, not held by live jobs */
 };
 
+/* gpus_per_proc of a job spec that did not say: 1 on a node with GPUs, 0 on one without. */
+#define SCHED_GPUS_AUTO (-1)
+
 struct sched_job {
-    int nmin, nmax; /* nodes */
-    int nproc;      /* slots needed on each node */
+    int nmin, nmax;    /* nodes */
+    int nproc;         /* slots needed on each node */
+    int gpus_per_proc; /* GPUs per worker, 0..64, or SCHED_GPUS_AUTO */
 };
+
+/* The GPUs one worker of a job asking gpus_per_proc (0..64 or SCHED_GPUS_AUTO) gets on a node
+ * with node_gpus GPUs: auto is 1 there, and nothing on a node without GPUs. */
+int sched_gpus_per_proc(int gpus_per_proc, int node_gpus);
+
+/* 1 when node can hold job's nproc workers now (free slots, and free GPUs on a GPU node;
+ * never a node without GPUs for gpus_per_proc > 0), else 0. */
+int sched_node_fits(const struct sched_job *job, const struct sched_node *node);
 
 /* A placement: idx[0..n) are indexes into the caller's node array, in group-rank order
  * (idx[0] is group rank 0, which serves MASTER_PORT). */
@@ -32,7 +50,7 @@ struct sched_placement {
     int master_port;
 };
 
-/* Places job on up to nmax of the nodes that have nproc free slots, taken in name order.
+/* Places job on up to nmax of the nodes that fit it (sched_node_fits), taken in name order.
  * Returns 0 with *out filled (out->idx must point at the caller's buffer), or DDP_EUNAVAIL
  * when fewer than nmin nodes fit or group rank 0 has no free port (then *out is unchanged
  * except its buffer). */

@@ -161,6 +161,23 @@ int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp
     return 0;
 }
 
+/* gpus_per_proc: absent, null or "auto" (SPEC_GPUS_AUTO), or an integer 0..64. */
+static int validate_gpus_per_proc(const json_t *body, int *out, struct ddp_err *err)
+{
+    const json_t *v = json_object_get(body, "gpus_per_proc");
+    if (!v || json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)) {
+        *out = SPEC_GPUS_AUTO;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > SPEC_MAX_GPUS_PER_PROC)
+        return err_set(err, DDP_EINVAL,
+                       "field 'gpus_per_proc': expected an integer 0..%d or \"auto\"",
+                       SPEC_MAX_GPUS_PER_PROC);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err)
 {
     static const char *const keys[] = {
@@ -179,6 +196,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
         "node_selector",
         "preempt_signal",
         "preempt_grace_s",
+        "gpus_per_proc",
         NULL,
     };
     int rc;
@@ -293,6 +311,9 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     if (!rc && (psigno = signame_parse(psig)) < 0)
         rc = err_set(err, DDP_EINVAL, "field 'preempt_signal': '%.32s' is not one of %s", psig,
                      signame_allowed());
+    int gpp = SPEC_GPUS_AUTO;
+    if (!rc)
+        rc = validate_gpus_per_proc(body, &gpp, err);
     json_t *selector = NULL;
     if (!rc)
         rc = validate_labels(body, "node_selector", &selector, err);
@@ -321,6 +342,8 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
                         selector ? json_deep_copy(selector) : json_object());
     json_object_set_new(canon, "preempt_signal", json_string(signame_str(psigno)));
     json_object_set_new(canon, "preempt_grace_s", json_integer(preempt_grace));
+    json_object_set_new(canon, "gpus_per_proc",
+                        gpp == SPEC_GPUS_AUTO ? json_string("auto") : json_integer(gpp));
     out->json = canon;
     out->name = json_string_value(json_object_get(canon, "name"));
     out->nmin = nmin;
@@ -334,6 +357,7 @@ int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *
     out->node_selector = json_object_get(canon, "node_selector");
     out->preempt_signal = json_string_value(json_object_get(canon, "preempt_signal"));
     out->preempt_grace_s = (int)preempt_grace;
+    out->gpus_per_proc = gpp;
     canon = NULL;
     rc = 0;
 out:

@@ -44,6 +44,8 @@ struct job_spec {
     const json_t *node_selector; /* borrowed from json: labels a node must have; may be {} */
     const char *preempt_signal;  /* borrowed from json: the notice's signal, "SIGUSR1" */
     int preempt_grace_s;         /* from the notice to the stop (SIGTERM and grace_period_s) */
+    int gpus_per_proc; /* GPUs per worker 0..SPEC_MAX_GPUS_PER_PROC, or SPEC_GPUS_AUTO: the spec
+                        * said "auto" or nothing (1 on a node with GPUs, 0 on one without) */
 };
 
 /* Labels: at most LABELS_MAX pairs; a key is 1..63 of [A-Za-z0-9._/-], a value 0..63 of
@@ -57,6 +59,10 @@ int validate_labels(const json_t *obj, const char *key, json_t **out, struct ddp
 /* preempt_grace_s: the default and the most a job may ask */
 #define SPEC_PREEMPT_GRACE_DEFAULT 30
 #define SPEC_PREEMPT_GRACE_MAX     3600
+
+/* gpus_per_proc: the most a job may ask, and "auto" (sched.h's SCHED_GPUS_AUTO) */
+#define SPEC_MAX_GPUS_PER_PROC 64
+#define SPEC_GPUS_AUTO         (-1)
 
 /* Validates a job spec object. On success *out owns a new canonical json. */
 int validate_job_spec(const json_t *body, struct job_spec *out, struct ddp_err *err);

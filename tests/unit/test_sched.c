@@ -1,5 +1,5 @@
 /*
- * test_sched.c - gang placement: name order and ranks, MIN/MAX, slots, ports.
+ * test_sched.c - gang placement: name order and ranks, MIN/MAX, slots, GPUs, ports.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 
 static struct sched_node mk(const char *name, int free_slots)
 {
-    struct sched_node n = {name, free_slots, 29500, 29999, NULL, 0, 0};
+    struct sched_node n = {name, free_slots, 29500, 29999, NULL, 0, 0, 0, 0};
     return n;
 }
 
@@ -22,7 +22,7 @@ static void test_sched_orders_by_name(void **state)
     struct sched_node nodes[] = {mk("node-c", 2), mk("node-a", 2), mk("node-b", 2)};
     size_t idx[3];
     struct sched_placement p = {.idx = idx};
-    struct sched_job j = {1, 3, 2};
+    struct sched_job j = {1, 3, 2, 0};
     assert_int_equal(sched_place(&j, nodes, 3, &p), 0);
     assert_int_equal(p.n, 3);
     assert_int_equal(idx[0], 1); /* node-a is group rank 0 */
@@ -36,7 +36,7 @@ static void test_sched_takes_at_most_max(void **state)
     struct sched_node nodes[] = {mk("d", 4), mk("c", 4), mk("b", 4), mk("a", 4)};
     size_t idx[4];
     struct sched_placement p = {.idx = idx};
-    struct sched_job j = {1, 2, 4};
+    struct sched_job j = {1, 2, 4, 0};
     assert_int_equal(sched_place(&j, nodes, 4, &p), 0);
     assert_int_equal(p.n, 2);
     assert_int_equal(idx[0], 3); /* a */
@@ -48,13 +48,13 @@ static void test_sched_gang_needs_min(void **state)
     struct sched_node nodes[] = {mk("a", 2), mk("b", 1), mk("c", 0)};
     size_t idx[3] = {7, 7, 7};
     struct sched_placement p = {.n = 42, .idx = idx, .master_port = 9};
-    struct sched_job j = {2, 3, 2};
+    struct sched_job j = {2, 3, 2, 0};
     /* only "a" has 2 free slots: no partial placement */
     assert_int_equal(sched_place(&j, nodes, 3, &p), DDP_EUNAVAIL);
     assert_int_equal(p.n, 42);
     assert_int_equal(p.master_port, 9);
     assert_int_equal(idx[0], 7);
-    struct sched_job j1 = {1, 3, 1};
+    struct sched_job j1 = {1, 3, 1, 0};
     assert_int_equal(sched_place(&j1, nodes, 3, &p), 0);
     assert_int_equal(p.n, 2); /* a and b have >= 1 free slot, c has none */
 }
@@ -64,7 +64,7 @@ static void test_sched_skips_nodes_without_slots(void **state)
     struct sched_node nodes[] = {mk("a", 1), mk("b", 4), mk("c", -1), mk("d", 4)};
     size_t idx[4];
     struct sched_placement p = {.idx = idx};
-    struct sched_job j = {2, 4, 2};
+    struct sched_job j = {2, 4, 2, 0};
     assert_int_equal(sched_place(&j, nodes, 4, &p), 0);
     assert_int_equal(p.n, 2);
     assert_int_equal(idx[0], 1);
@@ -79,7 +79,7 @@ static void test_sched_port_avoids_live_jobs(void **state)
     nodes[0].nused = 3;
     size_t idx[2];
     struct sched_placement p = {.idx = idx};
-    struct sched_job j = {2, 2, 1};
+    struct sched_job j = {2, 2, 1, 0};
     assert_int_equal(sched_place(&j, nodes, 2, &p), 0);
     assert_int_equal(p.master_port, 29502);
     /* and not the port of the job's previous generation there */
@@ -101,7 +101,7 @@ static void test_sched_port_range_exhausted(void **state)
     assert_int_equal(sched_pick_port(&n), 0);
     size_t idx[1];
     struct sched_placement p = {.idx = idx};
-    struct sched_job j = {1, 1, 1};
+    struct sched_job j = {1, 1, 1, 0};
     assert_int_equal(sched_place(&j, &n, 1, &p), DDP_EUNAVAIL);
 }
 
@@ -110,9 +110,9 @@ static void test_sched_refuses_bad_job(void **state)
     struct sched_node n = mk("a", 2);
     size_t idx[1];
     struct sched_placement p = {.idx = idx};
-    struct sched_job bad = {3, 2, 1};
+    struct sched_job bad = {3, 2, 1, 0};
     assert_int_equal(sched_place(&bad, &n, 1, &p), DDP_EINVAL);
-    struct sched_job none = {1, 1, 1};
+    struct sched_job none = {1, 1, 1, 0};
     assert_int_equal(sched_place(&none, NULL, 0, &p), DDP_EUNAVAIL);
 }
 
@@ -122,13 +122,91 @@ static void test_sched_is_deterministic(void **state)
     struct sched_node b[] = {mk("n1", 2), mk("n2", 2), mk("n10", 2)};
     size_t ia[3], ib[3];
     struct sched_placement pa = {.idx = ia}, pb = {.idx = ib};
-    struct sched_job j = {3, 3, 1};
+    struct sched_job j = {3, 3, 1, 0};
     assert_int_equal(sched_place(&j, a, 3, &pa), 0);
     assert_int_equal(sched_place(&j, b, 3, &pb), 0);
     for (int r = 0; r < 3; r++)
         assert_string_equal(a[ia[r]].name, b[ib[r]].name);
     assert_string_equal(a[ia[0]].name, "n1");
     assert_string_equal(a[ia[1]].name, "n10"); /* strcmp order */
+}
+
+static struct sched_node mk_gpu(const char *name, int free_slots, int gpus, int free_gpus)
+{
+    struct sched_node n = mk(name, free_slots);
+    n.gpus = gpus;
+    n.free_gpus = free_gpus;
+    return n;
+}
+
+static void test_sched_gpus_per_proc_counts_gpus(void **state)
+{
+    /* 2 workers x 2 GPUs: a 4-GPU node fits, a 3-GPU one does not, slots to spare on both */
+    struct sched_node four = mk_gpu("a", 8, 4, 4), three = mk_gpu("b", 8, 3, 3);
+    size_t idx[1];
+    struct sched_placement p = {.idx = idx};
+    struct sched_job j = {1, 1, 2, 2};
+    assert_int_equal(sched_node_fits(&j, &four), 1);
+    assert_int_equal(sched_place(&j, &four, 1, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(sched_node_fits(&j, &three), 0);
+    assert_int_equal(sched_place(&j, &three, 1, &p), DDP_EUNAVAIL);
+    /* free GPUs count, not the node's total: 4 GPUs of which 1 is held */
+    struct sched_node busy = mk_gpu("c", 8, 4, 3);
+    assert_int_equal(sched_place(&j, &busy, 1, &p), DDP_EUNAVAIL);
+    /* and slots still count: 2 workers need 2 free slots even with GPUs to spare */
+    struct sched_node one_slot = mk_gpu("d", 1, 8, 8);
+    assert_int_equal(sched_place(&j, &one_slot, 1, &p), DDP_EUNAVAIL);
+}
+
+static void test_sched_gpus_zero_uses_slots_only(void **state)
+{
+    /* gpus_per_proc 0 on a GPU node whose GPUs are all held: slots decide */
+    struct sched_node n = mk_gpu("a", 4, 4, 0);
+    size_t idx[1];
+    struct sched_placement p = {.idx = idx};
+    struct sched_job j = {1, 1, 4, 0};
+    assert_int_equal(sched_place(&j, &n, 1, &p), 0);
+    assert_int_equal(sched_gpus_per_proc(0, 4), 0);
+    struct sched_job five = {1, 1, 5, 0};
+    assert_int_equal(sched_place(&five, &n, 1, &p), DDP_EUNAVAIL);
+}
+
+static void test_sched_gpu_job_never_on_cpu_node(void **state)
+{
+    /* a CPU node with many slots comes first by name, and is skipped */
+    struct sched_node nodes[] = {mk("a-cpu", 64), mk_gpu("b-gpu", 8, 8, 8)};
+    size_t idx[2];
+    struct sched_placement p = {.idx = idx};
+    struct sched_job j = {1, 2, 2, 1};
+    assert_int_equal(sched_node_fits(&j, &nodes[0]), 0);
+    assert_int_equal(sched_place(&j, nodes, 2, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(idx[0], 1);
+    /* with only the CPU node: no placement */
+    assert_int_equal(sched_place(&j, nodes, 1, &p), DDP_EUNAVAIL);
+    /* a job asking 0 GPUs, or auto, goes to the CPU node */
+    struct sched_job cpu = {1, 1, 2, 0}, any = {1, 1, 2, SCHED_GPUS_AUTO};
+    assert_int_equal(sched_node_fits(&cpu, &nodes[0]), 1);
+    assert_int_equal(sched_node_fits(&any, &nodes[0]), 1);
+}
+
+static void test_sched_gpus_auto_is_one_per_worker(void **state)
+{
+    assert_int_equal(sched_gpus_per_proc(SCHED_GPUS_AUTO, 4), 1);
+    assert_int_equal(sched_gpus_per_proc(SCHED_GPUS_AUTO, 0), 0);
+    assert_int_equal(sched_gpus_per_proc(3, 0), 0);
+    assert_int_equal(sched_gpus_per_proc(3, 8), 3);
+    /* auto on a 4-GPU node with 8 slots: 4 workers fit, 5 do not */
+    struct sched_node n = mk_gpu("a", 8, 4, 4);
+    struct sched_job four = {1, 1, 4, SCHED_GPUS_AUTO}, five = {1, 1, 5, SCHED_GPUS_AUTO};
+    assert_int_equal(sched_node_fits(&four, &n), 1);
+    assert_int_equal(sched_node_fits(&five, &n), 0);
+    /* a value below auto is refused */
+    size_t idx[1];
+    struct sched_placement p = {.idx = idx};
+    struct sched_job bad = {1, 1, 1, -2};
+    assert_int_equal(sched_place(&bad, &n, 1, &p), DDP_EINVAL);
 }
 
 int main(void)
@@ -142,6 +220,10 @@ int main(void)
         cmocka_unit_test(test_sched_port_range_exhausted),
         cmocka_unit_test(test_sched_refuses_bad_job),
         cmocka_unit_test(test_sched_is_deterministic),
+        cmocka_unit_test(test_sched_gpus_per_proc_counts_gpus),
+        cmocka_unit_test(test_sched_gpus_zero_uses_slots_only),
+        cmocka_unit_test(test_sched_gpu_job_never_on_cpu_node),
+        cmocka_unit_test(test_sched_gpus_auto_is_one_per_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,12 +159,43 @@ static void test_validate_spec_defaults(void **state)
                         "\"max_runtime_s\":0,\"grace_period_s\":30,\"hang_timeout_s\":0,"
                         "\"workdir\":\"\",\"checkpoint_dir\":\"\",\"priority\":0,"
                         "\"node_selector\":{},\"preempt_signal\":\"SIGUSR1\","
-                        "\"preempt_grace_s\":30}");
+                        "\"preempt_grace_s\":30,\"gpus_per_proc\":\"auto\"}");
+    assert_int_equal(s.gpus_per_proc, SPEC_GPUS_AUTO);
     assert_string_equal(s.preempt_signal, "SIGUSR1");
     assert_int_equal(s.preempt_grace_s, 30);
     free(text);
     validate_spec_release(&s);
     validate_spec_release(&s); /* idempotent on a released spec */
+}
+
+/* gpus_per_proc: absent, null or "auto" is auto (canonical "auto"), else an integer 0..64;
+ * anything else is a 400 naming the field. */
+static void test_validate_spec_gpus_per_proc(void **state)
+{
+    (void)state;
+    struct job_spec s = {0};
+    struct ddp_err e;
+    const char *ok[] = {"0", "2", "64", "\"auto\"", "null"};
+    const int want[] = {0, 2, 64, SPEC_GPUS_AUTO, SPEC_GPUS_AUTO};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"command\":[\"a\"],\"gpus_per_proc\":%s}", ok[i]);
+        assert_int_equal(spec_of(body, &s, &e), 0);
+        assert_int_equal(s.gpus_per_proc, want[i]);
+        const json_t *g = json_object_get(s.json, "gpus_per_proc");
+        if (want[i] == SPEC_GPUS_AUTO)
+            assert_string_equal(json_string_value(g), "auto");
+        else
+            assert_int_equal(json_integer_value(g), want[i]);
+        validate_spec_release(&s);
+    }
+    const char *bad[] = {"-1", "65", "1.5", "\"2\"", "\"AUTO\"", "true", "[]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"command\":[\"a\"],\"gpus_per_proc\":%s}", bad[i]);
+        assert_int_equal(spec_of(body, &s, &e), DDP_EINVAL);
+        assert_non_null(strstr(e.msg, "field 'gpus_per_proc'"));
+    }
 }
 
 /* preempt_signal: a name of common/signame.h, canonical with its SIG prefix; anything else
@@ -410,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_validate_spec_limits),
         cmocka_unit_test(test_validate_spec_defaults),
         cmocka_unit_test(test_validate_spec_preempt),
+        cmocka_unit_test(test_validate_spec_gpus_per_proc),
         cmocka_unit_test(test_validate_spec_nnodes_forms),
         cmocka_unit_test(test_validate_register),
         cmocka_unit_test(test_validate_beat),
