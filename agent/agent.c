@@ -164,7 +164,6 @@ int agent_run(const struct agent_config *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&a.cond, &ca);
     pthread_condattr_destroy(&ca);
-    a.gpu_used = xcalloc((size_t)cfg->gpus + 1, sizeof(int));
     a.beat_path = xasprintf("/v1/nodes/%s:heartbeat", cfg->name);
     a.cred_path = xasprintf("%s/node.credential", cfg->work_dir);
     agent_credential_load(&a);
@@ -228,7 +227,6 @@ out:
         assign_release(&a.desired[i]);
     free(a.desired);
     agent_notices_clear(&a);
-    free(a.gpu_used);
     free(a.beat_path);
     free(a.cred_path);
     explicit_bzero(a.credential, sizeof(a.credential));

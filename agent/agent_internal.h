@@ -57,7 +57,7 @@ struct worker {
     int notice_signo; /* the job's preemption notice: its signal, */
     int notice_s;     /* and the time from it to the stop */
     int ctl_fd;       /* write end of the worker's DDP_CONTROL_FD pipe (non-blocking), or -1 */
-    int gpu;          /* index in a->gpu_used, or -1 */
+    uint64_t gpus;    /* the GPUs it holds: bit i = cfg->gpu_ids[i], set in a->gpu_busy */
     struct spawn_proc proc; /* proc.exited = reaped (or never started) */
     uint64_t exit_change;   /* a->changes value at the exit */
     int forgotten;
@@ -117,9 +117,9 @@ struct agent {
     int done;
     int64_t last_answer_ms; /* monotonic time of ddpd's last answer (any status) */
     int orphaned;           /* the orphan timeout fired; cleared by the next answer */
-    int *gpu_used;
-    int wake[2]; /* wakes the I/O thread */
-    int sfd;     /* signalfd: SIGCHLD, SIGTERM, SIGINT */
+    uint64_t gpu_busy;      /* bit i: GPU i (cfg->gpu_ids[i]) is held by a worker (gpus.h) */
+    int wake[2];            /* wakes the I/O thread */
+    int sfd;                /* signalfd: SIGCHLD, SIGTERM, SIGINT */
     char *beat_path;
     /* The node credential ddpd gave at the last registration ("" none yet): beats carry
      * it, a registration shows it to take the node's name over while the node is up. Kept

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/gpus.h"
 #include "common/jsonx.h"
 #include "common/signame.h"
 #include "common/xalloc.h"
@@ -47,6 +48,7 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
     a.grace_period_s = -1;
     a.preempt_signo = SIGUSR1;
     a.preempt_grace_s = 30;
+    a.gpus_per_proc = -1;
     int rc = DDP_EINVAL;
     json_t *cmd = NULL, *env = NULL;
 
@@ -117,7 +119,8 @@ int assign_parse(const json_t *obj, struct assign *out, struct ddp_err *err)
         assign_int(obj, "max_restarts", 0, 0, 1000000, &a.max_restarts, err) < 0 ||
         assign_str(obj, "job_token", 0, &a.job_token, err) < 0 ||
         assign_str(obj, "owner", 0, &a.owner, err) < 0 ||
-        assign_int(obj, "preempt_grace_s", 0, 0, 3600, &a.preempt_grace_s, err) < 0)
+        assign_int(obj, "preempt_grace_s", 0, 0, 3600, &a.preempt_grace_s, err) < 0 ||
+        assign_int(obj, "gpus_per_proc", 0, 0, GPUS_MAX, &a.gpus_per_proc, err) < 0)
         goto out;
     const json_t *ps = json_object_get(obj, "preempt_signal");
     if (ps && !json_is_null(ps)) {

@@ -36,6 +36,8 @@ struct assign {
     char *owner;       /* the job's owner, a ddp user name; "" when ddpd did not say (older ddpd) */
     int preempt_signo; /* the job's preemption notice signal (SIGUSR1 when not said) */
     int preempt_grace_s; /* from the notice to the stop (30 when not said) */
+    int gpus_per_proc;   /* GPUs each worker gets here, 0..64; -1 when ddpd did not say (an
+                          * older ddpd): then 1 on a node with GPUs */
 };
 
 /*

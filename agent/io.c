@@ -133,9 +133,8 @@ static void agent_reap(struct agent *a)
         if (w->met_fd >= 0)
             agent_read_fd(a, w, 1, 1);
         agent_close_fds(w);
-        if (w->gpu >= 0)
-            a->gpu_used[w->gpu]--;
-        w->gpu = -1;
+        a->gpu_busy &= ~w->gpus;
+        w->gpus = 0;
         agent_note_change(a);
         w->exit_change = a->changes;
         log_info("worker exited job=%s generation=%" PRId64 " rank=%d pid=%d code=%d signal=%d",

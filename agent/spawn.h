@@ -27,7 +27,8 @@
 struct spawn_env_args {
     const struct assign *a; /* borrowed */
     int local_rank;
-    const char *gpu;            /* CUDA_VISIBLE_DEVICES (an id of gpus.h), or NULL: no GPU */
+    const char *gpu; /* CUDA_VISIBLE_DEVICES: ids of gpus.h, comma separated ("": none), or NULL:
+                      * the inherited value stays (a node without GPUs) */
     const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR */
     const char *heartbeat_file; /* DDP_HEARTBEAT_FILE */
     const char *error_file;     /* TORCHELASTIC_ERROR_FILE (torch's @record writes it), or NULL */

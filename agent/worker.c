@@ -41,6 +41,7 @@
 
 #include "agent/agent_internal.h"
 #include "agent/errfile.h"
+#include "agent/gpus.h"
 #include "agent/recon.h"
 #include "common/fsutil.h"
 #include "common/jsonx.h"
@@ -70,7 +71,7 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     w->notice_signo = as->preempt_signo;
     w->notice_s = as->preempt_grace_s;
     w->ctl_fd = -1;
-    w->gpu = -1;
+    w->gpus = 0;
     w->out_fd = w->met_fd = w->log_fd = -1;
     w->started_wall_ms = time_wall_ms();
     w->prefix = xasprintf("[rank %d] ", w->rank);
@@ -140,22 +141,35 @@ static void agent_worker_failed(struct agent *a, struct worker *w, const char *w
     w->exit_change = a->changes;
 }
 
-/* A free GPU for local_rank, or one shared by local rank when all are taken; -1 without
- * GPUs. Holds a->mu. */
-static int agent_pick_gpu(struct agent *a, int local_rank)
+/* The GPUs of a worker of as: gpus_per_proc of the free ones (1 when ddpd did not say),
+ * never one that another worker holds. Returns 0 with *visible its CUDA_VISIBLE_DEVICES (NULL
+ * on a node without GPUs: the worker inherits the agent's) and the GPUs marked held in *mask,
+ * or -1 with err set. Holds a->mu. */
+static int agent_pick_gpus(struct agent *a, const struct assign *as, uint64_t *mask, char **visible,
+                           struct ddp_err *err)
 {
     int n = a->cfg->gpus;
-    if (n <= 0)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        if (!a->gpu_used[i]) {
-            a->gpu_used[i]++;
-            return i;
-        }
+    int want = as->gpus_per_proc >= 0 ? as->gpus_per_proc : (n > 0 ? 1 : 0);
+    uint64_t got = 0;
+    if (n <= 0) {
+        if (want > 0)
+            return err_set(err, DDP_EUNAVAIL, "needs %d GPUs (gpus_per_proc); this agent has none",
+                           want);
+        *mask = 0;
+        *visible = NULL;
+        return 0;
     }
-    int g = local_rank % n; /* oversubscribed: share by local rank */
-    a->gpu_used[g]++;
-    return g;
+    if (gpus_pick(a->gpu_busy, n, want, &got) < 0) {
+        int freed = 0;
+        for (int i = 0; i < n && i < GPUS_MAX; i++)
+            freed += !(a->gpu_busy & ((uint64_t)1 << i));
+        return err_set(err, DDP_EUNAVAIL,
+                       "needs %d GPUs (gpus_per_proc); %d of the agent's %d free", want, freed, n);
+    }
+    a->gpu_busy |= got;
+    *mask = got;
+    *visible = gpus_visible(a->cfg->gpu_ids, n, got);
+    return 0;
 }
 
 /* A close-on-exec pipe whose read end does not block. 0, or an error in err. */
@@ -302,7 +316,7 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     char *cwd = as->workdir && *as->workdir ? xstrdup(as->workdir)
                                             : xasprintf("%s/jobs/%s", cfg->work_dir, as->job_id);
     char **env = NULL;
-    char *path = NULL, *cg_path = NULL;
+    char *path = NULL, *cg_path = NULL, *visible = NULL;
     int out[2] = {-1, -1}, met[2] = {-1, -1}, ctl[2] = {-1, -1}, cg_fd = -1, gen_fd = -1;
     struct usermap_account acct;
     memset(&acct, 0, sizeof(acct));
@@ -335,10 +349,13 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
         agent_worker_failed(a, w, err.msg);
         goto out;
     }
-    w->gpu = agent_pick_gpu(a, lr);
+    if (agent_pick_gpus(a, as, &w->gpus, &visible, &err) < 0) {
+        agent_worker_failed(a, w, err.msg);
+        goto out;
+    }
     struct spawn_env_args ea = {.a = as,
                                 .local_rank = lr,
-                                .gpu = w->gpu >= 0 ? cfg->gpu_ids[w->gpu] : NULL,
+                                .gpu = visible,
                                 .checkpoint_dir = ckpt,
                                 .heartbeat_file = w->hb_file,
                                 .error_file = w->err_file,
@@ -398,9 +415,8 @@ out:
         if (w->log_fd >= 0)
             close(w->log_fd);
         w->log_fd = -1;
-        if (w->gpu >= 0)
-            a->gpu_used[w->gpu]--;
-        w->gpu = -1;
+        a->gpu_busy &= ~w->gpus;
+        w->gpus = 0;
         if (cg_path) /* no other rank of the job may run here: then the cgroup goes */
             agent_cgroup_done(a, w->job_id, w->generation);
     }
@@ -415,6 +431,7 @@ out:
     spawn_env_free(env);
     free(path);
     free(cg_path);
+    free(visible);
     free(ckpt);
     free(cwd);
     free(log_path);

@@ -735,6 +735,46 @@ static void test_spawn_gpus_inherited_visible_devices(void **state)
     }
 }
 
+/* Each worker gets gpus_per_proc GPUs of the agent's own list (an inherited
+ * CUDA_VISIBLE_DEVICES is that list), lowest free first, and never one another worker holds. */
+static void test_spawn_gpus_disjoint_per_worker(void **state)
+{
+    (void)state;
+    char **ids = NULL;
+    int n = 0;
+    gpus_list("4,5,6,7", 8, &ids, &n);
+    assert_int_equal(n, 4);
+    uint64_t busy = 0, w0 = 0, w1 = 0, w2 = 99;
+    assert_int_equal(gpus_pick(busy, n, 2, &w0), 0);
+    busy |= w0;
+    assert_int_equal(gpus_pick(busy, n, 2, &w1), 0);
+    busy |= w1;
+    assert_int_equal(w0 & w1, 0);
+    char *v0 = gpus_visible(ids, n, w0), *v1 = gpus_visible(ids, n, w1);
+    assert_string_equal(v0, "4,5");
+    assert_string_equal(v1, "6,7");
+    free(v0);
+    free(v1);
+    /* all 4 held: a third worker asking one gets none, and *out stays */
+    assert_int_equal(gpus_pick(busy, n, 1, &w2), -1);
+    assert_int_equal(w2, 99);
+    /* 0 GPUs: an empty set, CUDA_VISIBLE_DEVICES="" (no GPU seen) */
+    assert_int_equal(gpus_pick(busy, n, 0, &w2), 0);
+    assert_int_equal(w2, 0);
+    char *v2 = gpus_visible(ids, n, w2);
+    assert_string_equal(v2, "");
+    free(v2);
+    /* worker 0 exits: its GPUs are free again, and reused lowest first */
+    busy &= ~w0;
+    assert_int_equal(gpus_pick(busy, n, 1, &w2), 0);
+    char *v3 = gpus_visible(ids, n, w2);
+    assert_string_equal(v3, "4");
+    free(v3);
+    /* 3 GPUs asked with 2 free: refused */
+    assert_int_equal(gpus_pick(busy, n, 3, &w2), -1);
+    gpus_free(ids, n);
+}
+
 int main(void)
 {
     /* Orphans come to us, so that the tests can reap them and see them gone. */
@@ -742,6 +782,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spawn_env_torchrun_variables),
         cmocka_unit_test(test_spawn_gpus_inherited_visible_devices),
+        cmocka_unit_test(test_spawn_gpus_disjoint_per_worker),
         cmocka_unit_test(test_spawn_resolve_uses_path_of_env),
         cmocka_unit_test(test_spawn_output_metrics_cwd_and_exit_code),
         cmocka_unit_test(test_spawn_own_group_and_only_std_fds),
