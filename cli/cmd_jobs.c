@@ -112,6 +112,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         O_SELECTOR,
         O_PREEMPT_SIGNAL,
         O_PREEMPT_GRACE,
+        O_GPUS,
         O_PARSABLE,
         O_KEY
     };
@@ -130,6 +131,7 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         {"node-selector", required_argument, NULL, O_SELECTOR},
         {"preempt-signal", required_argument, NULL, O_PREEMPT_SIGNAL},
         {"preempt-grace", required_argument, NULL, O_PREEMPT_GRACE},
+        {"gpus-per-proc", required_argument, NULL, O_GPUS},
         {"parsable", no_argument, NULL, O_PARSABLE},
         {"idempotency-key", required_argument, NULL, O_KEY},
         CLI_COMMON_LONGOPTS,
@@ -210,6 +212,19 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             json_object_set_new(spec, "preempt_signal", json_string(optarg));
             break;
+        case O_GPUS: {
+            long g;
+            if (strcmp(optarg, "auto") == 0) {
+                json_object_set_new(spec, "gpus_per_proc", json_string("auto"));
+                break;
+            }
+            if (args_parse_long("--gpus-per-proc", optarg, 0, 64, &g, &err) < 0) {
+                rc = cli_usage_error(cmd, "%s (or auto)", err.msg);
+                goto out;
+            }
+            json_object_set_new(spec, "gpus_per_proc", json_integer(g));
+            break;
+        }
         case O_PARSABLE:
             parsable = 1;
             break;

@@ -36,7 +36,7 @@ static const struct cli_cmd cli_cmds[] = {
      "submit [--name N] [--nnodes MIN:MAX] [--nproc-per-node N] [--max-restarts N] "
      "[--env K=V]... [--workdir D] [--checkpoint-dir D] [--max-runtime S] [--grace S] "
      "[--hang-timeout S] [--priority N] [--node-selector K=V]... [--preempt-signal SIG] "
-     "[--preempt-grace S] [--idempotency-key K] [--parsable] -- CMD ARGS...",
+     "[--preempt-grace S] [--gpus-per-proc N] [--idempotency-key K] [--parsable] -- CMD ARGS...",
      "submit a job; prints its id",
      "  --name N            job name, 1..63 of [A-Za-z0-9._-] (default \"job\")\n"
      "  --nnodes MIN:MAX    nodes, or one number N (default 1)\n"
@@ -56,6 +56,8 @@ static const struct cli_cmd cli_cmds[] = {
      "  --preempt-signal SIG  the preemption notice's signal (default SIGUSR1; SIGUSR2,\n"
      "                      SIGHUP, SIGINT, SIGTERM, SIGURG, SIGWINCH)\n"
      "  --preempt-grace S   from the notice to the stop (default 30)\n"
+     "  --gpus-per-proc N   GPUs of each worker, 0..64 (default auto: 1 on a node with\n"
+     "                      GPUs, 0 on one without; N > 0 never runs on a node without)\n"
      "  --idempotency-key K the submit's Idempotency-Key (default: drawn): a submit again\n"
      "                      with K answers the job the first made (a requeued batch job)\n"
      "  --parsable          print only the job id (as -o name)\n"

@@ -44,7 +44,7 @@ _ddpctl()
         return
         ;;
     --server | --name | --nnodes | --nproc-per-node | --max-restarts | --env | --max-runtime | \
-        --grace | --hang-timeout | --priority | --node-selector | --preempt-grace | \
+        --grace | --hang-timeout | --priority | --node-selector | --preempt-grace | --gpus-per-proc | \
         --idempotency-key | --rank | --tail | --timeout | --reason | --max-slots)
         return
         ;;
@@ -84,7 +84,7 @@ _ddpctl()
         done
         opts="--name --nnodes --nproc-per-node --max-restarts --env --workdir --checkpoint-dir
               --max-runtime --grace --hang-timeout --priority --node-selector --preempt-signal
-              --preempt-grace --idempotency-key --parsable --"
+              --preempt-grace --gpus-per-proc --idempotency-key --parsable --"
         ;;
     list) opts="--state --all --no-headers" ;;
     status | cancel | delete | watch | whoami) opts="" ;;

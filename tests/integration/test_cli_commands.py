@@ -36,6 +36,8 @@ def test_cli_usage_errors_and_help():
     assert_usage(ctl(None, "submit", "--nnodes", "x", "--", "true"), "submit")
     assert_usage(ctl(None, "submit", "--nproc-per-node", "0", "--", "true"), "submit")
     assert_usage(ctl(None, "submit", "--grace", "3601", "--", "true"), "submit")
+    assert_usage(ctl(None, "submit", "--gpus-per-proc", "65", "--", "true"), "submit")
+    assert "--gpus-per-proc" in ctl(None, "submit", "--gpus-per-proc", "x", "--", "true").err
     assert_usage(ctl(None, "submit", "--env", "=v", "--", "true"), "submit")
     assert_usage(ctl(None, "submit", "--bogus", "--", "true"), "submit")
     assert "unknown option '--bogus'" in ctl(None, "submit", "--bogus", "--", "true").err
@@ -303,6 +305,18 @@ def test_cli_output_habits():
         assert lines[0].split()[-3:] == ["ISOLATION", "REGISTERED", "LABELS"], r
         labels = {ln.split()[0]: ln.split()[-1] for ln in lines[1:]}
         assert "zone=a" in labels["n-a"].split(",") and "zone=b" in labels["n-b"].split(","), r
+
+
+def test_cli_submit_gpus_per_proc():
+    """--gpus-per-proc N (0..64) or auto goes into the spec's gpus_per_proc."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        for arg, want in (("2", 2), ("0", 0), ("auto", "auto")):
+            r = ctl(c, "submit", "--parsable", "--gpus-per-proc", arg, "--", "true")
+            assert r.rc == 0, r
+            assert api.job(r.out.strip())["spec"]["gpus_per_proc"] == want, (arg, r)
+        r = ctl(c, "submit", "--parsable", "--", "true")
+        assert api.job(r.out.strip())["spec"]["gpus_per_proc"] == "auto", r
 
 
 def test_cli_submit_idempotency_key():
