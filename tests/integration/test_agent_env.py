@@ -3,7 +3,9 @@ whose command writes its environment; every torchrun and DDP_* variable is check
 rank, with the job's own env overridden where docs/api.md says so. The job SUCCEEDS, each
 rank's output reaches ddpd with a "[rank R] " prefix (and the local rank log keeps it raw),
 rank 0's metrics line is relayed. A command that does not exist is reported as an exit with
-code 127 and a log line saying what failed."""
+code 127 and a log line saying what failed. GPUs (gpus_per_proc): an agent given fake GPUs by
+the CUDA_VISIBLE_DEVICES it inherits hands each worker its own, disjoint, and ddpd places a
+GPU job only where its GPUs fit, never on a node without GPUs."""
 import json
 import os
 import signal
@@ -145,6 +147,67 @@ def test_agent_env_every_variable_on_every_rank():
             stop_agents(c)
         except BaseException:
             dump_logs(c, ["node-a", "node-b"])
+            raise
+
+
+def test_agent_gpus_per_proc_disjoint_per_worker():
+    """The agent's GPUs are the ids of its inherited CUDA_VISIBLE_DEVICES (no device needed):
+    2 workers x 2 GPUs of 4 get two each, none shared, all of them together; a job of 2 x 3
+    does not fit there and waits for Resources naming the GPUs; a CPU node (an empty
+    CUDA_VISIBLE_DEVICES, so no GPUs) with slots to spare is never chosen for it."""
+    with cluster(node_timeout=5) as c:
+        try:
+            c.start_agent("node-g", slots=4, env={"CUDA_VISIBLE_DEVICES": "10,11,GPU-x,13"})
+            c.start_agent("node-c", slots=8, env={"CUDA_VISIBLE_DEVICES": ""})
+            c.wait_nodes_ready(["node-g", "node-c"])
+            labels = {n["name"]: n["labels"] for n in c.get("/v1/nodes").json["nodes"]}
+            assert labels["node-g"]["gpus"] == "4" and labels["node-c"]["gpus"] == "0", labels
+            out = os.path.join(c.tmp, "gpu-out")
+            os.makedirs(out)
+            # A sleep keeps both workers alive together, so their GPUs are held at once.
+            script = ENV_SCRIPT + "\nimport time; time.sleep(1)\n"
+            job = c.submit({"name": "gpus", "command": [PY, "-c", script, out],
+                            "nproc_per_node": 2, "gpus_per_proc": 2, "max_restarts": 0})
+            done = c.wait_state(job["id"], ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "SUCCEEDED", done
+            assert [n["name"] for n in done["nodes"]] == ["node-g"], done["nodes"]
+            assert done["spec"]["gpus_per_proc"] == 2, done["spec"]
+            seen = []
+            for r in range(2):
+                with open(os.path.join(out, "rank-%d.json" % r)) as f:
+                    seen.append(json.load(f)["CUDA_VISIBLE_DEVICES"].split(","))
+            assert all(len(g) == 2 for g in seen), seen
+            assert not set(seen[0]) & set(seen[1]), seen  # never one GPU for two workers
+            assert sorted(seen[0] + seen[1]) == sorted(["10", "11", "GPU-x", "13"]), seen
+
+            # 2 x 3 GPUs: no node holds 6 free GPUs; the CPU node's 8 slots do not count.
+            big = c.submit({"name": "big", "command": [PY, "-c", "pass"], "nproc_per_node": 2,
+                            "gpus_per_proc": 3})
+            p = wait_for("big waits", lambda: c.job(big["id"]).get("pending"), timeout=10)
+            assert p["reason"] == "Resources" and "6 GPUs" in p["message"], p
+            assert "0 nodes fit" in p["message"], p
+            # A default (auto) job of 2 fits the CPU node by slots alone, gpus_per_proc 0 too.
+            for gpp in (None, 0):
+                spec = {"name": "cpu", "command": [PY, "-c", ENV_SCRIPT, out + "-%s" % gpp],
+                        "nproc_per_node": 2, "max_restarts": 0,
+                        "node_selector": {"gpus": "0"}}
+                os.makedirs(out + "-%s" % gpp)
+                if gpp is not None:
+                    spec["gpus_per_proc"] = gpp
+                j = c.submit(spec)
+                d = c.wait_state(j["id"], ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+                assert d["state"] == "SUCCEEDED" and d["nodes"][0]["name"] == "node-c", d
+                with open(os.path.join(out + "-%s" % gpp, "rank-0.json")) as f:
+                    assert json.load(f)["CUDA_VISIBLE_DEVICES"] == "", gpp
+            a = c.post("/v1/jobs/%s:cancel" % big["id"])
+            assert a.status in (200, 202), a
+            c.wait_state(big["id"], "CANCELLED", timeout=20)
+            # A bad value is a 400 naming the field.
+            a = c.post("/v1/jobs", {"command": ["x"], "gpus_per_proc": 65})
+            assert a.status == 400 and "gpus_per_proc" in a.json["error"]["message"], a
+            stop_agents(c)
+        except BaseException:
+            dump_logs(c, ["node-g", "node-c"])
             raise
 
 
