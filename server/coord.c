@@ -804,6 +804,7 @@ void coord_close(struct coord *c)
         coord_node_free(c->nodes[i]);
     free(c->nodes);
     free(c->users);
+    free(c->groups);
     store_close(c->store);
     free(c->db_path);
     if (c->open) { /* none without a beat waiting for it: only when a caller broke the rule */

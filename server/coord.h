@@ -128,7 +128,16 @@ int coord_authenticate(struct coord *c, const char *token, const char *node, str
 int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err);
 int coord_users_list(struct coord *c, char **out, struct ddp_err *err);
-/* Admin: body {"role"?, "max_slots"?} (max_slots 0 = no quota); the last admin keeps its
+/* Groups (admins): {"groups": [Group...]} (those with a quota, and those users name); one
+ * group {"group": Group} (DDP_ENOTFOUND when neither); setting one's max_slots from body
+ * {"max_slots": N} (0 = no limit), which starts waiting jobs a raised quota lets fit. *out
+ * is new text (caller frees) on success. */
+int coord_groups_list(struct coord *c, char **out, struct ddp_err *err);
+int coord_group_get(struct coord *c, const char *name, char **out, struct ddp_err *err);
+int coord_group_put(struct coord *c, const char *name, const json_t *body, int64_t now, char **out,
+                    struct ddp_err *err);
+/* Admin: body {"role"?, "max_slots"?, "group"?} (max_slots 0 = no quota, group "" = none);
+ * the last admin keeps its
  * role. */
 int coord_user_update(struct coord *c, const char *name, const json_t *body, int64_t now,
                       char **out, struct ddp_err *err);

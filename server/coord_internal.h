@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/coord.h"
 #include "server/nodestate.h"
+#include "server/sched.h"
 #include "server/store.h"
 #include "server/validate.h"
 
@@ -156,7 +157,15 @@ struct user {
     enum role role;
     char hash[AUTH_HASH_HEX];
     int64_t created_at;
-    int64_t max_slots; /* quota: slots its jobs may hold at once; 0 = no limit */
+    int64_t max_slots;             /* quota: slots its jobs may hold at once; 0 = no limit */
+    char group[AUTH_NAME_MAX + 1]; /* its group, "" for none */
+};
+
+/* A group's quota (docs/scheduling.md, "Quotas"): the slots all its users' jobs may hold. A
+ * group a user names without a row here has no limit. */
+struct group {
+    char name[AUTH_NAME_MAX + 1];
+    int64_t max_slots; /* 0 = no limit */
 };
 
 /* One row of a heartbeat's data transaction (built under c->mu, written without it). */
@@ -208,6 +217,8 @@ struct coord {
     size_t nremoved;  /* tombstones in nodes (removed by an admin) */
     struct user *users;
     size_t nusers, capusers;
+    struct group *groups;
+    size_t ngroups, capgroups;
 };
 
 /* coord_model.c */
@@ -331,9 +342,11 @@ void coord_nodes_expire(struct coord *c, int64_t now);
 /* coord_users.c */
 int coord_users_load(struct coord *c, struct ddp_err *err);
 /* The quota of owner (0: none, also for a user since removed). */
-int64_t coord_user_quota(struct coord *c, const char *owner);
 /* Slots the live jobs of owner hold now (coord_entry_holds()). */
 int64_t coord_slots_of(struct coord *c, const char *owner);
+/* The quotas of owner and of its group with the slots held now (sched.h); *group is the
+ * group's name ("" for none), borrowed from the model. */
+void coord_quota_of(struct coord *c, const char *owner, struct sched_quota *q, const char **group);
 
 /* coord_retain.c */
 /* Makes c->jobs reach id upto, with NULL for the ids that have no job (deleted). */

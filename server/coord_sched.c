@@ -528,20 +528,26 @@ void coord_schedule(struct coord *c, int64_t now)
         int nmax = j->spec.nmax;
         if (j->preempting)
             nmax = j->spec.nmin; /* its victims shrink to make room for MIN, not for MAX */
-        int64_t quota = coord_user_quota(c, j->owner);
-        if (quota > 0) {
-            int64_t held = coord_slots_of(c, j->owner);
-            int64_t fit = (quota - held) / j->spec.nproc;
-            if (fit < j->spec.nmin) {
-                pos++;
-                coord_wait_set(
-                    j, "Quota", pos, "user %s holds %lld of its %lld slots; the job needs %d more",
-                    j->owner, (long long)held, (long long)quota, j->spec.nmin * j->spec.nproc);
-                continue;
-            }
-            if (fit < nmax)
-                nmax = (int)fit;
+        struct sched_quota qt;
+        const char *grp;
+        int bound;
+        coord_quota_of(c, j->owner, &qt, &grp);
+        int fit = sched_quota_nodes(&qt, j->spec.nproc, nmax, &bound);
+        if (fit < j->spec.nmin) {
+            pos++;
+            if (bound == SCHED_QUOTA_GROUP)
+                coord_wait_set(j, "Quota", pos,
+                               "group %s (of user %s) holds %lld of its %lld slots; the job needs "
+                               "%d more",
+                               grp, j->owner, qt.group_held, qt.group_max,
+                               j->spec.nmin * j->spec.nproc);
+            else
+                coord_wait_set(j, "Quota", pos,
+                               "user %s holds %lld of its %lld slots; the job needs %d more",
+                               j->owner, qt.user_held, qt.user_max, j->spec.nmin * j->spec.nproc);
+            continue;
         }
+        nmax = fit;
         /* the nodes its node_selector rules out */
         const json_t *sel = j->spec.node_selector;
         int selective = sel && json_object_size(sel) > 0, eligible = 0;
@@ -619,9 +625,11 @@ void coord_schedule(struct coord *c, int64_t now)
                 any_exited = 1;
         if (any_exited)
             continue; /* finishing: do not disturb */
-        int64_t quota = coord_user_quota(c, j->owner);
-        if (quota > 0 && coord_slots_of(c, j->owner) + j->spec.nproc > quota)
-            continue; /* growing would pass its owner's quota */
+        struct sched_quota qt;
+        const char *grp;
+        coord_quota_of(c, j->owner, &qt, &grp);
+        if (sched_quota_nodes(&qt, j->spec.nproc, 1, NULL) < 1)
+            continue; /* growing would pass its owner's quota, or its group's */
         struct sched_job sj = coord_sched_job(j, j->spec.nmax);
         for (size_t ni = 0; ni < k.n; ni++) {
             if (!sched_node_fits(&sj, &k.sn[ni]) || k.sn[ni].free_slots >= pending_min_nproc)

@@ -1,6 +1,6 @@
 /*
- * coord_users.c - users and who may see what: the users table (loaded at start, changed by
- * admins), resolving a bearer token to a principal, the first admin, and the owner checks
+ * coord_users.c - users and who may see what: the users table and the groups' quotas (loaded
+ * at start, changed by admins), resolving a bearer token to a principal, the first admin, and the owner checks
  * of a job.
  *
  * Invariants:
@@ -25,7 +25,8 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 
-#define USERS_MAX 10000
+#define USERS_MAX  10000
+#define GROUPS_MAX 10000
 
 static int coord_user_index(struct coord *c, const char *name)
 {
@@ -46,6 +47,21 @@ static int coord_role_field(const json_t *body, enum role *role, int *given, str
         return rc;
     if (auth_role_parse(s, role) != 0)
         return err_set(err, DDP_EINVAL, "field 'role': '%.32s' is not admin, user or viewer", s);
+    return 0;
+}
+
+/* Reads the optional field "group" of body: "" (no group) or a name of validate_name();
+ * *group is left as it is when absent. */
+static int coord_group_field(const json_t *body, const char **group, struct ddp_err *err)
+{
+    const char *s = NULL;
+    int rc = jsonx_get_string(body, "group", 0, &s, err);
+    if (rc || !s)
+        return rc;
+    if (*s && !validate_name(s))
+        return err_set(err, DDP_EINVAL,
+                       "field 'group': must be \"\" or 1..63 characters of [A-Za-z0-9._-]");
+    *group = s;
     return 0;
 }
 
@@ -74,19 +90,45 @@ static int coord_user_load(void *ctx, const struct store_user *u)
     snprintf(d->hash, sizeof(d->hash), "%s", u->token_hash);
     d->created_at = u->created_at;
     d->max_slots = u->max_slots > 0 ? u->max_slots : 0;
+    snprintf(d->group, sizeof(d->group), "%s", u->group && validate_name(u->group) ? u->group : "");
+    return 0;
+}
+
+static int coord_group_index(struct coord *c, const char *name)
+{
+    for (size_t i = 0; i < c->ngroups; i++)
+        if (strcmp(c->groups[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int coord_group_load(void *ctx, const char *name, int64_t max_slots)
+{
+    struct coord *c = ctx;
+    if (!name || !validate_name(name)) {
+        log_error("groups table: skipping the malformed row of '%.64s'", name ? name : "");
+        return 0;
+    }
+    XGROW(c->groups, c->ngroups + 1, c->capgroups, 8);
+    struct group *g = &c->groups[c->ngroups++];
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    g->max_slots = max_slots > 0 ? max_slots : 0;
     return 0;
 }
 
 int coord_users_load(struct coord *c, struct ddp_err *err)
 {
-    return store_load_users(c->store, coord_user_load, c, err);
+    int rc = store_load_users(c->store, coord_user_load, c, err);
+    if (!rc)
+        rc = store_load_groups(c->store, coord_group_load, c, err);
+    return rc;
 }
 
 static int coord_user_write(struct coord *c, void *ctx, struct ddp_err *e)
 {
     const struct user *u = ctx;
-    struct store_user row = {u->name, auth_role_name(u->role), u->hash, u->created_at,
-                             u->max_slots};
+    struct store_user row = {u->name, auth_role_name(u->role), u->hash, u->created_at, u->max_slots,
+                             u->group};
     return store_user_put(c->store, &row, e);
 }
 
@@ -178,8 +220,8 @@ static json_t *coord_user_json(struct coord *c, const struct user *u)
     char t[40];
     time_format_rfc3339(u->created_at, t, sizeof(t));
     (void)c;
-    return json_pack("{s:s, s:s, s:s, s:I}", "name", u->name, "role", auth_role_name(u->role),
-                     "created_at", t, "max_slots", (json_int_t)u->max_slots);
+    return json_pack("{s:s, s:s, s:s, s:I, s:s}", "name", u->name, "role", auth_role_name(u->role),
+                     "created_at", t, "max_slots", (json_int_t)u->max_slots, "group", u->group);
 }
 
 /* {"user": {...}, "token": token} */
@@ -198,12 +240,15 @@ int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
     enum role role = ROLE_USER;
     int64_t max_slots = 0;
     int given;
-    static const char *const keys[] = {"name", "role", "max_slots", NULL};
+    const char *group = "";
+    static const char *const keys[] = {"name", "role", "max_slots", "group", NULL};
     int rc = jsonx_check_keys(body, keys, "user", err);
     if (!rc)
         rc = jsonx_get_string(body, "name", 1, &name, err);
     if (!rc)
         rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
+    if (!rc)
+        rc = coord_group_field(body, &group, err);
     if (rc)
         return rc;
     if (!validate_name(name))
@@ -216,6 +261,7 @@ int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
         return err_set(err, DDP_EINTERNAL, "no randomness for the token");
     struct user u = {.role = role, .max_slots = max_slots};
     snprintf(u.name, sizeof(u.name), "%s", name);
+    snprintf(u.group, sizeof(u.group), "%s", group);
     auth_hash(token, u.hash);
     pthread_mutex_lock(&c->mu);
     u.created_at = coord_wall(c, now);
@@ -304,7 +350,8 @@ int coord_user_rotate(struct coord *c, const char *name, const struct principal 
 int coord_user_update(struct coord *c, const char *name, const json_t *body, int64_t now,
                       char **out, struct ddp_err *err)
 {
-    static const char *const keys[] = {"role", "max_slots", NULL};
+    static const char *const keys[] = {"role", "max_slots", "group", NULL};
+    const char *group = NULL;
     int64_t max_slots = -1;
     enum role role = ROLE_USER;
     int role_given = 0;
@@ -315,6 +362,8 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
         rc = jsonx_get_int(body, "max_slots", 0, 0, 1 << 30, &max_slots, err);
     if (!rc)
         rc = coord_role_field(body, &role, &role_given, err);
+    if (!rc)
+        rc = coord_group_field(body, &group, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&c->mu);
@@ -329,13 +378,15 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
             u.role = role;
         if (max_slots >= 0)
             u.max_slots = max_slots;
+        if (group)
+            snprintf(u.group, sizeof(u.group), "%s", group);
         rc = coord_user_put(c, &u, i, err);
         if (!rc) {
             json_t *o = json_pack("{s:o}", "user", coord_user_json(c, &u));
             *out = jsonx_dumps(o);
             json_decref(o);
-            log_info("user changed name=%s role=%s max_slots=%lld", u.name, auth_role_name(u.role),
-                     (long long)u.max_slots);
+            log_info("user changed name=%s role=%s max_slots=%lld group=%s", u.name,
+                     auth_role_name(u.role), (long long)u.max_slots, u.group);
             coord_schedule(c, now); /* a raised quota may start waiting jobs */
         }
     }
@@ -343,10 +394,138 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
     return rc;
 }
 
-int64_t coord_user_quota(struct coord *c, const char *owner)
+static json_t *coord_group_json(struct coord *c, const char *name, int64_t max_slots)
 {
+    json_t *members = json_array();
+    int64_t used = 0;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (strcmp(c->users[i].group, name) == 0) {
+            json_array_append_new(members, json_string(c->users[i].name));
+            used += coord_slots_of(c, c->users[i].name);
+        }
+    return json_pack("{s:s, s:I, s:I, s:o}", "name", name, "max_slots", (json_int_t)max_slots,
+                     "slots_used", (json_int_t)used, "users", members);
+}
+
+/* 1 when some user names group name, or it has a row. */
+static int coord_group_known(struct coord *c, const char *name)
+{
+    if (coord_group_index(c, name) >= 0)
+        return 1;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (strcmp(c->users[i].group, name) == 0)
+            return 1;
+    return 0;
+}
+
+int coord_groups_list(struct coord *c, char **out, struct ddp_err *err)
+{
+    (void)err;
+    json_t *arr = json_array();
+    pthread_mutex_lock(&c->mu);
+    /* the groups with a quota, then those only named by users (no limit), each once */
+    for (size_t i = 0; i < c->ngroups; i++)
+        json_array_append_new(arr, coord_group_json(c, c->groups[i].name, c->groups[i].max_slots));
+    for (size_t i = 0; i < c->nusers; i++) {
+        const char *g = c->users[i].group;
+        int seen = !*g || coord_group_index(c, g) >= 0;
+        for (size_t k = 0; !seen && k < i; k++)
+            seen = strcmp(c->users[k].group, g) == 0;
+        if (!seen)
+            json_array_append_new(arr, coord_group_json(c, g, 0));
+    }
+    pthread_mutex_unlock(&c->mu);
+    json_t *o = json_pack("{s:o}", "groups", arr);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    return 0;
+}
+
+int coord_group_get(struct coord *c, const char *name, char **out, struct ddp_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    int gi = coord_group_index(c, name);
+    if (!coord_group_known(c, name)) {
+        rc = err_set(err, DDP_ENOTFOUND, "group %.64s not found", name);
+    } else {
+        json_t *o = json_pack("{s:o}", "group",
+                              coord_group_json(c, name, gi >= 0 ? c->groups[gi].max_slots : 0));
+        *out = jsonx_dumps(o);
+        json_decref(o);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+struct coord_group_row {
+    const char *name;
+    int64_t max_slots;
+};
+
+static int coord_group_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    const struct coord_group_row *g = ctx;
+    return store_group_put(c->store, g->name, g->max_slots, e);
+}
+
+int coord_group_put(struct coord *c, const char *name, const json_t *body, int64_t now, char **out,
+                    struct ddp_err *err)
+{
+    static const char *const keys[] = {"max_slots", NULL};
+    int64_t max_slots = 0;
+    int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
+    if (!rc)
+        rc = jsonx_check_keys(body, keys, NULL, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "max_slots", 1, 0, 1 << 30, &max_slots, err);
+    if (rc)
+        return rc;
+    struct ddp_err e;
+    pthread_mutex_lock(&c->mu);
+    int gi = coord_group_index(c, name);
+    struct coord_group_row row = {name, max_slots};
+    if (gi < 0 && c->ngroups >= GROUPS_MAX) {
+        rc = err_set(err, DDP_ELIMIT, "at most %d groups", GROUPS_MAX);
+    } else if (coord_txn_run(c, coord_group_write, &row, &e) != 0) {
+        log_error("cannot record group %s: %s", name, e.msg);
+        rc = err_set(err, DDP_EINTERNAL, "cannot record the group: %s", e.msg);
+    } else {
+        if (gi < 0) {
+            XGROW(c->groups, c->ngroups + 1, c->capgroups, 8);
+            gi = (int)c->ngroups++;
+            snprintf(c->groups[gi].name, sizeof(c->groups[gi].name), "%s", name);
+        }
+        c->groups[gi].max_slots = max_slots;
+        json_t *o = json_pack("{s:o}", "group", coord_group_json(c, name, max_slots));
+        *out = jsonx_dumps(o);
+        json_decref(o);
+        log_info("group changed name=%s max_slots=%lld", name, (long long)max_slots);
+        coord_schedule(c, now); /* a raised quota may start waiting jobs */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void coord_quota_of(struct coord *c, const char *owner, struct sched_quota *q, const char **group)
+{
+    memset(q, 0, sizeof(*q));
+    *group = "";
     int i = coord_user_index(c, owner);
-    return i < 0 ? 0 : c->users[i].max_slots;
+    if (i < 0)
+        return;
+    q->user_max = c->users[i].max_slots;
+    if (q->user_max > 0)
+        q->user_held = coord_slots_of(c, owner);
+    const char *g = c->users[i].group;
+    int gi = *g ? coord_group_index(c, g) : -1;
+    if (gi < 0 || c->groups[gi].max_slots <= 0)
+        return;
+    *group = c->groups[gi].name;
+    q->group_max = c->groups[gi].max_slots;
+    for (size_t k = 0; k < c->nusers; k++)
+        if (strcmp(c->users[k].group, g) == 0)
+            q->group_held += coord_slots_of(c, c->users[k].name);
 }
 
 int64_t coord_slots_of(struct coord *c, const char *owner)

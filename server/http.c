@@ -80,6 +80,9 @@ static const struct route http_routes[] = {
     {"DELETE", "/v1/users/{}", AUTH_ADMIN, "", api_users_remove},
     {"PATCH", "/v1/users/{}", AUTH_ADMIN, "", api_users_update},
     {"POST", "/v1/users/{}:rotate-token", AUTH_VIEWER, "", api_users_rotate},
+    {"GET", "/v1/groups", AUTH_ADMIN, "", api_groups_list},
+    {"GET", "/v1/groups/{}", AUTH_ADMIN, "", api_groups_get},
+    {"PUT", "/v1/groups/{}", AUTH_ADMIN, "", api_groups_put},
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
 
@@ -116,6 +119,9 @@ static const char *const http_route_names[HTTP_NROUTES] = {
     "/v1/users/{name}",
     "/v1/users/{name}",
     "/v1/users/{name}:rotate-token",
+    "/v1/groups",
+    "/v1/groups/{name}",
+    "/v1/groups/{name}",
 };
 
 struct ddpd_server {

@@ -10,6 +10,8 @@
  *   3. Node ranks follow that order; group rank 0 serves MASTER_PORT, the lowest port of its
  *      range that no other live job uses on it and that is not the port this job's
  *      previous generation used there.
+ *   4. Quotas (sched_quota_nodes): a job takes at most the nodes that keep its owner's slots
+ *      and its owner's group's slots within their max_slots; below MIN it waits.
  * Invariant: the result depends only on the inputs (no clock, no randomness).
  */
 #include "server/sched.h"
@@ -36,6 +38,33 @@ int sched_pick_port(const struct sched_node *node)
             return p;
     }
     return 0;
+}
+
+int sched_quota_nodes(const struct sched_quota *q, int nproc, int nmax, int *bound)
+{
+    long long n = nmax;
+    int by = SCHED_QUOTA_NONE;
+    if (nproc < 1)
+        nproc = 1;
+    if (q->user_max > 0) {
+        long long left = q->user_max - q->user_held;
+        long long fit = left > 0 ? left / nproc : 0;
+        if (fit < n) {
+            n = fit;
+            by = SCHED_QUOTA_USER;
+        }
+    }
+    if (q->group_max > 0) {
+        long long left = q->group_max - q->group_held;
+        long long fit = left > 0 ? left / nproc : 0;
+        if (fit <= n && fit < nmax) {
+            n = fit;
+            by = SCHED_QUOTA_GROUP;
+        }
+    }
+    if (bound)
+        *bound = by;
+    return (int)n;
 }
 
 int sched_gpus_per_proc(int gpus_per_proc, int node_gpus)

@@ -57,6 +57,22 @@ struct sched_placement {
 int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
                 struct sched_placement *out);
 
+/* Quotas of a job's owner: its own and its group's (max 0 = no limit), and the slots their
+ * live jobs hold now (held ones of this job not included). */
+struct sched_quota {
+    long long user_max, user_held;
+    long long group_max, group_held;
+};
+
+enum { SCHED_QUOTA_NONE = 0, SCHED_QUOTA_USER = 1, SCHED_QUOTA_GROUP = 2 };
+
+/* The most nodes (nproc slots each, nproc >= 1) a job may take, at most nmax, so that neither
+ * its owner's slots nor its group's pass their quota: min(nmax, (max - held) / nproc of each
+ * quota set), never below 0. *bound (may be NULL) says which quota gave the result when it is
+ * below nmax: SCHED_QUOTA_USER, SCHED_QUOTA_GROUP (the group's when both give the same), or
+ * SCHED_QUOTA_NONE. A pure function. */
+int sched_quota_nodes(const struct sched_quota *q, int nproc, int nmax, int *bound);
+
 /* The lowest port of node's range that is neither used nor avoided, or 0 if none. */
 int sched_pick_port(const struct sched_node *node);
 

@@ -65,9 +65,10 @@ static const char *const store_sql[ST_COUNT] = {
                     "admin_state, admin_reason, labels) "
                     "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
     [ST_NODE_DELETE] = "DELETE FROM nodes WHERE name = ?1",
-    [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at, max_slots) "
-                    "VALUES (?1,?2,?3,?4,?5)",
+    [ST_USER_PUT] = "INSERT OR REPLACE INTO users (name, role, token_hash, created_at, max_slots, "
+                    "group_name) VALUES (?1,?2,?3,?4,?5,?6)",
     [ST_USER_DELETE] = "DELETE FROM users WHERE name = ?1",
+    [ST_GROUP_PUT] = "INSERT OR REPLACE INTO groups (name, max_slots) VALUES (?1,?2)",
     [ST_JOB_DATA] = "UPDATE jobs SET log_seq = MAX(log_seq, ?2), metric_seq = MAX(metric_seq, ?3), "
                     "last_metrics = COALESCE(?4, last_metrics) WHERE id = ?1",
     [ST_EVENTS] = "SELECT seq, time, generation, state, reason FROM events "
@@ -108,8 +109,9 @@ static const char *const store_sql[ST_COUNT] = {
                       "FROM nodes ORDER BY name",
     [ST_LOAD_MARKS] = "SELECT job_id, generation, rank, last_seq FROM marks "
                       "ORDER BY job_id, generation, rank",
-    [ST_LOAD_USERS] = "SELECT name, role, token_hash, created_at, max_slots FROM users "
-                      "ORDER BY name",
+    [ST_LOAD_USERS] = "SELECT name, role, token_hash, created_at, max_slots, group_name "
+                      "FROM users ORDER BY name",
+    [ST_LOAD_GROUPS] = "SELECT name, max_slots FROM groups ORDER BY name",
 };
 
 static void q_int(struct store *st, int w, int i, int64_t v)
@@ -465,7 +467,15 @@ int store_user_put(struct store *st, const struct store_user *u, struct ddp_err 
     q_text(st, s, 3, u->token_hash);
     q_int(st, s, 4, u->created_at);
     q_int(st, s, 5, u->max_slots);
+    q_text(st, s, 6, u->group ? u->group : "");
     return store_step_done(st, ST_USER_PUT, err);
+}
+
+int store_group_put(struct store *st, const char *name, int64_t max_slots, struct ddp_err *err)
+{
+    q_text(st, ST_GROUP_PUT, 1, name);
+    q_int(st, ST_GROUP_PUT, 2, max_slots);
+    return store_step_done(st, ST_GROUP_PUT, err);
 }
 
 int store_user_delete(struct store *st, const char *name, struct ddp_err *err)
@@ -571,8 +581,24 @@ int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_e
             .token_hash = q_col_text(st, s, 2),
             .created_at = q_col_int(st, s, 3),
             .max_slots = q_col_int(st, s, 4),
+            .group = q_col_text(st, s, 5),
         };
         rc = fn(ctx, &u);
+        if (rc)
+            break;
+    }
+    if (!rc && r < 0)
+        rc = r;
+    q_reset(st, s);
+    return rc;
+}
+
+int store_load_groups(struct store *st, store_group_fn fn, void *ctx, struct ddp_err *err)
+{
+    int s = ST_LOAD_GROUPS;
+    int rc = 0, r;
+    while ((r = q_step(st, s, err)) == 1) {
+        rc = fn(ctx, q_col_text(st, s, 0), q_col_int(st, s, 1));
         if (rc)
             break;
     }

@@ -63,6 +63,7 @@ struct store_user {
     const char *token_hash;
     int64_t created_at;
     int64_t max_slots; /* 0: no limit */
+    const char *group; /* "" or NULL: in no group */
 };
 
 /* Opens (creating) the database at path, sets WAL + synchronous=FULL and applies the
@@ -117,6 +118,8 @@ int store_node_delete(struct store *st, const char *name, struct ddp_err *err);
 /* Inserts or replaces the user of u->name. */
 int store_user_put(struct store *st, const struct store_user *u, struct ddp_err *err);
 int store_user_delete(struct store *st, const char *name, struct ddp_err *err);
+/* Inserts or replaces the group name with its quota (0: no limit). */
+int store_group_put(struct store *st, const char *name, int64_t max_slots, struct ddp_err *err);
 
 /* Loading at start: calls fn once per row (rows borrowed for the call); a non-zero return
  * from fn stops the walk and is returned. */
@@ -128,6 +131,8 @@ int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err
 int store_load_nodes(struct store *st, store_node_fn fn, void *ctx, struct ddp_err *err);
 int store_load_marks(struct store *st, store_mark_fn fn, void *ctx, struct ddp_err *err);
 int store_load_users(struct store *st, store_user_fn fn, void *ctx, struct ddp_err *err);
+typedef int (*store_group_fn)(void *ctx, const char *name, int64_t max_slots);
+int store_load_groups(struct store *st, store_group_fn fn, void *ctx, struct ddp_err *err);
 
 /* Reads for the GET calls. Each writes a new JSON array to *out (caller decrefs). Times
  * come out as RFC 3339 strings. rank < 0 means every rank. */

@@ -31,6 +31,7 @@ enum {
     ST_NODE_DELETE,
     ST_USER_PUT,
     ST_USER_DELETE,
+    ST_GROUP_PUT,
     ST_JOB_DATA,
     ST_EVENTS,
     ST_METRICS,
@@ -50,6 +51,7 @@ enum {
     ST_LOAD_NODES,
     ST_LOAD_MARKS,
     ST_LOAD_USERS,
+    ST_LOAD_GROUPS,
     ST_COUNT
 };
 

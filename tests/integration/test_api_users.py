@@ -155,6 +155,13 @@ def test_role_matrix():
             ("POST /v1/users/{other}:rotate-token",
              lambda t, w: api.post("/v1/users/tgt:rotate-token", token=t),
              dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("GET /v1/groups", lambda t, w: api.get("/v1/groups", token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("PUT /v1/groups/{name}",
+             lambda t, w: api.request("PUT", "/v1/groups/grp", {"max_slots": 8}, token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
+            ("GET /v1/groups/{name}", lambda t, w: api.get("/v1/groups/grp", token=t),
+             dict(U, admin=OK, owner=E403, other=E403, viewer=E403)),
             ("POST /v1/nodes:register",
              lambda t, w: api.post("/v1/nodes:register", {
                  "name": fresh("reg"), "address": "127.0.0.1", "slots": 1,

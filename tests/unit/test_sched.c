@@ -209,6 +209,38 @@ static void test_sched_gpus_auto_is_one_per_worker(void **state)
     assert_int_equal(sched_place(&bad, &n, 1, &p), DDP_EINVAL);
 }
 
+static void test_sched_quota_user_and_group(void **state)
+{
+    int by = -1;
+    /* no quota: MAX */
+    struct sched_quota none = {0, 0, 0, 0};
+    assert_int_equal(sched_quota_nodes(&none, 4, 3, &by), 3);
+    assert_int_equal(by, SCHED_QUOTA_NONE);
+    /* user 16 holding 8, 4 slots a node: 2 nodes left */
+    struct sched_quota user = {16, 8, 0, 0};
+    assert_int_equal(sched_quota_nodes(&user, 4, 3, &by), 2);
+    assert_int_equal(by, SCHED_QUOTA_USER);
+    /* the group is tighter: 10 of 16 held by the group's jobs leave 1 node of 4 */
+    struct sched_quota group = {16, 8, 16, 10};
+    assert_int_equal(sched_quota_nodes(&group, 4, 3, &by), 1);
+    assert_int_equal(by, SCHED_QUOTA_GROUP);
+    /* the group full (another user holds it all): 0, and it names the group */
+    struct sched_quota full = {0, 0, 4, 4};
+    assert_int_equal(sched_quota_nodes(&full, 2, 2, &by), 0);
+    assert_int_equal(by, SCHED_QUOTA_GROUP);
+    /* over its quota (lowered while running): 0, never negative */
+    struct sched_quota over = {4, 8, 0, 0};
+    assert_int_equal(sched_quota_nodes(&over, 1, 5, &by), 0);
+    assert_int_equal(by, SCHED_QUOTA_USER);
+    /* quotas that leave MAX or more bind nothing */
+    struct sched_quota loose = {100, 0, 100, 50};
+    assert_int_equal(sched_quota_nodes(&loose, 2, 4, &by), 4);
+    assert_int_equal(by, SCHED_QUOTA_NONE);
+    /* raising the group's quota lets the job fit */
+    full.group_max = 8;
+    assert_int_equal(sched_quota_nodes(&full, 2, 2, NULL), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_sched_gpus_zero_uses_slots_only),
         cmocka_unit_test(test_sched_gpu_job_never_on_cpu_node),
         cmocka_unit_test(test_sched_gpus_auto_is_one_per_worker),
+        cmocka_unit_test(test_sched_quota_user_and_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
