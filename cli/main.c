@@ -110,14 +110,19 @@ static const struct cli_cmd cli_cmds[] = {
      "  -o name        the node names only, one a line; -o wide: with REGISTERED, LABELS\n",
      cmd_nodes},
     {"users",
-     "users list | add NAME [--role R] [--token-out F] | remove NAME | rotate-token NAME "
-     "[--token-out F]",
+     "users list | add NAME [--role R] [--group G] [--token-out F] | set NAME [--role R] "
+     "[--max-slots N] [--group G] | remove NAME | rotate-token NAME [--token-out F]",
      "manage users and their tokens (admin; rotate-token also for yourself)",
      "  --role R        admin, user (default) or viewer (reads every job, changes none)\n"
      "  --max-slots N   quota: slots the user's jobs may hold at once (0: no limit)\n"
+     "  --group G       the user's group, whose quota its jobs count against ('' for none)\n"
      "  --token-out F   where the new token goes (default NAME.token here), mode 0600;\n"
      "                  an existing file is replaced\n",
      cmd_users},
+    {"groups", "groups list | set NAME --max-slots N",
+     "the groups' quotas: slots all their users' jobs may hold at once (admin)",
+     "  --max-slots N   the group's quota (0: no limit); raising it starts waiting jobs\n",
+     cmd_groups},
     {"whoami", "whoami", "show the user and role of your token", "", cmd_whoami},
     {"watch", "watch JOB", "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
      "On a terminal: a live progress bar per epoch with loss and throughput, redrawn in\n"

@@ -14,7 +14,7 @@ _ddpctl()
         cword=$COMP_CWORD
     fi
 
-    local commands="submit list status cancel delete update logs nodes users whoami watch wait help"
+    local commands="submit list status cancel delete update logs nodes users groups whoami watch wait help"
     local global="--server --token-file -o --output --help --version"
     local common="--server --token-file -o --output --help"
 
@@ -45,7 +45,7 @@ _ddpctl()
         ;;
     --server | --name | --nnodes | --nproc-per-node | --max-restarts | --env | --max-runtime | \
         --grace | --hang-timeout | --priority | --node-selector | --preempt-grace | --gpus-per-proc | \
-        --idempotency-key | --rank | --tail | --timeout | --reason | --max-slots)
+        --idempotency-key | --rank | --tail | --timeout | --reason | --max-slots | --group)
         return
         ;;
     esac
@@ -98,9 +98,16 @@ _ddpctl()
         fi
         ;;
     users)
-        opts="--role --max-slots --token-out"
+        opts="--role --max-slots --group --token-out"
         if [[ $cur != -* && $((cword - cmd_at)) -eq 1 ]]; then
-            COMPREPLY=($(compgen -W "list add remove rotate-token" -- "$cur"))
+            COMPREPLY=($(compgen -W "list add set remove rotate-token" -- "$cur"))
+            return
+        fi
+        ;;
+    groups)
+        opts="--max-slots"
+        if [[ $cur != -* && $((cword - cmd_at)) -eq 1 ]]; then
+            COMPREPLY=($(compgen -W "list set" -- "$cur"))
             return
         fi
         ;;
