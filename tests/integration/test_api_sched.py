@@ -5,7 +5,9 @@
 - priorities: a later high-priority job starts before an earlier one; `ddpctl list` and
   `status` say why the others wait (reason and queue position); `ddpctl update` reorders;
   a user may not raise its priority above --max-user-priority;
-- a user's quota: a job past it waits with reason Quota until an admin raises it.
+- a user's quota: a job past it waits with reason Quota until an admin raises it;
+- a group's quota: two users of one group share it; the second's job waits with Quota naming
+  the group until an admin raises the group's quota (`ddpctl groups set`).
 """
 from api_sim import Api, SimNode, beat_all, cluster, run_tests, wait_for
 from cli_util import ctl, ctl_env
@@ -103,6 +105,54 @@ def test_quota_waits_until_raised():
         r = ctl(c, "users", "set", "alice", "--max-slots", "4")
         assert r.rc == 0 and "max slots 4" in r.out, r
         api.wait_state(b.json["id"], "RUNNING", poke=n.beat)
+
+
+def test_group_quota_waits_until_raised():
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        n = SimNode(api, "na", slots=8)
+        n.register()
+        toks = {}
+        for u in ("alice", "bob"):
+            r = ctl(c, "users", "add", u, "--group", "ml", "--token-out", c.tmp + "/%s.token" % u)
+            assert r.rc == 0, r
+            toks[u] = open(c.tmp + "/%s.token" % u).read().strip()
+        r = ctl(c, "users", "set", "bob", "--group", "ml")
+        assert r.rc == 0 and "group ml" in r.out, r
+        r = ctl(c, "groups", "set", "ml", "--max-slots", "2")
+        assert r.rc == 0 and "max slots 2" in r.out, r
+        # a user outside the group is not held back by it
+        r = ctl(c, "users", "add", "carol", "--token-out", c.tmp + "/carol.token")
+        assert r.rc == 0, r
+        a = api.post("/v1/jobs", {"command": ["w"], "nproc_per_node": 2}, token=toks["alice"])
+        assert a.status == 201, a
+        api.wait_state(a.json["id"], "RUNNING", poke=n.beat)
+        b = api.post("/v1/jobs", {"command": ["w"], "nproc_per_node": 2}, token=toks["bob"])
+        assert b.status == 201, b
+        p = wait_for("bob's job waits", lambda: api.get("/v1/jobs/" + b.json["id"],
+                                                        token=toks["bob"]).json.get("pending"),
+                     timeout=10)
+        assert p["reason"] == "Quota" and "group ml" in p["message"], p
+        assert "holds 2 of its 2 slots" in p["message"], p
+        r = ctl(c, "groups", "list")
+        assert r.rc == 0, r
+        row = [ln.split() for ln in r.out.splitlines() if ln.startswith("ml ")]
+        assert row and row[0][1:4] == ["2", "2", "alice,bob"], r
+        g = api.get("/v1/groups/ml").json["group"]
+        assert g == {"name": "ml", "max_slots": 2, "slots_used": 2,
+                     "users": ["alice", "bob"]}, g
+        # only an admin sets a group's quota; a bad one is a 400 naming the field
+        a2 = api.request("PUT", "/v1/groups/ml", {"max_slots": 8}, token=toks["alice"])
+        assert a2.status == 403, a2
+        a2 = api.request("PUT", "/v1/groups/ml", {"max_slots": -1})
+        assert a2.status == 400 and "max_slots" in a2.json["error"]["message"], a2
+        a2 = api.request("PATCH", "/v1/users/bob", {"group": "no way"})
+        assert a2.status == 400 and "'group'" in a2.json["error"]["message"], a2
+        r = ctl(c, "groups", "set", "ml", "--max-slots", "4")
+        assert r.rc == 0 and "max slots 4" in r.out, r
+        api.wait_state(b.json["id"], "RUNNING", poke=n.beat)
+        r = ctl(c, "users", "list")
+        assert any(ln.split()[:4] == ["bob", "user", "-", "ml"] for ln in r.out.splitlines()), r
 
 
 def test_labels_of_real_agents_and_node_selector():
