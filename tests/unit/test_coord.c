@@ -761,6 +761,81 @@ static void test_coord_quota(void **state)
     expect_state(f, 2, "RUNNING", "on 1 node");
 }
 
+/* Group quotas: alice and bob of group ml share its 4 slots; bob's elastic job gets only the
+ * nodes the group leaves (partial placement), a second one waits with Quota naming the group,
+ * and raising the group's quota starts it. */
+static void test_coord_group_quota(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 2, "inc-1");
+    reg(f, "node-b", 2, "inc-1");
+    reg(f, "node-c", 2, "inc-1");
+    char *out = NULL;
+    const char *users[] = {"{\"name\":\"alice\",\"group\":\"ml\"}",
+                           "{\"name\":\"bob\",\"group\":\"ml\"}"};
+    for (int i = 0; i < 2; i++) {
+        json_t *body = parse(users[i]);
+        assert_int_equal(coord_user_add(f->c, body, f->now, &out, NULL), 0);
+        json_decref(body);
+        free(out);
+    }
+    json_t *body = parse("{\"max_slots\":4}");
+    assert_int_equal(coord_group_put(f->c, "ml", body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    struct principal alice = {PRINCIPAL_USER, ROLE_USER, "alice"};
+    struct principal bob = {PRINCIPAL_USER, ROLE_USER, "bob"};
+    int created = 0;
+    body = parse("{\"command\":[\"w\"],\"nproc_per_node\":2}");
+    assert_int_equal(coord_submit(f->c, body, &alice, NULL, f->now, &out, &created, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_state(f, 1, "RUNNING", "on 1 node");
+    body = parse("{\"command\":[\"w\"],\"nnodes\":\"1:3\",\"nproc_per_node\":2}");
+    assert_int_equal(coord_submit(f->c, body, &bob, NULL, f->now, &out, &created, NULL), 0);
+    free(out);
+    expect_state(f, 2, "RUNNING", "on 1 node (world size 2)"); /* 2 of the group's 4 left */
+    assert_int_equal(coord_submit(f->c, body, &bob, NULL, f->now, &out, &created, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_pending(f, 3, "Quota", 1, "group ml (of user bob) holds 4 of its 4 slots");
+    assert_int_equal(coord_group_get(f->c, "ml", &out, NULL), 0);
+    assert_non_null(strstr(out, "\"slots_used\":4"));
+    free(out);
+    body = parse("{\"max_slots\":6}");
+    assert_int_equal(coord_group_put(f->c, "ml", body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    expect_state(f, 3, "RUNNING", "on 1 node");
+}
+
+/* GPUs held by a running job are not free for the next: on a node with 4 GPUs (its gpus label)
+ * and 8 slots, a 2 x 2-GPU job runs, a second waits for Resources naming the GPUs, a job of
+ * gpus_per_proc 0 still fits by slots, and a GPU job never goes to the CPU node. */
+static void test_coord_gpus_held_by_jobs(void **state)
+{
+    struct fx *f = *state;
+    char *out = NULL;
+    json_t *body = parse("{\"name\":\"node-g\",\"address\":\"10.0.0.9\",\"slots\":8,"
+                         "\"incarnation\":\"inc-1\",\"labels\":{\"gpus\":\"4\"}}");
+    assert_int_equal(coord_register(f->c, body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    reg(f, "node-a", 8, "inc-1"); /* no gpus label: a CPU node */
+    int64_t a = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2,\"gpus_per_proc\":2}");
+    expect_state(f, a, "RUNNING", "on 1 node");
+    json_t *j = job(f, a);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "nodes"), 0), "name")),
+        "node-g");
+    json_decref(j);
+    int64_t b = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":1,\"gpus_per_proc\":1}");
+    expect_pending(f, b, "Resources", 1, "1 GPUs each (gpus_per_proc 1 x 1 workers");
+    int64_t z = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2,\"gpus_per_proc\":0,"
+                          "\"node_selector\":{\"gpus\":\"4\"}}");
+    expect_state(f, z, "RUNNING", "on 1 node"); /* node-g's 6 free slots, no GPU needed */
+}
+
 /* node_selector: a job runs only on nodes whose labels match; one no node can satisfy says
  * so (NodeSelector); labels come with the registration and survive a reopen. */
 static void test_coord_node_selector(void **state)
@@ -1099,6 +1174,41 @@ static void reopen(struct fx *f)
     coord_close(f->c);
     f->c = NULL;
     assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+}
+
+/* A user's group and a group's quota are kept in the database (migration 005). */
+static void test_coord_groups_survive_reopen(void **state)
+{
+    struct fx *f = *state;
+    char *out = NULL;
+    json_t *body = parse("{\"name\":\"alice\",\"group\":\"ml\"}");
+    assert_int_equal(coord_user_add(f->c, body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    body = parse("{\"max_slots\":16}");
+    assert_int_equal(coord_group_put(f->c, "ml", body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    body = parse("{\"max_slots\":2}");
+    assert_int_equal(coord_group_put(f->c, "empty", body, f->now, &out, NULL), 0);
+    json_decref(body);
+    free(out);
+    reopen(f);
+    assert_int_equal(coord_groups_list(f->c, &out, NULL), 0);
+    assert_non_null(
+        strstr(out, "{\"name\":\"empty\",\"max_slots\":2,\"slots_used\":0,\"users\":[]}"));
+    assert_non_null(strstr(out, "{\"name\":\"ml\",\"max_slots\":16,\"slots_used\":0,"
+                                "\"users\":[\"alice\"]}"));
+    free(out);
+    assert_int_equal(coord_users_list(f->c, &out, NULL), 0);
+    assert_non_null(strstr(out, "\"group\":\"ml\""));
+    free(out);
+    struct ddp_err e;
+    assert_int_equal(coord_group_get(f->c, "nobody", &out, &e), DDP_ENOTFOUND);
+    body = parse("{\"group\":\"bad name\"}");
+    assert_int_equal(coord_user_update(f->c, "alice", body, f->now, &out, &e), DDP_EINVAL);
+    json_decref(body);
+    assert_non_null(strstr(e.msg, "field 'group'"));
 }
 
 static void test_coord_root_cause_node_lost_after_peer_exit(void **state)
@@ -2069,6 +2179,9 @@ int main(void)
         T(test_coord_backoff_and_uncharged_failures),
         T(test_coord_cordon_and_drain),
         T(test_coord_quota),
+        T(test_coord_group_quota),
+        T(test_coord_gpus_held_by_jobs),
+        T(test_coord_groups_survive_reopen),
         T(test_coord_node_selector),
         T(test_coord_preemption_shrinks_first),
         T(test_coord_preemption_notice),
