@@ -472,7 +472,7 @@ static int coord_fitting(const struct cand *k, const int *reserved, const char *
 }
 
 /* " and 4 GPUs each (gpus_per_proc 2 x 2 workers; ...)" for a job that asks GPUs, else ""
- * (auto counts GPUs too, 1 per worker on a GPU node, but never rules a node out). */
+ * (auto counts GPUs too, 1 per worker on a GPU node, and is not named: a CPU node fits it). */
 static void coord_gpu_need(const struct job *j, char *buf, size_t len)
 {
     buf[0] = '\0';
