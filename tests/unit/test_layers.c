@@ -27,22 +27,6 @@
 #define TEST_LAYERS_TORCH_PY "layers_torch.py"
 #endif
 
-static float *rand_array(struct rng *r, size_t n, float scale)
-{
-    float *a = malloc(n * sizeof(float) + 1);
-    assert_non_null(a);
-    for (size_t i = 0; i < n; i++)
-        a[i] = (2.0f * rng_uniform(r) - 1.0f) * scale;
-    return a;
-}
-
-static float *zeros(size_t n)
-{
-    float *a = calloc(n + 1, sizeof(float));
-    assert_non_null(a);
-    return a;
-}
-
 static double dot(const float *a, const float *b, size_t n)
 {
     double s = 0.0;
@@ -90,12 +74,12 @@ static void conv_case_new(struct conv_case *k, size_t n, int cin, int h, int w, 
     rng_seed(&r, seed);
     assert_int_equal(conv2d_init(&k->c, cin, h, w, cout, ks, stride, pad, &err), 0);
     k->n = n;
-    k->x = rand_array(&r, n * conv2d_in_count(&k->c), 1.0f);
-    k->w = rand_array(&r, conv2d_weight_count(&k->c), 0.5f);
-    k->b = rand_array(&r, (size_t)cout, 0.5f);
-    k->r = rand_array(&r, n * conv2d_out_count(&k->c), 1.0f);
-    k->y = zeros(n * conv2d_out_count(&k->c));
-    k->col = zeros(conv2d_col_count(&k->c));
+    k->x = torchref_rand(&r, n * conv2d_in_count(&k->c), 1.0f);
+    k->w = torchref_rand(&r, conv2d_weight_count(&k->c), 0.5f);
+    k->b = torchref_rand(&r, (size_t)cout, 0.5f);
+    k->r = torchref_rand(&r, n * conv2d_out_count(&k->c), 1.0f);
+    k->y = torchref_zeros(n * conv2d_out_count(&k->c));
+    k->col = torchref_zeros(conv2d_col_count(&k->c));
 }
 
 static void conv_case_free(struct conv_case *k)
@@ -130,8 +114,8 @@ static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int
     struct conv_case k;
     conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 11);
     size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
-    float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
-    float *gx = zeros(nx), *gw = zeros(nw), *gb = zeros((size_t)cout);
+    float *dx = torchref_zeros(nx), *dw = torchref_zeros(nw), *db = torchref_zeros((size_t)cout);
+    float *gx = torchref_zeros(nx), *gw = torchref_zeros(nw), *gb = torchref_zeros((size_t)cout);
     conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
     conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
     conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
@@ -187,12 +171,12 @@ static void test_layers_pool_finite_diff(void **state)
     assert_int_equal(pool2d_init(&k.p, 3, 7, 8, 2, &err), 0);
     k.n = 2;
     size_t nx = k.n * pool2d_in_count(&k.p), ny = k.n * pool2d_out_count(&k.p);
-    k.x = rand_array(&r, nx, 1.0f);
-    k.r = rand_array(&r, ny, 1.0f);
-    k.y = zeros(ny);
+    k.x = torchref_rand(&r, nx, 1.0f);
+    k.r = torchref_rand(&r, ny, 1.0f);
+    k.y = torchref_zeros(ny);
     k.arg = calloc(ny, sizeof(int32_t));
     assert_non_null(k.arg);
-    float *dx = zeros(nx), *gx = zeros(nx);
+    float *dx = torchref_zeros(nx), *gx = torchref_zeros(nx);
     pool2d_forward(&k.p, k.x, k.n, k.y, k.arg);
     pool2d_backward(&k.p, k.r, k.n, k.arg, dx);
     /* A step well below the gaps between random inputs keeps every window's maximum. */
@@ -228,13 +212,14 @@ static void test_layers_linear_relu_finite_diff(void **state)
     struct rng r;
     rng_seed(&r, 13);
     size_t nx = k.n * (size_t)k.in, nw = (size_t)(k.in * k.out), ny = k.n * (size_t)k.out;
-    k.x = rand_array(&r, nx, 1.0f);
-    k.w = rand_array(&r, nw, 0.5f);
-    k.b = rand_array(&r, (size_t)k.out, 0.5f);
-    k.r = rand_array(&r, ny, 1.0f);
-    k.y = zeros(ny);
-    float *dy = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)k.out);
-    float *gx = zeros(nx), *gw = zeros(nw), *gb = zeros((size_t)k.out);
+    k.x = torchref_rand(&r, nx, 1.0f);
+    k.w = torchref_rand(&r, nw, 0.5f);
+    k.b = torchref_rand(&r, (size_t)k.out, 0.5f);
+    k.r = torchref_rand(&r, ny, 1.0f);
+    k.y = torchref_zeros(ny);
+    float *dy = torchref_zeros(ny), *dx = torchref_zeros(nx), *dw = torchref_zeros(nw),
+          *db = torchref_zeros((size_t)k.out);
+    float *gx = torchref_zeros(nx), *gw = torchref_zeros(nw), *gb = torchref_zeros((size_t)k.out);
     lin_loss(&k);
     memcpy(dy, k.r, ny * sizeof(float));
     relu_backward(k.y, dy, ny);
@@ -273,10 +258,10 @@ static void test_layers_xent_finite_diff(void **state)
     struct rng r;
     rng_seed(&r, 14);
     size_t nz = k.n * (size_t)k.classes;
-    k.z = rand_array(&r, nz, 2.0f);
-    k.tmp = zeros(nz);
+    k.z = torchref_rand(&r, nz, 2.0f);
+    k.tmp = torchref_zeros(nz);
     k.y = labels;
-    float *dz = zeros(nz), *gz = zeros(nz);
+    float *dz = torchref_zeros(nz), *gz = torchref_zeros(nz);
     xent_loss(&k);
     softmax_xent_backward(k.tmp, k.y, k.n, k.classes, dz);
     numeric_grad(xent_loss, &k, k.z, nz, 1e-2f, gz);
@@ -296,7 +281,7 @@ static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, 
     conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 21);
     size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
     size_t ny = n * conv2d_out_count(&k.c);
-    float *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)cout);
+    float *dx = torchref_zeros(nx), *dw = torchref_zeros(nw), *db = torchref_zeros((size_t)cout);
     conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
     conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
     conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
@@ -346,8 +331,8 @@ static void test_layers_pool_torch(void **state)
     rng_seed(&r, 22);
     assert_int_equal(pool2d_init(&p, 3, 9, 8, 2, &err), 0);
     size_t n = 3, nx = n * pool2d_in_count(&p), ny = n * pool2d_out_count(&p);
-    float *x = rand_array(&r, nx, 1.0f), *dy = rand_array(&r, ny, 1.0f);
-    float *y = zeros(ny), *dx = zeros(nx);
+    float *x = torchref_rand(&r, nx, 1.0f), *dy = torchref_rand(&r, ny, 1.0f);
+    float *y = torchref_zeros(ny), *dx = torchref_zeros(nx);
     int32_t *arg = calloc(ny, sizeof(int32_t));
     assert_non_null(arg);
     pool2d_forward(&p, x, n, y, arg);
@@ -380,9 +365,10 @@ static void test_layers_linear_torch(void **state)
     size_t n = 6;
     int in = 50, out = 7;
     size_t nx = n * (size_t)in, nw = (size_t)(in * out), ny = n * (size_t)out;
-    float *x = rand_array(&r, nx, 1.0f), *w = rand_array(&r, nw, 0.3f);
-    float *b = rand_array(&r, (size_t)out, 0.3f), *dy = rand_array(&r, ny, 1.0f);
-    float *y = zeros(ny), *dx = zeros(nx), *dw = zeros(nw), *db = zeros((size_t)out);
+    float *x = torchref_rand(&r, nx, 1.0f), *w = torchref_rand(&r, nw, 0.3f);
+    float *b = torchref_rand(&r, (size_t)out, 0.3f), *dy = torchref_rand(&r, ny, 1.0f);
+    float *y = torchref_zeros(ny), *dx = torchref_zeros(nx), *dw = torchref_zeros(nw),
+          *db = torchref_zeros((size_t)out);
     linear_forward(x, n, in, out, w, b, y);
     linear_backward_params(x, n, in, out, dy, dw, db);
     linear_backward_input(n, in, out, w, dy, dx);
@@ -414,8 +400,8 @@ static void test_layers_relu_torch(void **state)
     struct rng r;
     rng_seed(&r, 24);
     size_t n = 40;
-    float *x = rand_array(&r, n, 1.0f), *dy = rand_array(&r, n, 1.0f);
-    float *y = zeros(n), *dx = zeros(n);
+    float *x = torchref_rand(&r, n, 1.0f), *dy = torchref_rand(&r, n, 1.0f);
+    float *y = torchref_zeros(n), *dx = torchref_zeros(n);
     memcpy(y, x, n * sizeof(float));
     relu_forward(y, n);
     memcpy(dx, dy, n * sizeof(float));
@@ -448,7 +434,7 @@ static void test_layers_xent_torch(void **state)
     int classes = 10;
     size_t nz = n * (size_t)classes;
     uint8_t labels[8] = {3, 0, 9, 9, 1, 5, 7, 2};
-    float *z = rand_array(&r, nz, 3.0f), *p = zeros(nz), *dz = zeros(nz);
+    float *z = torchref_rand(&r, nz, 3.0f), *p = torchref_zeros(nz), *dz = torchref_zeros(nz);
     memcpy(p, z, nz * sizeof(float));
     double loss = softmax_xent_forward(p, labels, n, classes);
     softmax_xent_backward(p, labels, n, classes, dz);

@@ -26,22 +26,6 @@
 #define TEST_LAYERS_TORCH_PY "layers_torch.py"
 #endif
 
-static float *rand_array(struct rng *r, size_t n, float scale)
-{
-    float *a = malloc(n * sizeof(float) + 1);
-    assert_non_null(a);
-    for (size_t i = 0; i < n; i++)
-        a[i] = (2.0f * rng_uniform(r) - 1.0f) * scale;
-    return a;
-}
-
-static float *zeros(size_t n)
-{
-    float *a = calloc(n + 1, sizeof(float));
-    assert_non_null(a);
-    return a;
-}
-
 /* One layer under test: forward(ctx) writes y (ny floats) from the inputs. */
 struct lcase {
     void (*forward)(struct lcase *k);
@@ -69,7 +53,7 @@ static void check_fd(const char *what, struct lcase *k, float *p, size_t n, cons
                      float eps, double tol)
 {
     double mag = 0.0;
-    float *num = zeros(n);
+    float *num = torchref_zeros(n);
     for (size_t i = 0; i < n; i++) {
         float keep = p[i];
         p[i] = keep + eps;
@@ -115,13 +99,13 @@ static void ln_case(struct lcase *k, struct rng *r, size_t n, int c)
     k->n = n;
     k->c = c;
     k->ny = n * (size_t)c;
-    k->x = rand_array(r, k->ny, 2.0f);
-    k->w = rand_array(r, (size_t)c, 1.0f);
-    k->bias = rand_array(r, (size_t)c, 1.0f);
-    k->r = rand_array(r, k->ny, 1.0f);
-    k->y = zeros(k->ny);
-    k->mean = zeros(n);
-    k->rstd = zeros(n);
+    k->x = torchref_rand(r, k->ny, 2.0f);
+    k->w = torchref_rand(r, (size_t)c, 1.0f);
+    k->bias = torchref_rand(r, (size_t)c, 1.0f);
+    k->r = torchref_rand(r, k->ny, 1.0f);
+    k->y = torchref_zeros(k->ny);
+    k->mean = torchref_zeros(n);
+    k->rstd = torchref_zeros(n);
 }
 
 static void att_case(struct lcase *k, struct rng *r, size_t b, int t, int c, int heads)
@@ -133,10 +117,10 @@ static void att_case(struct lcase *k, struct rng *r, size_t b, int t, int c, int
     k->c = c;
     k->heads = heads;
     k->ny = b * (size_t)t * (size_t)c;
-    k->qkv = rand_array(r, 3 * k->ny, 1.0f);
-    k->att = zeros(b * (size_t)heads * (size_t)t * (size_t)t);
-    k->r = rand_array(r, k->ny, 1.0f);
-    k->y = zeros(k->ny);
+    k->qkv = torchref_rand(r, 3 * k->ny, 1.0f);
+    k->att = torchref_zeros(b * (size_t)heads * (size_t)t * (size_t)t);
+    k->r = torchref_rand(r, k->ny, 1.0f);
+    k->y = torchref_zeros(k->ny);
 }
 
 static void emb_case(struct lcase *k, struct rng *r, size_t b, int t, int c, int tmax)
@@ -148,14 +132,14 @@ static void emb_case(struct lcase *k, struct rng *r, size_t b, int t, int c, int
     k->c = c;
     k->tmax = tmax;
     k->ny = b * (size_t)t * (size_t)c;
-    k->wte = rand_array(r, 256 * (size_t)c, 1.0f);
-    k->wpe = rand_array(r, (size_t)tmax * (size_t)c, 1.0f);
+    k->wte = torchref_rand(r, 256 * (size_t)c, 1.0f);
+    k->wpe = torchref_rand(r, (size_t)tmax * (size_t)c, 1.0f);
     k->tok = malloc(b * (size_t)t);
     assert_non_null(k->tok);
     for (size_t i = 0; i < b * (size_t)t; i++)
         k->tok[i] = (uint8_t)(i % 3 == 0 ? 7 : rng_below(r, 256)); /* repeats: accumulation */
-    k->r = rand_array(r, k->ny, 1.0f);
-    k->y = zeros(k->ny);
+    k->r = torchref_rand(r, k->ny, 1.0f);
+    k->y = torchref_zeros(k->ny);
 }
 
 static void lcase_free(struct lcase *k)
@@ -182,7 +166,7 @@ static void test_layernorm_finite_diff(void **state)
     struct lcase k;
     ln_case(&k, &r, 5, 12);
     k.forward(&k);
-    float *dx = zeros(k.ny), *dw = zeros(12), *db = zeros(12);
+    float *dx = torchref_zeros(k.ny), *dw = torchref_zeros(12), *db = torchref_zeros(12);
     layernorm_backward(k.x, k.n, k.c, k.w, k.mean, k.rstd, k.r, dx, dw, db);
     check_fd("layernorm dx", &k, k.x, k.ny, dx, 1e-2f, 1e-2);
     check_fd("layernorm dw", &k, k.w, 12, dw, 1e-2f, 1e-2);
@@ -206,10 +190,10 @@ static void test_gelu_finite_diff(void **state)
     memset(&k, 0, sizeof(k));
     k.forward = gelu_fwd;
     k.ny = 200;
-    k.x = rand_array(&r, k.ny, 4.0f);
-    k.r = rand_array(&r, k.ny, 1.0f);
-    k.y = zeros(k.ny);
-    float *dx = zeros(k.ny);
+    k.x = torchref_rand(&r, k.ny, 4.0f);
+    k.r = torchref_rand(&r, k.ny, 1.0f);
+    k.y = torchref_zeros(k.ny);
+    float *dx = torchref_zeros(k.ny);
     gelu_backward(k.x, k.r, dx, k.ny);
     check_fd("gelu dx", &k, k.x, k.ny, dx, 1e-2f, 1e-2);
     lcase_free(&k);
@@ -227,7 +211,7 @@ static void test_attention_finite_diff(void **state)
     /* causality: the first position's output is its own v */
     for (int j = 0; j < 8; j++)
         assert_true(fabsf(k.y[j] - k.qkv[16 + j]) < 1e-6f);
-    float *dqkv = zeros(3 * k.ny), *scratch = zeros(25);
+    float *dqkv = torchref_zeros(3 * k.ny), *scratch = torchref_zeros(25);
     attention_backward(k.qkv, k.att, k.r, k.b, k.t, k.c, k.heads, dqkv, scratch);
     check_fd("attention dqkv", &k, k.qkv, 3 * k.ny, dqkv, 1e-2f, 1e-2);
     free(dqkv);
@@ -243,7 +227,7 @@ static void test_embedding_finite_diff(void **state)
     struct lcase k;
     emb_case(&k, &r, 3, 4, 6, 5);
     k.forward(&k);
-    float *dwte = zeros(256 * 6), *dwpe = zeros(5 * 6);
+    float *dwte = torchref_zeros(256 * 6), *dwpe = torchref_zeros(5 * 6);
     embedding_backward(k.tok, k.b, k.t, (size_t)k.t, k.c, k.r, dwte, dwpe);
     check_fd("embedding dwte", &k, k.wte, 256 * 6, dwte, 1e-2f, 1e-2);
     check_fd("embedding dwpe", &k, k.wpe, 5 * 6, dwpe, 1e-2f, 1e-2);
@@ -271,7 +255,7 @@ static void test_layernorm_torch(void **state)
     struct lcase k;
     ln_case(&k, &r, 17, 48);
     k.forward(&k);
-    float *dx = zeros(k.ny), *dw = zeros(48), *db = zeros(48);
+    float *dx = torchref_zeros(k.ny), *dw = torchref_zeros(48), *db = torchref_zeros(48);
     layernorm_backward(k.x, k.n, k.c, k.w, k.mean, k.rstd, k.r, dx, dw, db);
     struct torchref_dir d;
     torchref_dir_new(&d);
@@ -302,8 +286,8 @@ static void test_gelu_torch(void **state)
     struct rng r;
     rng_seed(&r, 12);
     size_t n = 1000;
-    float *x = rand_array(&r, n, 6.0f), *dy = rand_array(&r, n, 1.0f);
-    float *y = zeros(n), *dx = zeros(n);
+    float *x = torchref_rand(&r, n, 6.0f), *dy = torchref_rand(&r, n, 1.0f);
+    float *y = torchref_zeros(n), *dx = torchref_zeros(n);
     gelu_forward(x, y, n);
     gelu_backward(x, dy, dx, n);
     struct torchref_dir d;
@@ -333,7 +317,7 @@ static void test_attention_torch(void **state)
     struct lcase k;
     att_case(&k, &r, 3, 16, 32, 4);
     k.forward(&k);
-    float *dqkv = zeros(3 * k.ny), *scratch = zeros(256);
+    float *dqkv = torchref_zeros(3 * k.ny), *scratch = torchref_zeros(256);
     attention_backward(k.qkv, k.att, k.r, k.b, k.t, k.c, k.heads, dqkv, scratch);
     struct torchref_dir d;
     torchref_dir_new(&d);
@@ -361,7 +345,7 @@ static void test_embedding_torch(void **state)
     struct lcase k;
     emb_case(&k, &r, 4, 9, 16, 12);
     k.forward(&k);
-    float *dwte = zeros(256 * 16), *dwpe = zeros(12 * 16);
+    float *dwte = torchref_zeros(256 * 16), *dwpe = torchref_zeros(12 * 16);
     embedding_backward(k.tok, k.b, k.t, (size_t)k.t, k.c, k.r, dwte, dwpe);
     struct torchref_dir d;
     torchref_dir_new(&d);

@@ -122,3 +122,19 @@ void torchref_compare(const struct torchref_dir *d, const char *what, const char
     torchref_check_close(what, ours, theirs, n, TORCHREF_RTOL);
     free(theirs);
 }
+
+float *torchref_rand(struct rng *r, size_t n, float scale)
+{
+    float *a = malloc(n * sizeof(float) + sizeof(float));
+    assert_non_null(a);
+    for (size_t i = 0; i < n; i++)
+        a[i] = (2.0f * rng_uniform(r) - 1.0f) * scale;
+    return a;
+}
+
+float *torchref_zeros(size_t n)
+{
+    float *a = calloc(n + 1, sizeof(float));
+    assert_non_null(a);
+    return a;
+}

@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include "ddp/rng.h"
+
 #ifndef TEST_PYTHON
 #define TEST_PYTHON "/usr/bin/python3"
 #endif
@@ -44,5 +46,10 @@ void torchref_check_close(const char *what, const float *got, const float *want,
 /* Reads n floats of name and checks ours against them with TORCHREF_RTOL. */
 void torchref_compare(const struct torchref_dir *d, const char *what, const char *name,
                       const float *ours, size_t n);
+
+/* n floats uniform in [-scale, scale) from r, and n zeros: arrays for a layer's inputs and
+ * outputs (caller frees; one float more than asked, so that n may be 0). */
+float *torchref_rand(struct rng *r, size_t n, float scale);
+float *torchref_zeros(size_t n);
 
 #endif
