@@ -431,7 +431,11 @@ static void watch_on_metric(struct watch *w, const json_t *rec)
         watch_add(&line, " loss %.4f", v);
     if (w->have_acc)
         watch_add(&line, " test_acc %.4f", w->acc);
-    if (cli_num(m, "samples_per_s", &v))
+    if (cli_num(m, "val_loss", &v)) /* a language model (ddp-worker's GPT) */
+        watch_add(&line, " val_loss %.4f", v);
+    if (cli_num(m, "tokens_per_s", &v))
+        watch_add(&line, " tokens/s %.0f", v);
+    else if (cli_num(m, "samples_per_s", &v))
         watch_add(&line, " samples/s %.0f", v);
     if (cli_num(m, "time_s", &v))
         watch_add(&line, " time %.1fs", v);
@@ -572,6 +576,8 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             printf(", loss %.4f", v);
         if (cli_num(m, "test_acc", &v))
             printf(", test acc %.4f", v);
+        if (cli_num(m, "val_loss", &v))
+            printf(", val loss %.4f", v);
         printf(", %lld restarts%s%s\n", (long long)cli_int(job, "restarts", 0),
                reason[0] ? ": " : "", reason);
     }

@@ -237,11 +237,14 @@ struct epoch_sums {
     double train_s;
 };
 
-/* A language model's reports carry the step and a fractional epoch. */
+/* A language model's reports carry the global step and a fractional epoch; one between
+ * epochs is also a step report of the metrics line's contract (docs/api.md: `step` and
+ * `steps` of the epoch under way, `epoch` the epochs done). */
 struct report_at {
-    uint32_t epoch;   /* 0-based epoch being trained */
-    double progress;  /* epochs done, fractional: the dashboard's x */
-    int end_of_epoch; /* 1: the epoch's own report */
+    uint32_t epoch;     /* 0-based epoch being trained */
+    double progress;    /* epochs done, fractional: the dashboard's x */
+    int end_of_epoch;   /* 1: the epoch's own report */
+    size_t step, steps; /* between epochs: steps done of the epoch's steps */
 };
 
 /* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
@@ -641,7 +644,9 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
         if (r->mi->ops->evaluate &&
             (at_max || (!last && o->eval_every > 0 && r->step % (uint64_t)o->eval_every == 0))) {
             struct report_at at = {.epoch = epoch,
-                                   .progress = (double)epoch + (double)(k + 1) / (double)nsteps};
+                                   .progress = (double)epoch + (double)(k + 1) / (double)nsteps,
+                                   .step = k + 1,
+                                   .steps = nsteps};
             code = evaluate_and_report(r, &at, sums, err);
             if (code)
                 return code;
@@ -697,14 +702,19 @@ static void report_text(struct run *r, const struct report_at *at, const double 
            at->epoch + 1, o->epochs, (unsigned long long)r->step, loss, val, ppl, acc, th);
     fflush(stdout);
     if (g->env.metrics_fd >= 0) {
-        char line[640];
+        char where[128], line[768];
+        if (at->end_of_epoch)
+            snprintf(where, sizeof(where), "\"epoch\": %u", at->epoch + 1);
+        else
+            snprintf(where, sizeof(where), "\"epoch\": %u, \"step\": %zu, \"steps\": %zu",
+                     at->epoch, at->step, at->steps);
         snprintf(line, sizeof(line),
-                 "{\"epoch\": %.4f, \"epochs\": %d, \"step\": %llu, \"loss\": %.4f, "
-                 "\"val_loss\": %.4f, \"perplexity\": %.4f, \"next_byte_acc\": %.4f, "
-                 "\"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, \"world_size\": %d, "
-                 "\"generation\": %d, \"time_s\": %.3f}\n",
-                 at->progress, o->epochs, (unsigned long long)r->step, loss, val, ppl, acc, tps,
-                 secs > 0 ? sums[1] / secs : 0.0, g->world_size, g->env.generation, secs);
+                 "{%s, \"epochs\": %d, \"epoch_progress\": %.4f, \"global_step\": %llu, "
+                 "\"loss\": %.4f, \"val_loss\": %.4f, \"perplexity\": %.4f, "
+                 "\"next_byte_acc\": %.4f, \"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, "
+                 "\"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
+                 where, o->epochs, at->progress, (unsigned long long)r->step, loss, val, ppl, acc,
+                 tps, secs > 0 ? sums[1] / secs : 0.0, g->world_size, g->env.generation, secs);
         write_metrics(g->env.metrics_fd, line);
     }
 }

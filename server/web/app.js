@@ -509,9 +509,11 @@
         var byEpoch = {};
         metrics.forEach(function (r) {
             var m = r.metric || {};
-            if (typeof m.epoch === 'number' && typeof m[key] === 'number' && isFinite(m[key])) {
-                byEpoch[m.epoch] = { x: m.epoch, y: m[key],
-                                     label: 'epoch ' + m.epoch + ' (gen ' + r.generation + ')' };
+            /* epoch_progress: a report between epochs (a language model's), as a fraction */
+            var x = typeof m.epoch_progress === 'number' ? m.epoch_progress : m.epoch;
+            if (typeof x === 'number' && typeof m[key] === 'number' && isFinite(m[key])) {
+                byEpoch[x] = { x: x, y: m[key],
+                               label: 'epoch ' + x + ' (gen ' + r.generation + ')' };
             }
         });
         return Object.keys(byEpoch).map(function (k) { return byEpoch[k]; })
