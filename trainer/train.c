@@ -1,6 +1,13 @@
 /*
  * train.c - the training loop of ddp-worker.
  *
+ * One file although over 900 lines: every phase below reads and writes the one struct run
+ * (the group, the model instance, the reducer, the sharded optimizer, the sampler, the
+ * checkpoint state), and splitting them would put that struct in a header every piece
+ * shares. The pieces with no run state live apart already (trainer/zero.c, text.c,
+ * blas_core.c, the models and optimizers); the reports (evaluate_text, report_text) are the
+ * next to go once they take their figures as arguments.
+ *
  * Order of a run (every rank):
  *   1. load the data (exit 3 on bad data), build the model (the MLP or the CNN) from the
  *      seed (identical on every rank), check its shape against the data (exit 2 naming
