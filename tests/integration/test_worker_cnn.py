@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from worker_util import WORKER, Checks, read_floats, rel_diff, run_ok, tempdir
+from worker_util import WORKER, Checks, check_equivalence, read_floats, run_ok, tempdir
 
 B = 8
 STEPS = 20
@@ -21,36 +21,7 @@ COMMON = ["--model", MODEL, "--data", "synthetic:1024:784:10", "--seed", "7",
 
 
 def equivalence(c, work):
-    steps = ["--max-steps", str(STEPS), "--epochs", "3"]
-    refs = {}
-    for w in (2, 4):
-        dump = "%s/ref%d.bin" % (work, w)
-        run_ok(work, 1, COMMON + steps + ["--batch-size", str(w * B), "--dump-params", dump],
-               tag="ref%d" % w)
-        refs[w] = read_floats(dump)
-    small = "%s/refsmall.bin" % work
-    run_ok(work, 1, COMMON + steps + ["--batch-size", str(B), "--dump-params", small],
-           tag="small")
-    for w, overlap, cap in ((2, True, "0.0002"), (4, True, "0.0002"), (2, False, "25")):
-        tag = "w%d-%s" % (w, "ov" if overlap else "noov")
-        dump = work + "/" + tag + ".rank{rank}.bin"
-        args = COMMON + steps + ["--batch-size", str(B), "--bucket-cap-mb", cap,
-                                 "--dump-params", dump]
-        if not overlap:
-            args.append("--no-overlap")
-        _, errs = run_ok(work, w, args, tag=tag)
-        nb = [l for l in errs[0].splitlines() if "buckets=" in l]
-        buckets = int(nb[0].split("buckets=")[1].split()[0]) if nb else -1
-        c.check("%s: %d buckets" % (tag, buckets), buckets >= 3 if overlap else buckets == 1)
-        p0 = read_floats(dump.replace("{rank}", "0"))
-        pl = read_floats(dump.replace("{rank}", str(w - 1)))
-        c.check("%s: ranks 0 and %d bit-identical" % (tag, w - 1), p0 == pl)
-        mx, nrm = rel_diff(p0, refs[w])
-        c.check("%s: vs 1 process with batch %d: max rel %.2e, norm rel %.2e"
-                % (tag, w * B, mx, nrm), mx < 1e-5 and nrm < 1e-5)
-    mx, _ = rel_diff(read_floats(small), refs[2])
-    c.check("batch %d vs %d differ (max rel %.2e): the check can fail" % (B, 2 * B, mx),
-            mx > 1e-3)
+    check_equivalence(c, work, COMMON, B, STEPS, ("0.0002", "25"))
 
 
 def resume(c, work):

@@ -13,7 +13,7 @@ import random
 import shutil
 import subprocess
 
-from worker_util import WORKER, Checks, Ranks, read_floats, rel_diff, run_ok, tempdir
+from worker_util import WORKER, Checks, check_equivalence, Ranks, read_floats, run_ok, tempdir
 
 B = 4
 STEPS = 20
@@ -45,37 +45,7 @@ def common(work, opt):
 
 
 def equivalence(c, work, opt):
-    steps = ["--max-steps", str(STEPS), "--epochs", "3"]
-    args0 = common(work, opt)
-    refs = {}
-    for w in (2, 4):
-        dump = "%s/%s-ref%d.bin" % (work, opt, w)
-        run_ok(work, 1, args0 + steps + ["--batch-size", str(w * B), "--dump-params", dump],
-               tag="%s-ref%d" % (opt, w))
-        refs[w] = read_floats(dump)
-    small = "%s/%s-small.bin" % (work, opt)
-    run_ok(work, 1, args0 + steps + ["--batch-size", str(B), "--dump-params", small],
-           tag=opt + "-small")
-    for w, overlap, cap in ((2, True, "0.01"), (4, True, "0.01"), (2, False, "25")):
-        tag = "%s-w%d-%s" % (opt, w, "ov" if overlap else "noov")
-        dump = work + "/" + tag + ".rank{rank}.bin"
-        args = args0 + steps + ["--batch-size", str(B), "--bucket-cap-mb", cap,
-                                "--dump-params", dump]
-        if not overlap:
-            args.append("--no-overlap")
-        _, errs = run_ok(work, w, args, tag=tag)
-        nb = [l for l in errs[0].splitlines() if "buckets=" in l]
-        buckets = int(nb[0].split("buckets=")[1].split()[0]) if nb else -1
-        c.check("%s: %d buckets" % (tag, buckets), buckets >= 3 if overlap else buckets == 1)
-        p0 = read_floats(dump.replace("{rank}", "0"))
-        pl = read_floats(dump.replace("{rank}", str(w - 1)))
-        c.check("%s: ranks 0 and %d bit-identical" % (tag, w - 1), p0 == pl)
-        mx, nrm = rel_diff(p0, refs[w])
-        c.check("%s: vs 1 process with batch %d: max rel %.2e, norm rel %.2e"
-                % (tag, w * B, mx, nrm), mx < 1e-5 and nrm < 1e-5)
-    mx, _ = rel_diff(read_floats(small), refs[2])
-    c.check("%s: batch %d vs %d differ (max rel %.2e): the check can fail" % (opt, B, 2 * B, mx),
-            mx > 1e-3)
+    check_equivalence(c, work, common(work, opt), B, STEPS, ("0.01", "25"), name=opt)
 
 
 def resume(c, work):

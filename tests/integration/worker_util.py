@@ -162,3 +162,40 @@ class Checks:
 
 def tempdir(prefix):
     return tempfile.mkdtemp(prefix=prefix)
+
+
+def check_equivalence(c, work, args, batch, steps, caps, name=""):
+    """DDP equivalence of a model: W = 2 and 4 ranks of batch B after `steps` steps give the
+    parameters of one process of batch W*B (relative 1e-5), with overlap on (bucket cap
+    caps[0]: several buckets) and off (caps[1]: one), every rank bit-identical; one process
+    of batch B lands far off (the check can fail). name prefixes the checks and tags."""
+    pre = name + "-" if name else ""
+    lim = ["--max-steps", str(steps), "--epochs", "3"]
+    refs = {}
+    for w in (2, 4):
+        dump = "%s/%sref%d.bin" % (work, pre, w)
+        run_ok(work, 1, args + lim + ["--batch-size", str(w * batch), "--dump-params", dump],
+               tag="%sref%d" % (pre, w))
+        refs[w] = read_floats(dump)
+    small = "%s/%ssmall.bin" % (work, pre)
+    run_ok(work, 1, args + lim + ["--batch-size", str(batch), "--dump-params", small],
+           tag=pre + "small")
+    for w, overlap, cap in ((2, True, caps[0]), (4, True, caps[0]), (2, False, caps[1])):
+        tag = "%sw%d-%s" % (pre, w, "ov" if overlap else "noov")
+        dump = work + "/" + tag + ".rank{rank}.bin"
+        a = args + lim + ["--batch-size", str(batch), "--bucket-cap-mb", cap, "--dump-params", dump]
+        if not overlap:
+            a.append("--no-overlap")
+        _, errs = run_ok(work, w, a, tag=tag)
+        nb = [l for l in errs[0].splitlines() if "buckets=" in l]
+        buckets = int(nb[0].split("buckets=")[1].split()[0]) if nb else -1
+        c.check("%s: %d buckets" % (tag, buckets), buckets >= 3 if overlap else buckets == 1)
+        p0 = read_floats(dump.replace("{rank}", "0"))
+        pl = read_floats(dump.replace("{rank}", str(w - 1)))
+        c.check("%s: ranks 0 and %d bit-identical" % (tag, w - 1), p0 == pl)
+        mx, nrm = rel_diff(p0, refs[w])
+        c.check("%s: vs 1 process with batch %d: max rel %.2e, norm rel %.2e"
+                % (tag, w * batch, mx, nrm), mx < 1e-5 and nrm < 1e-5)
+    mx, _ = rel_diff(read_floats(small), refs[2])
+    c.check("%sbatch %d vs %d differ (max rel %.2e): the check can fail"
+            % (name + ": " if name else "", batch, 2 * batch, mx), mx > 1e-3)
