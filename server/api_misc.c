@@ -9,19 +9,36 @@
 #include "common/xalloc.h"
 #include "server/coord.h"
 #include "server/embed.h"
+#include "server/gate.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/replica.h"
 
-/* Liveness: the process is up and answers. */
+/* Liveness: the process is up and answers; a cluster replica adds its role, the leader's
+ * URL when known, and its node (server/replica.h). */
 void api_misc_healthz(struct api_req *r)
 {
-    api_reply_json(r, 200, xstrdup("{\"status\":\"ok\"}"));
+    if (r->role == GATE_SINGLE) {
+        api_reply_json(r, 200, xstrdup("{\"status\":\"ok\"}"));
+        return;
+    }
+    json_t *o = json_pack("{s:s, s:s}", "status", "ok", "role", gate_role_name(r->role));
+    json_object_set_new(o, "leader", r->leader[0] ? json_string(r->leader) : json_null());
+    if (r->replica)
+        replica_describe(r->replica, o);
+    api_reply_json(r, 200, jsonx_dumps(o));
+    json_decref(o);
 }
 
 /* Readiness: 503 naming the part that fails (today the one part is the store) while the last
  * write of the store failed and none succeeded since. */
 void api_misc_readyz(struct api_req *r)
 {
+    if (!r->coord) {
+        api_reply_errf(r, DDP_EUNAVAIL, "this replica is a %s, not the leader%s%s",
+                       gate_role_name(r->role), r->leader[0] ? ": the leader is " : "", r->leader);
+        return;
+    }
     struct coord_health h;
     coord_health(r->coord, &h);
     if (!h.store_ok) {

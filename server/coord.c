@@ -733,8 +733,29 @@ void coord_shutdown(struct coord *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+void coord_retire(struct coord *c)
+{
+    if (!c)
+        return;
+    coord_shutdown(c);
+    pthread_mutex_lock(&c->store_mu);
+    c->retired = 1;
+    pthread_mutex_unlock(&c->store_mu);
+}
+
 int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,
                struct ddp_err *err)
+{
+    struct store *st = NULL;
+    int rc = store_open(db_path, &st, err);
+    if (rc)
+        return rc;
+    return coord_open_store(st, db_path, db_path, opts, now, out, err);
+}
+
+int coord_open_store(struct store *st, const char *db_path, const char *where,
+                     const struct coord_opts *opts, int64_t now, struct coord **out,
+                     struct ddp_err *err)
 {
     struct coord *c = xcalloc(1, sizeof(*c));
     int rc;
@@ -773,16 +794,14 @@ int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, 
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;
     c->wall_offset = time_wall_ms() - now;
     c->version_base = (uint64_t)time_wall_ms();
-    c->db_path = xstrdup(db_path);
-    rc = store_open(db_path, &c->store, err);
-    if (rc)
-        goto out;
+    c->db_path = db_path ? xstrdup(db_path) : NULL;
+    c->store = st;
     rc = coord_load(c, now, err);
     if (!rc)
         rc = coord_users_load(c, err);
     if (rc)
         goto out;
-    log_info("state loaded db=%s jobs=%zu nodes=%zu users=%zu", db_path, c->njobs, c->nnodes,
+    log_info("state loaded db=%s jobs=%zu nodes=%zu users=%zu", where, c->njobs, c->nnodes,
              c->nusers);
     *out = c;
     c = NULL;

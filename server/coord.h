@@ -25,6 +25,7 @@
 #include "server/jobstate.h"
 
 struct coord;
+struct store;
 
 struct coord_opts {
     int64_t node_timeout_ms; /* a node silent this long is LOST (default 5000) */
@@ -47,6 +48,16 @@ struct coord_opts {
  * their silence counted from now. *out is closed with coord_close(). */
 int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,
                struct ddp_err *err);
+/* The same on a store already open (a dqlite one, server/store.h), which the coordinator
+ * takes (closed with it, also when this fails). db_path: the SQLite file whose size
+ * coord_db_bytes() reports, or NULL; where: what the log line names. */
+int coord_open_store(struct store *st, const char *db_path, const char *where,
+                     const struct coord_opts *opts, int64_t now, struct coord **out,
+                     struct ddp_err *err);
+/* For a replica that lost the leadership (server/gate.h): coord_shutdown(), and every
+ * transaction from now on fails with DDP_EUNAVAIL before it begins, so that no call still
+ * running writes once this returns. Reads from memory still answer. */
+void coord_retire(struct coord *c);
 /* Wakes every held heartbeat and frees everything; accepts NULL. No call may be running. */
 void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */

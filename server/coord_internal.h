@@ -205,6 +205,7 @@ struct coord {
     int64_t wall_offset; /* wall ms = now + wall_offset */
     uint64_t version_base;
     int shutting_down;
+    int retired;           /* coord_retire(): every later transaction refused (under store_mu) */
     struct job **jobs;     /* by id - 1; NULL for a deleted id (coord_retain.c) */
     size_t njobs, capjobs; /* njobs: the highest id given out */
     size_t retain_next;    /* the index the next --job-ttl sweep starts at */

@@ -83,7 +83,7 @@ void coord_stats(struct coord *c, int64_t now, struct coord_job_stat **jobs, siz
 int64_t coord_db_bytes(struct coord *c)
 {
     struct stat st;
-    if (stat(c->db_path, &st) != 0)
+    if (c->db_path == NULL || stat(c->db_path, &st) != 0)
         return -1;
     int64_t total = (int64_t)st.st_size;
     char wal[4096];

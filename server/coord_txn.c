@@ -55,6 +55,10 @@ static void coord_health_note(struct coord *c, int rc, const struct ddp_err *e)
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e)
 {
     pthread_mutex_lock(&c->store_mu);
+    if (c->retired) {
+        pthread_mutex_unlock(&c->store_mu);
+        return err_set(e, DDP_EUNAVAIL, "this replica lost the leadership: try the leader");
+    }
     int rc = store_begin(c->store, e);
     if (!rc)
         rc = fn(c, ctx, e);

@@ -429,6 +429,11 @@ static int find_leader(struct dqclient *c, struct ddp_err *err)
                 err_set(&last, DDP_EUNAVAIL, "dqlite %s: knows no leader", c->addrs[i]);
                 continue;
             }
+            if (c->opts.pinned) {
+                err_set(&last, DDP_EUNAVAIL, "dqlite %s: not the leader (%s is)", c->addrs[i],
+                        next);
+                continue;
+            }
             char follow[DQCLIENT_ADDR_MAX];
             if (try_node(c, next, deadline, &is_leader, follow, sizeof follow, &last) != 0)
                 continue;
@@ -502,10 +507,31 @@ int dqclient_reconnect(struct dqclient *c, struct ddp_err *err)
     int rc = find_leader(c, err);
     if (rc == 0)
         rc = register_and_open(c, err);
-    if (rc == 0)
+    if (rc == 0 && !c->opts.pinned)
         rc = learn_members(c, err);
     if (rc != 0)
         drop(c);
+    return rc;
+}
+
+int dqclient_leader_of(const char *addr, const struct dqclient_opts *opts, uint64_t *id,
+                       char *leader, size_t size, struct ddp_err *err)
+{
+    struct dqclient c = {.fd = -1};
+    if (opts != NULL)
+        c.opts = *opts;
+    if (c.opts.timeout_ms <= 0)
+        c.opts.timeout_ms = DEFAULT_TIMEOUT_MS;
+    buf_init_max(&c.out, DQCLIENT_MAX_BODY);
+    buf_init_max(&c.in, DQCLIENT_MAX_BODY);
+    int rc = tcp_connect(addr, c.opts.timeout_ms, &c.fd, err);
+    if (rc == 0) {
+        snprintf(c.node, sizeof c.node, "%s", addr);
+        rc = ask_leader(&c, 1, id, leader, size, err);
+    }
+    drop(&c);
+    buf_release(&c.out);
+    buf_release(&c.in);
     return rc;
 }
 

@@ -54,6 +54,12 @@ struct dqclient_opts {
     int64_t timeout_ms;        /* each connect, read, write; 0: 5000 */
     int64_t leader_timeout_ms; /* finding the leader, all tries; 0: 10000 */
     uint64_t client_id;        /* sent in CLIENT; 0: the process id */
+    /* 1: only the addresses given, each only while it is the leader itself: no member is
+     * learned and a node naming another leader is not followed (the search goes on until
+     * one of the given nodes leads or the deadline). ddpd's coordinator talks to its own
+     * node this way, so that a replica that lost the leadership cannot write through the
+     * new leader. */
+    int pinned;
 };
 
 /* The outcome of a write. */
@@ -88,6 +94,11 @@ struct dqclient_server {
  * left open. */
 int dqclient_open(const char *const *addrs, size_t naddrs, const char *db,
                   const struct dqclient_opts *opts, struct dqclient **out, struct ddp_err *err);
+/* Asks the one node at addr whom it knows as leader, on a connection of its own: *id and
+ * leader (its address; id 0 and "" while the node knows none, during an election or when it
+ * is not a voter). Bounded by opts->timeout_ms (opts may be NULL: 5000). */
+int dqclient_leader_of(const char *addr, const struct dqclient_opts *opts, uint64_t *id,
+                       char *leader, size_t size, struct ddp_err *err);
 /* Closes the connection and frees; accepts NULL. */
 void dqclient_close(struct dqclient *c);
 /* Drops the connection (if any) and finds the leader again, as dqclient_open() did; prepared

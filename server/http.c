@@ -35,6 +35,7 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
+#include "server/gate.h"
 #include "server/metrics.h"
 
 /* Who may call a route (server/auth.h has the roles): nobody needs a token (NONE), a user of
@@ -83,6 +84,9 @@ static const struct route http_routes[] = {
     {"GET", "/v1/groups", AUTH_ADMIN, "", api_groups_list},
     {"GET", "/v1/groups/{}", AUTH_ADMIN, "", api_groups_get},
     {"PUT", "/v1/groups/{}", AUTH_ADMIN, "", api_groups_put},
+    {"GET", "/v1/cluster", AUTH_VIEWER, "", api_cluster_get},
+    {"POST", "/v1/cluster/members", AUTH_ADMIN, "", api_cluster_add},
+    {"DELETE", "/v1/cluster/members/{}", AUTH_ADMIN, "", api_cluster_remove},
 };
 #define HTTP_NROUTES ((int)(sizeof(http_routes) / sizeof(http_routes[0])))
 
@@ -122,11 +126,15 @@ static const char *const http_route_names[HTTP_NROUTES] = {
     "/v1/groups",
     "/v1/groups/{name}",
     "/v1/groups/{name}",
+    "/v1/cluster",
+    "/v1/cluster/members",
+    "/v1/cluster/members/{id}",
 };
 
 struct ddpd_server {
     struct MHD_Daemon *d;
-    struct coord *coord;
+    struct gate *gate;
+    struct replica *replica;
     char *bootstrap_token;
     int port;
 };
@@ -140,6 +148,13 @@ struct http_conn {
     size_t total;    /* bytes of body received, kept or not */
     int too_big;
     struct principal who; /* the caller, resolved once from the headers */
+    /* The coordinator this request entered the gate with (NULL: this replica does not
+     * lead), held until http_completed(), and what the gate said then. */
+    struct coord *coord;
+    struct ddpd_server *server;
+    enum gate_role role;
+    char leader[512];
+    char *target; /* the request target as sent (path and query), for a redirect */
 };
 
 /* Matches path against pattern; on success copies the captured part to param. */
@@ -494,8 +509,11 @@ void http_dispatch(struct api_req *r, const char *authorization, const char *boo
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                            enum MHD_RequestTerminationCode toe)
 {
+    struct ddpd_server *s = cls;
     struct http_conn *hc = *con_cls;
     if (hc) {
+        gate_leave(s->gate, hc->coord);
+        free(hc->target);
         buf_release(&hc->body);
         free(hc);
         *con_cls = NULL;
@@ -510,6 +528,7 @@ static void *http_uri_seen(void *cls, const char *uri, struct MHD_Connection *co
     hc->start_ns = time_mono_ns();
     buf_init_max(&hc->body, HTTP_BODY_MAX);
     hc->encoded_nul = uri && strstr(uri, "%00") != NULL;
+    hc->target = uri ? xstrdup(uri) : NULL;
     return hc;
 }
 
@@ -596,12 +615,44 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r,
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, r->disposition);
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     metrics_http(route, r->method, r->status, time_mono_ns() - hc->start_ns,
                  route >= 0 && http_routes[route].fn == api_nodes_heartbeat);
     log_debug("%s %s -> %d", r->method, r->path, r->status);
     return ret;
+}
+
+/* The routes a replica that does not lead answers itself: liveness, readiness (503 there),
+ * the dashboard's static files. Every other call goes to the leader. */
+static int http_local_route(const char *method, const char *path)
+{
+    if (strcmp(method, "GET") != 0)
+        return 0;
+    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
+           strcmp(path, "/") == 0 || strncmp(path, "/ui/", 4) == 0;
+}
+
+/* A replica that does not lead: 307 to the same call on the leader, or 503 not_leader
+ * (docs/api.md, "Several addresses"). */
+static void http_not_leader(struct api_req *r, struct http_conn *hc, char **location)
+{
+    if (hc->leader[0]) {
+        *location = xasprintf("%s%s", hc->leader, hc->target ? hc->target : r->path);
+        r->location = *location;
+        api_reply_json(r, 307,
+                       xasprintf("{\"error\":{\"code\":\"not_leader\",\"status\":\"UNAVAILABLE\","
+                                 "\"message\":\"this replica does not lead: the leader is %s\","
+                                 "\"leader\":null}}",
+                                 hc->leader));
+        return;
+    }
+    api_reply_json(r, 503,
+                   xstrdup("{\"error\":{\"code\":\"not_leader\",\"status\":\"UNAVAILABLE\","
+                           "\"message\":\"no leader known (an election is under way, or no "
+                           "quorum of the replicas is up)\",\"leader\":null}}"));
 }
 
 static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -620,8 +671,12 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
          * route takes or whose credentials fail is answered now, so nobody without a token
          * makes ddpd buffer a body (libmicrohttpd then reads no more of it and closes). */
         hc->started = 1;
+        hc->coord = gate_enter(s->gate, &hc->role, hc->leader, sizeof(hc->leader));
         struct api_req pre = {
-            .coord = s->coord,
+            .coord = hc->coord,
+            .replica = s->replica,
+            .role = hc->role,
+            .leader = hc->leader,
             .method = method,
             .path = url,
             .encoded_nul = hc->encoded_nul,
@@ -630,6 +685,13 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         };
         char param[1024];
         int route = -1;
+        if (!hc->coord && !http_local_route(method, url)) {
+            char *location = NULL;
+            http_not_leader(&pre, hc, &location);
+            enum MHD_Result ret = http_send(conn, &pre, -1, hc);
+            free(location);
+            return ret;
+        }
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
         if (http_resolve(&pre, auth, s->bootstrap_token, NULL, &route, param, sizeof(param)) < 0)
             return http_send(conn, &pre, route, hc);
@@ -649,7 +711,10 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     struct http_args qa = {.n = 0};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, http_collect_arg, &qa);
     struct api_req r = {
-        .coord = s->coord,
+        .coord = hc->coord,
+        .replica = s->replica,
+        .role = hc->role,
+        .leader = hc->leader,
         .method = method,
         .path = url,
         .args = qa.a,
@@ -678,8 +743,8 @@ static void http_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn_limited(1000, "http: %s", buf); /* a flood of refused connections: one a second */
 }
 
-int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **out,
-               struct ddp_err *err)
+int http_start(const struct http_opts *o, struct gate *g, struct replica *rep,
+               struct ddpd_server **out, struct ddp_err *err)
 {
     struct ddpd_server *s = xcalloc(1, sizeof(*s));
     struct addrinfo hints = {0}, *ai = NULL;
@@ -695,7 +760,8 @@ int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **
                      gai_strerror(gai));
         goto out;
     }
-    s->coord = c;
+    s->gate = g;
+    s->replica = rep;
     s->bootstrap_token = xstrdup(o->bootstrap_token);
     metrics_set_routes(http_route_names, HTTP_NROUTES);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |

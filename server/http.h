@@ -15,6 +15,8 @@
 #define HTTP_BODY_MAX (1024 * 1024)
 
 struct coord;
+struct gate;
+struct replica;
 
 struct ddpd_server;
 
@@ -27,7 +29,11 @@ struct api_arg {
 #define HTTP_QUERY_MAX 16
 
 struct api_req {
-    struct coord *coord;
+    struct coord *coord;     /* NULL only on a replica that does not lead (local routes) */
+    struct replica *replica; /* cluster mode: this replica (server/replica.h), else NULL */
+    int role;                /* enum gate_role of this replica when the request came */
+    const char *leader;      /* the leader's base URL when known, else "" (borrowed) */
+    const char *location;    /* the Location header of the answer, or NULL (borrowed) */
     const char *method;
     const char *path;
     const struct api_arg *args; /* the query arguments in request order (borrowed) */
@@ -121,6 +127,9 @@ void api_users_list(struct api_req *r);
 void api_users_add(struct api_req *r);
 void api_users_remove(struct api_req *r);
 void api_users_rotate(struct api_req *r);
+void api_cluster_get(struct api_req *r);
+void api_cluster_add(struct api_req *r);
+void api_cluster_remove(struct api_req *r);
 void api_misc_healthz(struct api_req *r);
 void api_misc_readyz(struct api_req *r);
 void api_misc_metrics(struct api_req *r);
@@ -140,9 +149,11 @@ struct http_opts {
                                * body that stalls, or keep-alive between requests (0: 10) */
 };
 
-/* Starts the daemon; *out is stopped with http_stop(). */
-int http_start(const struct http_opts *o, struct coord *c, struct ddpd_server **out,
-               struct ddp_err *err);
+/* Starts the daemon; requests enter the coordinator through gate g (server/gate.h; borrowed,
+ * must outlive the daemon); rep is this replica in cluster mode, else NULL. *out is stopped
+ * with http_stop(). */
+int http_start(const struct http_opts *o, struct gate *g, struct replica *rep,
+               struct ddpd_server **out, struct ddp_err *err);
 /* The port actually bound (useful with port 0). */
 int http_port(struct ddpd_server *s);
 void http_stop(struct ddpd_server *s);

@@ -4,6 +4,11 @@
  *
  * Signals are blocked in every thread; the main thread takes them with sigtimedwait(),
  * which doubles as the ~200 ms tick of coord_tick().
+ *
+ * Cluster mode (--cluster, docs/ha.md): the tick also asks the embedded dqlite node who leads
+ * (server/replica.h). Winning the leadership loads a coordinator from the replicated store and
+ * opens the gate to it (server/gate.h); losing it retires that coordinator at once. Only this
+ * thread changes the role, so the coordinator it ticks is the one it installed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -26,7 +31,10 @@
 #include "common/tokenfile.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
+#include "server/gate.h"
 #include "server/http.h"
+#include "server/replica.h"
+#include "server/store.h"
 #include "ddp_version.h"
 
 #define TICK_MS 200
@@ -68,6 +76,20 @@ static void ddpd_usage(FILE *f)
             "                            within this (default 1, at most --node-timeout;\n"
             "                            0 = off, decimals allowed)\n"
             "  --tls-cert F --tls-key F  serve HTTPS with this PEM certificate and key\n"
+            "\n"
+            "Cluster mode (docs/ha.md): replicas on dqlite, the Raft leader's one serves:\n"
+            "  --cluster                 keep the state in the replicated store of an embedded\n"
+            "                            dqlite node instead of --db\n"
+            "  --node-id N               this replica's node (1 founds the cluster on its first\n"
+            "                            start; every other new node needs --join)\n"
+            "  --raft-address IP:PORT    where the node listens for the other replicas\n"
+            "  --join IP:PORT,...        raft addresses of members: a new node joins as a voter\n"
+            "  --data-dir DIR            the node's data (default $DDP_HOME/raft)\n"
+            "  --advertise URL           this replica's API URL as clients reach it (default\n"
+            "                            from --listen); the others redirect to the leader's\n"
+            "  --raft-latency-ms MS      the network's round trip: Raft's heartbeat and election\n"
+            "                            timeout scale with it (default: dqlite's, an election\n"
+            "                            timeout of 3 s; 20 gives 300 ms)\n"
             "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
             "  --version                 print the version and the git commit, and exit\n"
             "  --help                    this text\n");
@@ -95,6 +117,92 @@ static int ddpd_token(const char *path, const char *what, char **out, struct ddp
     if (rc)
         return rc;
     log_info("using %s token file=%s", what, path);
+    return 0;
+}
+
+/* The cluster side of the tick (cluster mode): who leads, and the gate following it. */
+struct ddpd_cluster {
+    struct replica *rep;
+    struct gate *gate;
+    const char *advertise;
+    const char *user_token;
+    const struct coord_opts *copts;
+    struct coord *leading; /* the coordinator installed in the gate, or NULL */
+    int probe_failures;
+    char leader[512];
+};
+
+static void ddpd_cluster_step(struct ddpd_cluster *cl)
+{
+    struct ddp_err err = {0};
+    int self = 0;
+    char leader[512];
+    if (replica_poll(cl->rep, &self, leader, sizeof(leader), &err) != 0) {
+        /* The own node does not answer: after three polls in a row, stop leading (its writes
+         * would fail anyway). */
+        log_warn_limited(2000, "cluster: asking the dqlite node who leads: %s", err.msg);
+        if (++cl->probe_failures < 3)
+            return;
+        self = 0;
+        leader[0] = '\0';
+    } else {
+        cl->probe_failures = 0;
+    }
+    if (self && !cl->leading) {
+        int64_t t0 = time_mono_ms();
+        struct store *st = NULL;
+        struct coord *c = NULL;
+        if (replica_open_store(cl->rep, &st, &err) != 0 ||
+            coord_open_store(st, NULL, cl->advertise, cl->copts, time_mono_ms(), &c, &err) != 0 ||
+            coord_users_bootstrap(c, cl->user_token, time_mono_ms(), &err) != 0) {
+            coord_close(c);
+            log_warn_limited(1000,
+                             "cluster: this node leads, but the coordinator cannot start "
+                             "yet: %s",
+                             err.msg);
+            return;
+        }
+        cl->leading = c;
+        gate_lead(cl->gate, c, cl->advertise);
+        log_info("cluster: this replica leads now (%s): state loaded in %lld ms", cl->advertise,
+                 (long long)(time_mono_ms() - t0));
+        if (sdnotify_send("STATUS=leader", &err) < 0)
+            log_warn("systemd notification: %s", err.msg);
+        return;
+    }
+    if (self)
+        return;
+    if (cl->leading) {
+        log_warn("cluster: this replica lost the leadership%s%s: its coordinator stops",
+                 leader[0] ? "; the leader is " : "", leader);
+        cl->leading = NULL;
+    }
+    if (strcmp(leader, cl->leader) != 0) {
+        if (leader[0])
+            log_info("cluster: following the leader at %s", leader);
+        else
+            log_info("cluster: no leader known");
+        snprintf(cl->leader, sizeof(cl->leader), "%s", leader);
+    }
+    gate_follow(cl->gate, leader);
+}
+
+/* Splits the comma-separated --join into at most max numeric HOST:PORT items (pointers into
+ * s, which is modified). */
+static int ddpd_split_join(char *s, char **out, size_t max, size_t *n, struct ddp_err *err)
+{
+    *n = 0;
+    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char host[256];
+        int port;
+        if (*n == max)
+            return err_set(err, DDP_EINVAL, "--join: more than %zu addresses", max);
+        if (args_parse_hostport("--join", tok, host, (int)sizeof(host), &port, err) != 0)
+            return DDP_EINVAL;
+        out[(*n)++] = tok;
+    }
+    if (*n == 0)
+        return err_set(err, DDP_EINVAL, "--join: no address (want IP:PORT,...)");
     return 0;
 }
 
@@ -146,7 +254,14 @@ int main(int argc, char **argv)
         O_MAX_PRIO,
         O_JOB_TTL,
         O_HELP,
-        O_VERSION
+        O_VERSION,
+        O_CLUSTER,
+        O_NODE_ID,
+        O_RAFT,
+        O_JOIN,
+        O_DATA_DIR,
+        O_ADVERTISE,
+        O_RAFT_LATENCY
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -167,6 +282,13 @@ int main(int argc, char **argv)
         {"job-ttl", required_argument, NULL, O_JOB_TTL},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
+        {"cluster", no_argument, NULL, O_CLUSTER},
+        {"node-id", required_argument, NULL, O_NODE_ID},
+        {"raft-address", required_argument, NULL, O_RAFT},
+        {"join", required_argument, NULL, O_JOIN},
+        {"data-dir", required_argument, NULL, O_DATA_DIR},
+        {"advertise", required_argument, NULL, O_ADVERTISE},
+        {"raft-latency-ms", required_argument, NULL, O_RAFT_LATENCY},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
@@ -184,6 +306,16 @@ int main(int argc, char **argv)
     char *user_token = NULL, *agent_token = NULL, *cert_pem = NULL, *key_pem = NULL;
     struct coord *coord = NULL;
     struct ddpd_server *server = NULL;
+    int cluster = 0;
+    long node_id = 0, raft_latency = 0;
+    const char *raft = NULL, *data_dir = NULL, *advertise = NULL;
+    char *join_owned = NULL, *data_owned = NULL, *adv_owned = NULL;
+    char *join[16];
+    size_t njoin = 0;
+    const char *cluster_only = NULL;
+    struct gate *gate = NULL;
+    struct replica *rep = NULL;
+    struct ddpd_cluster cl = {0};
 
     log_init("ddpd", LOG_INFO);
     opterr = 0;
@@ -254,6 +386,38 @@ int main(int argc, char **argv)
             if (args_parse_long("--idle-timeout", optarg, 3, 3600, &idle_s, &err) != 0)
                 goto usage;
             break;
+        case O_CLUSTER:
+            cluster = 1;
+            break;
+        case O_NODE_ID:
+            if (args_parse_long("--node-id", optarg, 1, 1L << 53, &node_id, &err) != 0)
+                goto usage;
+            cluster_only = "--node-id";
+            break;
+        case O_RAFT:
+            raft = optarg;
+            cluster_only = "--raft-address";
+            break;
+        case O_JOIN:
+            free(join_owned);
+            join_owned = xstrdup(optarg);
+            if (ddpd_split_join(join_owned, join, 16, &njoin, &err) != 0)
+                goto usage;
+            cluster_only = "--join";
+            break;
+        case O_DATA_DIR:
+            data_dir = optarg;
+            cluster_only = "--data-dir";
+            break;
+        case O_ADVERTISE:
+            advertise = optarg;
+            cluster_only = "--advertise";
+            break;
+        case O_RAFT_LATENCY:
+            if (args_parse_long("--raft-latency-ms", optarg, 1, 10000, &raft_latency, &err) != 0)
+                goto usage;
+            cluster_only = "--raft-latency-ms";
+            break;
         case O_HELP:
             ddpd_usage(stdout);
             return 0;
@@ -282,6 +446,40 @@ int main(int argc, char **argv)
         }
         suspect_timeout = (double)node_timeout;
     }
+    if (!cluster && cluster_only) {
+        err_set(&err, DDP_EINVAL, "%s needs --cluster", cluster_only);
+        goto usage;
+    }
+    if (cluster) {
+        char rhost[256];
+        int rport;
+        if (db) {
+            err_set(&err, DDP_EINVAL,
+                    "--db and --cluster exclude each other: a cluster keeps "
+                    "its state in the replicated store (--data-dir)");
+            goto usage;
+        }
+        if (!node_id || !raft) {
+            err_set(&err, DDP_EINVAL, "--cluster needs --node-id and --raft-address");
+            goto usage;
+        }
+        if (args_parse_hostport("--raft-address", raft, rhost, (int)sizeof(rhost), &rport, &err) !=
+            0)
+            goto usage;
+        if (advertise && strncmp(advertise, "http://", 7) != 0 &&
+            strncmp(advertise, "https://", 8) != 0) {
+            err_set(&err, DDP_EINVAL, "--advertise '%s': want http(s)://HOST[:PORT]", advertise);
+            goto usage;
+        }
+        if (!advertise &&
+            (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)) {
+            err_set(&err, DDP_EINVAL,
+                    "--listen %s serves every address: say which one clients "
+                    "reach this replica at with --advertise URL",
+                    listen);
+            goto usage;
+        }
+    }
     if ((cert == NULL) != (key == NULL)) {
         err_set(&err, DDP_EINVAL, "--tls-cert and --tls-key go together");
         goto usage;
@@ -302,6 +500,8 @@ int main(int argc, char **argv)
         if (fs_mkdir_p(home, 0700, &err) != 0)
             goto fail;
         db = db_owned = xasprintf("%s/ddp.db", home);
+        if (cluster && !data_dir)
+            data_dir = data_owned = xasprintf("%s/raft", home);
     } else {
         char *copy = xstrdup(db);
         int rc = fs_mkdir_p(dirname(copy), 0700, &err);
@@ -331,9 +531,32 @@ int main(int argc, char **argv)
                                .max_jobs_per_user = max_jobs,
                                .max_user_priority = (int)max_prio,
                                .job_ttl_ms = (int64_t)job_ttl * 1000};
-    if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
-        coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
-        goto fail;
+    if (cluster) {
+        if (!advertise)
+            advertise = adv_owned =
+                xasprintf("%s://%s%s%s:%d", cert ? "https" : "http", strchr(host, ':') ? "[" : "",
+                          host, strchr(host, ':') ? "]" : "", port);
+        struct replica_opts ro = {.node_id = (uint64_t)node_id,
+                                  .raft_address = raft,
+                                  .join = (const char *const *)join,
+                                  .njoin = njoin,
+                                  .data_dir = data_dir,
+                                  .advertise = advertise,
+                                  .latency_ms = (int)raft_latency};
+        if (replica_start(&ro, &rep, &err) != 0)
+            goto fail;
+        gate = gate_new(NULL);
+        cl = (struct ddpd_cluster){.rep = rep,
+                                   .gate = gate,
+                                   .advertise = advertise,
+                                   .user_token = user_token,
+                                   .copts = &copts};
+    } else {
+        if (coord_open(db, &copts, time_mono_ms(), &coord, &err) != 0 ||
+            coord_users_bootstrap(coord, user_token, time_mono_ms(), &err) != 0)
+            goto fail;
+        gate = gate_new(coord);
+    }
     ddpd_raise_nofile((rlim_t)max_conn + 256);
     struct http_opts hopts = {host,
                               port,
@@ -343,11 +566,12 @@ int main(int argc, char **argv)
                               (unsigned)max_conn,
                               (unsigned)max_conn_ip,
                               (unsigned)idle_s};
-    if (http_start(&hopts, coord, &server, &err) != 0)
+    if (http_start(&hopts, gate, rep, &server, &err) != 0)
         goto fail;
-    log_info("listening on %s://%s:%d db=%s node_timeout=%lds suspect_timeout_ms=%lld%s",
-             cert ? "https" : "http", host, http_port(server), db, node_timeout,
-             (long long)(suspect_ms > 0 ? suspect_ms : 0), suspect_ms > 0 ? "" : " (off)");
+    log_info("listening on %s://%s:%d %s=%s node_timeout=%lds suspect_timeout_ms=%lld%s",
+             cert ? "https" : "http", host, http_port(server), cluster ? "cluster" : "db",
+             cluster ? advertise : db, node_timeout, (long long)(suspect_ms > 0 ? suspect_ms : 0),
+             suspect_ms > 0 ? "" : " (off)");
     if (job_ttl > 0)
         log_info("--job-ttl %ld s: finished jobs are deleted that long after they ended", job_ttl);
     /* Type=notify: the listener is up, so systemd may start what is ordered after ddpd. */
@@ -363,7 +587,13 @@ int main(int argc, char **argv)
                 log_warn("systemd notification: %s", err.msg);
             break;
         }
-        coord_tick(coord, time_mono_ms());
+        if (cluster) {
+            ddpd_cluster_step(&cl);
+            if (cl.leading)
+                coord_tick(cl.leading, time_mono_ms());
+        } else {
+            coord_tick(coord, time_mono_ms());
+        }
     }
     status = 0;
     goto out;
@@ -374,9 +604,18 @@ usage:
 fail:
     log_error("%s", err.msg);
 out:
+    if (gate && cluster)
+        gate_follow(gate, NULL); /* the coordinator retired: it writes nothing more */
+    replica_stop(rep);           /* the leadership handed over, the node stopped */
     coord_shutdown(coord);
     http_stop(server);
-    coord_close(coord);
+    if (gate)
+        gate_free(gate); /* closes the coordinator */
+    else
+        coord_close(coord);
+    free(join_owned);
+    free(data_owned);
+    free(adv_owned);
     free(db_owned);
     free(tf_owned);
     free(af_owned);

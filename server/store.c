@@ -256,11 +256,11 @@ int store_open(const char *path, struct store **out, struct ddp_err *err)
     return store_start(&store_sqlite_ops, be, out, err);
 }
 
-int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db, struct store **out,
-                      struct ddp_err *err)
+int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db,
+                      const struct dqclient_opts *opts, struct store **out, struct ddp_err *err)
 {
     void *be = NULL;
-    int rc = store_dqlite_open(addrs, naddrs, db, &be, err);
+    int rc = store_dqlite_open(addrs, naddrs, db, opts, &be, err);
     if (rc)
         return rc;
     return store_start(&store_dqlite_ops, be, out, err);

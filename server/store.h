@@ -20,6 +20,7 @@
 
 struct buf;
 struct store;
+struct dqclient_opts;
 
 /* A jobs row. Strings are borrowed; NULL last_metrics and 0 times mean SQL NULL. */
 struct store_job {
@@ -71,12 +72,12 @@ struct store_user {
  * success *out is the store (caller closes with store_close()). */
 int store_open(const char *path, struct store **out, struct ddp_err *err);
 /* The same store on a dqlite cluster: connects to the leader among addrs ("HOST:PORT",
- * server/dqclient.h), opens database db there and applies the same migrations. A lost
+ * server/dqclient.h; opts may be NULL, opts->pinned for one node only), opens database db there and applies the same migrations. A lost
  * connection is found again at the next statement run outside a transaction (the leader may
  * have changed); inside one, statements fail with DDP_EUNAVAIL until the caller rolls back.
  * On success *out is the store (caller closes with store_close()). */
-int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db, struct store **out,
-                      struct ddp_err *err);
+int store_open_dqlite(const char *const *addrs, size_t naddrs, const char *db,
+                      const struct dqclient_opts *opts, struct store **out, struct ddp_err *err);
 /* Closes; accepts NULL. */
 void store_close(struct store *st);
 /* The schema version now (PRAGMA user_version), or -1 on error. */

@@ -224,11 +224,11 @@ static void dq_close(void *be)
     free(b);
 }
 
-int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db, void **be,
-                      struct ddp_err *err)
+int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db,
+                      const struct dqclient_opts *opts, void **be, struct ddp_err *err)
 {
     struct dqlite_be *b = xcalloc(1, sizeof(*b));
-    int rc = dqclient_open(addrs, naddrs, db, NULL, &b->c, err);
+    int rc = dqclient_open(addrs, naddrs, db, opts, &b->c, err);
     if (rc) {
         free(b);
         return rc;

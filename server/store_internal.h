@@ -15,6 +15,8 @@
 
 #include "common/err.h"
 
+struct dqclient_opts;
+
 enum {
     ST_BEGIN,
     ST_COMMIT,
@@ -97,7 +99,7 @@ extern const struct store_ops store_dqlite_ops;
 /* Opens the SQLite file at path (mode 0600, WAL, synchronous=FULL, foreign keys): *be. */
 int store_sqlite_open(const char *path, void **be, struct ddp_err *err);
 /* Connects to the dqlite leader among addrs and opens database db: *be. */
-int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db, void **be,
-                      struct ddp_err *err);
+int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db,
+                      const struct dqclient_opts *opts, void **be, struct ddp_err *err);
 
 #endif

@@ -585,7 +585,7 @@ static void test_dqclient_store(void **state)
 
     const char *all[] = {n[0].addr, n[1].addr, n[2].addr};
     struct store *st = NULL;
-    rc = store_open_dqlite(all, 3, "ddp", &st, &e);
+    rc = store_open_dqlite(all, 3, "ddp", NULL, &st, &e);
     if (rc != 0)
         fail_msg("store_open_dqlite: %s", e.msg);
     assert_true(store_schema_version(st) >= 4);

@@ -1,0 +1,399 @@
+/*
+ * replica.c - the embedded dqlite node, the join, the leader poll and the ddp_replicas table
+ * (server/replica.h).
+ *
+ * The ddp_replicas table (node_id, raft_address, api_url, updated_at) belongs to cluster mode
+ * alone and so to this file, not to schema/ (the single-file store never has it): a replica
+ * writes its own row each time it wins the leadership, before it serves, and followers read
+ * the leader's row to redirect to it.
+ *
+ * Invariant: r->dq (the side connection: membership, the table) is used under r->mu only.
+ */
+#include "server/replica.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifdef DDP_HAVE_DQLITE
+#include <dqlite.h>
+#endif
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "common/xalloc.h"
+#include "server/dqclient.h"
+#include "server/store.h"
+
+#define REPLICA_DB        "ddp"
+#define REPLICA_JOIN_MS   30000
+#define REPLICA_PROBE_MS  500  /* the LEADER probe of the own node, each poll */
+#define REPLICA_SIDE_MS   1000 /* each call of the side connection */
+#define REPLICA_LOOKUP_MS 500  /* between two reads of the leader's URL */
+#define REPLICA_URL_MAX   512
+
+static const char replica_table_sql[] =
+    "CREATE TABLE IF NOT EXISTS ddp_replicas (node_id INTEGER PRIMARY KEY, raft_address TEXT NOT "
+    "NULL, api_url TEXT NOT NULL, updated_at INTEGER NOT NULL)";
+
+struct replica {
+    uint64_t id;
+    char *raft_address;
+    char *advertise;
+    char *data_dir;
+    int latency_ms;
+#ifdef DDP_HAVE_DQLITE
+    dqlite_node *node;
+#endif
+    pthread_mutex_t mu;
+    struct dqclient *dq; /* the side connection, opened on first use; under mu */
+    char **addrs;        /* what the side connection searches: this node, then the joins */
+    size_t naddrs;
+    /* the leader as last polled (main thread only) */
+    uint64_t leader_id;
+    char leader_url[REPLICA_URL_MAX];
+    int64_t lookup_at; /* monotonic ms of the last read of leader_url */
+};
+
+/* The side connection, (re)connected when broken; under r->mu. */
+static int replica_side(struct replica *r, struct ddp_err *err)
+{
+    if (r->dq && dqclient_connected(r->dq))
+        return 0;
+    if (r->dq)
+        return dqclient_reconnect(r->dq, err);
+    struct dqclient_opts o = {.timeout_ms = REPLICA_SIDE_MS, .leader_timeout_ms = REPLICA_SIDE_MS};
+    return dqclient_open((const char *const *)r->addrs, r->naddrs, REPLICA_DB, &o, &r->dq, err);
+}
+
+#ifdef DDP_HAVE_DQLITE
+/* Makes this node a voter through the leader among the join addresses, unless it is one. */
+static int replica_join(struct replica *r, const char *const *join, size_t njoin,
+                        struct ddp_err *err)
+{
+    int64_t deadline = time_deadline_ms(REPLICA_JOIN_MS);
+    struct ddp_err last;
+    err_clear(&last);
+    for (int attempt = 0; time_left_ms(deadline) > 0; attempt++) {
+        if (attempt)
+            time_sleep_ms(200);
+        struct dqclient *c = NULL;
+        struct dqclient_opts o = {.timeout_ms = 2000, .leader_timeout_ms = 3000};
+        if (dqclient_open(join, njoin, REPLICA_DB, &o, &c, &last) != 0)
+            continue;
+        struct dqclient_server s[DQCLIENT_MAX_NODES];
+        size_t n = 0;
+        int rc = dqclient_cluster(c, s, DQCLIENT_MAX_NODES, &n, &last);
+        int64_t role = -1;
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            if (s[i].id != r->id)
+                continue;
+            if (strcmp(s[i].address, r->raft_address) != 0) {
+                dqclient_close(c);
+                return err_set(err, DDP_EINVAL,
+                               "--node-id %llu is a member at %s, not at --raft-address %s: "
+                               "remove it first (ddpctl cluster remove %llu)",
+                               (unsigned long long)r->id, s[i].address, r->raft_address,
+                               (unsigned long long)r->id);
+            }
+            role = (int64_t)s[i].role;
+        }
+        if (rc == 0 && role < 0)
+            rc = dqclient_add(c, r->id, r->raft_address, &last);
+        if (rc == 0 && role != DQWIRE_VOTER)
+            rc = dqclient_assign(c, r->id, DQWIRE_VOTER, &last);
+        dqclient_close(c);
+        if (rc == 0) {
+            log_info("cluster: node %llu is a voter (%s)", (unsigned long long)r->id,
+                     role == DQWIRE_VOTER ? "it was one" : "joined now");
+            return 0;
+        }
+    }
+    return err_set(err, DDP_EUNAVAIL, "cluster: could not join through --join within %d s: %s",
+                   REPLICA_JOIN_MS / 1000, last.msg);
+}
+
+/* 1 when the data folder holds Raft state (the node was a member before). */
+static int replica_has_state(const char *dir)
+{
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/metadata1", dir);
+    if (stat(p, &st) == 0)
+        return 1;
+    snprintf(p, sizeof(p), "%s/metadata2", dir);
+    return stat(p, &st) == 0;
+}
+#endif
+
+int replica_start(const struct replica_opts *o, struct replica **out, struct ddp_err *err)
+{
+#ifndef DDP_HAVE_DQLITE
+    (void)o;
+    (void)out;
+    return err_set(err, DDP_EINVAL,
+                   "--cluster: this ddpd was built without libdqlite (apt-get install "
+                   "libdqlite-dev libraft-dev, then build again)");
+#else
+    if (fs_mkdir_p(o->data_dir, 0700, err) != 0)
+        return DDP_EIO;
+    if (o->node_id != 1 && o->njoin == 0 && !replica_has_state(o->data_dir))
+        return err_set(err, DDP_EINVAL,
+                       "--node-id %llu: a new node other than 1 needs --join (the raft addresses "
+                       "of members); only node 1 founds a cluster",
+                       (unsigned long long)o->node_id);
+    struct replica *r = xcalloc(1, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    r->id = o->node_id;
+    r->raft_address = xstrdup(o->raft_address);
+    r->advertise = xstrdup(o->advertise);
+    r->data_dir = xstrdup(o->data_dir);
+    r->latency_ms = o->latency_ms;
+    r->addrs = xcalloc(o->njoin + 1, sizeof(*r->addrs));
+    r->addrs[r->naddrs++] = xstrdup(o->raft_address);
+    for (size_t i = 0; i < o->njoin; i++)
+        if (strcmp(o->join[i], o->raft_address) != 0)
+            r->addrs[r->naddrs++] = xstrdup(o->join[i]);
+    int rc = dqlite_node_create(r->id, r->raft_address, r->data_dir, &r->node);
+    if (rc == 0)
+        rc = dqlite_node_set_bind_address(r->node, r->raft_address);
+    if (rc == 0 && r->latency_ms > 0)
+        rc = dqlite_node_set_network_latency_ms(r->node, (unsigned)r->latency_ms);
+    if (rc == 0)
+        rc = dqlite_node_start(r->node);
+    if (rc != 0) {
+        err_set(err, DDP_EUNAVAIL, "cluster: dqlite node %llu at %s (data %s): %s (code %d)",
+                (unsigned long long)r->id, r->raft_address, r->data_dir,
+                r->node ? dqlite_node_errmsg(r->node) : "cannot create", rc);
+        if (r->node)
+            dqlite_node_destroy(r->node);
+        r->node = NULL;
+        replica_stop(r);
+        return DDP_EUNAVAIL;
+    }
+    log_info("cluster: dqlite node %llu listening on %s data=%s%s", (unsigned long long)r->id,
+             r->raft_address, r->data_dir,
+             r->latency_ms > 0 ? "" : " (dqlite's default timers: election timeout 3 s)");
+    if (o->njoin > 0 && replica_join(r, o->join, o->njoin, err) != 0) {
+        replica_stop(r);
+        return DDP_EUNAVAIL;
+    }
+    *out = r;
+    return 0;
+#endif
+}
+
+/* Hands the leadership to any other voter, when this node has it. */
+static void replica_hand_over(struct replica *r)
+{
+    uint64_t id = 0;
+    char addr[DQCLIENT_ADDR_MAX] = "";
+    struct ddp_err e;
+    struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
+    if (dqclient_leader_of(r->raft_address, &o, &id, addr, sizeof(addr), &e) != 0 || id != r->id)
+        return;
+    pthread_mutex_lock(&r->mu);
+    int rc = replica_side(r, &e);
+    if (rc == 0)
+        rc = dqclient_transfer(r->dq, 0, &e);
+    pthread_mutex_unlock(&r->mu);
+    if (rc == 0)
+        log_info("cluster: leadership handed over before stopping");
+    else
+        log_warn("cluster: could not hand the leadership over: %s", e.msg);
+}
+
+void replica_stop(struct replica *r)
+{
+    if (!r)
+        return;
+#ifdef DDP_HAVE_DQLITE
+    if (r->node) {
+        replica_hand_over(r);
+        pthread_mutex_lock(&r->mu);
+        dqclient_close(r->dq);
+        r->dq = NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (dqlite_node_stop(r->node) != 0)
+            log_warn("cluster: stopping the dqlite node: %s", dqlite_node_errmsg(r->node));
+        dqlite_node_destroy(r->node);
+    }
+#endif
+    dqclient_close(r->dq);
+    for (size_t i = 0; i < r->naddrs; i++)
+        free(r->addrs[i]);
+    free(r->addrs);
+    free(r->raft_address);
+    free(r->advertise);
+    free(r->data_dir);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Reads the API URL of node id from ddp_replicas into r->leader_url; under r->mu. */
+static int replica_lookup(struct replica *r, uint64_t id, struct ddp_err *err)
+{
+    int rc = replica_side(r, err);
+    struct dqclient_rows *rows = NULL;
+    struct dqwire_value p = dqclient_int((int64_t)id);
+    if (rc == 0)
+        rc = dqclient_query(r->dq, "SELECT api_url FROM ddp_replicas WHERE node_id = ?", &p, 1,
+                            &rows, err);
+    if (rc != 0)
+        return rc;
+    r->leader_url[0] = '\0';
+    if (rows->nrows == 1 && rows->ncols == 1 && rows->vals[0].type == DQWIRE_TEXT)
+        snprintf(r->leader_url, sizeof(r->leader_url), "%s", (const char *)rows->vals[0].p);
+    dqclient_rows_free(rows);
+    return 0;
+}
+
+int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct ddp_err *err)
+{
+    uint64_t id = 0;
+    char addr[DQCLIENT_ADDR_MAX] = "";
+    struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
+    *self = 0;
+    if (size)
+        leader[0] = '\0';
+    int rc = dqclient_leader_of(r->raft_address, &o, &id, addr, sizeof(addr), err);
+    if (rc != 0)
+        return rc;
+    if (id == r->id && strcmp(addr, r->raft_address) == 0) {
+        *self = 1;
+        r->leader_id = id;
+        snprintf(r->leader_url, sizeof(r->leader_url), "%s", r->advertise);
+        snprintf(leader, size, "%s", r->advertise);
+        return 0;
+    }
+    if (id == 0) {
+        r->leader_id = 0;
+        r->leader_url[0] = '\0';
+        return 0;
+    }
+    int64_t now = time_mono_ms();
+    if (id != r->leader_id || (!r->leader_url[0] && now - r->lookup_at >= REPLICA_LOOKUP_MS)) {
+        r->leader_id = id;
+        r->leader_url[0] = '\0';
+        r->lookup_at = now;
+        pthread_mutex_lock(&r->mu);
+        rc = replica_lookup(r, id, err);
+        if (rc != 0 && r->dq && !dqclient_connected(r->dq)) /* it was the old leader's */
+            rc = replica_lookup(r, id, err);
+        pthread_mutex_unlock(&r->mu);
+        if (rc != 0)
+            return rc;
+    }
+    snprintf(leader, size, "%s", r->leader_url);
+    return 0;
+}
+
+int replica_open_store(struct replica *r, struct store **out, struct ddp_err *err)
+{
+    const char *self[1] = {r->raft_address};
+    struct dqclient_opts o = {.timeout_ms = 5000, .leader_timeout_ms = 1000, .pinned = 1};
+    struct dqclient *c = NULL;
+    int rc = dqclient_open(self, 1, REPLICA_DB, &o, &c, err);
+    struct dqwire_value p[4] = {dqclient_int((int64_t)r->id), dqclient_text(r->raft_address),
+                                dqclient_text(r->advertise), dqclient_int(time_wall_ms())};
+    if (rc == 0)
+        rc = dqclient_exec(c, replica_table_sql, NULL, 0, NULL, err);
+    if (rc == 0)
+        rc = dqclient_exec(c,
+                           "INSERT INTO ddp_replicas (node_id, raft_address, api_url, updated_at) "
+                           "VALUES (?, ?, ?, ?) ON CONFLICT(node_id) DO UPDATE SET raft_address "
+                           "= excluded.raft_address, api_url = excluded.api_url, updated_at = "
+                           "excluded.updated_at",
+                           p, 4, NULL, err);
+    dqclient_close(c);
+    if (rc != 0)
+        return rc;
+    return store_open_dqlite(self, 1, REPLICA_DB, &o, out, err);
+}
+
+void replica_describe(struct replica *r, json_t *o)
+{
+    json_object_set_new(o, "node_id", json_integer((json_int_t)r->id));
+    json_object_set_new(o, "raft_address", json_string(r->raft_address));
+    json_object_set_new(o, "advertise", json_string(r->advertise));
+}
+
+int replica_members(struct replica *r, json_t **out, struct ddp_err *err)
+{
+    struct dqclient_server s[DQCLIENT_MAX_NODES];
+    size_t n = 0;
+    struct dqclient_rows *rows = NULL;
+    pthread_mutex_lock(&r->mu);
+    int rc = replica_side(r, err);
+    if (rc == 0)
+        rc = dqclient_cluster(r->dq, s, DQCLIENT_MAX_NODES, &n, err);
+    if (rc == 0 && dqclient_query(r->dq, "SELECT node_id, api_url FROM ddp_replicas", NULL, 0,
+                                  &rows, err) != 0)
+        rows = NULL; /* no table yet: the members without their URLs */
+    uint64_t leader = 0;
+    char laddr[DQCLIENT_ADDR_MAX] = "";
+    struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
+    struct ddp_err e;
+    if (rc == 0)
+        (void)dqclient_leader_of(r->raft_address, &o, &leader, laddr, sizeof(laddr), &e);
+    pthread_mutex_unlock(&r->mu);
+    if (rc != 0)
+        return rc;
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const char *url = NULL;
+        for (size_t k = 0; rows && k < rows->nrows; k++)
+            if (rows->vals[2 * k].type == DQWIRE_INTEGER &&
+                (uint64_t)rows->vals[2 * k].i == s[i].id &&
+                rows->vals[2 * k + 1].type == DQWIRE_TEXT)
+                url = rows->vals[2 * k + 1].p;
+        const char *role = s[i].role == DQWIRE_VOTER     ? "voter"
+                           : s[i].role == DQWIRE_STANDBY ? "standby"
+                                                         : "spare";
+        json_array_append_new(a, json_pack("{s:I, s:s, s:s, s:o, s:b}", "id", (json_int_t)s[i].id,
+                                           "raft_address", s[i].address, "role", role, "url",
+                                           url ? json_string(url) : json_null(), "leader",
+                                           s[i].id == leader));
+    }
+    dqclient_rows_free(rows);
+    *out = json_pack("{s:o}", "members", a);
+    return 0;
+}
+
+int replica_add(struct replica *r, uint64_t id, const char *address, struct ddp_err *err)
+{
+    pthread_mutex_lock(&r->mu);
+    int rc = replica_side(r, err);
+    if (rc == 0)
+        rc = dqclient_add(r->dq, id, address, err);
+    if (rc == 0)
+        rc = dqclient_assign(r->dq, id, DQWIRE_VOTER, err);
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int replica_remove(struct replica *r, uint64_t id, struct ddp_err *err)
+{
+    if (id == r->id)
+        return err_set(err, DDP_EINVAL,
+                       "cannot remove node %llu: it is the replica answering; stop it and "
+                       "remove it through another",
+                       (unsigned long long)id);
+    pthread_mutex_lock(&r->mu);
+    int rc = replica_side(r, err);
+    if (rc == 0)
+        rc = dqclient_remove(r->dq, id, err);
+    if (rc == 0) {
+        struct dqwire_value p = dqclient_int((int64_t)id);
+        struct ddp_err e;
+        if (dqclient_exec(r->dq, "DELETE FROM ddp_replicas WHERE node_id = ?", &p, 1, NULL, &e) !=
+            0)
+            log_warn("cluster: node %llu removed, its URL row stays: %s", (unsigned long long)id,
+                     e.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
