@@ -1,7 +1,8 @@
-# deploy/: the systemd units (systemd-analyze verify and security scores, ddpd's READY=1), the
-# container image's .dockerignore and Containerfile, the Kubernetes manifests against the
-# vendored JSON schemas and the Pod Security rules, and the agent's drain hooks against a real
-# ddpd. Skipped (77) without python3-yaml or python3-jsonschema.
+# deploy/: the systemd units, the replica template's too (systemd-analyze verify and security
+# scores, ddpd's READY=1), the container image's .dockerignore and Containerfile, the
+# Kubernetes manifests, the three replicas' too, against the vendored JSON schemas and the Pod
+# Security rules, the replicas' start script and the agent's drain hooks against stand-ins and
+# a real ddpd. Skipped (77) without python3-yaml or python3-jsonschema.
 ddp_script_test(NAME deploy_recipes
   COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/integration/test_deploy_recipes.py
   TIMEOUT 180 LABELS deploy)

@@ -2,10 +2,13 @@
 machine without systemd as PID 1, a container engine or a cluster allows (docs/operations.md,
 "systemd", "Container image", "Kubernetes").
 
-- systemd: both units pass `systemd-analyze verify`; `systemd-analyze security --offline=yes`
-  scores ddpd.service at most DDPD_MAX_EXPOSURE and the agent's at most AGENT_MAX_EXPOSURE
-  (the "Overall exposure level" line); the limits training needs are set; ddpd, started with
-  $NOTIFY_SOCKET, sends READY=1 only once /healthz answers, and STOPPING=1 on SIGTERM.
+- systemd: the units (ddpd-replica@.service as its instance 1) pass `systemd-analyze verify`;
+  `systemd-analyze security --offline=yes` scores ddpd.service and the replica's at most
+  DDPD_MAX_EXPOSURE and the agent's at most AGENT_MAX_EXPOSURE (the "Overall exposure level"
+  line); the replica keeps every sandbox setting of ddpd.service, passes the cluster flags from
+  its instance and replica.env.example, whose values have the flags' forms; the limits training
+  needs are set; ddpd, started with $NOTIFY_SOCKET, sends READY=1 only once /healthz answers,
+  and STOPPING=1 on SIGTERM.
 - Container image: .dockerignore keeps .ddp/, build folders, tokens, databases, credentials
   and .git out of the build context (Docker's matching rules, re-implemented below) and keeps
   the sources in; the Containerfile's last stage runs as a non-root user, has a HEALTHCHECK on
@@ -13,8 +16,11 @@ machine without systemd as PID 1, a container engine or a cluster allows (docs/o
 - Kubernetes: every manifest validates against the Kubernetes v1.30 JSON schemas vendored in
   tests/deploy/ (strict: an unknown field fails), and negative controls (a wrong field type,
   a misspelt field) must fail; ddpd's pod meets the Pod Security "restricted" rules, written
-  out as assertions; images are pinned to the project's version; the agent has probes,
-  resources, a one-node-at-a-time update and drain hooks, which run here against a real ddpd.
+  out as assertions, the three replicas' too; images are pinned to the project's version; the
+  three-replica StatefulSet has stable names, a claim each, readiness on /healthz and the
+  cluster flags, and its start script, run here with stand-ins for ddpd and getent, gives each
+  pod its node id and join list; the agent has probes, resources, a one-node-at-a-time update
+  and drain hooks, which run here against a real ddpd.
 Skips (exit 77) only when python3-yaml or python3-jsonschema is missing; without
 systemd-analyze the systemd part says so and is skipped.
 """
@@ -50,7 +56,12 @@ AGENT_MAX_EXPOSURE = 6.0
 SCHEMA_OF = {("v1", "Namespace"): "namespace-v1", ("v1", "Service"): "service-v1",
              ("v1", "PersistentVolumeClaim"): "persistentvolumeclaim-v1",
              ("apps/v1", "Deployment"): "deployment-apps-v1",
-             ("apps/v1", "DaemonSet"): "daemonset-apps-v1"}
+             ("apps/v1", "DaemonSet"): "daemonset-apps-v1",
+             ("apps/v1", "StatefulSet"): "statefulset-apps-v1",
+             ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudget-policy-v1"}
+# The replica template, verified as the instance of node 1.
+UNITS = (("ddpd.service", "ddpd.service"), ("ddp-agent.service", "ddp-agent.service"),
+         ("ddpd-replica@.service", "ddpd-replica@1.service"))
 
 
 def sh(argv, **kw):
@@ -79,10 +90,10 @@ def staged_units(d):
     """The units copied into d with ExecStart's programs pointed at stand-ins (verify checks
     that they exist)."""
     paths = []
-    for u in ("ddpd.service", "ddp-agent.service"):
-        for b in ("ddpd", "ddp-agent"):
-            shutil.copy("/bin/true", os.path.join(d, b))
-        path = os.path.join(d, u)
+    for b in ("ddpd", "ddp-agent"):
+        shutil.copy("/bin/true", os.path.join(d, b))
+    for u, staged in UNITS:
+        path = os.path.join(d, staged)
         with open(path, "w") as fh:
             fh.write(unit_text(u).replace("/usr/local/bin/", d + "/"))
         paths.append(path)
@@ -105,6 +116,7 @@ def test_deploy_systemd_units():
             scores[m.group(1)] = float(m.group(2))
             print("%s: exposure %s" % (m.group(1), m.group(2)))
     assert scores["ddpd.service"] <= DDPD_MAX_EXPOSURE, scores
+    assert scores["ddpd-replica@1.service"] <= DDPD_MAX_EXPOSURE, scores
     assert scores["ddp-agent.service"] <= AGENT_MAX_EXPOSURE, scores
 
     ddpd = unit_settings(unit_text("ddpd.service"))
@@ -124,6 +136,55 @@ def test_deploy_systemd_units():
               "ProtectControlGroups", "ProtectKernelTunables", "DeviceAllow"):
         assert k not in agent, k + " would break GPUs, JITs, cgroups or the jobs' programs"
     assert "--server ${DDP_SERVER}" in agent["ExecStart"][0], agent["ExecStart"]
+
+
+# What a replica may set differently from ddpd.service: where it is, what it runs, its name.
+REPLICA_OWN = {"Description", "Documentation", "Environment", "EnvironmentFile",
+               "StateDirectory", "WorkingDirectory", "ExecStart"}
+
+
+def env_file(name):
+    """{key: value} of an EnvironmentFile (systemd's reading: no quotes, comments skipped)."""
+    out = {}
+    for line in unit_text(name).splitlines():
+        line = line.strip()
+        if line and line[0] not in "#;":
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def test_deploy_systemd_replica_unit():
+    """ddpd-replica@.service: ddpd.service's sandbox, one state folder and env file per
+    instance, the cluster flags (docs/ha.md), and an example env file of the right forms."""
+    ddpd = unit_settings(unit_text("ddpd.service"))
+    rep = unit_settings(unit_text("ddpd-replica@.service"))
+    for k in set(ddpd) | set(rep):
+        if k not in REPLICA_OWN:
+            assert rep.get(k) == ddpd.get(k), (k, rep.get(k), ddpd.get(k))
+    assert rep["EnvironmentFile"] == ["-/etc/ddp/replica-%i.env"], rep["EnvironmentFile"]
+    assert rep["StateDirectory"] == ["ddp-replica-%i"], rep["StateDirectory"]
+    assert "DDP_HOME=/var/lib/ddp-replica-%i" in rep["Environment"], rep["Environment"]
+    argv = rep["ExecStart"][0].split()
+    assert argv[0] == "/usr/local/bin/ddpd", argv
+    flags = dict(zip(argv[1:], argv[2:]))
+    assert "--cluster" in argv and flags["--node-id"] == "%i", argv
+    assert flags["--raft-address"] == "${RAFT_ADDRESS}", argv
+    assert flags["--advertise"] == "${ADVERTISE}" and flags["--listen"] == "${LISTEN}", argv
+    assert flags["--data-dir"] == "/var/lib/ddp-replica-%i/raft", argv
+    # Every replica reads the same tokens, from outside its own state folder.
+    assert flags["--token-file"] == "/etc/ddp/user.token", argv
+    assert flags["--agent-token-file"] == "/etc/ddp/agent.token", argv
+    # $JOIN unbraced: node 1's empty JOIN passes no argument, the others' `--join A,B` two.
+    assert "$JOIN" in argv and "${JOIN}" not in argv, argv
+    env = env_file("replica.env.example")
+    used = set(re.findall(r"\$\{?(\w+)\}?", rep["ExecStart"][0]))
+    assert set(env) <= used | {"DDPD_ARGS"}, (set(env) - used)
+    assert {"RAFT_ADDRESS", "JOIN", "ADVERTISE", "LISTEN"} <= set(env), env
+    addr = r"\d{1,3}(?:\.\d{1,3}){3}:\d+"
+    assert re.fullmatch(addr, env["RAFT_ADDRESS"]), "a raft address is a numeric IP:PORT"
+    assert re.fullmatch(r"--join %s(?:,%s)*" % (addr, addr), env["JOIN"]), env["JOIN"]
+    assert re.fullmatch(r"https?://[^/\s]+", env["ADVERTISE"]), env["ADVERTISE"]
 
 
 def test_deploy_sdnotify_ready_after_listen():
@@ -266,7 +327,8 @@ def schema_errors(doc):
 def test_deploy_k8s_schemas():
     docs = manifests()
     assert {d["kind"] for _, d in docs} == {"Namespace", "PersistentVolumeClaim", "Deployment",
-                                            "Service", "DaemonSet"}, docs
+                                            "Service", "DaemonSet", "StatefulSet",
+                                            "PodDisruptionBudget"}, docs
     for f, d in docs:
         errs = schema_errors(d)
         assert not errs, (f, d["kind"], errs)
@@ -284,6 +346,9 @@ def test_deploy_k8s_schemas():
     ds = copy.deepcopy(next(d for _, d in docs if d["kind"] == "DaemonSet"))
     ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = [1]
     assert schema_errors(ds), "a list maxUnavailable passed"
+    sts = copy.deepcopy(next(d for _, d in docs if d["kind"] == "StatefulSet"))
+    sts["spec"]["volumeClaimTemplates"][0]["spec"]["accesModes"] = ["ReadWriteOnce"]
+    assert any("accesModes" in e for e in schema_errors(sts)), "a misspelt claim field passed"
 
 
 def containers(pod):
@@ -291,11 +356,28 @@ def containers(pod):
 
 
 def test_deploy_k8s_ddpd_restricted():
-    """The Pod Security Standards' restricted profile (v1.30), rule by rule, on ddpd's pod."""
+    """The Pod Security Standards' restricted profile (v1.30), rule by rule, on ddpd's pod,
+    the single one's and the three replicas'."""
     docs = manifests()
-    ns = next(d for f, d in docs if d["kind"] == "Namespace" and d["metadata"]["name"] == "ddp")
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    pod = next(d for _, d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    for f, ns in docs:
+        if ns["kind"] == "Namespace" and ns["metadata"]["name"] == "ddp":
+            assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == \
+                "restricted", f
+    pods = [(d["kind"], d["spec"]["template"]["spec"]) for _, d in docs
+            if d["kind"] in ("Deployment", "StatefulSet")]
+    assert sorted(k for k, _ in pods) == ["Deployment", "StatefulSet"], pods
+    for kind, pod in pods:
+        check_restricted(pod)
+        # Probes: liveness the process; readiness the store for the single ddpd, but the
+        # process for a replica (a follower stays in the Service and redirects).
+        c = pod["containers"][0]
+        ready = "/readyz" if kind == "Deployment" else "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == ready, (kind, c["readinessProbe"])
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", c["livenessProbe"]
+        assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+def check_restricted(pod):
     psc = pod.get("securityContext", {})
     # baseline: no host namespaces, ports, paths, privileged, added capabilities, sysctls...
     for k in ("hostNetwork", "hostPID", "hostIPC"):
@@ -324,11 +406,105 @@ def test_deploy_k8s_ddpd_restricted():
         prof = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
         assert prof in ("RuntimeDefault", "Localhost"), (c["name"], prof)
         assert sc.get("readOnlyRootFilesystem") is True, c["name"]  # beyond restricted
-    # Probes: liveness the process, readiness the store.
+
+
+def ha_docs():
+    with open(os.path.join(DEPLOY, "k8s", "ddpd-ha.yaml")) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def test_deploy_k8s_ddpd_ha():
+    """ddpd-ha.yaml: three replicas with stable names and a claim each, a headless Service
+    that publishes not-ready pods, a client Service, a budget keeping a quorum, the cluster
+    flags from the downward API."""
+    docs = ha_docs()
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    spec = sts["spec"]
+    assert spec["replicas"] == 3, spec["replicas"]
+    assert spec.get("podManagementPolicy", "OrderedReady") == "OrderedReady", "ddpd-0 first"
+    svc = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    peers = svc[spec["serviceName"]]["spec"]
+    assert peers["clusterIP"] == "None" and peers["publishNotReadyAddresses"] is True, peers
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"] == labels
+    assert svc["ddpd"]["spec"]["selector"] == labels, "the client Service is the agents' URL"
+    pdb = next(d for d in docs if d["kind"] == "PodDisruptionBudget")["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"] == labels, pdb
+    claims = spec["volumeClaimTemplates"]
+    assert len(claims) == 1 and claims[0]["spec"]["accessModes"] == ["ReadWriteOnce"], claims
+    pod = spec["template"]["spec"]
     c = pod["containers"][0]
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", c["readinessProbe"]
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", c["livenessProbe"]
-    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    env = {e["name"]: e for e in c["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts[claims[0]["metadata"]["name"]] == env["DDP_HOME"]["value"], mounts
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    script = c["command"][-1]
+    for flag in ("--cluster", "--node-id", "--raft-address", "--join", "--advertise",
+                 "--data-dir", "--token-file", "--agent-token-file"):
+        assert flag in script, flag
+    assert "getent hosts" in script, "raft addresses are numeric: the peers are resolved"
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["tokens"]["secret"]["secretName"] == "ddp-tokens", "the tokens of ddpd.yaml"
+    assert "claimName" not in str(pod["volumes"]), "each replica its own claim"
+
+
+def run_ha_script(tmp, pod_name, hosts):
+    """The StatefulSet's start script as pod pod_name, ddpd, getent and sleep stand-ins first
+    on PATH: returns (exit status, ddpd's argv or None, stderr)."""
+    c = next(d for d in ha_docs() if d["kind"] == "StatefulSet")["spec"]["template"]["spec"][
+        "containers"][0]
+    stubs = os.path.join(tmp, "bin")
+    os.makedirs(stubs, exist_ok=True)
+    for name, body in (("ddpd", 'for a; do printf "%s\\n" "$a"; done > "$ARGV_OUT"'),
+                       ("getent", '[ "$1" = hosts ] || exit 2\n'
+                                  'awk -v n="$2" \'$2 == n {print; f=1} END {exit !f}\' "$HOSTS"'),
+                       ("sleep", "exit 0")):
+        with open(os.path.join(stubs, name), "w") as fh:
+            fh.write("#!/bin/sh\n" + body + "\n")
+        os.chmod(os.path.join(stubs, name), 0o755)
+    with open(os.path.join(tmp, "hosts"), "w") as fh:
+        fh.writelines("%s %s.ddpd-peers.ddp.svc.cluster.local\n" % (ip, h) for h, ip in hosts)
+    out = os.path.join(tmp, "argv")
+    if os.path.exists(out):
+        os.remove(out)
+    env = dict(os.environ, PATH=stubs + ":" + os.environ["PATH"], POD_NAME=pod_name,
+               POD_IP="10.1.0.%d" % (int(pod_name[-1]) + 10), HOSTS=os.path.join(tmp, "hosts"),
+               ARGV_OUT=out)
+    script = c["command"][-1].replace("/usr/local/bin/ddpd", os.path.join(stubs, "ddpd"))
+    p = subprocess.run(c["command"][:-1] + [script], env=env, capture_output=True, text=True,
+                       timeout=60)
+    argv = open(out).read().splitlines() if os.path.exists(out) else None
+    return p.returncode, argv, p.stderr
+
+
+def test_deploy_k8s_ha_start_script():
+    hosts = [("ddpd-0", "10.1.0.10"), ("ddpd-1", "10.1.0.11"), ("ddpd-2", "10.1.0.12")]
+    tmp = tempfile.mkdtemp(prefix="ddp-test-ha-")
+    try:
+        def flags(argv):
+            return dict(zip(argv, argv[1:]))
+        rc, argv, err = run_ha_script(tmp, "ddpd-0", hosts)
+        assert rc == 0 and argv, (rc, argv, err)
+        f = flags(argv)
+        assert "--cluster" in argv and f["--node-id"] == "1" and "--join" not in argv, argv
+        assert f["--raft-address"] == "10.1.0.10:8471", argv
+        assert f["--advertise"] == "http://ddpd-0.ddpd-peers.ddp.svc.cluster.local:8470", argv
+        assert f["--data-dir"] == "/var/lib/ddp/raft", argv
+        rc, argv, err = run_ha_script(tmp, "ddpd-1", hosts)
+        assert rc == 0 and flags(argv)["--node-id"] == "2", (rc, argv, err)
+        assert flags(argv)["--join"] == "10.1.0.10:8471", argv
+        rc, argv, err = run_ha_script(tmp, "ddpd-2", hosts)
+        assert rc == 0 and flags(argv)["--node-id"] == "3", (rc, argv, err)
+        assert flags(argv)["--join"] == "10.1.0.10:8471,10.1.0.11:8471", argv
+        assert flags(argv)["--raft-address"] == "10.1.0.12:8471", argv
+        # A peer that does not resolve (yet) is left out; none at all: the pod gives up.
+        rc, argv, err = run_ha_script(tmp, "ddpd-2", hosts[1:])
+        assert rc == 0 and flags(argv)["--join"] == "10.1.0.11:8471", (rc, argv, err)
+        rc, argv, err = run_ha_script(tmp, "ddpd-1", hosts[1:])
+        assert rc == 1 and argv is None and "no replica before ddpd-1" in err, (rc, argv, err)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_deploy_k8s_images_and_agent():
