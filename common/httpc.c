@@ -171,7 +171,13 @@ static CURLcode httpc_perform(struct httpc *c, const char *method, const char *u
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
+    /* A connect on the networks ddp runs on takes milliseconds. With one address, wait for
+     * it long (a slow start); with several, a replica that does not answer a connect within
+     * 500 ms is most likely cut off or gone (a leader behind a cut link, which the others still
+     * redirect to until their election): the next address is the better bet. */
+    long connect_ms = c->servers.n > 1 ? 500L : 5000L;
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout_ms < connect_ms ? timeout_ms : connect_ms);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, io->fn);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, io->ud);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");

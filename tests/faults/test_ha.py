@@ -1,0 +1,414 @@
+"""A replicated coordinator under faults: three ddpd replicas (--cluster, an embedded dqlite
+node each), each in its own network namespace, agents in two others, a real training job,
+real ddpctl clients. Loopback fallback where namespaces cannot be made (the link cut is then
+left out, said so).
+
+One scenario, in order, on one cluster and one training job that must never restart:
+  1. form: r1 founds, r2 and r3 join; one leader, two followers naming it.
+  2. leader kill: 4 ddpctl clients submit 8 jobs each through the list of the 3 replicas while
+     the leader is killed with -9: every acknowledged job is there once, none twice; figure:
+     kill to the first submit accepted after it.
+  3. rejoin: the killed replica starts again on its data: a follower naming the new leader.
+  4. link cut (netns only): the leader's link goes down: a new leader accepts a submit within
+     the election timeout + 2 s; the cut one, asked from inside its namespace, stops taking
+     writes; the link restored, it follows the new leader.
+  5. no quorum: two replicas killed: the one left answers a submit with 503 not_leader, the
+     training goes on; both started again: a leader, and every acknowledged job is there.
+  6. the job SUCCEEDED in generation 1 with 0 restarts, every epoch's metrics arrived.
+The figures are printed as "figure NAME = VALUE" and in the RESULT line (docs/ha.md).
+
+usage: test_ha.py
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+from faultlib import FaultCluster, Net, Report, wait_for, worker_cmd
+from cluster import BIN, free_port, isolation_args, port_range
+
+SKIP_CODE = 77
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+LATENCY_MS = 20
+ELECTION_S = 0.3  # dqlite's election timeout at --raft-latency-ms 20 (15 x the latency)
+SYNTH = "synthetic:12000:784:10"
+EPOCHS = int(os.environ.get("DDP_HA_EPOCHS", "80"))
+CLIENTS = 4
+SUBMITS = 8
+REPLICAS = ("r1", "r2", "r3")
+
+
+def http(method, url, token=None, body=None, timeout=2.0):
+    """One request, no redirect followed: (status, parsed body or text), or (None, reason)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **kw):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=timeout) as r:
+            status, text = r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode(errors="replace")
+    except OSError as e:
+        return None, str(e)
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+class HACluster(FaultCluster):
+    """Three replicas r1..r3 in their namespaces; agents point at all three."""
+
+    def __init__(self, net):
+        super().__init__(net, node_timeout=4)
+        self.rep = {}
+        for i, r in enumerate(REPLICAS, 1):
+            addr = net.addr[r]
+            port, rport = free_port(), free_port()
+            self.rep[r] = {"id": i, "url": "http://%s:%d" % (addr, port),
+                           "listen": "%s:%d" % (addr, port),
+                           "raft": "%s:%d" % (addr, rport),
+                           "home": os.path.join(self.tmp, "replica-" + r), "proc": None}
+        self.urls = ",".join(self.rep[r]["url"] for r in REPLICAS)
+        self.url = self.rep["r1"]["url"]
+
+    def start_replica(self, r):
+        x = self.rep[r]
+        os.makedirs(x["home"], exist_ok=True)
+        argv = [os.path.join(BIN, "ddpd"), "--cluster", "--node-id", str(x["id"]),
+                "--raft-address", x["raft"], "--listen", x["listen"],
+                "--raft-latency-ms", str(LATENCY_MS), "--node-timeout", str(self.node_timeout),
+                "--token-file", os.path.join(self.home, "user.token"),
+                "--agent-token-file", os.path.join(self.home, "agent.token")]
+        if x["id"] != 1:
+            argv += ["--join", ",".join(self.rep[o]["raft"] for o in REPLICAS if o != r)]
+        x["proc"] = self._spawn(self.net.run_argv(r, argv), "ddpd-%s.log" % r,
+                                env={"DDP_HOME": x["home"]})
+        wait_for("%s /healthz" % r, lambda: self.health(r) is not None, timeout=40)
+        if self.user_token is None:
+            self.user_token = open(os.path.join(self.home, "user.token")).read().strip()
+            self.agent_token = open(os.path.join(self.home, "agent.token")).read().strip()
+
+    def kill_replica(self, r):
+        p = self.rep[r]["proc"]
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+
+    def health(self, r):
+        p = self.rep[r]["proc"]
+        if p is not None and p.poll() is not None:
+            raise AssertionError("ddpd %s exited with %s; log:\n%s" % (
+                r, p.returncode, self.log("ddpd-%s.log" % r)[-3000:]))
+        st, body = http("GET", self.rep[r]["url"] + "/healthz", timeout=1.0)
+        return body if st == 200 and isinstance(body, dict) else None
+
+    def leader(self, among=REPLICAS):
+        """The replica that says it leads and that every other live one of `among` follows,
+        or None."""
+        roles = {}
+        for r in among:
+            if self.rep[r]["proc"] is None or self.rep[r]["proc"].poll() is not None:
+                continue
+            h = self.health(r)
+            if h is None:
+                return None
+            roles[r] = h
+        leaders = [r for r, h in roles.items() if h["role"] == "leader"]
+        if len(leaders) != 1:
+            return None
+        lu = self.rep[leaders[0]]["url"]
+        if any(h["role"] != "leader" and h.get("leader") != lu for h in roles.values()):
+            return None
+        return leaders[0]
+
+    def request(self, method, path, **kw):
+        """Cluster.request on the leader, found again after a redirect, a not_leader answer
+        or a connection failure (bounded: 20 s)."""
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                a = super().request(method, path, **kw)
+                if a.status not in (307, 503) or "not_leader" not in a.text:
+                    return a
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                return a
+            time.sleep(0.1)
+            for r in REPLICAS:
+                p = self.rep[r]["proc"]
+                if p is None or p.poll() is not None:
+                    continue
+                try:
+                    h = self.health(r)
+                except AssertionError:
+                    continue
+                if h and h["role"] == "leader":
+                    self.url = self.rep[r]["url"]
+                    break
+
+    def _healthy(self):
+        return True
+
+    def start_agent(self, name, slots=2, extra=(), env=None):
+        work = self.agent_dir(name)
+        os.makedirs(work, exist_ok=True)
+        argv = [os.path.join(BIN, "ddp-agent"), "--server", self.urls, "--name", name,
+                "--address", self.net.addr[name], "--slots", str(slots),
+                "--port-range", port_range(), "--work-dir", work,
+                "--token-file", os.path.join(self.home, "agent.token")]
+        argv += isolation_args(extra) + list(extra)
+        p = self._spawn(self.net.run_argv(name, argv), "agent-%s.log" % name, env=env)
+        self.agents[name] = p
+        return p
+
+    def ddpctl_list(self, *args, servers=None, timeout=60):
+        argv = [os.path.join(BIN, "ddpctl"), "--server", servers or self.urls, "--token-file",
+                os.path.join(self.home, "user.token")] + list(args)
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=timeout)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def dump(self, job_id=None):
+        for r in REPLICAS:
+            print("---- ddpd-%s.log (tail)\n" % r +
+                  "\n".join(self.log("ddpd-%s.log" % r).splitlines()[-25:]))
+        for n in self.agents:
+            print("---- agent-%s.log (tail)\n" % n +
+                  "\n".join(self.log("agent-%s.log" % n).splitlines()[-15:]))
+
+
+def pending_spec(name):
+    """A job that stays PENDING (no node has the label): the submits' payload."""
+    return ["--name", name, "--node-selector", "pool=none", "--", "/bin/true"]
+
+
+def clients_submit(c, acks, errors, t_kill, kill):
+    """CLIENTS threads, each SUBMITS ddpctl submits through the replica list (each client's
+    list starting at another replica); the leader is killed (kill()) after the 4th ack."""
+    lock = threading.Lock()
+    urls = [c.rep[r]["url"] for r in REPLICAS]
+
+    def one(k):
+        servers = ",".join(urls[k % 3:] + urls[:k % 3])
+        for i in range(SUBMITS):
+            name = "c%d-%d" % (k, i)
+            t = time.monotonic()
+            rc, out, err = c.ddpctl_list("submit", "--parsable", *pending_spec(name),
+                                         servers=servers)
+            with lock:
+                if rc == 0:
+                    acks.append((name, out.strip(), t, time.monotonic()))
+                    if len(acks) == 4 and not t_kill:
+                        t_kill.append(time.monotonic())
+                        kill()
+                else:
+                    errors.append((name, rc, err.strip()[-300:]))
+
+    ts = [threading.Thread(target=one, args=(k,)) for k in range(CLIENTS)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=240)
+
+
+def check_jobs(c, rep, acks, when):
+    """Every acknowledged job is there exactly once (by its unique name and id)."""
+    a = c.get("/v1/jobs?all=true&page_size=1000")
+    rep.check("%s: jobs listed (%s)" % (when, a.status), a.status == 200, a.text[:300])
+    jobs = a.json.get("jobs", []) if a.status == 200 else []
+    names = {}
+    for j in jobs:
+        names.setdefault(j["name"], []).append(j["id"])
+    missing = [(n, i) for n, i, _, _ in acks if i not in names.get(n, [])]
+    dups = {n: ids for n, ids in names.items() if n.startswith("c") and len(ids) > 1}
+    rep.check("%s: all %d acknowledged submits are there (missing %s)" % (
+        when, len(acks), missing[:3]), not missing)
+    rep.check("%s: no job twice (%s)" % (when, list(dups.items())[:3]), not dups)
+
+
+def scenario(c, rep):
+    # 1. form
+    t = time.monotonic()
+    c.start_replica("r1")
+    wait_for("r1 leads", lambda: c.leader(("r1",)) == "r1", timeout=30)
+    c.start_replica("r2")
+    c.start_replica("r3")
+    lead = wait_for("one leader that both others follow", lambda: c.leader(), timeout=30)
+    rep.figure("form_s", "%.1f" % (time.monotonic() - t))
+    rep.check("r1 founded the cluster and leads (%s)" % lead, lead == "r1")
+    a = c.get("/v1/cluster")
+    roles = sorted(m["role"] for m in a.json["members"]) if a.status == 200 else a.text
+    rep.check("/v1/cluster: three voters (%s)" % roles, roles == ["voter"] * 3)
+
+    for n in ("a", "b"):
+        c.start_agent(n, slots=2)
+    c.wait_nodes_ready(["a", "b"], timeout=40)
+    spec = {"name": "train", "command": worker_cmd(c, EPOCHS, SYNTH), "nnodes": "1:2",
+            "nproc_per_node": 2, "max_restarts": 3, "grace_period_s": 5}
+    jid = c.submit(spec)["id"]
+    j = c.wait_state(jid, ("RUNNING",), timeout=60)
+    rep.check("training job RUNNING on 4 ranks (%d)" % j["world_size"], j["world_size"] == 4)
+    c.wait_epoch(jid, 1, timeout=120)
+    hb = c.heartbeat_file("a", jid, 1, 0)
+
+    # 2. leader kill under submits
+    acks, errors, t_kill = [], [], []
+    old = lead
+    clients_submit(c, acks, errors, t_kill, lambda: c.kill_replica(old))
+    rep.check("the leader was killed during the submits", bool(t_kill))
+    after = sorted(done for _, _, _, done in acks if t_kill and done > t_kill[0])
+    if after:
+        rep.figure("failover_submit_s", "%.2f" % (after[0] - t_kill[0]))
+    rep.check("%d of %d submits acknowledged (errors: %s)" % (
+        len(acks), CLIENTS * SUBMITS, errors[:2]), len(acks) == CLIENTS * SUBMITS)
+    lead = wait_for("a new leader", lambda: c.leader([r for r in REPLICAS if r != old]),
+                    timeout=20)
+    rep.check("a new leader (%s), not the killed %s" % (lead, old), lead != old)
+    check_jobs(c, rep, acks, "after the leader kill")
+
+    # 3. rejoin
+    c.start_replica(old)
+    h = wait_for("%s follows" % old, lambda: (lambda h: h if h and h["role"] == "follower"
+                                              else None)(c.health(old)), timeout=30)
+    rep.check("the killed replica rejoined as a follower of %s" % lead,
+              h["leader"] == c.rep[lead]["url"])
+
+    # 4. link cut
+    if c.net.mode == "netns":
+        cut = lead
+        m0 = os.stat(hb).st_mtime
+        t0 = time.monotonic()
+        c.net.cut(cut)
+        others = [r for r in REPLICAS if r != cut]
+        sub = {}
+
+        def submit_others():
+            sub["r"] = c.ddpctl_list("submit", "--parsable", *pending_spec("cut-0"),
+                                     servers=",".join(c.rep[r]["url"] for r in others))
+            sub["t"] = time.monotonic() - t0
+        th = threading.Thread(target=submit_others)
+        th.start()
+        # The cut replica, asked from inside its namespace, stops taking writes.
+        probe = [sys.executable, "-c",
+                 "import json,sys,urllib.request as u\n"
+                 "r=u.Request(sys.argv[1]+'/v1/jobs',data=b'{}',method='POST',"
+                 "headers={'Authorization':'Bearer '+sys.argv[2],"
+                 "'Content-Type':'application/json'})\n"
+                 "class N(u.HTTPRedirectHandler):\n"
+                 "  def redirect_request(self,*a,**k): return None\n"
+                 "try: print(u.build_opener(N).open(r,timeout=2).status)\n"
+                 "except u.HTTPError as e: print(e.code)\n",
+                 c.rep[cut]["url"], c.user_token]
+
+        def refuses():
+            r = subprocess.run(c.net.run_argv(cut, probe), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=20)
+            code = r.stdout.decode().strip()
+            # 400 would mean the coordinator read the (empty) spec: it still acts
+            return code if code in ("307", "503") else None
+        code = wait_for("the cut replica refuses writes", refuses, timeout=ELECTION_S + 5,
+                        interval=0.02)
+        rep.figure("old_leader_stops_s", "%.2f" % (time.monotonic() - t0))
+        th.join(timeout=60)
+        rc, out, err = sub.get("r", (1, "", "no answer"))
+        took = sub.get("t", 99.0)
+        rep.figure("failover_cut_s", "%.2f" % took)
+        rep.check("link cut: a submit accepted by the others in %.2f s <= election %.1f s + 2 s"
+                  " (%s)" % (took, ELECTION_S, err.strip()[-200:]),
+                  rc == 0 and took <= ELECTION_S + 2.0)
+        if rc == 0:
+            acks.append(("cut-0", out.strip(), t0, time.monotonic()))
+        rep.check("the cut replica answers a write with %s (no coordinator)" % code, bool(code))
+        rep.check("training goes on through the cut", os.stat(hb).st_mtime > m0)
+        c.net.restore(cut)
+        new = wait_for("a leader the cut one follows again", lambda: c.leader(), timeout=30)
+        rep.check("the cut replica follows %s after the link is back" % new, new != cut)
+        lead = new
+    else:
+        print("SKIP link cut: loopback mode (%s)" % c.net.why)
+
+    # 5. no quorum
+    down = [lead, [r for r in REPLICAS if r != lead][0]]
+    alone = [r for r in REPLICAS if r not in down][0]
+    m0 = os.stat(hb).st_mtime
+    ms = c.metrics(jid)
+    rep.figure("epoch_at_quorum_loss", max((m.get("epoch", 0) for m in ms), default=0))
+    for r in down:
+        c.kill_replica(r)
+    h = wait_for("%s without a leader" % alone,
+                 lambda: (lambda h: h if h and h["role"] == "candidate" else None)(
+                     c.health(alone)), timeout=20)
+    st, body = http("POST", c.rep[alone]["url"] + "/v1/jobs", token=c.user_token,
+                    body={"command": ["/bin/true"]})
+    err = body.get("error", {}) if isinstance(body, dict) else {}
+    rep.check("no quorum: a submit is refused 503 not_leader (%s %s)" % (st, err),
+              st == 503 and err.get("code") == "not_leader" and "quorum" in err.get("message"))
+    wait_for("training goes on without a coordinator", lambda: os.stat(hb).st_mtime > m0 + 0.5,
+             timeout=30)
+    for r in down:
+        c.start_replica(r)
+    lead = wait_for("a leader again", lambda: c.leader(), timeout=30)
+    check_jobs(c, rep, acks, "after the quorum came back")
+
+    # 6. the job
+    j = c.wait_state(jid, TERMINAL, timeout=300)
+    rep.check("training SUCCEEDED (%s: %s)" % (j["state"], j["reason"]), j["state"] == "SUCCEEDED")
+    rep.check("never restarted: generation 1, restarts 0 (%d %d)" % (j["generation"],
+                                                                    j["restarts"]),
+              j["generation"] == 1 and j["restarts"] == 0)
+    eps = sorted({m.get("epoch") for m in c.metrics(jid) if m.get("epoch")})
+    rep.check("every epoch's metrics arrived (%d of %d)" % (len(eps), EPOCHS),
+              eps == list(range(1, EPOCHS + 1)))
+    return jid
+
+
+def main():
+    def on_term(signum, frame):
+        raise SystemExit("killed by signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    rep = Report("ha")
+    t_start = time.monotonic()
+    net = Net(list(REPLICAS) + ["a", "b"])
+    print("== ha: %s" % net.describe(), flush=True)
+    c = None
+    jid = None
+    try:
+        c = HACluster(net)
+        try:
+            jid = scenario(c, rep)
+        except Exception:  # noqa: BLE001 - reported as a failed check with the trace
+            rep.check("scenario ran to its end", False, traceback.format_exc())
+        if rep.fails:
+            c.dump(jid)
+    finally:
+        if c is not None:
+            left = c.stop()
+            rep.check("no process of the test left (pgrep -f on its temp path)", not left, left)
+        net.close()
+        left = net.leftovers()
+        rep.check("namespaces, veths and bridge deleted", not left, left)
+    rep.figure("wall_s", "%.0f" % (time.monotonic() - t_start))
+    rep.figure("net", net.mode)
+    return rep.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
