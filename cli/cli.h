@@ -187,6 +187,7 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_groups(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
+int cmd_cluster(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 int cmd_whoami(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv);
 
 #endif

@@ -123,6 +123,17 @@ static const struct cli_cmd cli_cmds[] = {
      "the groups' quotas: slots all their users' jobs may hold at once (admin)",
      "  --max-slots N   the group's quota (0: no limit); raising it starts waiting jobs\n",
      cmd_groups},
+    {"cluster", "cluster status [--no-headers] | add ID IP:PORT | remove ID",
+     "the replicas of a cluster-mode ddpd: list them, add or remove one (admin)",
+     "  status          the members: ID, RAFT-ADDRESS, ROLE, LEADER (the one that serves)\n"
+     "                  and URL (its API once it has led, else '-'); -o name: the ids\n"
+     "  add ID IP:PORT  make node ID, at raft address IP:PORT, a voter (admin)\n"
+     "  remove ID       take member ID out (admin), then stop its ddpd; the replica that\n"
+     "                  answers (the leader) cannot remove itself\n"
+     "  --no-headers    no header line\n"
+     "Any replica's address will do (--server A,B,C): the followers redirect to the\n"
+     "leader. A single ddpd (--db) has no replicas: exit 1 saying so.\n",
+     cmd_cluster},
     {"whoami", "whoami", "show the user and role of your token", "", cmd_whoami},
     {"watch", "watch JOB", "follow a job's progress to its end (exit 0 iff it SUCCEEDED)",
      "On a terminal: a live progress bar per epoch with loss and throughput, redrawn in\n"
@@ -149,8 +160,9 @@ static void cli_print_global_help(FILE *out)
             "                    else %s)\n"
             "  --token-file F    file holding the user token (default $DDP_TOKEN, else\n"
             "                    $DDP_HOME/user.token; DDP_HOME defaults to ./.ddp)\n"
-            "  -o FORMAT         table (default), json (the raw answers of ddpd), name (list\n"
-            "                    and nodes: the ids only) or wide (list and nodes: more columns)\n"
+            "  -o FORMAT         table (default), json (the raw answers of ddpd), name (list,\n"
+            "                    nodes, cluster: the ids only) or wide (list and nodes: more\n"
+            "                    columns)\n"
             "  --version         print the version and the git commit\n"
             "\n'ddpctl COMMAND --help' describes a command. Exit codes: 0 ok, 1 failure,"
             " 2 usage.\n",
