@@ -14,7 +14,7 @@ _ddpctl()
         cword=$COMP_CWORD
     fi
 
-    local commands="submit list status cancel delete update logs nodes users groups whoami watch wait help"
+    local commands="submit list status cancel delete update logs nodes users groups cluster whoami watch wait help"
     local global="--server --token-file -o --output --help --version"
     local common="--server --token-file -o --output --help"
 
@@ -108,6 +108,13 @@ _ddpctl()
         opts="--max-slots"
         if [[ $cur != -* && $((cword - cmd_at)) -eq 1 ]]; then
             COMPREPLY=($(compgen -W "list set" -- "$cur"))
+            return
+        fi
+        ;;
+    cluster)
+        opts="--no-headers"
+        if [[ $cur != -* && $((cword - cmd_at)) -eq 1 ]]; then
+            COMPREPLY=($(compgen -W "status add remove" -- "$cur"))
             return
         fi
         ;;
