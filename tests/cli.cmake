@@ -14,6 +14,15 @@ ddp_script_test(NAME cli_logtail
 # close, before the real ddpd in the --server list.
 ddp_script_test(NAME cli_multiserver
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_multiserver.py TIMEOUT 180 LABELS cli)
+# ddpctl cluster status|add|remove against real ddpd --cluster replicas (dqlite) on loopback.
+if(DQLITE_FOUND)
+  ddp_script_test(NAME cli_cluster
+    COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_cluster.py TIMEOUT 180 LABELS "cli;dqlite")
+else()
+  add_test(NAME cli_cluster COMMAND sh -c
+    "echo 'cli_cluster: skipped, libdqlite not found (apt-get install libdqlite-dev libraft-dev)'; exit 77")
+  set_tests_properties(cli_cluster PROPERTIES SKIP_RETURN_CODE 77 LABELS "integration;cli;dqlite")
+endif()
 # Real processes end to end: ddpd and two real ddp-agent processes, jobs of small shell programs.
 ddp_script_test(NAME cli_agents
   COMMAND /usr/bin/python3 ${DDP_CLI_PY}/test_cli_agents.py TIMEOUT 240 LABELS cli)
