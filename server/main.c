@@ -90,6 +90,9 @@ static void ddpd_usage(FILE *f)
             "  --raft-latency-ms MS      the network's round trip: Raft's heartbeat and election\n"
             "                            timeout scale with it (default: dqlite's, an election\n"
             "                            timeout of 3 s; 20 gives 300 ms)\n"
+            "  --recover ID=IP:PORT,...  after a lost quorum, with this replica stopped: make\n"
+            "                            these the only voters in --data-dir, then exit\n"
+            "                            (docs/ha.md, \"Lost quorum\")\n"
             "  --log-level LEVEL         debug, info, warn, error or off (default info)\n"
             "  --version                 print the version and the git commit, and exit\n"
             "  --help                    this text\n");
@@ -206,6 +209,60 @@ static int ddpd_split_join(char *s, char **out, size_t max, size_t *n, struct dd
     return 0;
 }
 
+/* --recover ID=IP:PORT,...: the new voters of a cluster that lost its quorum, written into this
+ * stopped replica's data (server/replica.h); 0, 1 on failure, 2 on a bad list. */
+static int ddpd_recover(const char *list, uint64_t node_id, const char *raft, const char *data_dir)
+{
+    struct ddp_err err = {0};
+    uint64_t ids[16];
+    char *addrs[16];
+    size_t n = 0;
+    char *copy = xstrdup(list), *dir_owned = NULL;
+    int status = 2;
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '='), host[256];
+        long id;
+        int port;
+        if (n == 16 || !eq) {
+            err_set(&err, DDP_EINVAL, "--recover: '%s': want ID=IP:PORT (at most 16)", tok);
+            goto out;
+        }
+        *eq = '\0';
+        if (args_parse_long("--recover id", tok, 1, 1L << 53, &id, &err) != 0 ||
+            args_parse_hostport("--recover address", eq + 1, host, (int)sizeof(host), &port,
+                                &err) != 0)
+            goto out;
+        ids[n] = (uint64_t)id;
+        addrs[n++] = eq + 1;
+    }
+    if (n == 0) {
+        err_set(&err, DDP_EINVAL, "--recover: no member (want ID=IP:PORT,...)");
+        goto out;
+    }
+    if (!node_id || !raft) {
+        err_set(&err, DDP_EINVAL, "--recover needs --node-id and --raft-address");
+        goto out;
+    }
+    if (!data_dir) {
+        const char *home = getenv("DDP_HOME");
+        data_dir = dir_owned = xasprintf("%s/raft", home && *home ? home : ".ddp");
+    }
+    status = 1;
+    if (replica_recover(node_id, raft, data_dir, ids, (const char *const *)addrs, n, &err) != 0)
+        goto out;
+    log_info("recovered %s: the cluster's voters are now the %zu given; copy this folder to the "
+             "other members' --data-dir, then start them all",
+             data_dir, n);
+    status = 0;
+out:
+    if (status)
+        fprintf(stderr, "ddpd: %s\n", err.msg);
+    free(copy);
+    free(dir_owned);
+    return status;
+}
+
 /* Raises the soft limit of open files toward want (at most the hard limit), so that
  * --max-connections is ours and not the shell's 1,024; says so when it stays below. */
 static void ddpd_raise_nofile(rlim_t want)
@@ -261,7 +318,8 @@ int main(int argc, char **argv)
         O_JOIN,
         O_DATA_DIR,
         O_ADVERTISE,
-        O_RAFT_LATENCY
+        O_RAFT_LATENCY,
+        O_RECOVER
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -289,6 +347,7 @@ int main(int argc, char **argv)
         {"data-dir", required_argument, NULL, O_DATA_DIR},
         {"advertise", required_argument, NULL, O_ADVERTISE},
         {"raft-latency-ms", required_argument, NULL, O_RAFT_LATENCY},
+        {"recover", required_argument, NULL, O_RECOVER},
         {NULL, 0, NULL, 0},
     };
     const char *listen = "127.0.0.1:8470", *db = NULL, *token_file = NULL, *agent_file = NULL;
@@ -312,7 +371,7 @@ int main(int argc, char **argv)
     char *join_owned = NULL, *data_owned = NULL, *adv_owned = NULL;
     char *join[16];
     size_t njoin = 0;
-    const char *cluster_only = NULL;
+    const char *cluster_only = NULL, *recover = NULL;
     struct gate *gate = NULL;
     struct replica *rep = NULL;
     struct ddpd_cluster cl = {0};
@@ -418,6 +477,10 @@ int main(int argc, char **argv)
                 goto usage;
             cluster_only = "--raft-latency-ms";
             break;
+        case O_RECOVER:
+            recover = optarg;
+            cluster_only = "--recover";
+            break;
         case O_HELP:
             ddpd_usage(stdout);
             return 0;
@@ -480,6 +543,8 @@ int main(int argc, char **argv)
             goto usage;
         }
     }
+    if (recover)
+        return ddpd_recover(recover, (uint64_t)node_id, raft, data_dir);
     if ((cert == NULL) != (key == NULL)) {
         err_set(&err, DDP_EINVAL, "--tls-cert and --tls-key go together");
         goto usage;

@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -186,6 +187,43 @@ int replica_start(const struct replica_opts *o, struct replica **out, struct ddp
 #endif
 }
 
+int replica_recover(uint64_t node_id, const char *raft_address, const char *data_dir,
+                    const uint64_t *ids, const char *const *addrs, size_t n, struct ddp_err *err)
+{
+#ifndef DDP_HAVE_DQLITE
+    (void)node_id, (void)raft_address, (void)data_dir, (void)ids, (void)addrs, (void)n;
+    return err_set(err, DDP_EINVAL, "--recover: this ddpd was built without libdqlite");
+#else
+    int self = 0;
+    for (size_t i = 0; i < n; i++)
+        self |= ids[i] == node_id && strcmp(addrs[i], raft_address) == 0;
+    if (!self)
+        return err_set(err, DDP_EINVAL, "--recover: the members must include this node (%llu=%s)",
+                       (unsigned long long)node_id, raft_address);
+    if (!replica_has_state(data_dir))
+        return err_set(err, DDP_EINVAL, "--recover: %s holds no Raft state of a node", data_dir);
+    dqlite_node *d = NULL;
+    int rc = dqlite_node_create(node_id, raft_address, data_dir, &d);
+    if (rc == 0) {
+        dqlite_node_info_ext *info = xcalloc(n, sizeof(*info));
+        for (size_t i = 0; i < n; i++) {
+            info[i].size = sizeof(info[i]);
+            info[i].id = ids[i];
+            info[i].address = (uint64_t)(uintptr_t)addrs[i];
+            info[i].dqlite_role = 0; /* voter: dqlite 1.11's header names no roles */
+        }
+        rc = dqlite_node_recover_ext(d, info, (int)n);
+        free(info);
+    }
+    if (rc != 0)
+        err_set(err, DDP_EIO, "--recover: dqlite: %s (code %d)",
+                d ? dqlite_node_errmsg(d) : "cannot create the node", rc);
+    if (d)
+        dqlite_node_destroy(d);
+    return rc ? DDP_EIO : 0;
+#endif
+}
+
 /* Hands the leadership to any other voter, when this node has it. */
 static void replica_hand_over(struct replica *r)
 {
@@ -281,8 +319,8 @@ int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct
         r->lookup_at = now;
         pthread_mutex_lock(&r->mu);
         rc = replica_lookup(r, id, err);
-        if (rc != 0 && r->dq && !dqclient_connected(r->dq)) /* it was the old leader's */
-            rc = replica_lookup(r, id, err);
+        if (rc == DDP_EUNAVAIL && r->dq) /* connected to the old leader: find the new one */
+            rc = dqclient_reconnect(r->dq, err) == 0 ? replica_lookup(r, id, err) : DDP_EUNAVAIL;
         pthread_mutex_unlock(&r->mu);
         if (rc != 0)
             return rc;
@@ -330,6 +368,10 @@ int replica_members(struct replica *r, json_t **out, struct ddp_err *err)
     int rc = replica_side(r, err);
     if (rc == 0)
         rc = dqclient_cluster(r->dq, s, DQCLIENT_MAX_NODES, &n, err);
+    if (rc == DDP_EUNAVAIL && r->dq) /* connected to an old leader: find the new one */
+        rc = dqclient_reconnect(r->dq, err) == 0
+                 ? dqclient_cluster(r->dq, s, DQCLIENT_MAX_NODES, &n, err)
+                 : DDP_EUNAVAIL;
     if (rc == 0 && dqclient_query(r->dq, "SELECT node_id, api_url FROM ddp_replicas", NULL, 0,
                                   &rows, err) != 0)
         rows = NULL; /* no table yet: the members without their URLs */

@@ -38,6 +38,12 @@ struct replica_opts {
  * the cluster (ADD then ASSIGN through the leader; nothing when it is one already), within
  * 30 s. */
 int replica_start(const struct replica_opts *o, struct replica **out, struct ddp_err *err);
+/* dqlite's recovery after a lost quorum (docs/ha.md), on a stopped node's data: rewrites
+ * the Raft configuration in data_dir to exactly the n voters ids[i] at addrs[i] (this node
+ * among them), then returns; nothing is started. Run on the survivor with the newest log, copy
+ * its data folder to the other survivors, start them all. */
+int replica_recover(uint64_t node_id, const char *raft_address, const char *data_dir,
+                    const uint64_t *ids, const char *const *addrs, size_t n, struct ddp_err *err);
 /* Hands the leadership to another voter when this node holds it (a graceful stop, so the
  * others need not wait an election timeout), then stops the node and frees; accepts NULL. */
 void replica_stop(struct replica *r);
