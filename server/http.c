@@ -625,14 +625,15 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_req *r,
     return ret;
 }
 
-/* The routes a replica that does not lead answers itself: liveness, readiness (503 there),
- * the dashboard's static files. Every other call goes to the leader. */
+/* The routes a replica that does not lead answers itself: liveness and readiness (503
+ * there). Every other call goes to the leader, the dashboard's page too: a browser that
+ * loaded it from a follower would send its API calls there, and a cross-origin redirect of a
+ * call that carries a token is one it does not follow. */
 static int http_local_route(const char *method, const char *path)
 {
     if (strcmp(method, "GET") != 0)
         return 0;
-    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
-           strcmp(path, "/") == 0 || strncmp(path, "/ui/", 4) == 0;
+    return strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0;
 }
 
 /* A replica that does not lead: 307 to the same call on the leader, or 503 not_leader

@@ -258,6 +258,14 @@ def scenario(c, rep):
     a = c.get("/v1/cluster")
     roles = sorted(m["role"] for m in a.json["members"]) if a.status == 200 else a.text
     rep.check("/v1/cluster: three voters (%s)" % roles, roles == ["voter"] * 3)
+    fol = [r for r in REPLICAS if r != lead][0]
+    st, _ = http("GET", c.rep[fol]["url"] + "/v1/jobs", token=c.user_token)
+    rep.check("a follower redirects an API call (%s)" % st, st == 307)
+    req = urllib.request.Request(c.rep[fol]["url"] + "/")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        page_url = r.geturl()
+    rep.check("the dashboard opened on a follower is served by the leader (%s)" % page_url,
+              page_url == c.rep[lead]["url"] + "/")
 
     for n in ("a", "b"):
         c.start_agent(n, slots=2)
