@@ -66,7 +66,7 @@ class FaultCluster(Cluster):
     def start_agent(self, name, slots=2, extra=(), env=None):
         work = self.agent_dir(name)
         os.makedirs(work, exist_ok=True)
-        argv = [os.path.join(BIN, "ddp-agent"), "--server", self.url, "--name", name,
+        argv = [os.path.join(BIN, "ddp-agent"), "--server", self.agent_server(), "--name", name,
                 "--address", self.net.addr[name], "--slots", str(slots),
                 "--port-range", port_range(), "--work-dir", work,
                 "--token-file", os.path.join(self.home, "agent.token")]
@@ -74,6 +74,10 @@ class FaultCluster(Cluster):
         p = self._spawn(self.net.run_argv(name, argv), "agent-%s.log" % name, env=env)
         self.agents[name] = p
         return p
+
+    def agent_server(self):
+        """The agents' --server: ddpd's URL (a list where there are replicas)."""
+        return self.url
 
     def agent_dir(self, name):
         return os.path.join(self.tmp, "agent-" + name)

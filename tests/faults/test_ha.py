@@ -3,7 +3,8 @@ node each), each in its own network namespace, agents in two others, a real trai
 real ddpctl clients. Loopback fallback where namespaces cannot be made (the link cut is then
 left out, said so).
 
-One scenario, in order, on one cluster and one training job that must never restart:
+One scenario, in order, on one cluster and one training job that must never restart (it
+re-forms once, for the node that dies in step 5):
   1. form: r1 founds, r2 and r3 join; one leader, two followers naming it.
   2. leader kill: 4 ddpctl clients submit 8 jobs each through the list of the 3 replicas while
      the leader is killed with -9: every acknowledged job is there once, none twice; figure:
@@ -13,8 +14,10 @@ One scenario, in order, on one cluster and one training job that must never rest
      the election timeout + 2 s; the cut one, asked from inside its namespace, stops taking
      writes; the link restored, it follows the new leader.
   5. no quorum: two replicas killed: the one left answers a submit with 503 not_leader, the
-     training goes on; both started again: a leader, and every acknowledged job is there.
-  6. the job SUCCEEDED in generation 1 with 0 restarts, every epoch's metrics arrived.
+     training goes on; node b's agent is killed -9 meanwhile; both replicas started again: a
+     leader, every acknowledged job is there, and the job re-forms on node a.
+  6. the job SUCCEEDED in generation 2 (the one re-form for b) with 0 restarts, every epoch's
+     metrics arrived.
   7. recovery from a quorum lost for good: all stopped, `ddpd --recover 1=ADDR` on r1's data,
      r1 alone leads with every acknowledged job.
 The figures are printed as "figure NAME = VALUE" and in the RESULT line (docs/ha.md).
@@ -33,7 +36,7 @@ import urllib.error
 import urllib.request
 
 from faultlib import FaultCluster, Net, Report, wait_for, worker_cmd
-from cluster import BIN, free_port, isolation_args, port_range
+from cluster import BIN, free_port
 
 SKIP_CODE = 77
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -168,17 +171,8 @@ class HACluster(FaultCluster):
     def _healthy(self):
         return True
 
-    def start_agent(self, name, slots=2, extra=(), env=None):
-        work = self.agent_dir(name)
-        os.makedirs(work, exist_ok=True)
-        argv = [os.path.join(BIN, "ddp-agent"), "--server", self.urls, "--name", name,
-                "--address", self.net.addr[name], "--slots", str(slots),
-                "--port-range", port_range(), "--work-dir", work,
-                "--token-file", os.path.join(self.home, "agent.token")]
-        argv += isolation_args(extra) + list(extra)
-        p = self._spawn(self.net.run_argv(name, argv), "agent-%s.log" % name, env=env)
-        self.agents[name] = p
-        return p
+    def agent_server(self):
+        return self.urls
 
     def ddpctl_list(self, *args, servers=None, timeout=60):
         argv = [os.path.join(BIN, "ddpctl"), "--server", servers or self.urls, "--token-file",
@@ -374,17 +368,27 @@ def scenario(c, rep):
               st == 503 and err.get("code") == "not_leader" and "quorum" in err.get("message"))
     wait_for("training goes on without a coordinator", lambda: os.stat(hb).st_mtime > m0 + 0.5,
              timeout=30)
+    # A node dies while no coordinator serves: once the quorum is back the job re-forms on
+    # the node left, as with one ddpd.
+    c.agents["b"].send_signal(signal.SIGKILL)
+    c.agents["b"].wait(timeout=10)
     for r in down:
         c.start_replica(r)
     lead = wait_for("a leader again", lambda: c.leader(), timeout=30)
     check_jobs(c, rep, acks, "after the quorum came back")
+    j = wait_for("generation 2 RUNNING on a", lambda: (lambda x: x if x["generation"] >= 2 and
+                                                      x["state"] == "RUNNING" else None)(
+        c.job(jid)), timeout=60)
+    rep.check("node b died during the outage: generation 2 on a alone, world size 2 (%s %d)" % (
+        [n["name"] for n in j["nodes"]], j["world_size"]),
+        [n["name"] for n in j["nodes"]] == ["a"] and j["world_size"] == 2)
 
     # 6. the job
     j = c.wait_state(jid, TERMINAL, timeout=300)
     rep.check("training SUCCEEDED (%s: %s)" % (j["state"], j["reason"]), j["state"] == "SUCCEEDED")
-    rep.check("never restarted: generation 1, restarts 0 (%d %d)" % (j["generation"],
-                                                                    j["restarts"]),
-              j["generation"] == 1 and j["restarts"] == 0)
+    rep.check("re-formed once for the lost node, never restarted: generation 2, restarts 0 "
+              "(%d %d)" % (j["generation"], j["restarts"]),
+              j["generation"] == 2 and j["restarts"] == 0)
     eps = sorted({m.get("epoch") for m in c.metrics(jid) if m.get("epoch")})
     rep.check("every epoch's metrics arrived (%d of %d)" % (len(eps), EPOCHS),
               eps == list(range(1, EPOCHS + 1)))
