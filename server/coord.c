@@ -9,7 +9,10 @@
  *      failed commit leaves memory as it was. The SQLite connection has its own mutex
  *      (c->store_mu, taken after c->mu or alone). The one exception to "commit under c->mu"
  *      is a heartbeat's logs and metrics (coord_beat_data): they are group-committed without
- *      c->mu, and the beat is answered only after its batch committed.
+ *      c->mu, and the beat is answered only after its batch committed. The one exception to
+ *      "commit first" is a node that beats again (LOST to READY): memory first, its row
+ *      at the next tick with all others back since (coord_flush_nodes); nothing reads that
+ *      row's state back (every node loads LOST), so no restart can see the order.
  *   2. A node's desired set is computed, never stored: every RUNNING job whose current
  *      placement holds the node. Any change of it bumps node->version and wakes the node's
  *      held heartbeat.
@@ -562,13 +565,16 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         goto out;
     }
     int64_t wall = coord_wall(c, now);
-    int changed = 0;
+    int changed = 0, back = 0;
     if (!nodestate_is_up(n->state)) {
-        rc = coord_put_node(c, n, 1, wall, err);
-        if (rc)
-            goto out;
+        /* Its row is written by the next tick, with every other node back since, in one
+         * transaction, and the tick's scheduling pass places work on it: after a restart
+         * or a leader change a thousand nodes come back within a second, and a commit
+         * and a full pass for each, one after the other under c->mu, took 28 s (bench/ha). */
         coord_node_set(n, NODE_READY);
-        changed = 1;
+        n->row_stale = 1;
+        c->nodes_stale = 1;
+        back = 1;
         log_info("node %s READY again", n->name);
     }
     if (n->state == NODE_SUSPECT && now >= n->suspect_since) {
@@ -611,7 +617,7 @@ int coord_beat(struct coord *c, const char *name, const json_t *body, int64_t no
         rc = data_rc;
         goto out;
     }
-    if (!changed && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
+    if (!changed && !back && b.wait_ms > 0 && (uint64_t)b.version == n->version) {
         /* time_mono_ms() reads CLOCK_MONOTONIC, the clock of n->cond (coord_node_new()) */
         int64_t deadline = time_deadline_ms(b.wait_ms);
         struct timespec ts = {.tv_sec = deadline / 1000,
@@ -648,6 +654,7 @@ int coord_list_nodes(struct coord *c, int64_t now, char **out, struct ddp_err *e
 static void coord_tick_locked(struct coord *c, int64_t now)
 {
     int64_t wall = coord_wall(c, now);
+    coord_flush_nodes(c);
     coord_nodes_expire(c, now);
     for (size_t i = 0; i < c->nlive; i++) {
         struct job *j = c->live[i];

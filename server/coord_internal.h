@@ -70,6 +70,9 @@ struct node {
     /* What its agent said at its last registration with this ddpd (in memory only): whose
      * accounts jobs run as, "per-user" or "single-user"; "" when it did not say. */
     char isolation[16];
+    /* READY again in memory, its row not yet written: coord_flush_nodes() writes every such
+     * row in one transaction at the next tick (coord.c, invariant 1's one exception). */
+    int row_stale;
 };
 
 /* An admin's hold on a node (docs/scheduling.md): cordon takes no new work; drain also moves
@@ -206,6 +209,7 @@ struct coord {
     uint64_t version_base;
     int shutting_down;
     int retired;           /* coord_retire(): every later transaction refused (under store_mu) */
+    int nodes_stale;       /* some node's row_stale is set (coord_flush_nodes()) */
     struct job **jobs;     /* by id - 1; NULL for a deleted id (coord_retain.c) */
     size_t njobs, capjobs; /* njobs: the highest id given out */
     size_t retain_next;    /* the index the next --job-ttl sweep starts at */
@@ -292,6 +296,9 @@ int coord_job_write(struct coord *c, void *ctx, struct ddp_err *e);
 /* Moves job j to status *next; see coord_txn.c. */
 int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t now,
                  struct ddp_err *err);
+/* Writes the rows of the nodes whose row_stale is set, all in one transaction, and clears
+ * the flags; on failure they stay set for the next tick. Under c->mu. */
+void coord_flush_nodes(struct coord *c);
 int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
                    struct ddp_err *err);
 

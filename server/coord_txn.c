@@ -193,11 +193,12 @@ static int coord_node_write(struct coord *c, void *ctx, struct ddp_err *e)
     return store_node_put(c->store, ctx, e);
 }
 
-int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
-                   struct ddp_err *err)
+/* The store row of node n with the given state; *labels (caller frees) backs row->labels. */
+static void coord_node_row(const struct node *n, int ready, int64_t beat_wall,
+                           struct store_node *row, char **labels)
 {
-    char *labels = n->labels ? jsonx_dumps(n->labels) : NULL;
-    struct store_node row = {
+    *labels = n->labels ? jsonx_dumps(n->labels) : NULL;
+    *row = (struct store_node){
         .name = n->name,
         .address = n->address,
         .slots = n->slots,
@@ -212,8 +213,48 @@ int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t bea
                        : n->admin == NODE_CORDONED ? "cordon"
                                                    : "",
         .admin_reason = n->admin_reason,
-        .labels = labels,
+        .labels = *labels,
     };
+}
+
+static int coord_stale_nodes_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    (void)ctx;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < c->nnodes; i++) {
+        const struct node *n = c->nodes[i];
+        if (!n->row_stale || n->removed)
+            continue;
+        struct store_node row;
+        char *labels;
+        coord_node_row(n, nodestate_is_up(n->state), n->last_beat_wall, &row, &labels);
+        rc = store_node_put(c->store, &row, e);
+        free(labels);
+    }
+    return rc;
+}
+
+void coord_flush_nodes(struct coord *c)
+{
+    if (!c->nodes_stale)
+        return;
+    struct ddp_err e;
+    if (coord_txn_run(c, coord_stale_nodes_write, NULL, &e) != 0) {
+        log_warn_limited(5000, "cannot record the nodes that beat again (next tick retries): %s",
+                         e.msg);
+        return;
+    }
+    for (size_t i = 0; i < c->nnodes; i++)
+        c->nodes[i]->row_stale = 0;
+    c->nodes_stale = 0;
+}
+
+int coord_put_node(struct coord *c, const struct node *n, int ready, int64_t beat_wall,
+                   struct ddp_err *err)
+{
+    struct store_node row;
+    char *labels;
+    coord_node_row(n, ready, beat_wall, &row, &labels);
     struct ddp_err e;
     int rc = coord_txn_run(c, coord_node_write, &row, &e);
     free(labels);
