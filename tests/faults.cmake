@@ -11,13 +11,18 @@ foreach(s agent_kill join worker_kill worker_stop max_restarts ddpd_restart link
 endforeach()
 
 # The replicated coordinator (docs/ha.md): three ddpd --cluster replicas in namespaces, kill -9
-# of the leader under submits, a cut link, a lost quorum, one training job through it all.
+# of the leader under submits, a cut link, a lost quorum, one training job through it all;
+# and one replica's disk full (a tmpfs), then that replica replaced.
 if(DQLITE_FOUND)
-  ddp_script_test(NAME faults_ha COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_ha.py
-    TIMEOUT 420 LABELS "heavy;faults;dqlite")
-  set_tests_properties(faults_ha PROPERTIES RESOURCE_LOCK ddp_faults SKIP_RETURN_CODE 77)
+  foreach(s ha diskfull)
+    ddp_script_test(NAME faults_${s} COMMAND /usr/bin/python3
+      ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_ha.py ${s} TIMEOUT 420 LABELS "heavy;faults;dqlite")
+    set_tests_properties(faults_${s} PROPERTIES RESOURCE_LOCK ddp_faults SKIP_RETURN_CODE 77)
+  endforeach()
 else()
-  add_test(NAME faults_ha COMMAND sh -c
-    "echo 'faults_ha: skipped, libdqlite not found (apt-get install libdqlite-dev libraft-dev)'; exit 77")
-  set_tests_properties(faults_ha PROPERTIES SKIP_RETURN_CODE 77 LABELS "heavy;faults;dqlite")
+  foreach(s ha diskfull)
+    add_test(NAME faults_${s} COMMAND sh -c
+      "echo 'faults_${s}: skipped, libdqlite not found (apt-get install libdqlite-dev libraft-dev)'; exit 77")
+    set_tests_properties(faults_${s} PROPERTIES SKIP_RETURN_CODE 77 LABELS "heavy;faults;dqlite")
+  endforeach()
 endif()

@@ -22,10 +22,16 @@ re-forms once, for the node that dies in step 5):
      r1 alone leads with every acknowledged job.
 The figures are printed as "figure NAME = VALUE" and in the RESULT line (docs/ha.md).
 
-usage: test_ha.py
+A second scenario, diskfull: r3's data on a 64 MiB tmpfs filled once the cluster formed; 3,000
+submits all acknowledged (r1 and r2 are a quorum), r3 up but its log stopped behind; r3 then
+replaced (removed, started as node 4 on an empty folder: a snapshot); with r1 killed, the
+leader of r2 and node 4 holds every acknowledged job.
+
+usage: test_ha.py [ha|diskfull]   (default ha)
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +96,7 @@ class HACluster(FaultCluster):
                            "raft": "%s:%d" % (addr, rport),
                            "home": os.path.join(self.tmp, "replica-" + r), "proc": None}
         self.urls = ",".join(self.rep[r]["url"] for r in REPLICAS)
+        self.mounts = []
         self.url = self.rep["r1"]["url"]
 
     def start_replica(self, r):
@@ -97,6 +104,7 @@ class HACluster(FaultCluster):
         os.makedirs(x["home"], exist_ok=True)
         argv = [os.path.join(BIN, "ddpd"), "--cluster", "--node-id", str(x["id"]),
                 "--raft-address", x["raft"], "--listen", x["listen"],
+                "--data-dir", os.path.join(x["home"], "raft"),
                 "--raft-latency-ms", str(LATENCY_MS), "--node-timeout", str(self.node_timeout),
                 "--token-file", os.path.join(self.home, "user.token"),
                 "--agent-token-file", os.path.join(self.home, "agent.token")]
@@ -180,6 +188,19 @@ class HACluster(FaultCluster):
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=timeout)
         return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def stop(self):
+        """Kills the replicas first, so that their tmpfs mounts can be taken away before the
+        temporary folder is removed."""
+        for r in REPLICAS:
+            p = self.rep[r]["proc"]
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        for m in list(self.mounts):
+            subprocess.run(["umount", m], timeout=20)
+            self.mounts.remove(m)
+        return super().stop()
 
     def dump(self, job_id=None):
         for r in REPLICAS:
@@ -414,21 +435,130 @@ def scenario(c, rep):
     return jid
 
 
+def submit_many(c, leader, prefix, n, rep):
+    """n submits of PENDING jobs on one keep-alive connection to the leader; their names."""
+    import http.client
+    host, port = c.rep[leader]["listen"].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    names, bad = [], []
+    for i in range(n):
+        name = "%s-%d" % (prefix, i)
+        conn.request("POST", "/v1/jobs", body=json.dumps(
+            {"name": name, "command": ["/bin/true"], "node_selector": {"pool": "none"}}),
+            headers={"Authorization": "Bearer " + c.user_token,
+                     "Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status == 201:
+            names.append(name)
+        elif len(bad) < 3:
+            bad.append((r.status, body[:200]))
+    conn.close()
+    rep.check("%d of %d submits acknowledged (%s)" % (len(names), n, bad), len(names) == n)
+    return names
+
+
+def scenario_diskfull(c, rep):
+    """r3's data on a 64 MiB tmpfs, filled once the cluster formed: the cluster takes every
+    write (r1 and r2 are a quorum), r3 stays up; then r3 is replaced, as docs/ha.md says: removed,
+    started again as a new node on an empty folder, and it catches up by a snapshot."""
+    if os.geteuid() != 0:
+        raise RuntimeError("needs root (a tmpfs mount)")
+    x3 = c.rep["r3"]
+    data3 = os.path.join(x3["home"], "raft")
+    os.makedirs(data3, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", data3], check=True,
+                   timeout=20)
+    c.mounts.append(data3)
+    c.start_replica("r1")
+    wait_for("r1 leads", lambda: c.leader(("r1",)) == "r1", timeout=30)
+    c.start_replica("r2")
+    c.start_replica("r3")
+    wait_for("one leader that both others follow", lambda: c.leader() == "r1", timeout=30)
+    fd = os.open(os.path.join(data3, "fill"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for _ in range(128):  # 64 MiB at most
+            os.write(fd, b"\0" * (1 << 19))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    st = os.statvfs(data3)
+    rep.check("r3's disk is full (%d KiB free)" % (st.f_bavail * st.f_frsize // 1024),
+              st.f_bavail * st.f_frsize < (1 << 20))
+    # dqlite preallocated three 8 MiB segments there: about 2,000 submits fill them.
+    t0 = time.monotonic()
+    names = submit_many(c, "r1", "d", 3000, rep)
+    rep.figure("full_submits_s", "%.1f" % (time.monotonic() - t0))
+    h = c.health("r3")
+    rep.check("r3 with a full disk is up and follows (%s)" % (h and h["role"]),
+              h is not None and h["role"] == "follower")
+    segs = sorted(f for f in os.listdir(os.path.join(c.rep["r1"]["home"], "raft"))
+                  if f[:1].isdigit())
+    segs3 = sorted(f for f in os.listdir(data3) if f[:1].isdigit())
+    last = lambda fs: max((int(f.split("-")[1]) for f in fs), default=0)  # noqa: E731
+    rep.figure("log_index_leader", last(segs))
+    rep.figure("log_index_full_r3", last(segs3))
+    rep.check("r3's log stopped behind the leader's (%d < %d)" % (last(segs3), last(segs)),
+              last(segs3) < last(segs))
+    # Replace r3: remove node 3, start node 4 on an empty folder in its place.
+    a = c.request("DELETE", "/v1/cluster/members/3")
+    rep.check("node 3 removed (%s)" % a.status, a.status == 200, a.text[:300])
+    c.kill_replica("r3")
+    subprocess.run(["umount", data3], check=True, timeout=20)
+    c.mounts.remove(data3)
+    shutil.rmtree(x3["home"])
+    x3["id"] = 4
+    c.start_replica("r3")
+    wait_for("node 4 follows r1", lambda: (lambda h: h if h and h["role"] == "follower"
+                                           else None)(c.health("r3")), timeout=30)
+    a = c.get("/v1/cluster")
+    ids = sorted(m["id"] for m in a.json["members"]) if a.status == 200 else a.text
+    rep.check("the cluster is r1, r2 and node 4 (%s)" % ids, ids == [1, 2, 4])
+    # Catch-up: with r1 killed, r2 and node 4 must elect one of them, and it holds every job.
+    c.kill_replica("r1")
+    lead = wait_for("r2 or node 4 leads", lambda: c.leader(("r2", "r3")), timeout=30)
+    acks = [(n, None, 0, 0) for n in names]
+    total = 0
+    token = 0
+    seen = set()
+    for _ in range(10):  # pages of 1000
+        a = c.get("/v1/jobs?all=true&page_size=1000" + ("&page_token=%s" % token if token
+                                                         else ""))
+        if a.status != 200:
+            break
+        for j in a.json["jobs"]:
+            seen.add(j["name"])
+        total += len(a.json["jobs"])
+        token = a.json.get("next_page_token")
+        if not token:
+            break
+    missing = [n for n, _, _, _ in acks if n not in seen]
+    rep.check("after the replacement and a leader kill all %d acknowledged jobs are there "
+              "(missing %s)" % (len(names), missing[:3]), not missing)
+    return None
+
+
 def main():
     def on_term(signum, frame):
         raise SystemExit("killed by signal %d" % signum)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    rep = Report("ha")
+    name = sys.argv[1] if len(sys.argv) > 1 else "ha"
+    fn = {"ha": scenario, "diskfull": scenario_diskfull}.get(name)
+    if fn is None:
+        print(__doc__)
+        return 2
+    rep = Report(name)
     t_start = time.monotonic()
     net = Net(list(REPLICAS) + ["a", "b"])
-    print("== ha: %s" % net.describe(), flush=True)
+    print("== %s: %s" % (name, net.describe()), flush=True)
     c = None
     jid = None
     try:
         c = HACluster(net)
         try:
-            jid = scenario(c, rep)
+            jid = fn(c, rep)
         except Exception:  # noqa: BLE001 - reported as a failed check with the trace
             rep.check("scenario ran to its end", False, traceback.format_exc())
         if rep.fails:
