@@ -750,6 +750,14 @@ void coord_retire(struct coord *c)
     pthread_mutex_unlock(&c->store_mu);
 }
 
+int coord_retired(struct coord *c)
+{
+    pthread_mutex_lock(&c->store_mu);
+    int r = c->retired;
+    pthread_mutex_unlock(&c->store_mu);
+    return r;
+}
+
 int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,
                struct ddp_err *err)
 {

@@ -58,6 +58,8 @@ int coord_open_store(struct store *st, const char *db_path, const char *where,
  * transaction from now on fails with DDP_EUNAVAIL before it begins, so that no call still
  * running writes once this returns. Reads from memory still answer. */
 void coord_retire(struct coord *c);
+/* 1 once coord_retire() ran. */
+int coord_retired(struct coord *c);
 /* Wakes every held heartbeat and frees everything; accepts NULL. No call may be running. */
 void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */

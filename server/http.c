@@ -731,6 +731,19 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     http_dispatch_as(&r, auth, s->bootstrap_token, &hc->who, &route);
+    if (hc->coord && r.status >= 500 && coord_retired(hc->coord)) {
+        /* The leadership was lost during the call, whose write the retired coordinator
+         * refused before it began: not_leader, so that the client tries the leader. */
+        char *location = NULL;
+        api_req_release(&r);
+        r.static_out = NULL;
+        r.content_type = NULL;
+        gate_role(s->gate, hc->leader, sizeof(hc->leader));
+        http_not_leader(&r, hc, &location);
+        enum MHD_Result ret = http_send(conn, &r, route, hc);
+        free(location);
+        return ret;
+    }
     return http_send(conn, &r, route, hc);
 }
 

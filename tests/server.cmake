@@ -13,6 +13,8 @@ ddp_unit_test(NAME test_coord SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_coor
   LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_http SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_http.c
   LIBS ddpserver ddpcommon)
+ddp_unit_test(NAME test_gate SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_gate.c
+  LIBS ddpserver ddpcommon)
 ddp_unit_test(NAME test_dqwire SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dqwire.c
   LIBS ddpserver ddpcommon)
 # The dqlite client against real dqlite nodes (1 and 3), which the test forks itself.
