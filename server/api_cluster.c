@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "common/args.h"
 #include "common/jsonx.h"
 #include "common/log.h"
 #include "server/http.h"
@@ -47,6 +48,14 @@ void api_cluster_add(struct api_req *r)
         json_decref(body);
         api_reply_errf(r, DDP_EINVAL,
                        "body: want {\"id\": N (1 or more), \"raft_address\": \"HOST:PORT\"}");
+        return;
+    }
+    char host[256];
+    int port;
+    if (args_parse_hostport("raft_address", json_string_value(addr), host, (int)sizeof(host), &port,
+                            &e) != 0) {
+        json_decref(body);
+        api_reply_err(r, &e);
         return;
     }
     uint64_t nid = (uint64_t)json_integer_value(id);

@@ -58,8 +58,13 @@ int coord_open_store(struct store *st, const char *db_path, const char *where,
  * transaction from now on fails with DDP_EUNAVAIL before it begins, so that no call still
  * running writes once this returns. Reads from memory still answer. */
 void coord_retire(struct coord *c);
-/* 1 once coord_retire() ran. */
+/* 1 once coord_retire() ran, or once the replicated store answered UNAVAILABLE (its node
+ * lost the leadership). */
 int coord_retired(struct coord *c);
+/* 1 when, since the last call in this thread, a transaction of this thread was refused
+ * before it began because its coordinator was retired: the call did nothing and may go to
+ * the leader. Clears the flag. */
+int coord_take_refusal(void);
 /* Wakes every held heartbeat and frees everything; accepts NULL. No call may be running. */
 void coord_close(struct coord *c);
 /* Wakes held heartbeats and makes new ones answer at once (before the HTTP server stops). */

@@ -52,10 +52,22 @@ static void coord_health_note(struct coord *c, int rc, const struct ddp_err *e)
     pthread_mutex_unlock(&c->health_mu);
 }
 
+/* Set by coord_txn_run() in the thread whose transaction a retired coordinator refused
+ * before it began (coord_take_refusal()). */
+static _Thread_local int coord_refused;
+
+int coord_take_refusal(void)
+{
+    int r = coord_refused;
+    coord_refused = 0;
+    return r;
+}
+
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e)
 {
     pthread_mutex_lock(&c->store_mu);
     if (c->retired) {
+        coord_refused = 1;
         pthread_mutex_unlock(&c->store_mu);
         return err_set(e, DDP_EUNAVAIL, "this replica lost the leadership: try the leader");
     }
@@ -66,6 +78,11 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
         rc = store_commit(c->store, e);
     if (rc)
         store_rollback(c->store);
+    /* A replicated store (no file) answering UNAVAILABLE: its node lost the leadership, or
+     * the connection to it; nothing more is written through this coordinator, which the
+     * replica's next tick replaces (server/main.c). */
+    if (rc == DDP_EUNAVAIL && c->db_path == NULL)
+        c->retired = 1;
     coord_health_note(c, rc, e);
     pthread_mutex_unlock(&c->store_mu);
     return rc;

@@ -3,8 +3,9 @@
  *
  * Invariants (under g->mu):
  *   1. active is set exactly in the roles SINGLE and LEADER, and has no entry in retired[].
- *   2. a retired coordinator has had coord_retire() called and is closed by the call that
- *      brings its count of requests inside to 0 (or by gate_follow() when none was inside).
+ *   2. a retired coordinator is closed by the call that brings its count of requests inside
+ *      to 0; gate_follow() holds one of its own while it runs coord_retire(), so the last
+ *      leaver is never before the retirement is done.
  */
 #include "server/gate.h"
 
@@ -112,18 +113,19 @@ void gate_follow(struct gate *g, const char *leader)
     g->active.inside = 0;
     g->role = leader && *leader ? GATE_FOLLOWER : GATE_CANDIDATE;
     snprintf(g->leader, sizeof(g->leader), "%s", leader ? leader : "");
-    /* Retired under the gate's mutex: a request entering after this sees no coordinator,
-     * and no request inside writes from here on (coord_retire takes only the coordinator's
-     * own locks, never the gate's). */
-    if (old.c)
-        coord_retire(old.c);
-    if (old.c && old.inside > 0) {
+    /* Listed as retired with one more request inside, ours, so that no leaver frees it
+     * while coord_retire() runs outside the gate's mutex (it may wait for a transaction of
+     * a request inside, up to the store's timeout, and no gate_enter() waits for that). */
+    if (old.c) {
+        old.inside++;
         g->retired = xrealloc(g->retired, (g->nretired + 1) * sizeof(*g->retired));
         g->retired[g->nretired++] = old;
-        old.c = NULL;
     }
     pthread_mutex_unlock(&g->mu);
-    coord_close(old.c);
+    if (old.c) {
+        coord_retire(old.c); /* no request inside writes from here on */
+        gate_leave(g, old.c);
+    }
 }
 
 enum gate_role gate_role(struct gate *g, char *leader, size_t size)

@@ -641,13 +641,16 @@ static int http_local_route(const char *method, const char *path)
 static void http_not_leader(struct api_req *r, struct http_conn *hc, char **location)
 {
     if (hc->leader[0]) {
-        *location = xasprintf("%s%s", hc->leader, hc->target ? hc->target : r->path);
+        /* the target as sent (with its query) when it is a path, else the path alone */
+        const char *t = hc->target && hc->target[0] == '/' ? hc->target : r->path;
+        *location = xasprintf("%s%s", hc->leader, t);
         r->location = *location;
-        api_reply_json(r, 307,
-                       xasprintf("{\"error\":{\"code\":\"not_leader\",\"status\":\"UNAVAILABLE\","
-                                 "\"message\":\"this replica does not lead: the leader is %s\","
-                                 "\"leader\":null}}",
-                                 hc->leader));
+        char *msg = xasprintf("this replica does not lead: the leader is %s", hc->leader);
+        json_t *o = json_pack("{s:{s:s, s:s, s:s, s:n}}", "error", "code", "not_leader", "status",
+                              "UNAVAILABLE", "message", msg, "leader");
+        free(msg);
+        api_reply_json(r, 307, jsonx_dumps(o));
+        json_decref(o);
         return;
     }
     api_reply_json(r, 503,
@@ -730,10 +733,13 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     };
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    (void)coord_take_refusal();
     http_dispatch_as(&r, auth, s->bootstrap_token, &hc->who, &route);
-    if (hc->coord && r.status >= 500 && coord_retired(hc->coord)) {
+    if (hc->coord && r.status >= 500 && coord_take_refusal()) {
         /* The leadership was lost during the call, whose write the retired coordinator
-         * refused before it began: not_leader, so that the client tries the leader. */
+         * refused before it began (nothing was done): not_leader, so that the client tries
+         * the leader. A write that failed otherwise (a commit lost with the leadership, which
+         * Raft may still apply) keeps its 5xx: only the client can know whether to resend. */
         char *location = NULL;
         api_req_release(&r);
         r.static_out = NULL;

@@ -132,6 +132,7 @@ struct ddpd_cluster {
     const struct coord_opts *copts;
     struct coord *leading; /* the coordinator installed in the gate, or NULL */
     int probe_failures;
+    int start_failures; /* leads, but the coordinator would not start: in a row */
     char leader[512];
 };
 
@@ -151,10 +152,24 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
     } else {
         cl->probe_failures = 0;
     }
+    if (cl->leading && (coord_retired(cl->leading) || (self && !replica_still_ours(cl->rep)))) {
+        /* Its store said "not leader", or another replica won since it was loaded (the
+         * leadership went and came back between two polls): its memory may be stale. The
+         * next poll that finds this node leading loads a coordinator afresh. */
+        log_warn("cluster: this replica's coordinator stops (%s): it is loaded again if this "
+                 "replica still leads",
+                 coord_retired(cl->leading) ? "its store lost the leadership"
+                                            : "another replica led meanwhile");
+        gate_follow(cl->gate, "");
+        cl->leading = NULL;
+        return;
+    }
     if (self && !cl->leading) {
         int64_t t0 = time_mono_ms();
         struct store *st = NULL;
         struct coord *c = NULL;
+        /* No old leader's URL while loading: a client sent there would be sent back here. */
+        gate_follow(cl->gate, "");
         if (replica_open_store(cl->rep, &st, &err) != 0 ||
             coord_open_store(st, NULL, cl->advertise, cl->copts, time_mono_ms(), &c, &err) != 0 ||
             coord_users_bootstrap(c, cl->user_token, time_mono_ms(), &err) != 0) {
@@ -163,8 +178,15 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
                              "cluster: this node leads, but the coordinator cannot start "
                              "yet: %s",
                              err.msg);
+            if (++cl->start_failures >= 5) { /* let a replica that can serve lead */
+                log_warn("cluster: handing the leadership over after %d failed starts",
+                         cl->start_failures);
+                replica_hand_over(cl->rep);
+                cl->start_failures = 0;
+            }
             return;
         }
+        cl->start_failures = 0;
         cl->leading = c;
         gate_lead(cl->gate, c, cl->advertise);
         log_info("cluster: this replica leads now (%s): state loaded in %lld ms", cl->advertise,
@@ -534,6 +556,12 @@ int main(int argc, char **argv)
             err_set(&err, DDP_EINVAL, "--advertise '%s': want http(s)://HOST[:PORT]", advertise);
             goto usage;
         }
+        if (!advertise && port == 0) {
+            err_set(&err, DDP_EINVAL,
+                    "--listen %s: a cluster replica needs a fixed port (or --advertise URL)",
+                    listen);
+            goto usage;
+        }
         if (!advertise &&
             (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)) {
             err_set(&err, DDP_EINVAL,
@@ -671,9 +699,9 @@ fail:
 out:
     if (gate && cluster)
         gate_follow(gate, NULL); /* the coordinator retired: it writes nothing more */
-    replica_stop(rep);           /* the leadership handed over, the node stopped */
     coord_shutdown(coord);
-    http_stop(server);
+    http_stop(server); /* no request runs from here on: the replica may go */
+    replica_stop(rep); /* the leadership handed over, the node stopped */
     if (gate)
         gate_free(gate); /* closes the coordinator */
     else

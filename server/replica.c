@@ -7,7 +7,13 @@
  * writes its own row each time it wins the leadership, before it serves, and followers read
  * the leader's row to redirect to it.
  *
- * Invariant: r->dq (the side connection: membership, the table) is used under r->mu only.
+ * Invariant: r->dq (the side connection: membership, the table) is used under r->mu only;
+ * r->fence by the main thread only.
+ *
+ * The ddp_epoch table (one row) counts the wins: each replica that wins raises it before it
+ * serves and keeps the value; while it leads, every poll reads it back on its pinned
+ * connection, and a different value means another replica led in between (the leadership
+ * went away and came back between two polls): the coordinator, loaded before, is stale.
  */
 #include "server/replica.h"
 
@@ -36,6 +42,10 @@
 #define REPLICA_LOOKUP_MS 500  /* between two reads of the leader's URL */
 #define REPLICA_URL_MAX   512
 
+static const char replica_epoch_sql[] =
+    "CREATE TABLE IF NOT EXISTS ddp_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), epoch INTEGER "
+    "NOT NULL)";
+
 static const char replica_table_sql[] =
     "CREATE TABLE IF NOT EXISTS ddp_replicas (node_id INTEGER PRIMARY KEY, raft_address TEXT NOT "
     "NULL, api_url TEXT NOT NULL, updated_at INTEGER NOT NULL)";
@@ -57,6 +67,11 @@ struct replica {
     uint64_t leader_id;
     char leader_url[REPLICA_URL_MAX];
     int64_t lookup_at; /* monotonic ms of the last read of leader_url */
+    /* The fence (main thread only): a pinned connection to this node kept from the last win,
+     * and the epoch that win wrote to ddp_epoch. Another replica's win in between (even one
+     * this replica's polls did not see) raised the epoch. */
+    struct dqclient *fence;
+    int64_t epoch;
 };
 
 /* The side connection, (re)connected when broken; under r->mu. */
@@ -224,8 +239,7 @@ int replica_recover(uint64_t node_id, const char *raft_address, const char *data
 #endif
 }
 
-/* Hands the leadership to any other voter, when this node has it. */
-static void replica_hand_over(struct replica *r)
+void replica_hand_over(struct replica *r)
 {
     uint64_t id = 0;
     char addr[DQCLIENT_ADDR_MAX] = "";
@@ -260,6 +274,7 @@ void replica_stop(struct replica *r)
         dqlite_node_destroy(r->node);
     }
 #endif
+    dqclient_close(r->fence);
     dqclient_close(r->dq);
     for (size_t i = 0; i < r->naddrs; i++)
         free(r->addrs[i]);
@@ -317,16 +332,60 @@ int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct
         r->leader_id = id;
         r->leader_url[0] = '\0';
         r->lookup_at = now;
+        struct ddp_err e;
         pthread_mutex_lock(&r->mu);
-        rc = replica_lookup(r, id, err);
+        rc = replica_lookup(r, id, &e);
         if (rc == DDP_EUNAVAIL && r->dq) /* connected to the old leader: find the new one */
-            rc = dqclient_reconnect(r->dq, err) == 0 ? replica_lookup(r, id, err) : DDP_EUNAVAIL;
+            rc = dqclient_reconnect(r->dq, &e) == 0 ? replica_lookup(r, id, &e) : DDP_EUNAVAIL;
         pthread_mutex_unlock(&r->mu);
+        /* Another node leads whatever the lookup gave: this one follows, naming no URL
+         * until a later poll reads it. */
         if (rc != 0)
-            return rc;
+            log_debug("cluster: the URL of leader %llu: %s", (unsigned long long)id, e.msg);
     }
     snprintf(leader, size, "%s", r->leader_url);
     return 0;
+}
+
+/* Raises ddp_epoch on the fence connection and keeps the value in r->epoch. */
+static int replica_raise_epoch(struct replica *r, struct ddp_err *err)
+{
+    struct dqclient_rows *rows = NULL;
+    int rc = dqclient_exec(r->fence, replica_epoch_sql, NULL, 0, NULL, err);
+    if (rc == 0)
+        rc = dqclient_exec(r->fence,
+                           "INSERT INTO ddp_epoch (id, epoch) VALUES (1, 1) ON CONFLICT(id) DO "
+                           "UPDATE SET epoch = epoch + 1",
+                           NULL, 0, NULL, err);
+    if (rc == 0)
+        rc = dqclient_query(r->fence, "SELECT epoch FROM ddp_epoch WHERE id = 1", NULL, 0, &rows,
+                            err);
+    if (rc != 0)
+        return rc;
+    int ok = rows->nrows == 1 && rows->ncols == 1 && rows->vals[0].type == DQWIRE_INTEGER;
+    r->epoch = ok ? rows->vals[0].i : 0;
+    dqclient_rows_free(rows);
+    return ok ? 0 : err_set(err, DDP_EPEER, "cluster: ddp_epoch: unexpected answer");
+}
+
+int replica_still_ours(struct replica *r)
+{
+    if (!r->fence || r->epoch == 0)
+        return 1;
+    struct dqclient_rows *rows = NULL;
+    struct ddp_err e;
+    if (!dqclient_connected(r->fence) && dqclient_reconnect(r->fence, &e) != 0)
+        return 1; /* cannot tell now; the poll and the writes will */
+    if (dqclient_query(r->fence, "SELECT epoch FROM ddp_epoch WHERE id = 1", NULL, 0, &rows, &e) !=
+        0)
+        return 1;
+    int same = !(rows->nrows == 1 && rows->ncols == 1 && rows->vals[0].type == DQWIRE_INTEGER &&
+                 rows->vals[0].i != r->epoch);
+    if (!same)
+        log_warn("cluster: another replica led since this one won (epoch %lld, now %lld)",
+                 (long long)r->epoch, (long long)rows->vals[0].i);
+    dqclient_rows_free(rows);
+    return same;
 }
 
 int replica_open_store(struct replica *r, struct store **out, struct ddp_err *err)
@@ -334,7 +393,14 @@ int replica_open_store(struct replica *r, struct store **out, struct ddp_err *er
     const char *self[1] = {r->raft_address};
     struct dqclient_opts o = {.timeout_ms = 5000, .leader_timeout_ms = 1000, .pinned = 1};
     struct dqclient *c = NULL;
-    int rc = dqclient_open(self, 1, REPLICA_DB, &o, &c, err);
+    dqclient_close(r->fence);
+    r->fence = NULL;
+    r->epoch = 0;
+    int rc = dqclient_open(self, 1, REPLICA_DB, &o, &r->fence, err);
+    if (rc == 0)
+        rc = replica_raise_epoch(r, err);
+    if (rc == 0)
+        rc = dqclient_open(self, 1, REPLICA_DB, &o, &c, err);
     struct dqwire_value p[4] = {dqclient_int((int64_t)r->id), dqclient_text(r->raft_address),
                                 dqclient_text(r->advertise), dqclient_int(time_wall_ms())};
     if (rc == 0)

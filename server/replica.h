@@ -49,14 +49,21 @@ int replica_recover(uint64_t node_id, const char *raft_address, const char *data
 void replica_stop(struct replica *r);
 
 /* Asks this node who leads: *self 1 when this replica does, else 0 with leader (size bytes)
- * the leading replica's API URL, "" when no leader is known or its URL is not yet written. */
+ * the leading replica's API URL, "" when no leader is known or its URL is not read yet.
+ * Fails only when the node does not answer. */
 int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct ddp_err *err);
 /* The store on this node only (server/store.h, pinned), for the coordinator of the leader;
  * also records this replica's API URL in the replicated table (so followers redirect here).
  * DDP_EUNAVAIL when this node does not lead. */
 int replica_open_store(struct replica *r, struct store **out, struct ddp_err *err);
+/* While this replica leads: 0 when another replica won after this one's last
+ * replica_open_store() (ddp_epoch moved: the coordinator loaded then is stale), else 1
+ * (also when it cannot tell now). Main thread only. */
+int replica_still_ours(struct replica *r);
+/* Hands the leadership to another voter when this node holds it (TRANSFER); bounded. */
+void replica_hand_over(struct replica *r);
 
-/* Adds node_id, raft_address, advertise and latency_ms to o (the /healthz answer). */
+/* Adds node_id, raft_address and advertise to o (the /healthz answer). */
 void replica_describe(struct replica *r, json_t *o);
 /* The cluster as the leader sees it: {"members": [{"id", "raft_address", "role", "url"}...]}
  * (*out new, caller decrefs). */
