@@ -804,6 +804,7 @@ int coord_open_store(struct store *st, const char *db_path, const char *where,
         c->opts.max_user_priority = opts->max_user_priority;
         if (opts->job_ttl_ms > 0)
             c->opts.job_ttl_ms = opts->job_ttl_ms;
+        c->opts.fence_epoch = opts->fence_epoch;
     }
     if (c->opts.suspect_timeout_ms > c->opts.node_timeout_ms)
         c->opts.suspect_timeout_ms = c->opts.node_timeout_ms;

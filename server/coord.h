@@ -42,6 +42,10 @@ struct coord_opts {
     /* Finished jobs whose finished_at is this long ago are deleted by coord_tick(), at most
      * 100 a tick (0: the default, kept until deleted by hand). */
     int64_t job_ttl_ms;
+    /* Cluster mode: the epoch this replica's win wrote (server/replica.h); every write
+     * transaction first checks that ddp_epoch still holds it, and a coordinator that finds
+     * another one retires (DDP_EUNAVAIL). 0: no check (a single SQLite file). */
+    int64_t fence_epoch;
 };
 
 /* Opens the store at db_path and loads every job and node from it; nodes start LOST with

@@ -72,6 +72,15 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
         return err_set(e, DDP_EUNAVAIL, "this replica lost the leadership: try the leader");
     }
     int rc = store_begin(c->store, e);
+    if (!rc && c->opts.fence_epoch) {
+        int64_t epoch = 0;
+        rc = store_epoch(c->store, &epoch, e);
+        if (!rc && epoch != c->opts.fence_epoch)
+            rc = err_set(e, DDP_EUNAVAIL,
+                         "another replica led since this one won (epoch %lld, now %lld): this "
+                         "coordinator writes nothing more",
+                         (long long)c->opts.fence_epoch, (long long)epoch);
+    }
     if (!rc)
         rc = fn(c, ctx, e);
     if (!rc)
@@ -81,7 +90,7 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
     /* A replicated store (no file) answering UNAVAILABLE: its node lost the leadership, or
      * the connection to it; nothing more is written through this coordinator, which the
      * replica's next tick replaces (server/main.c). */
-    if (rc == DDP_EUNAVAIL && c->db_path == NULL)
+    if (rc == DDP_EUNAVAIL && (c->db_path == NULL || c->opts.fence_epoch))
         c->retired = 1;
     coord_health_note(c, rc, e);
     pthread_mutex_unlock(&c->store_mu);

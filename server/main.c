@@ -170,8 +170,11 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
         struct coord *c = NULL;
         /* No old leader's URL while loading: a client sent there would be sent back here. */
         gate_follow(cl->gate, "");
-        if (replica_open_store(cl->rep, &st, &err) != 0 ||
-            coord_open_store(st, NULL, cl->advertise, cl->copts, time_mono_ms(), &c, &err) != 0 ||
+        struct coord_opts copts = *cl->copts;
+        int rc = replica_open_store(cl->rep, &st, &err);
+        copts.fence_epoch = replica_epoch(cl->rep);
+        if (rc != 0 ||
+            coord_open_store(st, NULL, cl->advertise, &copts, time_mono_ms(), &c, &err) != 0 ||
             coord_users_bootstrap(c, cl->user_token, time_mono_ms(), &err) != 0) {
             coord_close(c);
             log_warn_limited(1000,

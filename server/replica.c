@@ -368,6 +368,11 @@ static int replica_raise_epoch(struct replica *r, struct ddp_err *err)
     return ok ? 0 : err_set(err, DDP_EPEER, "cluster: ddp_epoch: unexpected answer");
 }
 
+int64_t replica_epoch(const struct replica *r)
+{
+    return r->epoch;
+}
+
 int replica_still_ours(struct replica *r)
 {
     if (!r->fence || r->epoch == 0)

@@ -60,6 +60,8 @@ int replica_open_store(struct replica *r, struct store **out, struct ddp_err *er
  * replica_open_store() (ddp_epoch moved: the coordinator loaded then is stale), else 1
  * (also when it cannot tell now). Main thread only. */
 int replica_still_ours(struct replica *r);
+/* The epoch the last replica_open_store() wrote (coord_opts.fence_epoch). */
+int64_t replica_epoch(const struct replica *r);
 /* Hands the leadership to another voter when this node holds it (TRANSFER); bounded. */
 void replica_hand_over(struct replica *r);
 

@@ -112,6 +112,7 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_LOAD_USERS] = "SELECT name, role, token_hash, created_at, max_slots, group_name "
                       "FROM users ORDER BY name",
     [ST_LOAD_GROUPS] = "SELECT name, max_slots FROM groups ORDER BY name",
+    [ST_EPOCH] = "SELECT epoch FROM ddp_epoch WHERE id = 1",
 };
 
 static void q_int(struct store *st, int w, int i, int64_t v)
@@ -419,6 +420,15 @@ int store_job_delete(struct store *st, int64_t job, struct ddp_err *err)
         rc = store_step_done(st, steps[i], err);
     }
     return rc;
+}
+
+int store_epoch(struct store *st, int64_t *out, struct ddp_err *err)
+{
+    int s = ST_EPOCH;
+    int r = q_step(st, s, err);
+    *out = r == 1 ? q_col_int(st, s, 0) : 0;
+    q_reset(st, s);
+    return r < 0 ? r : 0;
 }
 
 int store_last_job_id(struct store *st, int64_t *out, struct ddp_err *err)

@@ -114,6 +114,8 @@ int store_marks_drop(struct store *st, int64_t job, int64_t below_gen, struct dd
 int store_job_delete(struct store *st, int64_t job, struct ddp_err *err);
 /* The highest job id ever given out: of the jobs kept and of those deleted (0: none). */
 int store_last_job_id(struct store *st, int64_t *out, struct ddp_err *err);
+/* The leadership epoch of cluster mode (schema/006_epoch.sql), 0 when none was written. */
+int store_epoch(struct store *st, int64_t *out, struct ddp_err *err);
 int store_node_put(struct store *st, const struct store_node *n, struct ddp_err *err);
 int store_node_delete(struct store *st, const char *name, struct ddp_err *err);
 /* Inserts or replaces the user of u->name. */

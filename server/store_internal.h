@@ -54,6 +54,7 @@ enum {
     ST_LOAD_MARKS,
     ST_LOAD_USERS,
     ST_LOAD_GROUPS,
+    ST_EPOCH,
     ST_COUNT
 };
 

@@ -2,7 +2,7 @@
  * test_gate.c - server/gate.c with real coordinators on real SQLite files: the roles, who a
  * request enters, the redirect target, and a coordinator retired while requests hold it
  * (it answers reads, refuses every write, and is freed by the last request to leave: under
- * ASan a use after free or a leak fails the run).
+ * ASan a use after free or a leak fails the run); and the epoch fence of coord_opts.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <sqlite3.h>
 
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -150,12 +151,54 @@ static void test_retire_with_requests_inside(void **state)
     gate_free(g); /* closes c2 */
 }
 
+static void set_epoch(const char *db, int64_t v)
+{
+    sqlite3 *h = NULL;
+    char sql[128];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO ddp_epoch (id, epoch) VALUES (1, %lld) ON CONFLICT(id) DO UPDATE SET "
+             "epoch = excluded.epoch",
+             (long long)v);
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    sqlite3_busy_timeout(h, 5000);
+    assert_int_equal(sqlite3_exec(h, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+}
+
+/* The fence of coord_opts.fence_epoch, on a real SQLite file: writes go through while
+ * ddp_epoch holds this coordinator's epoch; once another win raised it, the next write is
+ * refused and the coordinator retires, reads still answer. */
+static void test_fence_epoch(void **state)
+{
+    struct fx *f = *state;
+    char *db = xasprintf("%s/fence.db", f->dir);
+    struct coord *c = NULL;
+    struct ddp_err e;
+    assert_int_equal(coord_open(db, NULL, 1000, &c, &e), 0); /* migrates: ddp_epoch exists */
+    coord_close(c);
+    set_epoch(db, 7);
+    struct coord_opts o = {.fence_epoch = 7};
+    assert_int_equal(coord_open(db, &o, 1000, &c, &e), 0);
+    assert_int_equal(try_submit(c, NULL, 0), 0);
+    set_epoch(db, 8); /* another replica won */
+    char msg[256] = "";
+    assert_int_not_equal(try_submit(c, msg, sizeof(msg)), 0);
+    assert_non_null(strstr(msg, "another replica led"));
+    assert_true(coord_retired(c));
+    char *out = NULL;
+    assert_int_equal(coord_get_job(c, 1, &out, &e), 0);
+    free(out);
+    coord_close(c);
+    free(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_single, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retire_with_requests_inside, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fence_epoch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
