@@ -7,8 +7,9 @@
  * writes its own row each time it wins the leadership, before it serves, and followers read
  * the leader's row to redirect to it.
  *
- * Invariant: r->dq (the side connection: membership, the table) is used under r->mu only;
- * r->fence by the main thread only.
+ * Invariant: r->dq (the side connection: membership) is used under r->mu only; r->fence and
+ * r->look (the leader's URL) by the main thread only, so an HTTP thread's slow membership call
+ * never delays a poll.
  *
  * The ddp_epoch table (one row) counts the wins: each replica that wins raises it before it
  * serves and keeps the value; while it leads, every poll reads it back on its pinned
@@ -72,17 +73,25 @@ struct replica {
      * this replica's polls did not see) raised the epoch. */
     struct dqclient *fence;
     int64_t epoch;
+    struct dqclient *look; /* the leader's URL lookups (main thread only; no r->mu wait) */
 };
 
 /* The side connection, (re)connected when broken; under r->mu. */
+/* *c (r->dq or r->look) connected to the leader, (re)connected when broken. */
+static int replica_conn(struct replica *r, struct dqclient **c, struct ddp_err *err)
+{
+    if (*c && dqclient_connected(*c))
+        return 0;
+    if (*c)
+        return dqclient_reconnect(*c, err);
+    struct dqclient_opts o = {.timeout_ms = REPLICA_SIDE_MS, .leader_timeout_ms = REPLICA_SIDE_MS};
+    return dqclient_open((const char *const *)r->addrs, r->naddrs, REPLICA_DB, &o, c, err);
+}
+
+/* The side connection; under r->mu. */
 static int replica_side(struct replica *r, struct ddp_err *err)
 {
-    if (r->dq && dqclient_connected(r->dq))
-        return 0;
-    if (r->dq)
-        return dqclient_reconnect(r->dq, err);
-    struct dqclient_opts o = {.timeout_ms = REPLICA_SIDE_MS, .leader_timeout_ms = REPLICA_SIDE_MS};
-    return dqclient_open((const char *const *)r->addrs, r->naddrs, REPLICA_DB, &o, &r->dq, err);
+    return replica_conn(r, &r->dq, err);
 }
 
 #ifdef DDP_HAVE_DQLITE
@@ -275,6 +284,7 @@ void replica_stop(struct replica *r)
     }
 #endif
     dqclient_close(r->fence);
+    dqclient_close(r->look);
     dqclient_close(r->dq);
     for (size_t i = 0; i < r->naddrs; i++)
         free(r->addrs[i]);
@@ -289,11 +299,11 @@ void replica_stop(struct replica *r)
 /* Reads the API URL of node id from ddp_replicas into r->leader_url; under r->mu. */
 static int replica_lookup(struct replica *r, uint64_t id, struct ddp_err *err)
 {
-    int rc = replica_side(r, err);
+    int rc = replica_conn(r, &r->look, err);
     struct dqclient_rows *rows = NULL;
     struct dqwire_value p = dqclient_int((int64_t)id);
     if (rc == 0)
-        rc = dqclient_query(r->dq, "SELECT api_url FROM ddp_replicas WHERE node_id = ?", &p, 1,
+        rc = dqclient_query(r->look, "SELECT api_url FROM ddp_replicas WHERE node_id = ?", &p, 1,
                             &rows, err);
     if (rc != 0)
         return rc;
@@ -333,11 +343,9 @@ int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct
         r->leader_url[0] = '\0';
         r->lookup_at = now;
         struct ddp_err e;
-        pthread_mutex_lock(&r->mu);
         rc = replica_lookup(r, id, &e);
-        if (rc == DDP_EUNAVAIL && r->dq) /* connected to the old leader: find the new one */
-            rc = dqclient_reconnect(r->dq, &e) == 0 ? replica_lookup(r, id, &e) : DDP_EUNAVAIL;
-        pthread_mutex_unlock(&r->mu);
+        if (rc == DDP_EUNAVAIL && r->look) /* connected to the old leader: find the new one */
+            rc = dqclient_reconnect(r->look, &e) == 0 ? replica_lookup(r, id, &e) : DDP_EUNAVAIL;
         /* Another node leads whatever the lookup gave: this one follows, naming no URL
          * until a later poll reads it. */
         if (rc != 0)
