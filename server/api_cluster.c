@@ -53,7 +53,8 @@ void api_cluster_add(struct api_req *r)
     char host[256];
     int port;
     if (args_parse_hostport("raft_address", json_string_value(addr), host, (int)sizeof(host), &port,
-                            &e) != 0) {
+                            &e) != 0 ||
+        replica_check_address("raft_address", json_string_value(addr), &e) != 0) {
         json_decref(body);
         api_reply_err(r, &e);
         return;

@@ -225,7 +225,8 @@ static int ddpd_split_join(char *s, char **out, size_t max, size_t *n, struct dd
         int port;
         if (*n == max)
             return err_set(err, DDP_EINVAL, "--join: more than %zu addresses", max);
-        if (args_parse_hostport("--join", tok, host, (int)sizeof(host), &port, err) != 0)
+        if (args_parse_hostport("--join", tok, host, (int)sizeof(host), &port, err) != 0 ||
+            replica_check_address("--join", tok, err) != 0)
             return DDP_EINVAL;
         out[(*n)++] = tok;
     }
@@ -552,7 +553,8 @@ int main(int argc, char **argv)
             goto usage;
         }
         if (args_parse_hostport("--raft-address", raft, rhost, (int)sizeof(rhost), &rport, &err) !=
-            0)
+                0 ||
+            replica_check_address("--raft-address", raft, &err) != 0)
             goto usage;
         if (advertise && strncmp(advertise, "http://", 7) != 0 &&
             strncmp(advertise, "https://", 8) != 0) {

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 
 #ifdef DDP_HAVE_DQLITE
@@ -153,6 +154,26 @@ static int replica_has_state(const char *dir)
     return stat(p, &st) == 0;
 }
 #endif
+
+int replica_check_address(const char *what, const char *addr, struct ddp_err *err)
+{
+    const char *colon = strrchr(addr, ':');
+    char host[INET_ADDRSTRLEN + 1];
+    struct in_addr a;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    size_t hl = colon ? (size_t)(colon - addr) : 0;
+    if (!colon || hl == 0 || hl >= sizeof(host) || !end || *end || port < 1 || port > 65535)
+        return err_set(err, DDP_EINVAL, "%s '%s': want IPv4:PORT, e.g. 10.0.0.1:8471", what, addr);
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    if (inet_pton(AF_INET, host, &a) != 1)
+        return err_set(err, DDP_EINVAL,
+                       "%s '%s': want a numeric IPv4 address (dqlite 1.11 takes no names and no "
+                       "IPv6)",
+                       what, addr);
+    return 0;
+}
 
 int replica_start(const struct replica_opts *o, struct replica **out, struct ddp_err *err)
 {

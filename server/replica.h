@@ -34,6 +34,10 @@ struct replica_opts {
     int latency_ms;        /* the network's round trip for Raft's timers; 0: dqlite's default */
 };
 
+/* 0 when addr is a raft address dqlite 1.11 can use: numeric IPv4 and a port ("10.0.0.1:8471";
+ * it parses addresses with uv_ip4_addr alone: no names, no IPv6), else DDP_EINVAL naming
+ * what (the flag or field). */
+int replica_check_address(const char *what, const char *addr, struct ddp_err *err);
 /* Creates the data folder, starts the node and, given join addresses, makes it a voter of
  * the cluster (ADD then ASSIGN through the leader; nothing when it is one already), within
  * 30 s. */
