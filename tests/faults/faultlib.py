@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
@@ -251,3 +252,51 @@ class Report:
             return 1
         print("RESULT %s passed | %s" % (self.name, fig))
         return 0
+
+
+SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE in tests/faults.cmake
+
+
+class Skip(Exception):
+    """Raised by a scenario that cannot run here (said, exit SKIP_CODE)."""
+
+
+def run_scenario(name, nodes, new_cluster, fn, start=None, dump_job=None):
+    """Runs scenario fn(cluster, report) on hosts `nodes` (netns.Net), with the cluster
+    new_cluster(net) makes and start(cluster) (when given) starts; then stops every process,
+    deletes the namespaces and checks that nothing is left. On a failed check the cluster dumps
+    what it knows of the job fn returned (else of dump_job). Returns the exit status: 0, 1 (a
+    check failed) or SKIP_CODE."""
+    rep = Report(name)
+    t_start = time.monotonic()
+    net = Net(nodes)
+    print("== %s: %s" % (name, net.describe()), flush=True)
+    c = None
+    skipped = None
+    try:
+        c = new_cluster(net)
+        if start is not None:
+            start(c)
+        jid = None
+        try:
+            jid = fn(c, rep)
+        except Skip as e:
+            skipped = str(e)
+        except Exception:  # noqa: BLE001 - reported as a failed check with the trace
+            rep.check("scenario ran to its end", False, traceback.format_exc())
+        if rep.fails:
+            c.dump(jid or dump_job)
+    finally:
+        if c is not None:
+            left = c.stop()
+            rep.check("no process of the test left (pgrep -f on its temp path)", not left, left)
+        net.close()
+        left = net.leftovers()
+        rep.check("namespaces, veths and bridge deleted", not left, left)
+    rep.figure("wall_s", "%.0f" % (time.monotonic() - t_start))
+    rep.figure("net", net.mode)
+    status = rep.done()
+    if skipped and status == 0:
+        print("SKIP %s: %s" % (name, skipped))
+        return SKIP_CODE
+    return status

@@ -26,10 +26,9 @@ import re
 import signal
 import sys
 import time
-import traceback
 
-from faultlib import (FaultCluster, Net, Report, fashion_available, parse_time, wait_for,
-                      worker_cmd, pid_alive)
+from faultlib import (SKIP_CODE, FaultCluster, Skip, fashion_available, parse_time,
+                      run_scenario, wait_for, worker_cmd, pid_alive)
 
 # Fashion-MNIST, 4 ranks, 2 epochs (cosine schedule over 2 epochs) with a fault in epoch 2
 # ends at 0.869-0.872 here (docs/elastic.md): the fewest epochs that reach 0.85 (1 epoch gives
@@ -64,11 +63,6 @@ SUSPECT_TIMEOUT = 1.0
 REFORM_MARGIN = 3.0
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-SKIP_CODE = 77  # ctest's SKIP_RETURN_CODE in tests/faults.cmake
-
-
-class Skip(Exception):
-    pass
 
 
 def job_spec(c, epochs, nnodes="1:2", data=None, **kw):
@@ -568,38 +562,8 @@ SCENARIOS = {
 
 def run(name):
     nodes, fn = SCENARIOS[name]
-    rep = Report(name)
-    t_start = time.monotonic()
-    net = Net(nodes)
-    print("== %s: %s" % (name, net.describe()), flush=True)
-    c = None
-    skipped = None
-    try:
-        c = FaultCluster(net, node_timeout=NODE_TIMEOUT)
-        c.start_ddpd()
-        jid = None
-        try:
-            jid = fn(c, rep)
-        except Skip as e:
-            skipped = str(e)
-        except Exception:  # noqa: BLE001 - reported as a failed check with the trace
-            rep.check("scenario ran to its end", False, traceback.format_exc())
-        if rep.fails:
-            c.dump(jid or "j-1")
-    finally:
-        if c is not None:
-            left = c.stop()
-            rep.check("no process of the test left (pgrep -f on its temp path)", not left, left)
-        net.close()
-        left = net.leftovers()
-        rep.check("namespaces, veths and bridge deleted", not left, left)
-    rep.figure("wall_s", "%.0f" % (time.monotonic() - t_start))
-    rep.figure("net", net.mode)
-    status = rep.done()
-    if skipped and status == 0:
-        print("SKIP %s: %s" % (name, skipped))
-        return SKIP_CODE
-    return status
+    return run_scenario(name, nodes, lambda net: FaultCluster(net, node_timeout=NODE_TIMEOUT),
+                        fn, start=lambda c: c.start_ddpd(), dump_job="j-1")
 
 
 def on_term(signum, frame):

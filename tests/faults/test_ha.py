@@ -37,14 +37,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import urllib.error
 import urllib.request
 
-from faultlib import FaultCluster, Net, Report, wait_for, worker_cmd
+from faultlib import FaultCluster, run_scenario, wait_for, worker_cmd
 from cluster import BIN, free_port
 
-SKIP_CODE = 77
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 LATENCY_MS = 20
 ELECTION_S = 0.3  # dqlite's election timeout at --raft-latency-ms 20 (15 x the latency)
@@ -518,24 +516,19 @@ def scenario_diskfull(c, rep):
     # Catch-up: with r1 killed, r2 and node 4 must elect one of them, and it holds every job.
     c.kill_replica("r1")
     lead = wait_for("r2 or node 4 leads", lambda: c.leader(("r2", "r3")), timeout=30)
-    acks = [(n, None, 0, 0) for n in names]
-    total = 0
-    token = 0
+    token = ""
     seen = set()
     for _ in range(10):  # pages of 1000
-        a = c.get("/v1/jobs?all=true&page_size=1000" + ("&page_token=%s" % token if token
-                                                         else ""))
+        a = c.get("/v1/jobs?all=true&page_size=1000" + ("&page_token=" + token if token else ""))
         if a.status != 200:
             break
-        for j in a.json["jobs"]:
-            seen.add(j["name"])
-        total += len(a.json["jobs"])
+        seen.update(j["name"] for j in a.json["jobs"])
         token = a.json.get("next_page_token")
         if not token:
             break
-    missing = [n for n, _, _, _ in acks if n not in seen]
-    rep.check("after the replacement and a leader kill all %d acknowledged jobs are there "
-              "(missing %s)" % (len(names), missing[:3]), not missing)
+    missing = [n for n in names if n not in seen]
+    rep.check("after the replacement and a leader kill all %d acknowledged jobs are there on %s "
+              "(missing %s)" % (len(names), lead, missing[:3]), not missing)
     return None
 
 
@@ -549,30 +542,7 @@ def main():
     if fn is None:
         print(__doc__)
         return 2
-    rep = Report(name)
-    t_start = time.monotonic()
-    net = Net(list(REPLICAS) + ["a", "b"])
-    print("== %s: %s" % (name, net.describe()), flush=True)
-    c = None
-    jid = None
-    try:
-        c = HACluster(net)
-        try:
-            jid = fn(c, rep)
-        except Exception:  # noqa: BLE001 - reported as a failed check with the trace
-            rep.check("scenario ran to its end", False, traceback.format_exc())
-        if rep.fails:
-            c.dump(jid)
-    finally:
-        if c is not None:
-            left = c.stop()
-            rep.check("no process of the test left (pgrep -f on its temp path)", not left, left)
-        net.close()
-        left = net.leftovers()
-        rep.check("namespaces, veths and bridge deleted", not left, left)
-    rep.figure("wall_s", "%.0f" % (time.monotonic() - t_start))
-    rep.figure("net", net.mode)
-    return rep.done()
+    return run_scenario(name, list(REPLICAS) + ["a", "b"], HACluster, fn)
 
 
 if __name__ == "__main__":
