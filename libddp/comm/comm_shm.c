@@ -366,6 +366,7 @@ int shm_group_open(const struct shm_setup *s, struct shm_group **out, struct ddp
     g->lr = s->local_rank;
     g->leader = s->local_rank == 0;
     g->members = xcalloc((size_t)g->L, sizeof(int));
+    g->srcs = xcalloc((size_t)g->L, sizeof(*g->srcs));
     memcpy(g->members, s->members, (size_t)g->L * sizeof(int));
     g->timeout_ms = s->timeout_ms > 0 ? s->timeout_ms : 60000;
     size_t piece = s->piece_bytes ? s->piece_bytes : SHM_DEFAULT_PIECE_BYTES;
@@ -497,5 +498,6 @@ void shm_group_close(struct shm_group *g)
     if (g->base)
         munmap(g->base, g->map_bytes);
     free(g->members);
+    free(g->srcs);
     free(g);
 }

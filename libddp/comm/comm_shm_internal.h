@@ -89,6 +89,7 @@ struct shm_group {
     char name[64];
     int leader, lr, L;
     int *members;
+    const char **srcs; /* L entries: the sources of one sum (sum_in_rank_order) */
     int64_t timeout_ms;
     size_t piece, small;
     void *base;
