@@ -24,7 +24,7 @@ static const char usage_text[] =
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
     "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
-    "                  [--bucket-cap-mb MB] [--sharding none|optimizer]\n"
+    "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n"
@@ -163,12 +163,17 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
             o->sharding = TRAIN_SHARD_NONE;
         else if (strcmp(val, "optimizer") == 0)
             o->sharding = TRAIN_SHARD_OPTIMIZER;
-        else if (strcmp(val, "grad") == 0 || strcmp(val, "full") == 0 || strcmp(val, "hybrid") == 0)
+        else if (strcmp(val, "grad") == 0)
+            o->sharding = TRAIN_SHARD_GRAD;
+        else if (strcmp(val, "full") == 0)
+            o->sharding = TRAIN_SHARD_FULL;
+        else if (strcmp(val, "hybrid") == 0)
             return err_set(err, DDP_EINVAL,
-                           "--sharding %s: not built yet (none and optimizer are; docs/fsdp.md)",
-                           val);
+                           "--sharding hybrid: not built yet (none, optimizer, grad and full are; "
+                           "docs/fsdp.md)");
         else
-            return err_set(err, DDP_EINVAL, "--sharding: want none or optimizer, got '%s'", val);
+            return err_set(err, DDP_EINVAL,
+                           "--sharding: want none, optimizer, grad or full, got '%s'", val);
     } else if (strcmp(name, "--shuffle") == 0) {
         if (strcmp(val, "on") == 0)
             o->no_shuffle = 0;

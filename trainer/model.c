@@ -37,7 +37,8 @@ struct model {
     float *actbuf[MODEL_MAX_LAYERS + 1];
     float *scratch[2];
     const uint8_t *labels;
-    size_t n; /* samples of the last forward, 0 if none */
+    size_t n;                      /* samples of the last forward, 0 if none */
+    const struct model_hooks *fwd; /* model_set_forward_hooks (borrowed), or NULL */
 };
 
 uint64_t model_memory_bytes(void)
@@ -231,12 +232,19 @@ static void forward_all(struct model *m, const float *x, size_t n)
     m->act[0] = x;
     for (int l = 0; l < m->nlayers; l++) {
         float *z = m->actbuf[l + 1];
+        if (m->fwd && m->fwd->layer_begin)
+            m->fwd->layer_begin(m->fwd->ctx, l);
         linear_forward(m->act[l], n, m->widths[l], m->widths[l + 1], m->params + m->off[2 * l],
                        m->params + m->off[2 * l + 1], z);
         if (l < m->nlayers - 1)
             relu_forward(z, n * (size_t)m->widths[l + 1]);
         m->act[l + 1] = z;
     }
+}
+
+void model_set_forward_hooks(struct model *m, const struct model_hooks *fwd)
+{
+    m->fwd = fwd;
 }
 
 int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,

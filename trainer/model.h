@@ -99,6 +99,11 @@ void model_bind_grads(struct model *m, float *const *grads);
 int model_forward(struct model *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
                   struct ddp_err *err);
 
+/* Makes every later forward call fwd->layer_begin(layer) just before layer's parameters are
+ * first read (the sharded paths gather them there: trainer/fsdp.h); fwd->layer_end is not
+ * called. fwd is borrowed (NULL: none). */
+void model_set_forward_hooks(struct model *m, const struct model_hooks *fwd);
+
 /* Backward pass for the last forward; hooks may be NULL. */
 int model_backward(struct model *m, const struct model_hooks *hooks, struct ddp_err *err);
 

@@ -52,6 +52,7 @@ struct cnn {
     const float *x;
     const uint8_t *labels;
     size_t n;
+    const struct model_hooks *fwd; /* cnn_set_forward_hooks (borrowed), or NULL */
 };
 
 /* Parses one "cNkK", "pM" or "fN" of len bytes at p. */
@@ -328,6 +329,8 @@ static void forward_all(struct cnn *m, const float *x, size_t n)
     for (int i = 0; i < m->nl; i++) {
         struct cnn_layer *l = &m->layer[i];
         float *o = m->out[i];
+        if (l->pl >= 0 && m->fwd && m->fwd->layer_begin)
+            m->fwd->layer_begin(m->fwd->ctx, l->pl);
         if (l->kind == CNN_CONV) {
             conv2d_forward(&l->conv, in, n, m->params + m->off[2 * l->pl],
                            m->params + m->off[2 * l->pl + 1], o, m->col);
@@ -341,6 +344,11 @@ static void forward_all(struct cnn *m, const float *x, size_t n)
             relu_forward(o, n * l->out_count);
         in = o;
     }
+}
+
+void cnn_set_forward_hooks(struct cnn *m, const struct model_hooks *fwd)
+{
+    m->fwd = fwd;
 }
 
 int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,

@@ -77,6 +77,10 @@ float *cnn_grad(struct cnn *m, int t);
 /* As model_bind_grads: grads[t] borrowed, for every t < cnn_tensor_count(m). */
 void cnn_bind_grads(struct cnn *m, float *const *grads);
 
+/* As model_set_forward_hooks (trainer/model.h): fwd->layer_begin(pl) before parameter layer
+ * pl's forward. */
+void cnn_set_forward_hooks(struct cnn *m, const struct model_hooks *fwd);
+
 /* As model_forward: x is n x 784 floats (borrowed until the backward), y the labels. */
 int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
                 struct ddp_err *err);

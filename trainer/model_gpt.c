@@ -61,6 +61,7 @@ struct gpt {
     const uint8_t *tokens; /* the forward's windows */
     size_t n;              /* and their number */
     int t;                 /* positions used by the last pass (T, or fewer when generating) */
+    const struct model_hooks *fwd; /* gpt_set_forward_hooks (borrowed), or NULL */
 };
 
 static uint64_t params_for(int L, int D, int T)
@@ -337,16 +338,31 @@ static void add_into(float *y, const float *x, size_t cnt)
 
 /* The forward through the final LayerNorm and the logits for b sequences of t <= T tokens
  * (stride bytes apart). */
+/* Before hook layer k's forward reads its parameters (the tied head reads layer 0's again at
+ * the end: a sharded path keeps that layer whole through the step). */
+static void fwd_begin(struct gpt *m, int k)
+{
+    if (m->fwd && m->fwd->layer_begin)
+        m->fwd->layer_begin(m->fwd->ctx, k);
+}
+
+void gpt_set_forward_hooks(struct gpt *m, const struct model_hooks *fwd)
+{
+    m->fwd = fwd;
+}
+
 static void forward_logits(struct gpt *m, const uint8_t *tokens, size_t b, int t, size_t stride)
 {
     const struct gpt_spec *s = &m->spec;
     int D = s->width;
     size_t N = b * (size_t)t;
     m->t = t;
+    fwd_begin(m, 0);
     embedding_forward(tokens, b, t, stride, D, tensor(m, 0), tensor(m, 1), m->x0);
     const float *x = m->x0;
     for (int l = 0; l < s->layers; l++) {
         struct gpt_acts *a = &m->acts[l];
+        fwd_begin(m, l + 1);
 #define W(k) tensor(m, block_tensor(m, l, (k)))
         layernorm_forward(x, N, D, W(B_LN1W), W(B_LN1B), a->ln1, a->ln1_mean, a->ln1_rstd);
         linear_forward(a->ln1, N, D, 3 * D, W(B_QKVW), W(B_QKVB), a->qkv);
@@ -361,6 +377,7 @@ static void forward_logits(struct gpt *m, const uint8_t *tokens, size_t b, int t
 #undef W
         x = a->res3;
     }
+    fwd_begin(m, s->layers + 1);
     layernorm_forward(x, N, D, tensor(m, m->nt - 2), tensor(m, m->nt - 1), m->lnf, m->lnf_mean,
                       m->lnf_rstd);
     /* logits [N x V] = lnf [N x D] wte^T (the tied head) */

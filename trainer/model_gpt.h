@@ -82,6 +82,10 @@ void gpt_bind_grads(struct gpt *m, float *const *grads);
  * the windows of each one's mean loss (nats per byte). */
 int gpt_forward(struct gpt *m, const uint8_t *tokens, size_t n, double *loss_sum,
                 struct ddp_err *err);
+/* As model_set_forward_hooks: fwd->layer_begin(k) before hook layer k's forward (0, 1..L,
+ * L+1; the head then reads layer 0's wte again). */
+void gpt_set_forward_hooks(struct gpt *m, const struct model_hooks *fwd);
+
 /* The gradients of the mean over the forward's windows of their losses. */
 int gpt_backward(struct gpt *m, const struct model_hooks *hooks, struct ddp_err *err);
 

@@ -52,6 +52,10 @@ struct model_ops {
      * counts them (AdamW's bias correction); NULL where none does. */
     void (*set_step)(struct model_inst *mi, uint64_t step);
     void (*bind_grads)(struct model_inst *mi, float *const *grads);
+    /* Every later forward calls fwd->layer_begin(layer) just before that hook layer's
+     * parameters are read (model_set_forward_hooks); fwd borrowed, NULL for none. NULL where
+     * the instance has no such hooks (a GPU instance). */
+    void (*set_forward_hooks)(struct model_inst *mi, const struct model_hooks *fwd);
     int (*sync_to_device)(struct model_inst *mi, struct ddp_err *err);
     int (*sync_to_host)(struct model_inst *mi, struct ddp_err *err);
     /* As model_forward / model_backward / model_count_correct (trainer/model.h); x and y

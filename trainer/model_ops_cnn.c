@@ -68,6 +68,11 @@ static void ci_release_state(struct model_inst *mi)
     optim_release(&cnn_of(mi)->opt);
 }
 
+static void ci_set_forward_hooks(struct model_inst *mi, const struct model_hooks *fwd)
+{
+    cnn_set_forward_hooks(cnn_of(mi)->m, fwd);
+}
+
 static void ci_bind_grads(struct model_inst *mi, float *const *grads)
 {
     cnn_bind_grads(cnn_of(mi)->m, grads);
@@ -132,6 +137,7 @@ static const struct model_ops cnn_ops = {
     .momentum = ci_momentum,
     .release_state = ci_release_state,
     .bind_grads = ci_bind_grads,
+    .set_forward_hooks = ci_set_forward_hooks,
     .sync_to_device = ci_sync,
     .sync_to_host = ci_sync,
     .forward = ci_forward,

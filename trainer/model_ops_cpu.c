@@ -66,6 +66,11 @@ static void cpu_release_state(struct model_inst *mi)
     optim_release(&cpu_of(mi)->opt);
 }
 
+static void cpu_set_forward_hooks(struct model_inst *mi, const struct model_hooks *fwd)
+{
+    model_set_forward_hooks(cpu_of(mi)->m, fwd);
+}
+
 static void cpu_bind_grads(struct model_inst *mi, float *const *grads)
 {
     model_bind_grads(cpu_of(mi)->m, grads);
@@ -126,6 +131,7 @@ static const struct model_ops cpu_ops = {
     .momentum = cpu_momentum,
     .release_state = cpu_release_state,
     .bind_grads = cpu_bind_grads,
+    .set_forward_hooks = cpu_set_forward_hooks,
     .sync_to_device = cpu_sync,
     .sync_to_host = cpu_sync,
     .forward = cpu_forward,

@@ -89,6 +89,11 @@ static void gi_release_state(struct model_inst *mi)
     adamw_release(&g->adamw);
 }
 
+static void gi_set_forward_hooks(struct model_inst *mi, const struct model_hooks *fwd)
+{
+    gpt_set_forward_hooks(gi_of(mi)->m, fwd);
+}
+
 static void gi_bind_grads(struct model_inst *mi, float *const *grads)
 {
     gpt_bind_grads(gi_of(mi)->m, grads);
@@ -185,6 +190,7 @@ static const struct model_ops gpt_ops = {
     .state_arrays = gi_state_arrays,
     .set_step = gi_set_step,
     .bind_grads = gi_bind_grads,
+    .set_forward_hooks = gi_set_forward_hooks,
     .sync_to_device = gi_sync,
     .sync_to_host = gi_sync,
     .forward = gi_forward,

@@ -71,6 +71,7 @@
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 #include "trainer/text.h"
+#include "trainer/fsdp.h"
 #include "trainer/zero.h"
 
 #define TRAIN_EVAL_BATCH   1000
@@ -219,7 +220,8 @@ struct run {
     struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
     struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
-    float *ckpt_state; /* with zero: the whole state gathered for a checkpoint (owned) */
+    struct fsdp *fsdp; /* --sharding grad|full at W > 1: no reducer; the units are fsdp's */
+    float *ckpt_state; /* sharded: the whole state gathered for a checkpoint (owned) */
     float **views;     /* the reducer's gradient view of each tensor */
     struct trace *trace;
     struct rng rng;
@@ -401,8 +403,16 @@ static int open_group(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* The reducer over the instance's tensors, whose gradients become its bucket views; the
- * optional trace; the lr; and the job's log line. */
+/* --sharding grad|full with more than one rank: the units of trainer/fsdp.h replace the
+ * reducer. */
+static int by_units(const struct run *r)
+{
+    return (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL) &&
+           r->g->world_size > 1;
+}
+
+/* The reducer over the instance's tensors, whose gradients become its bucket views (unless
+ * the run is sharded by units); the optional trace; the lr; and the job's log line. */
 static int setup_reducer(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
@@ -410,6 +420,16 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     struct model_inst *mi = r->mi;
     if (o->trace_path)
         r->trace = trace_new(TRAIN_TRACE_EVENTS);
+    r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
+    if (by_units(r)) {
+        /* fsdp_new (after the resume) binds the gradients to its own block */
+        log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g sharding=%s "
+                 "overlap=%d blas=%s",
+                 g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
+                 o->sharding == TRAIN_SHARD_FULL ? "full" : "grad", o->overlap,
+                 openblas_get_corename());
+        return DDP_EXIT_OK;
+    }
     int nt = mi->ops->tensor_count(mi);
     size_t *counts = xmalloc((size_t)nt * sizeof(size_t));
     for (int t = 0; t < nt; t++)
@@ -438,7 +458,6 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     for (int t = 0; t < nt; t++)
         r->views[t] = reducer_grad(r->red, t);
     mi->ops->bind_grads(mi, r->views);
-    r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
     log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d "
              "blas=%s",
              g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
@@ -454,8 +473,11 @@ static int setup_sharding(struct run *r, struct ddp_err *err)
     struct ddp_group *g = r->g;
     if (o->sharding == TRAIN_SHARD_NONE || g->world_size == 1)
         return DDP_EXIT_OK;
+    const char *name = o->sharding == TRAIN_SHARD_OPTIMIZER ? "optimizer"
+                       : o->sharding == TRAIN_SHARD_GRAD    ? "grad"
+                                                            : "full";
     if (g->gpu) {
-        err_set(err, DDP_EINVAL, "--sharding optimizer: runs on the CPU only: use --backend cpu");
+        err_set(err, DDP_EINVAL, "--sharding %s: runs on the CPU only: use --backend cpu", name);
         return DDP_EXIT_USAGE;
     }
     struct optim_cfg c = {.adamw = o->adamw,
@@ -465,6 +487,25 @@ static int setup_sharding(struct run *r, struct ddp_err *err)
                           .beta2 = (float)o->beta2,
                           .eps = (float)o->eps,
                           .clip_norm = o->is_gpt ? (float)o->clip_grad_norm : 0.0f};
+    if (by_units(r)) {
+        struct fsdp_opts fo = {
+            .strategy = o->sharding == TRAIN_SHARD_FULL ? FSDP_FULL : FSDP_GRAD,
+            .prefetch = o->overlap,
+            .max_scatters = o->overlap ? 2 : 0,
+        };
+        if (fsdp_new(g->comm, g->world_size, g->rank, r->mi, &c, &fo, r->step, r->trace, &r->fsdp,
+                     err) != 0)
+            return err->code == DDP_EINVAL ? DDP_EXIT_USAGE : ddp_exit_code_for(err->code);
+        fsdp_load_state(r->fsdp, r->mi->ops->momentum(r->mi));
+        if (r->mi->ops->release_state)
+            r->mi->ops->release_state(r->mi);
+        log_info("sharding %s: %d units; this rank keeps %zu of %zu parameters' gradients and "
+                 "optimizer state%s",
+                 name, fsdp_units(r->fsdp), fsdp_shard_floats(r->fsdp),
+                 r->mi->ops->param_count(r->mi),
+                 o->sharding == TRAIN_SHARD_FULL ? ", and parameters" : "");
+        return DDP_EXIT_OK;
+    }
     if (zero_new(g->comm, g->world_size, g->rank, r->mi, r->red, &c, r->step, &r->zero, err) != 0)
         return DDP_EXIT_FAILURE;
     zero_load_state(r->zero, r->mi->ops->momentum(r->mi));
@@ -480,12 +521,25 @@ static int setup_sharding(struct run *r, struct ddp_err *err)
 /* Before a checkpoint, on every rank: a sharded optimizer's state made whole (collective). */
 static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
 {
-    if (!r->zero || !r->ckpt_dir[0])
+    if ((!r->zero && !r->fsdp) || !r->ckpt_dir[0])
         return 0;
+    int arrays = r->zero ? zero_state_arrays(r->zero) : fsdp_state_arrays(r->fsdp);
     if (!r->ckpt_state)
-        r->ckpt_state = xmalloc((size_t)zero_state_arrays(r->zero) *
-                                r->mi->ops->param_count(r->mi) * sizeof(float));
-    return zero_gather_state(r->zero, r->ckpt_state, err);
+        r->ckpt_state =
+            xmalloc((size_t)arrays * r->mi->ops->param_count(r->mi) * sizeof(float));
+    if (r->zero)
+        return zero_gather_state(r->zero, r->ckpt_state, err);
+    int rc = fsdp_gather_state(r->fsdp, r->ckpt_state, err);
+    return rc ? rc : fsdp_materialize(r->fsdp, err);
+}
+
+/* After a checkpoint: the whole state dropped again. */
+static void checkpoint_done(struct run *r)
+{
+    free(r->ckpt_state);
+    r->ckpt_state = NULL;
+    if (r->fsdp)
+        fsdp_release(r->fsdp);
 }
 
 /* Step 3 of the file comment (the protocol is ddp_resume's): the agreed checkpoint into the
@@ -545,6 +599,17 @@ static int setup_batches(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
+/* A step's end: its loss added to *loss_sum, the count, the heartbeat. */
+static int step_done(struct run *r, double ls, double *loss_sum)
+{
+    trace_event(r->trace, TRACE_STEP_END, 0);
+    *loss_sum += ls;
+    r->step++;
+    if (r->g->env.heartbeat_file[0])
+        touch_file(r->g->env.heartbeat_file);
+    return DDP_EXIT_OK;
+}
+
 /* One step on the n samples at the sampler's positions start..: forward, backward (the
  * reducer all-reducing full buckets meanwhile), reducer_finish, the SGD step; the
  * heartbeat. Adds the loss sum to *loss_sum. */
@@ -565,6 +630,20 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
     trace_set_step(r->trace, r->step);
     double ls = 0.0;
     int rc = mi->ops->forward(mi, r->xb, r->yb, n, &ls, err);
+    if (r->fsdp) {
+        if (rc == 0)
+            rc = fsdp_end_forward(r->fsdp, err);
+        if (rc == 0)
+            rc = mi->ops->backward(mi, fsdp_backward_hooks(r->fsdp), err);
+        int rc2 = fsdp_end_backward(r->fsdp, rc ? NULL : err);
+        if (rc == 0)
+            rc = rc2;
+        if (rc == 0)
+            rc = fsdp_step(r->fsdp, lr, 1.0f / (float)r->g->world_size, err);
+        if (rc)
+            return run_exit_code(r, rc);
+        return step_done(r, ls, loss_sum);
+    }
     if (rc == 0)
         rc = mi->ops->backward(mi, &r->hooks, err);
     if (rc == 0)
@@ -575,12 +654,7 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
         rc = mi->ops->step(mi, lr, reducer_grad_scale(r->red), err);
     if (rc)
         return run_exit_code(r, rc);
-    trace_event(r->trace, TRACE_STEP_END, 0);
-    *loss_sum += ls;
-    r->step++;
-    if (r->g->env.heartbeat_file[0])
-        touch_file(r->g->env.heartbeat_file);
-    return DDP_EXIT_OK;
+    return step_done(r, ls, loss_sum);
 }
 
 static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
@@ -602,8 +676,7 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
                 save_checkpoint(r, epoch, pos, err) == 0;
-    free(r->ckpt_state);
-    r->ckpt_state = NULL;
+    checkpoint_done(r);
     /* No rank leaves before every checkpoint is written: an exit ends the generation, and
      * the stop that follows must not find a rank still writing. */
     double done = 0.0;
@@ -730,8 +803,8 @@ static void report_text(struct run *r, const struct report_at *at, const double 
  * this rank's test slice scored, the loss sum, sample count, correct predictions (or, for a
  * language model, the validation loss) and time all-reduced; rank 0 prints the line and
  * reports it on DDP_METRICS_FD. The sums restart. */
-static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
-                               struct ddp_err *err)
+static int evaluate_and_report_whole(struct run *r, const struct report_at *at,
+                                     struct epoch_sums *es, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     struct ddp_group *g = r->g;
@@ -782,6 +855,18 @@ static int evaluate_and_report(struct run *r, const struct report_at *at, struct
         write_metrics(g->env.metrics_fd, line);
     }
     return DDP_EXIT_OK;
+}
+
+/* As evaluate_and_report_whole, on the whole parameters of a sharded run (gathered for it). */
+static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
+                               struct ddp_err *err)
+{
+    if (r->fsdp && fsdp_materialize(r->fsdp, err) != 0)
+        return ddp_exit_code_for(err->code);
+    int code = evaluate_and_report_whole(r, at, es, err);
+    if (r->fsdp)
+        fsdp_release(r->fsdp);
+    return code;
 }
 
 /* The checkpoint of epoch (epochs completed) and pos (samples of the next one trained) in
@@ -838,8 +923,7 @@ static int train_epochs(struct run *r, struct ddp_err *err)
             return ddp_exit_code_for(code);
         int failed = r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
                      save_checkpoint(r, epoch + 1, 0, err) != 0;
-        free(r->ckpt_state); /* a sharded state is whole only while it is written */
-        r->ckpt_state = NULL;
+        checkpoint_done(r); /* a sharded state is whole only while it is written */
         if (failed)
             return DDP_EXIT_CHECKPOINT;
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
@@ -879,6 +963,9 @@ static int write_outputs(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;
     struct model_inst *mi = r->mi;
+    /* A sharded run's parameters gathered whole (every rank: a collective), kept so. */
+    if (r->fsdp && (o->generate > 0 || o->dump_params) && fsdp_materialize(r->fsdp, err) != 0)
+        return ddp_exit_code_for(err->code);
     generate_text(r);
     if (o->dump_params) {
         if (mi->ops->sync_to_host(mi, err) != 0)
@@ -902,6 +989,7 @@ static void teardown(struct run *r)
         sampler_release(&r->smp);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */
     zero_free(r->zero);
+    fsdp_free(r->fsdp);
     free(r->ckpt_state);
     reducer_free(r->red);
     free(r->views);

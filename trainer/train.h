@@ -61,8 +61,8 @@ enum {
                                    (the GPT's default) */
 };
 
-/* --sharding (trainer/zero.h for optimizer). */
-enum { TRAIN_SHARD_NONE = 0, TRAIN_SHARD_OPTIMIZER = 1 };
+/* --sharding (trainer/zero.h for optimizer, trainer/fsdp.h for grad and full). */
+enum { TRAIN_SHARD_NONE = 0, TRAIN_SHARD_OPTIMIZER = 1, TRAIN_SHARD_GRAD = 2, TRAIN_SHARD_FULL = 3 };
 
 /* Fills o with ddp-worker's defaults (the main job). */
 void train_opts_default(struct train_opts *o);

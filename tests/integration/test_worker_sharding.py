@@ -1,10 +1,11 @@
-"""ddp-worker --sharding optimizer (ZeRO-1, trainer/zero.h) is the same training as
---sharding none: after 20 steps the parameters agree within 1e-6 relative at W = 2, 3 and 4,
-for the MLP with SGD and for the GPT with AdamW and clipping (the maximum seen is printed).
-Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a straight
-sharded run (the state gathered whole for the file, sharded again on load); a sharded
-checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one under sharding. The strategies
-not built are refused by name.
+"""ddp-worker --sharding optimizer (ZeRO-1, trainer/zero.h), grad (ZeRO-2) and full (ZeRO-3,
+trainer/fsdp.h) are the same training as --sharding none: after 20 steps the parameters agree
+within 1e-6 relative at W = 2, 3 and 4, for the MLP with SGD and for the GPT with AdamW and
+clipping (the maximum seen is printed), with and without the overlap (prefetch and scatters in
+flight). Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a
+straight sharded run (the state gathered whole for the file, sharded again on load), for
+optimizer and full; a sharded checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one
+under sharding. The strategy not built is refused by name.
 """
 import random
 import shutil
@@ -38,32 +39,41 @@ def gpt(work):
             "--backend", "cpu", "--batch-size", "4"]
 
 
+MODES = ("optimizer", "grad", "full", "full-no-overlap")
+LOG = {"optimizer": "sharding optimizer: this rank updates",
+       "grad": "sharding grad: ", "full": "sharding full: ", "full-no-overlap": "sharding full: "}
+
+
 def equal(c, work, name, args):
-    worst = 0.0
+    worst = {m: 0.0 for m in MODES}
     for w in (2, 3, 4):
         dumps = {}
-        for mode in ("none", "optimizer"):
+        for mode in ("none",) + MODES:
             dump = "%s/%s-%s-%d.rank{rank}.bin" % (work, name, mode, w)
-            _, errs = run_ok(work, w, args + STEPS + ["--sharding", mode, "--dump-params", dump,
-                                                      "--checkpoint-dir", ""],
+            flags = ["--sharding", mode.replace("-no-overlap", "")]
+            if mode.endswith("-no-overlap"):
+                flags.append("--no-overlap")
+            _, errs = run_ok(work, w, args + STEPS + flags + ["--dump-params", dump,
+                                                              "--checkpoint-dir", ""],
                              tag="%s-%s-%d" % (name, mode, w))
             p0 = read_floats(dump.replace("{rank}", "0"))
             pl = read_floats(dump.replace("{rank}", str(w - 1)))
             c.check("%s %s W=%d: ranks 0 and %d bit-identical" % (name, mode, w, w - 1), p0 == pl)
-            if mode == "optimizer":
-                c.check("%s W=%d: the log says this rank's shard" % (name, w),
-                        "sharding optimizer: this rank updates" in errs[0])
+            if mode != "none":
+                c.check("%s %s W=%d: the log says this rank's shard" % (name, mode, w),
+                        LOG[mode] in errs[0])
             dumps[mode] = p0
-        mx, nrm = rel_diff(dumps["optimizer"], dumps["none"])
-        worst = max(worst, mx)
-        c.check("%s W=%d: optimizer vs none after 20 steps: max rel %.2e, norm rel %.2e"
-                % (name, w, mx, nrm), mx <= 1e-6)
+        for mode in MODES:
+            mx, nrm = rel_diff(dumps[mode], dumps["none"])
+            worst[mode] = max(worst[mode], mx)
+            c.check("%s W=%d: %s vs none after 20 steps: max rel %.2e, norm rel %.2e"
+                    % (name, w, mode, mx, nrm), mx <= 1e-6)
     return worst
 
 
-def resume(c, work):
-    args = gpt(work) + ["--sharding", "optimizer", "--batch-size", "8"]
-    straight, resumed = work + "/straight", work + "/resumed"
+def resume(c, work, mode):
+    args = gpt(work) + ["--sharding", mode, "--batch-size", "8"]
+    straight, resumed = work + "/straight-" + mode, work + "/resumed-" + mode
     run_ok(work, 2, args + ["--epochs", "2", "--dump-params", work + "/straight.bin"],
            ckpt_dirs=[straight], tag="straight")
     with Ranks(work, 2, args + ["--epochs", "2", "--kill-after-epoch", "1"],
@@ -74,18 +84,19 @@ def resume(c, work):
     _, errs = run_ok(work, 2, args + ["--epochs", "2", "--dump-params", work + "/resumed.bin"],
                      ckpt_dirs=[resumed], tag="resumed")
     c.check("it resumed after epoch 1", "resuming after epoch 1" in errs[0])
-    c.check("sharded: resumed == straight, bit for bit",
+    c.check("sharded %s: resumed == straight, bit for bit" % mode,
             read_floats(work + "/resumed.bin") == read_floats(work + "/straight.bin"))
     # 4 sharded ranks' checkpoint resumes on 2; an unsharded one resumes sharded
-    four = work + "/four"
+    four = work + "/four-" + mode
     run_ok(work, 4, args + ["--epochs", "1"], ckpt_dirs=[four], tag="four")
     _, errs = run_ok(work, 2, args + ["--epochs", "2"], ckpt_dirs=[four], tag="two")
-    c.check("a 4-rank sharded checkpoint resumes on 2 ranks", "resuming after epoch 1" in errs[0])
-    plain = work + "/plain"
+    c.check("a 4-rank %s checkpoint resumes on 2 ranks" % mode,
+            "resuming after epoch 1" in errs[0])
+    plain = work + "/plain-" + mode
     run_ok(work, 2, gpt(work) + ["--batch-size", "8", "--epochs", "1"], ckpt_dirs=[plain],
            tag="plain")
     _, errs = run_ok(work, 3, args + ["--epochs", "2"], ckpt_dirs=[plain], tag="plain-sharded")
-    c.check("an unsharded checkpoint resumes sharded on 3 ranks",
+    c.check("an unsharded checkpoint resumes %s on 3 ranks" % mode,
             "resuming after epoch 1" in errs[0])
 
 
@@ -97,9 +108,12 @@ def main():
         corpus(work + "/v.txt", 2000, 2)
         a = equal(c, work, "mlp", mlp(work))
         b = equal(c, work, "gpt", gpt(work))
-        print("worst relative difference optimizer vs none: mlp %.2e, gpt %.2e" % (a, b))
-        resume(c, work)
-        for bad in ("grad", "full", "hybrid", "zero"):
+        for mode in MODES:
+            print("worst relative difference %s vs none: mlp %.2e, gpt %.2e"
+                  % (mode, a[mode], b[mode]))
+        resume(c, work, "optimizer")
+        resume(c, work, "full")
+        for bad in ("hybrid", "zero"):
             p = subprocess.run([WORKER, "--sharding", bad], capture_output=True, text=True,
                                timeout=30)
             c.check("--sharding %s: exit 2 naming it (%s)" % (bad, p.stderr.splitlines()[0]),

@@ -4,7 +4,9 @@
  *
  * File format: one event a line, "<t_ns> <step> <kind> <index>", t_ns monotonic
  * nanoseconds, kind one of bwd_begin / bwd_end (index = layer), ar_issue / ar_done (index =
- * bucket), step_end (index 0). Events past max_events are counted and dropped.
+ * bucket), step_end (index 0), and on the sharded paths fwd_begin (index = layer),
+ * ag_issue / ag_done and rs_issue / rs_done (all-gather and reduce-scatter, index = unit).
+ * Events past max_events are counted and dropped.
  */
 #ifndef DDP_TRACE_H
 #define DDP_TRACE_H
@@ -20,6 +22,11 @@ enum trace_kind {
     TRACE_AR_ISSUE = 2,
     TRACE_AR_DONE = 3,
     TRACE_STEP_END = 4,
+    TRACE_FWD_BEGIN = 5,
+    TRACE_AG_ISSUE = 6,
+    TRACE_AG_DONE = 7,
+    TRACE_RS_ISSUE = 8,
+    TRACE_RS_DONE = 9,
 };
 
 struct trace;
