@@ -743,22 +743,40 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
 }
 
 /* A language model's validation: this rank's windows of the held-out set in batches of the
- * training batch, their summed loss and next-byte hits. */
+ * training batch, their summed loss and next-byte hits. Sharded by units, each batch's
+ * forward gathers the units as training does, so every rank runs as many batches as the
+ * largest slice needs (slices differ by one window at most): a rank past its windows
+ * shadows the others' gathers with a forward it discards, as torch's Join does for uneven
+ * inputs. */
 static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct ddp_err *err)
 {
     const struct dataset *t = &r->test;
     size_t b = r->o->batch_size;
+    size_t w = (size_t)r->g->world_size;
+    size_t most = r->fsdp ? (t->n + w - 1) / w : r->test_hi - r->test_lo;
+    size_t nb = (most + b - 1) / b;
     *loss_sum = 0.0;
     *hits = 0;
-    for (size_t i = r->test_lo; i < r->test_hi; i += b) {
-        size_t n = r->test_hi - i < b ? r->test_hi - i : b;
+    for (size_t k = 0; k < nb; k++) {
+        size_t i = r->test_lo + k * b;
+        int shadow = i >= r->test_hi;
+        size_t n = shadow ? 1 : r->test_hi - i < b ? r->test_hi - i : b;
+        if (shadow)
+            i = r->test_lo < r->test_hi ? r->test_lo : 0;
         double ls = 0.0;
         size_t h = 0;
         int rc = r->mi->ops->evaluate(r->mi, NULL, t->y + i * t->dim, n, &ls, &h, err);
+        if (r->fsdp) {
+            fsdp_release(r->fsdp);
+            if (rc == 0)
+                rc = fsdp_end_forward(r->fsdp, err);
+        }
         if (rc)
             return rc;
-        *loss_sum += ls;
-        *hits += h;
+        if (!shadow) {
+            *loss_sum += ls;
+            *hits += h;
+        }
     }
     return 0;
 }
@@ -857,14 +875,17 @@ static int evaluate_and_report_whole(struct run *r, const struct report_at *at,
     return DDP_EXIT_OK;
 }
 
-/* As evaluate_and_report_whole, on the whole parameters of a sharded run (gathered for it). */
+/* As evaluate_and_report_whole. Sharded by units, a language model's validation gathers
+ * unit by unit (evaluate_text); a classifier's count_correct, which batches by itself, runs
+ * on the whole parameters, gathered for it. */
 static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
                                struct ddp_err *err)
 {
-    if (r->fsdp && fsdp_materialize(r->fsdp, err) != 0)
+    int whole = r->fsdp && !r->mi->ops->evaluate;
+    if (whole && fsdp_materialize(r->fsdp, err) != 0)
         return ddp_exit_code_for(err->code);
     int code = evaluate_and_report_whole(r, at, es, err);
-    if (r->fsdp)
+    if (whole)
         fsdp_release(r->fsdp);
     return code;
 }

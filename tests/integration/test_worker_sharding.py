@@ -47,15 +47,18 @@ LOG = {"optimizer": "sharding optimizer: this rank updates",
 def equal(c, work, name, args):
     worst = {m: 0.0 for m in MODES}
     for w in (2, 3, 4):
-        dumps = {}
+        dumps, reports = {}, {}
         for mode in ("none",) + MODES:
             dump = "%s/%s-%s-%d.rank{rank}.bin" % (work, name, mode, w)
             flags = ["--sharding", mode.replace("-no-overlap", "")]
             if mode.endswith("-no-overlap"):
                 flags.append("--no-overlap")
-            _, errs = run_ok(work, w, args + STEPS + flags + ["--dump-params", dump,
-                                                              "--checkpoint-dir", ""],
-                             tag="%s-%s-%d" % (name, mode, w))
+            outs, errs = run_ok(work, w, args + STEPS + flags + ["--dump-params", dump,
+                                                                 "--checkpoint-dir", ""],
+                                tag="%s-%s-%d" % (name, mode, w))
+            # the report after the last step: its loss, and the test accuracy or validation
+            # loss the evaluation (gathered unit by unit for the GPT) found
+            report = [ln.split("|")[1:4] for ln in outs[0].splitlines() if "| loss" in ln][-1:]
             p0 = read_floats(dump.replace("{rank}", "0"))
             pl = read_floats(dump.replace("{rank}", str(w - 1)))
             c.check("%s %s W=%d: ranks 0 and %d bit-identical" % (name, mode, w, w - 1), p0 == pl)
@@ -63,7 +66,10 @@ def equal(c, work, name, args):
                 c.check("%s %s W=%d: the log says this rank's shard" % (name, mode, w),
                         LOG[mode] in errs[0])
             dumps[mode] = p0
-        for mode in MODES:
+            reports[mode] = report
+        for mode in MODES if name == "gpt" else ():  # the MLP reports at epochs' ends only
+            c.check("%s W=%d: %s reports what none reports (%s)" % (name, w, mode, reports[mode]),
+                    reports[mode] == reports["none"] and reports[mode] != [])
             mx, nrm = rel_diff(dumps[mode], dumps["none"])
             worst[mode] = max(worst[mode], mx)
             c.check("%s W=%d: %s vs none after 20 steps: max rel %.2e, norm rel %.2e"
