@@ -113,6 +113,7 @@ static void finish_one(struct fsdp *f)
     f->qhead = (f->qhead + 1) % f->qcap;
     f->qlen--;
     struct ddp_err e;
+    trace_event(f->trace, TRACE_WAIT, p.unit);
     int rc = comm_wait(f->comm, p.w, &e);
     if (rc)
         set_error(f, rc, &e);

@@ -6,12 +6,21 @@ paper's formula, at W = 1, 2 and 4 on this host.
 
 The model: gpt:6-4-384-64 (10.8 M parameters) with AdamW (2 state arrays), batch 2 windows,
 5 steps on a text made here. Per rank, float32, the formula for parameters, gradients and
-optimizer state (Rajbhandari et al., ZeRO, section 5), P parameters, K = 2:
+optimizer state (Rajbhandari et al., ZeRO, section 5), P parameters, K = 2, plus the units
+in flight (trainer/fsdp.h: F = the floats of unit 0 and of the blocks whole at once):
   none       4P + 4P + 4KP
-  optimizer  4P + 4P + 4KP/W      (stage 1: the state sharded)
+  optimizer  4P + 4P + 4KP/W           (stage 1: the state sharded)
+  grad       4P + (4P + 4KP)/W + 4F    (stage 2: gradients too; F = unit 0 + 3 blocks of
+                                        gradients: the one written, two being scattered)
+  full       (4P + 4P + 4KP)/W + 4F    (stage 3: parameters too; F = 2 x unit 0 + 2 blocks
+                                        of parameters (current, prefetched) + 3 of gradients)
 Then speed at W = 2: ddp-worker --sharding none and optimizer against PyTorch DDP and DDP
 with ZeroRedundancyOptimizer (AdamW, bench/models/torch_models.py --zero) on gpt:4-4-128-64,
-tokens/s, median of 3 paired runs (bench/models/side_by_side.py's runners).
+tokens/s, median of 3 paired runs (bench/models/side_by_side.py's runners); and the step
+time of grad and full (with and without the overlap) against none, with the share of their
+gathers' and scatters' time the overlap hides: 1 - exposed / exposed_no_overlap, exposed =
+the time rank 0's training thread waits for them (its --trace: each `wait` to the
+`ag_done`/`rs_done` after it, steps 2 on), which without the overlap is their whole time.
 measured: peak proportional set size of each rank (/proc/PID/smaps_rollup every 20 ms, max
 over the ranks), minus the same run's baseline (the process before the model: a 1-step
 run of a 1-parameter-scale model, gpt:1-1-4-64, the same data) and minus the activations
@@ -40,6 +49,20 @@ BATCH = 2
 def nparams(model):
     L, H, D, T = (int(v) for v in model[4:].split("-"))
     return 256 * D + T * D + L * (12 * D * D + 13 * D) + 2 * D
+
+
+def formula(model, strategy, w):
+    """ZeRO's per-rank bytes for the strategy, plus the units in flight (see above)."""
+    L, H, D, T = (int(v) for v in model[4:].split("-"))
+    P, K = nparams(model), 2
+    unit0, block = (256 + T) * D, 12 * D * D + 13 * D
+    if strategy == "none":
+        return 4 * P + 4 * P + 4 * K * P
+    if strategy == "optimizer":
+        return 4 * P + 4 * P + 4 * K * P / w
+    if strategy == "grad":
+        return 4 * P + (4 * P + 4 * K * P) / w + 4 * (unit0 + 3 * block)
+    return (4 * P + 4 * P + 4 * K * P) / w + 4 * (2 * unit0 + 5 * block)
 
 
 def activations(model):
@@ -109,6 +132,57 @@ def speed(worker):
                            med["ours optimizer"] / med["ours none"]))
 
 
+def exposed_s(trace_path):
+    """Seconds rank 0's training thread waited for gathers and scatters, steps 2 on."""
+    total, since = 0.0, None
+    with open(trace_path) as f:
+        for line in f:
+            t, step, kind, _ = line.split()
+            if int(step) < 2:
+                continue
+            if kind == "wait":
+                since = int(t)
+            elif kind in ("ag_done", "rs_done") and since is not None:
+                total += (int(t) - since) / 1e9
+                since = None
+    return total
+
+
+def fsdp_speed(worker):
+    spec2 = importlib.util.spec_from_file_location(
+        "models_sbs", os.path.join(REPO, "bench", "models", "side_by_side.py"))
+    m = importlib.util.module_from_spec(spec2)
+    spec2.loader.exec_module(m)
+    import statistics
+    kinds = (("none", "none", True), ("grad", "grad", True), ("grad no-overlap", "grad", False),
+             ("full", "full", True), ("full no-overlap", "full", False))
+    with tempfile.TemporaryDirectory(prefix="ddp-fsdp-step-") as d:
+        text = os.path.join(d, "text")
+        with open(text, "wb") as f:
+            f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(200000)))
+        with open(text + ".valid", "wb") as f:
+            f.write(bytes((i * 5 + i // 7) % 96 + 32 for i in range(8000)))
+        runs = {k: [] for k, _, _ in kinds}
+        waits = {k: [] for k, _, _ in kinds}
+        for _ in range(3):
+            for k, s, ov in kinds:
+                tr = os.path.join(d, "trace")
+                runs[k].append(m.run_ours(worker, m.GPT, 2, text, d, sharding=s, overlap=ov,
+                                          trace=tr)[0])
+                waits[k].append(exposed_s(tr + ".0"))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    wmed = {k: statistics.median(v) for k, v in waits.items()}
+    print("# step time, %s W=2, relative to none (tokens/s none / tokens/s), median of 3"
+          % m.GPT)
+    for k, _, _ in kinds:
+        print("%-16s %10.0f tokens/s  step %.2fx   (%s)" % (
+            k, med[k], med["none"] / med[k], " ".join("%.0f" % v for v in runs[k])))
+    for s in ("grad", "full"):
+        ov, no = wmed[s], wmed[s + " no-overlap"]
+        print("%s: waits for gathers and scatters %.3f s with the overlap, %.3f s without: "
+              "%.0f%% hidden" % (s, ov, no, 100 * (1 - ov / no) if no > 0 else float("nan")))
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build")
     worker = os.path.join(build, "bin", "ddp-worker")
@@ -127,16 +201,16 @@ def main():
                                                   "formula", "ratio"))
         for w in (1, 2, 4):
             base = run(worker, TINY, w, "none", text, 1)
-            for s in ("none", "optimizer"):
+            for s in ("none", "optimizer", "grad", "full"):
                 if w == 1 and s != "none":
                     continue
                 pss = run(worker, MODEL, w, s, text, 5)
                 model_bytes = pss - base - acts
-                formula = 4 * P + 4 * P + 8 * P / (w if s == "optimizer" else 1)
+                f = formula(MODEL, s, w)
                 print("%-10s %2d %10.1f %10.1f %10.1f %7.2fx" % (
-                    s, w, pss / 2**20, model_bytes / 2**20, formula / 2**20,
-                    model_bytes / formula))
+                    s, w, pss / 2**20, model_bytes / 2**20, f / 2**20, model_bytes / f))
     speed(worker)
+    fsdp_speed(worker)
     print("# pss = peak PSS of the largest rank; model = pss - baseline (%s, same W) - "
           "activations; formula = ZeRO's per-rank bytes; %d cores, load %s" % (
               TINY, os.cpu_count(), open("/proc/loadavg").read()[:14]))

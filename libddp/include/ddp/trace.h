@@ -5,7 +5,8 @@
  * File format: one event a line, "<t_ns> <step> <kind> <index>", t_ns monotonic
  * nanoseconds, kind one of bwd_begin / bwd_end (index = layer), ar_issue / ar_done (index =
  * bucket), step_end (index 0), and on the sharded paths fwd_begin (index = layer),
- * ag_issue / ag_done and rs_issue / rs_done (all-gather and reduce-scatter, index = unit).
+ * ag_issue / ag_done and rs_issue / rs_done (all-gather and reduce-scatter, index = unit),
+ * and wait (the training thread starts waiting for the collective whose *_done follows).
  * Events past max_events are counted and dropped.
  */
 #ifndef DDP_TRACE_H
@@ -27,6 +28,7 @@ enum trace_kind {
     TRACE_AG_DONE = 7,
     TRACE_RS_ISSUE = 8,
     TRACE_RS_DONE = 9,
+    TRACE_WAIT = 10,
 };
 
 struct trace;
