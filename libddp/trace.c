@@ -69,7 +69,7 @@ size_t trace_count(const struct trace *t)
 
 const char *trace_kind_name(enum trace_kind kind)
 {
-    static const char *const names[] = {"bwd_begin", "bwd_end",  "ar_issue", "ar_done",
+    static const char *const names[] = {"bwd_begin", "bwd_end",   "ar_issue", "ar_done",
                                         "step_end",  "fwd_begin", "ag_issue", "ag_done",
                                         "rs_issue",  "rs_done",   "wait"};
     return (unsigned)kind < sizeof(names) / sizeof(names[0]) ? names[kind] : "unknown";

@@ -37,6 +37,11 @@ ddp_script_test(NAME worker_gpt_torch
   LABELS "worker;heavy")
 ddp_script_test(NAME worker_sharding
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_sharding.py TIMEOUT 400 LABELS worker)
+# Memory cgroups capping each rank (root; skips where none can be made); not under ASan,
+# whose shadow memory would be charged to the caps.
+ddp_script_test(NAME worker_memcap
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_memcap.py TIMEOUT 400
+  LABELS "worker;heavy")
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume

@@ -325,7 +325,8 @@ static int build_units(struct fsdp *f, struct ddp_err *err)
         goff += (u->sh.padded + f->page_floats - 1) / f->page_floats * f->page_floats;
     }
     f->block_bytes = goff * sizeof(float);
-    void *b = mmap(NULL, f->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *b =
+        mmap(NULL, f->block_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) {
         free(toff);
         f->block = NULL;
@@ -348,8 +349,9 @@ int fsdp_new(struct comm *comm, int world, int rank, struct model_inst *mi,
              struct trace *trace, struct fsdp **out, struct ddp_err *err)
 {
     if (o->strategy == FSDP_FULL && !mi->ops->set_forward_hooks)
-        return err_set(err, DDP_EINVAL, "--sharding full: the %s model instance has no forward "
-                                        "hooks to gather its units by",
+        return err_set(err, DDP_EINVAL,
+                       "--sharding full: the %s model instance has no forward "
+                       "hooks to gather its units by",
                        mi->ops->name);
     if (world < 1 || rank < 0 || rank >= world || o->max_scatters < 0)
         return err_set(err, DDP_EINVAL, "--sharding %s: rank %d of %d, %d scatters in flight",
@@ -503,8 +505,8 @@ int fsdp_step(struct fsdp *f, float lr, float grad_scale, struct ddp_err *err)
         const struct unit *u = &f->u[i];
         if (u->sh.valid == 0)
             continue;
-        float *p = f->o.strategy == FSDP_FULL ? f->pshard + u->soff
-                                              : f->params + u->poff + u->sh.offset;
+        float *p =
+            f->o.strategy == FSDP_FULL ? f->pshard + u->soff : f->params + u->poff + u->sh.offset;
         const float *g = f->gshard + u->soff;
         float *s0 = f->state + u->soff;
         if (f->cfg.adamw)
@@ -562,8 +564,8 @@ int fsdp_gather_state(struct fsdp *f, float *full, struct ddp_err *err)
             float *dst = full + (size_t)j * f->n + u->poff;
             int direct = u->sh.padded == u->len;
             struct ddp_err e;
-            int rc = comm_allgather(f->comm, in, direct ? dst : f->slot[0], u->sh.count, COMM_F32,
-                                    &e);
+            int rc =
+                comm_allgather(f->comm, in, direct ? dst : f->slot[0], u->sh.count, COMM_F32, &e);
             if (rc)
                 set_error(f, rc, &e);
             else if (!direct)

@@ -525,8 +525,7 @@ static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
         return 0;
     int arrays = r->zero ? zero_state_arrays(r->zero) : fsdp_state_arrays(r->fsdp);
     if (!r->ckpt_state)
-        r->ckpt_state =
-            xmalloc((size_t)arrays * r->mi->ops->param_count(r->mi) * sizeof(float));
+        r->ckpt_state = xmalloc((size_t)arrays * r->mi->ops->param_count(r->mi) * sizeof(float));
     if (r->zero)
         return zero_gather_state(r->zero, r->ckpt_state, err);
     int rc = fsdp_gather_state(r->fsdp, r->ckpt_state, err);

@@ -59,8 +59,8 @@
  * bucket it falls in (a sharded run is bit-identical to an unsharded one on one host).
  * dst may be one of the sources (in place): then through a small temporary.
  */
-static void sum_in_rank_order(const struct vecadd_type *t, char *dst, const char *const *src,
-                              int L, size_t bytes)
+static void sum_in_rank_order(const struct vecadd_type *t, char *dst, const char *const *src, int L,
+                              size_t bytes)
 {
     size_t n = bytes / t->size;
     int alias = -1;

@@ -26,10 +26,11 @@ def free_port():
 
 class Ranks:
     """W ranks of one job; nodes ranks-per-node groups (GROUP_RANK), each node with its own
-    checkpoint dir when ckpt_dirs is given (a list, one per node)."""
+    checkpoint dir when ckpt_dirs is given (a list, one per node); prefix(rank), when given,
+    is an argv the worker's runs under (e.g. a shell that enters a cgroup, then execs it)."""
 
     def __init__(self, workdir, world, args, nodes=1, ckpt_dirs=None, env=None, port=None,
-                 tag="run"):
+                 tag="run", prefix=None):
         self.workdir = workdir
         self.world = world
         self.procs = []
@@ -52,7 +53,8 @@ class Ranks:
                 e["DDP_CHECKPOINT_DIR"] = ckpt_dirs[r // per_node]
             if env:
                 e.update(env(r) if callable(env) else env)
-            argv = [WORKER] + [a.replace("{rank}", str(r)) for a in args]
+            argv = (prefix(r) if prefix else []) + [WORKER] + [a.replace("{rank}", str(r))
+                                                             for a in args]
             out = open(self.path(r, "out"), "wb")
             err = open(self.path(r, "err"), "wb")
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=err, env=e,
