@@ -8,25 +8,14 @@ must finish its steps and report. Skips, saying so, where no memory cgroup can b
 root, or a cgroup v2 whose memory controller cannot be delegated here).
 """
 import os
-import random
 import shutil
 import sys
 
-from worker_util import Checks, Ranks, tempdir
+from worker_util import Checks, Ranks, tempdir, write_sentences
 
 CAP_MIB = 250
 MODEL = "gpt:12-4-384-32"
 W = 4
-
-
-def corpus(path, nbytes, seed):
-    rnd = random.Random(seed)
-    words = "the of a cat dog runs sleeps under over quick lazy brown red tree and".split()
-    out = []
-    while sum(len(x) for x in out) < nbytes:
-        out.append(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 9))) + ".\n")
-    with open(path, "w") as f:
-        f.write("".join(out)[:nbytes])
 
 
 def mounts():
@@ -136,8 +125,8 @@ def main():
             print("SKIP worker_memcap: no memory cgroup can be made here (%s)" % e)
             c.done()
             return
-        corpus(work + "/t.txt", 20000, 1)
-        corpus(work + "/v.txt", 700, 2)
+        write_sentences(work + "/t.txt", 20000, 1)
+        write_sentences(work + "/v.txt", 700, 2)
         codes, peaks, ooms, _ = run(c, work, cgs, "none")
         c.check("none under a %d MiB cap per rank: killed (exit codes %s, OOM kills %d, "
                 "peaks %s MiB)" % (CAP_MIB, codes, ooms, peaks),

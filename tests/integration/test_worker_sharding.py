@@ -1,34 +1,30 @@
 """ddp-worker --sharding optimizer (ZeRO-1, trainer/zero.h), grad (ZeRO-2) and full (ZeRO-3,
 trainer/fsdp.h) are the same training as --sharding none: after 20 steps the parameters agree
-within 1e-6 relative at W = 2, 3 and 4, for the MLP with SGD and for the GPT with AdamW and
-clipping (the maximum seen is printed), with and without the overlap (prefetch and scatters in
+within 1e-6 relative at W = 2, 3 and 4, for the MLP and the CNN with SGD and for the GPT with
+AdamW and clipping (the maximum seen is printed), with and without the overlap (prefetch and scatters in
 flight). Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a
 straight sharded run (the state gathered whole for the file, sharded again on load), for
 optimizer and full; a sharded checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one
 under sharding. The strategy not built is refused by name.
 """
-import random
 import shutil
 import subprocess
 
-from worker_util import WORKER, Checks, Ranks, read_floats, rel_diff, run_ok, tempdir
+from worker_util import (WORKER, Checks, Ranks, read_floats, rel_diff, run_ok, tempdir,
+                         write_sentences)
 
 STEPS = ["--max-steps", "20", "--epochs", "3"]
-
-
-def corpus(path, nbytes, seed):
-    rnd = random.Random(seed)
-    words = "the of a cat dog runs sleeps under over quick lazy brown red tree and".split()
-    text = []
-    while sum(len(s) for s in text) < nbytes:
-        text.append(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 9))) + ".\n")
-    with open(path, "w") as f:
-        f.write("".join(text)[:nbytes])
 
 
 def mlp(work):
     return ["--model", "mlp:784-64-32-10", "--data", "synthetic:2048:784:10", "--seed", "5",
             "--lr", "0.02", "--momentum", "0.9", "--weight-decay", "0.001", "--timeout", "30",
+            "--backend", "cpu", "--batch-size", "8"]
+
+
+def cnn(work):
+    return ["--model", "cnn:c8k5-p2-c16k5-p2-f64-f10", "--data", "synthetic:512:784:10",
+            "--seed", "3", "--lr", "0.02", "--momentum", "0.9", "--timeout", "30",
             "--backend", "cpu", "--batch-size", "8"]
 
 
@@ -110,13 +106,14 @@ def main():
     c = Checks("worker_sharding")
     work = tempdir("ddp-shard-")
     try:
-        corpus(work + "/t.txt", 12000, 1)
-        corpus(work + "/v.txt", 2000, 2)
+        write_sentences(work + "/t.txt", 12000, 1)
+        write_sentences(work + "/v.txt", 2000, 2)
         a = equal(c, work, "mlp", mlp(work))
         b = equal(c, work, "gpt", gpt(work))
+        k = equal(c, work, "cnn", cnn(work))
         for mode in MODES:
-            print("worst relative difference %s vs none: mlp %.2e, gpt %.2e"
-                  % (mode, a[mode], b[mode]))
+            print("worst relative difference %s vs none: mlp %.2e, gpt %.2e, cnn %.2e"
+                  % (mode, a[mode], b[mode], k[mode]))
         resume(c, work, "optimizer")
         resume(c, work, "full")
         for bad in ("hybrid", "zero"):

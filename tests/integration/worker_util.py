@@ -6,6 +6,7 @@ them (process groups, SIGKILL) even when a test fails.
 import array
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -160,6 +161,17 @@ class Checks:
             print("%s: %d of %d checks failed" % (self.name, len(self.failed), self.count))
             sys.exit(1)
         print("%s: all %d checks passed" % (self.name, self.count))
+
+
+def write_sentences(path, nbytes, seed):
+    """nbytes of sentences from a small vocabulary (a text for the GPT tests), from seed."""
+    rnd = random.Random(seed)
+    words = "the of a cat dog runs sleeps under over quick lazy brown red tree and".split()
+    text = []
+    while sum(len(s) for s in text) < nbytes:
+        text.append(" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 9))) + ".\n")
+    with open(path, "w") as f:
+        f.write("".join(text)[:nbytes])
 
 
 def tempdir(prefix):
