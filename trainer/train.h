@@ -62,7 +62,12 @@ enum {
 };
 
 /* --sharding (trainer/zero.h for optimizer, trainer/fsdp.h for grad and full). */
-enum { TRAIN_SHARD_NONE = 0, TRAIN_SHARD_OPTIMIZER = 1, TRAIN_SHARD_GRAD = 2, TRAIN_SHARD_FULL = 3 };
+enum {
+    TRAIN_SHARD_NONE = 0,
+    TRAIN_SHARD_OPTIMIZER = 1,
+    TRAIN_SHARD_GRAD = 2,
+    TRAIN_SHARD_FULL = 3
+};
 
 /* Fills o with ddp-worker's defaults (the main job). */
 void train_opts_default(struct train_opts *o);
