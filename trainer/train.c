@@ -1,12 +1,11 @@
 /*
  * train.c - the training loop of ddp-worker.
  *
- * One file although over 900 lines: every phase below reads and writes the one struct run
- * (the group, the model instance, the reducer, the sharded optimizer, the sampler, the
- * checkpoint state), and splitting them would put that struct in a header every piece
- * shares. The pieces with no run state live apart already (trainer/zero.c, text.c,
- * blas_core.c, the models and optimizers); the reports (evaluate_text, report_text) are the
- * next to go once they take their figures as arguments.
+ * Every phase below reads and writes the one struct run (the group, the model instance, the
+ * reducer, the sampler). The pieces that need no run state live apart: the sharded
+ * strategies (trainer/sharded.c over zero.c and fsdp.c), the report lines (report.c), the
+ * option defaults and schedules (train_opts.c), text.c, blas_core.c, the models and
+ * optimizers.
  *
  * Order of a run (every rank):
  *   1. load the data (exit 3 on bad data), build the model (the MLP or the CNN) from the
@@ -71,70 +70,11 @@
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 #include "trainer/text.h"
-#include "trainer/fsdp.h"
-#include "trainer/zero.h"
+#include "trainer/report.h"
+#include "trainer/sharded.h"
 
 #define TRAIN_EVAL_BATCH   1000
 #define TRAIN_TRACE_EVENTS 200000
-
-void train_opts_default(struct train_opts *o)
-{
-    memset(o, 0, sizeof(*o));
-    static const int w[4] = {784, 256, 128, 10};
-    memcpy(o->widths, w, sizeof(w));
-    o->nwidths = 4;
-    o->model_spec = "mlp:784-256-128-10";
-    o->data = NULL;
-    o->epochs = 10;
-    o->batch_size = 32;
-    o->lr = 0.01;
-    o->lr_scale_linear = 1;
-    o->lr_schedule = -1;
-    o->momentum = 0.9;
-    o->weight_decay = 0.0;
-    o->beta1 = 0.9;
-    o->beta2 = 0.999;
-    o->eps = 1e-8;
-    o->seed = 1;
-    o->bucket_cap_mb = 25.0;
-    o->backend = "auto";
-    o->checkpoint_dir = NULL;
-    o->timeout_s = 60.0;
-    o->overlap = 1;
-}
-
-void train_format_thousands(double v, char *buf, size_t size)
-{
-    char digits[32];
-    unsigned long long n = v > 0 ? (unsigned long long)llround(v) : 0;
-    int len = snprintf(digits, sizeof(digits), "%llu", n);
-    size_t o = 0;
-    for (int i = 0; i < len && o + 2 < size; i++) {
-        if (i > 0 && (len - i) % 3 == 0)
-            buf[o++] = ',';
-        buf[o++] = digits[i];
-    }
-    buf[o < size ? o : size - 1] = '\0';
-}
-
-double train_lr_at(double base, int cosine, uint32_t epoch, uint32_t epochs)
-{
-    if (!cosine || epochs == 0)
-        return base;
-    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * (double)epoch / (double)epochs));
-}
-
-double train_lr_at_step(double base, uint64_t step, uint64_t warmup, uint64_t total)
-{
-    if (step < warmup)
-        return base * (double)(step + 1) / (double)warmup;
-    if (total <= warmup)
-        return base;
-    double f = (double)(step - warmup) / (double)(total - warmup);
-    if (f > 1.0)
-        f = 1.0;
-    return base * 0.5 * (1.0 + cos(3.14159265358979323846 * f));
-}
 
 /* The data set a model trains on by default. */
 static const char *data_of(const struct train_opts *o)
@@ -184,19 +124,6 @@ static void touch_file(const char *path)
     close(fd);
 }
 
-static void write_metrics(int fd, const char *line)
-{
-    size_t len = strlen(line), off = 0;
-    while (off < len) {
-        ssize_t k = write(fd, line + off, len - off);
-        if (k <= 0) {
-            log_warn("cannot write metrics to DDP_METRICS_FD %d", fd);
-            return;
-        }
-        off += (size_t)k;
-    }
-}
-
 /*
  * The run's state, phase by phase (train_run):
  *   set-up   load_data, build_model, open_group, setup_reducer
@@ -219,9 +146,7 @@ struct run {
     uint64_t total_steps;               /* of the whole run: the per-step schedule's length */
     struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
     struct reducer *red;
-    struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
-    struct fsdp *fsdp; /* --sharding grad|full at W > 1: no reducer; the units are fsdp's */
-    float *ckpt_state; /* sharded: the whole state gathered for a checkpoint (owned) */
+    struct sharded sh; /* --sharding other than none at W > 1 */
     float **views;     /* the reducer's gradient view of each tensor */
     struct trace *trace;
     struct rng rng;
@@ -244,16 +169,6 @@ struct epoch_sums {
     double loss_sum;
     double seen;
     double train_s;
-};
-
-/* A language model's reports carry the global step and a fractional epoch; one between
- * epochs is also a step report of the metrics line's contract (docs/api.md: `step` and
- * `steps` of the epoch under way, `epoch` the epochs done). */
-struct report_at {
-    uint32_t epoch;     /* 0-based epoch being trained */
-    double progress;    /* epochs done, fractional: the dashboard's x */
-    int end_of_epoch;   /* 1: the epoch's own report */
-    size_t step, steps; /* between epochs: steps done of the epoch's steps */
 };
 
 /* The exit code for a failed step: CUDA errors are device errors on a GPU run. */
@@ -403,14 +318,6 @@ static int open_group(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* --sharding grad|full with more than one rank: the units of trainer/fsdp.h replace the
- * reducer. */
-static int by_units(const struct run *r)
-{
-    return (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL) &&
-           r->g->world_size > 1;
-}
-
 /* The reducer over the instance's tensors, whose gradients become its bucket views (unless
  * the run is sharded by units); the optional trace; the lr; and the job's log line. */
 static int setup_reducer(struct run *r, struct ddp_err *err)
@@ -421,7 +328,7 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     if (o->trace_path)
         r->trace = trace_new(TRAIN_TRACE_EVENTS);
     r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
-    if (by_units(r)) {
+    if (sharded_by_units(o, g->world_size)) {
         /* fsdp_new (after the resume) binds the gradients to its own block */
         log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g sharding=%s "
                  "overlap=%d blas=%s",
@@ -465,80 +372,12 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* --sharding optimizer: the ZeRO-1 optimizer, its shard of the state taken from the full
- * state the resume loaded (so a checkpoint of any strategy and world size resumes). */
-static int setup_sharding(struct run *r, struct ddp_err *err)
-{
-    const struct train_opts *o = r->o;
-    struct ddp_group *g = r->g;
-    if (o->sharding == TRAIN_SHARD_NONE || g->world_size == 1)
-        return DDP_EXIT_OK;
-    const char *name = o->sharding == TRAIN_SHARD_OPTIMIZER ? "optimizer"
-                       : o->sharding == TRAIN_SHARD_GRAD    ? "grad"
-                                                            : "full";
-    if (g->gpu) {
-        err_set(err, DDP_EINVAL, "--sharding %s: runs on the CPU only: use --backend cpu", name);
-        return DDP_EXIT_USAGE;
-    }
-    struct optim_cfg c = {.adamw = o->adamw,
-                          .momentum = (float)o->momentum,
-                          .weight_decay = (float)o->weight_decay,
-                          .beta1 = (float)o->beta1,
-                          .beta2 = (float)o->beta2,
-                          .eps = (float)o->eps,
-                          .clip_norm = o->is_gpt ? (float)o->clip_grad_norm : 0.0f};
-    if (by_units(r)) {
-        struct fsdp_opts fo = {
-            .strategy = o->sharding == TRAIN_SHARD_FULL ? FSDP_FULL : FSDP_GRAD,
-            .prefetch = o->overlap,
-            .max_scatters = o->overlap ? 2 : 0,
-        };
-        if (fsdp_new(g->comm, g->world_size, g->rank, r->mi, &c, &fo, r->step, r->trace, &r->fsdp,
-                     err) != 0)
-            return err->code == DDP_EINVAL ? DDP_EXIT_USAGE : ddp_exit_code_for(err->code);
-        fsdp_load_state(r->fsdp, r->mi->ops->momentum(r->mi));
-        if (r->mi->ops->release_state)
-            r->mi->ops->release_state(r->mi);
-        log_info("sharding %s: %d units; this rank keeps %zu of %zu parameters' gradients and "
-                 "optimizer state%s",
-                 name, fsdp_units(r->fsdp), fsdp_shard_floats(r->fsdp),
-                 r->mi->ops->param_count(r->mi),
-                 o->sharding == TRAIN_SHARD_FULL ? ", and parameters" : "");
-        return DDP_EXIT_OK;
-    }
-    if (zero_new(g->comm, g->world_size, g->rank, r->mi, r->red, &c, r->step, &r->zero, err) != 0)
-        return DDP_EXIT_FAILURE;
-    zero_load_state(r->zero, r->mi->ops->momentum(r->mi));
-    /* The whole state is the shard's now: freed, it is rebuilt only for a checkpoint. */
-    if (r->mi->ops->release_state)
-        r->mi->ops->release_state(r->mi);
-    log_info("sharding optimizer: this rank updates %zu of %zu parameters and keeps their "
-             "optimizer state",
-             zero_shard_count(r->zero), r->mi->ops->param_count(r->mi));
-    return DDP_EXIT_OK;
-}
-
-/* Before a checkpoint, on every rank: a sharded optimizer's state made whole (collective). */
+/* Before a checkpoint, on every rank: a sharded state made whole (collective). */
 static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
 {
-    if ((!r->zero && !r->fsdp) || !r->ckpt_dir[0])
+    if (!r->ckpt_dir[0])
         return 0;
-    int arrays = r->zero ? zero_state_arrays(r->zero) : fsdp_state_arrays(r->fsdp);
-    if (!r->ckpt_state)
-        r->ckpt_state = xmalloc((size_t)arrays * r->mi->ops->param_count(r->mi) * sizeof(float));
-    if (r->zero)
-        return zero_gather_state(r->zero, r->ckpt_state, err);
-    int rc = fsdp_gather_state(r->fsdp, r->ckpt_state, err);
-    return rc ? rc : fsdp_materialize(r->fsdp, err);
-}
-
-/* After a checkpoint: the whole state dropped again. */
-static void checkpoint_done(struct run *r)
-{
-    free(r->ckpt_state);
-    r->ckpt_state = NULL;
-    if (r->fsdp)
-        fsdp_release(r->fsdp);
+    return sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
 }
 
 /* Step 3 of the file comment (the protocol is ddp_resume's): the agreed checkpoint into the
@@ -572,7 +411,8 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
         return ddp_exit_code_for(rc);
     if (mi->ops->sync_to_device(mi, err) != 0)
         return DDP_EXIT_DEVICE;
-    return setup_sharding(r, err);
+    return sharded_setup(&r->sh, r->o, r->g->comm, r->g->world_size, r->g->rank, r->g->gpu, mi,
+                         r->red, r->step, r->trace, err);
 }
 
 /* This rank's sampler, the batch buffers, the backward's hooks and its test slice. */
@@ -629,16 +469,16 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
     trace_set_step(r->trace, r->step);
     double ls = 0.0;
     int rc = mi->ops->forward(mi, r->xb, r->yb, n, &ls, err);
-    if (r->fsdp) {
+    if (r->sh.fsdp) {
         if (rc == 0)
-            rc = fsdp_end_forward(r->fsdp, err);
+            rc = fsdp_end_forward(r->sh.fsdp, err);
         if (rc == 0)
-            rc = mi->ops->backward(mi, fsdp_backward_hooks(r->fsdp), err);
-        int rc2 = fsdp_end_backward(r->fsdp, rc ? NULL : err);
+            rc = mi->ops->backward(mi, fsdp_backward_hooks(r->sh.fsdp), err);
+        int rc2 = fsdp_end_backward(r->sh.fsdp, rc ? NULL : err);
         if (rc == 0)
             rc = rc2;
         if (rc == 0)
-            rc = fsdp_step(r->fsdp, lr, 1.0f / (float)r->g->world_size, err);
+            rc = fsdp_step(r->sh.fsdp, lr, 1.0f / (float)r->g->world_size, err);
         if (rc)
             return run_exit_code(r, rc);
         return step_done(r, ls, loss_sum);
@@ -647,8 +487,8 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
         rc = mi->ops->backward(mi, &r->hooks, err);
     if (rc == 0)
         rc = reducer_finish(r->red, err);
-    if (rc == 0 && r->zero)
-        rc = zero_step(r->zero, lr, 1.0f / (float)r->g->world_size, err);
+    if (rc == 0 && r->sh.zero)
+        rc = zero_step(r->sh.zero, lr, 1.0f / (float)r->g->world_size, err);
     else if (rc == 0)
         rc = mi->ops->step(mi, lr, reducer_grad_scale(r->red), err);
     if (rc)
@@ -675,7 +515,7 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
                 save_checkpoint(r, epoch, pos, err) == 0;
-    checkpoint_done(r);
+    sharded_checkpoint_done(&r->sh);
     /* No rank leaves before every checkpoint is written: an exit ends the generation, and
      * the stop that follows must not find a rank still writing. */
     double done = 0.0;
@@ -752,7 +592,7 @@ static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct d
     const struct dataset *t = &r->test;
     size_t b = r->o->batch_size;
     size_t w = (size_t)r->g->world_size;
-    size_t most = r->fsdp ? (t->n + w - 1) / w : r->test_hi - r->test_lo;
+    size_t most = r->sh.fsdp ? (t->n + w - 1) / w : r->test_hi - r->test_lo;
     size_t nb = (most + b - 1) / b;
     *loss_sum = 0.0;
     *hits = 0;
@@ -765,10 +605,10 @@ static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct d
         double ls = 0.0;
         size_t h = 0;
         int rc = r->mi->ops->evaluate(r->mi, NULL, t->y + i * t->dim, n, &ls, &h, err);
-        if (r->fsdp) {
-            fsdp_release(r->fsdp);
+        if (r->sh.fsdp) {
+            fsdp_release(r->sh.fsdp);
             if (rc == 0)
-                rc = fsdp_end_forward(r->fsdp, err);
+                rc = fsdp_end_forward(r->sh.fsdp, err);
         }
         if (rc)
             return rc;
@@ -780,40 +620,14 @@ static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct d
     return 0;
 }
 
-/* A language model's report: rank 0 prints the line and sends the metrics. */
-static void report_text(struct run *r, const struct report_at *at, const double *sums)
+/* What every report carries about the run. */
+static struct report_run report_run_of(const struct run *r)
 {
-    const struct train_opts *o = r->o;
-    struct ddp_group *g = r->g;
-    size_t T = (size_t)o->gpt.ctx;
-    double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-    double val = sums[2] / (double)r->test.n;
-    double acc = sums[3] / ((double)r->test.n * (double)T);
-    double secs = sums[4] / (double)g->world_size;
-    double tps = secs > 0 ? sums[1] * (double)T / secs : 0.0;
-    double ppl = exp(val);
-    char th[48];
-    train_format_thousands(tps, th, sizeof(th));
-    printf("epoch %u/%d | step %llu | loss %.4f | val loss %.4f nats/byte | ppl %.3f | "
-           "next-byte acc %.4f | %s tokens/s\n",
-           at->epoch + 1, o->epochs, (unsigned long long)r->step, loss, val, ppl, acc, th);
-    fflush(stdout);
-    if (g->env.metrics_fd >= 0) {
-        char where[128], line[768];
-        if (at->end_of_epoch)
-            snprintf(where, sizeof(where), "\"epoch\": %u", at->epoch + 1);
-        else
-            snprintf(where, sizeof(where), "\"epoch\": %u, \"step\": %zu, \"steps\": %zu",
-                     at->epoch, at->step, at->steps);
-        snprintf(line, sizeof(line),
-                 "{%s, \"epochs\": %d, \"epoch_progress\": %.4f, \"global_step\": %llu, "
-                 "\"loss\": %.4f, \"val_loss\": %.4f, \"perplexity\": %.4f, "
-                 "\"next_byte_acc\": %.4f, \"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, "
-                 "\"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
-                 where, o->epochs, at->progress, (unsigned long long)r->step, loss, val, ppl, acc,
-                 tps, secs > 0 ? sums[1] / secs : 0.0, g->world_size, g->env.generation, secs);
-        write_metrics(g->env.metrics_fd, line);
-    }
+    return (struct report_run){.epochs = r->o->epochs,
+                               .world_size = r->g->world_size,
+                               .generation = r->g->env.generation,
+                               .metrics_fd = r->g->env.metrics_fd,
+                               .global_step = r->step};
 }
 
 /* Step 4, a report (the epoch's end; for a language model also every --eval-every steps):
@@ -836,8 +650,16 @@ static int evaluate_and_report_whole(struct run *r, const struct report_at *at,
         rc = ddp_allreduce_f64(g, sums, 5, err);
         if (rc)
             return ddp_exit_code_for(rc);
-        if (g->rank == 0)
-            report_text(r, at, sums);
+        if (g->rank == 0) {
+            /* sums: training loss, windows, validation loss, hits, seconds */
+            size_t T = (size_t)o->gpt.ctx;
+            struct report_run run = report_run_of(r);
+            double secs = sums[4] / (double)g->world_size;
+            report_language(at, &run, sums[1] > 0 ? sums[0] / sums[1] : 0.0, sums[2] / (double)t->n,
+                            sums[3] / ((double)t->n * (double)T),
+                            secs > 0 ? sums[1] * (double)T / secs : 0.0,
+                            secs > 0 ? sums[1] / secs : 0.0, secs);
+        }
         memset(es, 0, sizeof(*es));
         return DDP_EXIT_OK;
     }
@@ -855,21 +677,9 @@ static int evaluate_and_report_whole(struct run *r, const struct report_at *at,
     double acc = sums[2] / (double)t->n;
     double secs = sums[3] / (double)g->world_size; /* mean over ranks */
     double sps = secs > 0 ? sums[1] / secs : 0.0;
-    if (g->rank != 0)
-        return DDP_EXIT_OK;
-    char th[48];
-    train_format_thousands(sps, th, sizeof(th));
-    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", at->epoch + 1, o->epochs,
-           loss, acc, th);
-    fflush(stdout);
-    if (g->env.metrics_fd >= 0) {
-        char line[512];
-        snprintf(line, sizeof(line),
-                 "{\"epoch\": %u, \"epochs\": %d, \"loss\": %.4f, \"test_acc\": %.4f, "
-                 "\"samples_per_s\": %.1f, \"world_size\": %d, \"generation\": %d, "
-                 "\"time_s\": %.3f}\n",
-                 at->epoch + 1, o->epochs, loss, acc, sps, g->world_size, g->env.generation, secs);
-        write_metrics(g->env.metrics_fd, line);
+    if (g->rank == 0) {
+        struct report_run run = report_run_of(r);
+        report_classifier(at, &run, loss, acc, sps, secs);
     }
     return DDP_EXIT_OK;
 }
@@ -880,12 +690,12 @@ static int evaluate_and_report_whole(struct run *r, const struct report_at *at,
 static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
                                struct ddp_err *err)
 {
-    int whole = r->fsdp && !r->mi->ops->evaluate;
-    if (whole && fsdp_materialize(r->fsdp, err) != 0)
+    int whole = r->sh.fsdp && !r->mi->ops->evaluate;
+    if (whole && fsdp_materialize(r->sh.fsdp, err) != 0)
         return ddp_exit_code_for(err->code);
     int code = evaluate_and_report_whole(r, at, es, err);
     if (whole)
-        fsdp_release(r->fsdp);
+        fsdp_release(r->sh.fsdp);
     return code;
 }
 
@@ -917,7 +727,7 @@ static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct d
     if (rc)
         return rc;
     rc = ckpt_encode(&meta, mi->ops->params(mi),
-                     r->ckpt_state ? r->ckpt_state : mi->ops->momentum(mi), &buf, &len, err);
+                     r->sh.ckpt_state ? r->sh.ckpt_state : mi->ops->momentum(mi), &buf, &len, err);
     if (rc == 0)
         rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
     free(buf);
@@ -943,7 +753,7 @@ static int train_epochs(struct run *r, struct ddp_err *err)
             return ddp_exit_code_for(code);
         int failed = r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
                      save_checkpoint(r, epoch + 1, 0, err) != 0;
-        checkpoint_done(r); /* a sharded state is whole only while it is written */
+        sharded_checkpoint_done(&r->sh); /* a sharded state is whole only while it is written */
         if (failed)
             return DDP_EXIT_CHECKPOINT;
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
@@ -984,7 +794,7 @@ static int write_outputs(struct run *r, struct ddp_err *err)
     const struct train_opts *o = r->o;
     struct model_inst *mi = r->mi;
     /* A sharded run's parameters gathered whole (every rank: a collective), kept so. */
-    if (r->fsdp && (o->generate > 0 || o->dump_params) && fsdp_materialize(r->fsdp, err) != 0)
+    if (r->sh.fsdp && (o->generate > 0 || o->dump_params) && fsdp_materialize(r->sh.fsdp, err) != 0)
         return ddp_exit_code_for(err->code);
     generate_text(r);
     if (o->dump_params) {
@@ -1008,9 +818,7 @@ static void teardown(struct run *r)
     if (r->sampler_ok)
         sampler_release(&r->smp);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */
-    zero_free(r->zero);
-    fsdp_free(r->fsdp);
-    free(r->ckpt_state);
+    sharded_free(&r->sh);
     reducer_free(r->red);
     free(r->views);
     trace_free(r->trace);

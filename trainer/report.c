@@ -1,0 +1,76 @@
+/*
+ * report.c - rank 0's report lines (trainer/report.h).
+ */
+#include "trainer/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "trainer/train.h"
+
+static void write_metrics(int fd, const char *line)
+{
+    size_t len = strlen(line), off = 0;
+    while (off < len) {
+        ssize_t k = write(fd, line + off, len - off);
+        if (k <= 0) {
+            log_warn("cannot write metrics to DDP_METRICS_FD %d", fd);
+            return;
+        }
+        off += (size_t)k;
+    }
+}
+
+void report_classifier(const struct report_at *at, const struct report_run *run, double loss,
+                       double test_acc, double samples_per_s, double secs)
+{
+    char th[48];
+    train_format_thousands(samples_per_s, th, sizeof(th));
+    printf("epoch %u/%d | loss %.4f | test acc %.4f | %s samples/s\n", at->epoch + 1, run->epochs,
+           loss, test_acc, th);
+    fflush(stdout);
+    if (run->metrics_fd < 0)
+        return;
+    char line[512];
+    snprintf(line, sizeof(line),
+             "{\"epoch\": %u, \"epochs\": %d, \"loss\": %.4f, \"test_acc\": %.4f, "
+             "\"samples_per_s\": %.1f, \"world_size\": %d, \"generation\": %d, "
+             "\"time_s\": %.3f}\n",
+             at->epoch + 1, run->epochs, loss, test_acc, samples_per_s, run->world_size,
+             run->generation, secs);
+    write_metrics(run->metrics_fd, line);
+}
+
+void report_language(const struct report_at *at, const struct report_run *run, double loss,
+                     double val_loss, double next_byte_acc, double tokens_per_s,
+                     double samples_per_s, double secs)
+{
+    double ppl = exp(val_loss);
+    char th[48];
+    train_format_thousands(tokens_per_s, th, sizeof(th));
+    printf("epoch %u/%d | step %llu | loss %.4f | val loss %.4f nats/byte | ppl %.3f | "
+           "next-byte acc %.4f | %s tokens/s\n",
+           at->epoch + 1, run->epochs, (unsigned long long)run->global_step, loss, val_loss, ppl,
+           next_byte_acc, th);
+    fflush(stdout);
+    if (run->metrics_fd < 0)
+        return;
+    char where[128], line[768];
+    if (at->end_of_epoch)
+        snprintf(where, sizeof(where), "\"epoch\": %u", at->epoch + 1);
+    else
+        snprintf(where, sizeof(where), "\"epoch\": %u, \"step\": %zu, \"steps\": %zu", at->epoch,
+                 at->step, at->steps);
+    snprintf(line, sizeof(line),
+             "{%s, \"epochs\": %d, \"epoch_progress\": %.4f, \"global_step\": %llu, "
+             "\"loss\": %.4f, \"val_loss\": %.4f, \"perplexity\": %.4f, "
+             "\"next_byte_acc\": %.4f, \"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, "
+             "\"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
+             where, run->epochs, at->progress, (unsigned long long)run->global_step, loss, val_loss,
+             ppl, next_byte_acc, tokens_per_s, samples_per_s, run->world_size, run->generation,
+             secs);
+    write_metrics(run->metrics_fd, line);
+}

@@ -1,0 +1,51 @@
+/*
+ * sharded.h - a run's sharded strategy behind one face, for the train loop: --sharding
+ * optimizer (ZeRO-1, trainer/zero.h, over the reducer's block) or grad | full (ZeRO-2/3,
+ * trainer/fsdp.h, which replaces the reducer), set up from the state a resume loaded, and
+ * the whole optimizer state (and under full the parameters) gathered for a checkpoint.
+ * With --sharding none, or one rank, every member stays NULL and every call does nothing.
+ */
+#ifndef DDP_TRAINER_SHARDED_H
+#define DDP_TRAINER_SHARDED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "ddp/comm.h"
+#include "ddp/reducer.h"
+#include "ddp/trace.h"
+#include "trainer/fsdp.h"
+#include "trainer/model_ops.h"
+#include "trainer/train.h"
+#include "trainer/zero.h"
+
+struct sharded {
+    struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
+    struct fsdp *fsdp; /* --sharding grad|full at W > 1: no reducer; the units are fsdp's */
+    float *ckpt_state; /* the whole optimizer state while a checkpoint is written (owned) */
+};
+
+/* 1 when o's strategy at world ranks shards by units (no reducer: fsdp binds the
+ * gradients). */
+int sharded_by_units(const struct train_opts *o, int world);
+
+/*
+ * After the resume and rank 0's broadcast: the strategy of o over comm's world ranks for
+ * instance mi (red: the reducer, which ZeRO-1 shards; NULL by units), this rank's shards
+ * taken from the instance's state, whose own optimizer state is then freed. step: the
+ * steps already taken; trace may be NULL. Returns the exit code (DDP_EXIT_USAGE with a GPU).
+ */
+int sharded_setup(struct sharded *s, const struct train_opts *o, struct comm *comm, int world,
+                  int rank, int gpu, struct model_inst *mi, struct reducer *red, uint64_t step,
+                  struct trace *trace, struct ddp_err *err);
+
+/* Collective, before a checkpoint: the whole optimizer state into s->ckpt_state (nparams
+ * floats an array), and under full every unit whole. A no-op unsharded. */
+int sharded_gather_for_checkpoint(struct sharded *s, size_t nparams, struct ddp_err *err);
+/* After the checkpoint: the whole state dropped again. */
+void sharded_checkpoint_done(struct sharded *s);
+
+void sharded_free(struct sharded *s);
+
+#endif
