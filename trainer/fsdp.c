@@ -20,9 +20,7 @@
 
 #include "common/xalloc.h"
 #include "ddp/shard.h"
-#include "trainer/adamw.h"
-#include "trainer/gradclip.h"
-#include "trainer/optim.h"
+#include "trainer/shard_optim.h"
 
 #define FSDP_SLOTS 2
 
@@ -62,9 +60,7 @@ struct fsdp {
     float *pshard; /* full: S, this rank's parameters (the master copy) */
     int arrays;
     float *state; /* arrays x S */
-    struct optim_cfg cfg;
-    struct optim sgd;
-    struct adamw adamw;
+    struct shard_optim opt;
     float *slot[FSDP_SLOTS];
     int slot_busy[FSDP_SLOTS];
     struct pend *q;
@@ -373,15 +369,8 @@ int fsdp_new(struct comm *comm, int world, int rank, struct model_inst *mi,
         fsdp_free(f);
         return rc;
     }
-    f->arrays = cfg->adamw ? 2 : 1;
-    f->cfg = *cfg;
-    f->sgd =
-        (struct optim){.lr = 0.0f, .momentum = cfg->momentum, .weight_decay = cfg->weight_decay};
-    f->adamw = (struct adamw){.beta1 = cfg->beta1,
-                              .beta2 = cfg->beta2,
-                              .eps = cfg->eps,
-                              .weight_decay = cfg->weight_decay,
-                              .t = step};
+    shard_optim_init(&f->opt, cfg, step);
+    f->arrays = shard_optim_arrays(&f->opt);
     size_t S = f->S ? f->S : 1;
     f->gshard = xcalloc(S, sizeof(float));
     f->state = xcalloc((size_t)f->arrays * S, sizeof(float));
@@ -479,28 +468,19 @@ int fsdp_step(struct fsdp *f, float lr, float grad_scale, struct ddp_err *err)
 {
     if (f->rc)
         return report(f, err);
-    if (f->cfg.clip_norm > 0.0f) {
-        double sq = 0.0;
-        for (int i = 0; i < f->nunits; i++) {
-            const float *g = f->gshard + f->u[i].soff;
-            for (size_t k = 0; k < f->u[i].sh.valid; k++)
-                sq += (double)g[k] * (double)g[k];
-        }
-        struct ddp_err e;
-        int rc = comm_allreduce(f->comm, &sq, 1, COMM_F64, &e);
-        if (rc) {
-            set_error(f, rc, &e);
-            return report(f, err);
-        }
-        grad_scale *= grad_clip_factor(sqrt(sq) * fabs((double)grad_scale), f->cfg.clip_norm);
+    double sq = 0.0;
+    for (int i = 0; f->opt.cfg.clip_norm > 0.0f && i < f->nunits; i++) {
+        const float *g = f->gshard + f->u[i].soff;
+        for (size_t k = 0; k < f->u[i].sh.valid; k++)
+            sq += (double)g[k] * (double)g[k];
     }
-    struct adamw_coef coef;
-    if (f->cfg.adamw) {
-        f->adamw.lr = lr;
-        adamw_begin(&f->adamw, &coef);
-    } else {
-        f->sgd.lr = lr;
+    struct ddp_err e;
+    int rc = shard_optim_clip(&f->opt, f->comm, sq, &grad_scale, &e);
+    if (rc) {
+        set_error(f, rc, &e);
+        return report(f, err);
     }
+    shard_optim_begin(&f->opt, lr);
     for (int i = 0; i < f->nunits; i++) {
         const struct unit *u = &f->u[i];
         if (u->sh.valid == 0)
@@ -509,10 +489,7 @@ int fsdp_step(struct fsdp *f, float lr, float grad_scale, struct ddp_err *err)
             f->o.strategy == FSDP_FULL ? f->pshard + u->soff : f->params + u->poff + u->sh.offset;
         const float *g = f->gshard + u->soff;
         float *s0 = f->state + u->soff;
-        if (f->cfg.adamw)
-            adamw_update(&f->adamw, &coef, p, s0, s0 + f->S, g, u->sh.valid, grad_scale);
-        else
-            optim_step_range(&f->sgd, p, s0, g, u->sh.valid, grad_scale);
+        shard_optim_update(&f->opt, p, s0, s0 + f->S, g, u->sh.valid, grad_scale);
     }
     if (f->o.strategy == FSDP_GRAD) {
         for (int i = 0; i < f->nunits && f->rc == 0; i++)

@@ -18,8 +18,7 @@
 
 #include "common/xalloc.h"
 #include "ddp/shard.h"
-#include "trainer/adamw.h"
-#include "trainer/optim.h"
+#include "trainer/shard_optim.h"
 
 struct zero_piece {
     size_t at;    /* in the block (tensors[]) or in the shard (ranges[]) */
@@ -36,9 +35,7 @@ struct zero {
     float *params; /* borrowed */
     int arrays;
     float *state; /* arrays x sh.count */
-    struct optim_cfg cfg;
-    struct optim sgd;   /* lr, momentum, weight decay; buf unused */
-    struct adamw adamw; /* the same, with t; state unused */
+    struct shard_optim opt;
     int ntensors;
     struct zero_piece *tensors;
     int nranges;
@@ -62,16 +59,9 @@ int zero_new(struct comm *comm, int world, int rank, struct model_inst *mi, stru
     z->sh = sh;
     z->block = block;
     z->params = mi->ops->params(mi);
-    z->cfg = *cfg;
-    z->arrays = cfg->adamw ? 2 : 1;
+    shard_optim_init(&z->opt, cfg, step);
+    z->arrays = shard_optim_arrays(&z->opt);
     z->state = xcalloc((size_t)z->arrays * (sh.count ? sh.count : 1), sizeof(float));
-    z->sgd =
-        (struct optim){.lr = 0.0f, .momentum = cfg->momentum, .weight_decay = cfg->weight_decay};
-    z->adamw = (struct adamw){.beta1 = cfg->beta1,
-                              .beta2 = cfg->beta2,
-                              .eps = cfg->eps,
-                              .weight_decay = cfg->weight_decay,
-                              .t = step};
     z->ntensors = mi->ops->tensor_count(mi);
     z->tensors = xcalloc((size_t)z->ntensors, sizeof(*z->tensors));
     z->ranges = xcalloc((size_t)z->ntensors, sizeof(*z->ranges));
@@ -154,35 +144,19 @@ int zero_step(struct zero *z, float lr, float grad_scale, struct ddp_err *err)
     int rc = comm_reduce_scatter(z->comm, z->block, mine, z->sh.count, COMM_F32, err);
     if (rc)
         return rc;
-    if (z->cfg.clip_norm > 0.0f) {
-        double sq = 0.0;
-        for (size_t i = 0; i < z->sh.valid; i++)
-            sq += (double)mine[i] * (double)mine[i];
-        rc = comm_allreduce(z->comm, &sq, 1, COMM_F64, err);
-        if (rc)
-            return rc;
-        double norm = sqrt(sq) * fabs((double)grad_scale);
-        double f = (double)z->cfg.clip_norm / (norm + 1e-6);
-        if (f < 1.0)
-            grad_scale *= (float)f;
-    }
-    struct adamw_coef coef;
-    if (z->cfg.adamw) {
-        z->adamw.lr = lr;
-        adamw_begin(&z->adamw, &coef);
-    } else {
-        z->sgd.lr = lr;
-    }
+    double sq = 0.0;
+    for (size_t i = 0; z->opt.cfg.clip_norm > 0.0f && i < z->sh.valid; i++)
+        sq += (double)mine[i] * (double)mine[i];
+    if ((rc = shard_optim_clip(&z->opt, z->comm, sq, &grad_scale, err)) != 0)
+        return rc;
+    shard_optim_begin(&z->opt, lr);
     /* Each piece updated, then written over its gradients, where the gather takes it. */
     for (int k = 0; k < z->nranges; k++) {
         const struct zero_piece *p = &z->ranges[k];
         float *prm = z->params + p->param;
         const float *g = mine + p->at;
-        if (z->cfg.adamw)
-            adamw_update(&z->adamw, &coef, prm, z->state + p->at, z->state + z->sh.count + p->at, g,
-                         p->len, grad_scale);
-        else
-            optim_step_range(&z->sgd, prm, z->state + p->at, g, p->len, grad_scale);
+        shard_optim_update(&z->opt, prm, z->state + p->at, z->state + z->sh.count + p->at, g,
+                           p->len, grad_scale);
         memcpy(mine + p->at, prm, p->len * sizeof(float));
     }
     return gather_into(z, NULL, z->params, err);

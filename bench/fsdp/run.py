@@ -28,7 +28,6 @@ run of a 1-parameter-scale model, gpt:1-1-4-64, the same data) and minus the act
 """
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -102,18 +101,30 @@ def run(worker, model, w, sharding, text, steps):
     return max(peak.values()) * 1024
 
 
-def speed(worker):
+def models_runners():
+    """bench/models/side_by_side.py: the paired runners of ddp-worker and PyTorch."""
     spec2 = importlib.util.spec_from_file_location(
         "models_sbs", os.path.join(REPO, "bench", "models", "side_by_side.py"))
     m = importlib.util.module_from_spec(spec2)
     spec2.loader.exec_module(m)
+    return m
+
+
+def speed_texts(d):
+    """The speed runs' training text (and its .valid) in d; returns its path."""
+    text = os.path.join(d, "text")
+    with open(text, "wb") as f:
+        f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(200000)))
+    with open(text + ".valid", "wb") as f:
+        f.write(bytes((i * 5 + i // 7) % 96 + 32 for i in range(8000)))
+    return text
+
+
+def speed(worker):
+    m = models_runners()
     import statistics
     with tempfile.TemporaryDirectory(prefix="ddp-fsdp-speed-") as d:
-        text = os.path.join(d, "text")
-        with open(text, "wb") as f:
-            f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(200000)))
-        with open(text + ".valid", "wb") as f:
-            f.write(bytes((i * 5 + i // 7) % 96 + 32 for i in range(8000)))
+        text = speed_texts(d)
         runs = {"ours none": [], "ours optimizer": [], "torch ddp": [], "torch zero": []}
         for _ in range(3):
             runs["ours none"].append(m.run_ours(worker, m.GPT, 2, text, d)[0])
@@ -149,19 +160,12 @@ def exposed_s(trace_path):
 
 
 def fsdp_speed(worker):
-    spec2 = importlib.util.spec_from_file_location(
-        "models_sbs", os.path.join(REPO, "bench", "models", "side_by_side.py"))
-    m = importlib.util.module_from_spec(spec2)
-    spec2.loader.exec_module(m)
+    m = models_runners()
     import statistics
     kinds = (("none", "none", True), ("grad", "grad", True), ("grad no-overlap", "grad", False),
              ("full", "full", True), ("full no-overlap", "full", False))
     with tempfile.TemporaryDirectory(prefix="ddp-fsdp-step-") as d:
-        text = os.path.join(d, "text")
-        with open(text, "wb") as f:
-            f.write(bytes((i * 7 + i // 13) % 96 + 32 for i in range(200000)))
-        with open(text + ".valid", "wb") as f:
-            f.write(bytes((i * 5 + i // 7) % 96 + 32 for i in range(8000)))
+        text = speed_texts(d)
         runs = {k: [] for k, _, _ in kinds}
         waits = {k: [] for k, _, _ in kinds}
         for _ in range(3):

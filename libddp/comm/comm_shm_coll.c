@@ -192,9 +192,9 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
         }
         if (oneshot) {
             if (gets) {
-                memcpy(p + off, shm_slot(g, 0, h), n);
-                for (int k = 1; k < g->L; k++)
-                    t->add(p + off, shm_slot(g, k, h), n / t->size);
+                for (int k = 0; k < g->L; k++)
+                    srcs[k] = shm_slot(g, k, h);
+                sum_in_rank_order(t, p + off, srcs, g->L, n);
             }
         } else {
             char *mine = rg ? p + off + so : shm_slot(g, g->lr, h) + so;
