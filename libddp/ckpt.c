@@ -22,6 +22,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "libddp/le.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckpt.c writes floats as little-endian bytes: port the array copies first"
@@ -30,36 +31,8 @@
 static const uint8_t ckpt_magic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', 0};
 #define CKPT_FIXED_HDR 88
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* crc32 over any length (zlib takes uInt pieces). */
-static uint32_t crc_of(const uint8_t *p, size_t len)
+uint32_t ckpt_crc32(const uint8_t *p, size_t len)
 {
     uLong c = crc32(0L, Z_NULL, 0);
     while (len > 0) {
@@ -145,24 +118,24 @@ static int encode_spec(const struct ckpt_meta *meta, const float *params, const 
     size_t total = hdr + (1 + k) * arr + 4;
     uint8_t *b = xcalloc(1, total);
     memcpy(b, ckpt_magic, 8);
-    put32(b + 8, k > 1 ? CKPT_VERSION_STATE : CKPT_VERSION_SPEC);
-    put32(b + 12, (uint32_t)hdr);
-    put32(b + 16, meta->epoch);
-    put32(b + 20, 0);
-    put64(b + 24, meta->step);
-    put64(b + 32, meta->seed);
+    le_put32(b + 8, k > 1 ? CKPT_VERSION_STATE : CKPT_VERSION_SPEC);
+    le_put32(b + 12, (uint32_t)hdr);
+    le_put32(b + 16, meta->epoch);
+    le_put32(b + 20, 0);
+    le_put64(b + 24, meta->step);
+    le_put64(b + 32, meta->seed);
     for (int i = 0; i < 4; i++)
-        put64(b + 40 + 8 * i, meta->rng.s[i]);
-    put64(b + 72, meta->nparams);
-    put32(b + 80, meta->world_size);
-    put32(b + 84, meta->epoch_pos);
-    put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
+        le_put64(b + 40 + 8 * i, meta->rng.s[i]);
+    le_put64(b + 72, meta->nparams);
+    le_put32(b + 80, meta->world_size);
+    le_put32(b + 84, meta->epoch_pos);
+    le_put32(b + CKPT_FIXED_HDR, (uint32_t)slen);
     if (k > 1)
-        put32(b + CKPT_FIXED_HDR + 4, (uint32_t)k);
+        le_put32(b + CKPT_FIXED_HDR + 4, (uint32_t)k);
     memcpy(b + spec_off(k), meta->model, slen);
     memcpy(b + hdr, params, arr);
     memcpy(b + hdr + arr, momentum, k * arr);
-    put32(b + total - 4, crc_of(b, total - 4));
+    le_put32(b + total - 4, ckpt_crc32(b, total - 4));
     *out = b;
     *len = total;
     return 0;
@@ -183,22 +156,22 @@ int ckpt_encode(const struct ckpt_meta *meta, const float *params, const float *
     size_t total = hdr + 2 * arr + 4;
     uint8_t *b = xcalloc(1, total);
     memcpy(b, ckpt_magic, 8);
-    put32(b + 8, CKPT_VERSION);
-    put32(b + 12, (uint32_t)hdr);
-    put32(b + 16, meta->epoch);
-    put32(b + 20, (uint32_t)meta->nlayers);
-    put64(b + 24, meta->step);
-    put64(b + 32, meta->seed);
+    le_put32(b + 8, CKPT_VERSION);
+    le_put32(b + 12, (uint32_t)hdr);
+    le_put32(b + 16, meta->epoch);
+    le_put32(b + 20, (uint32_t)meta->nlayers);
+    le_put64(b + 24, meta->step);
+    le_put64(b + 32, meta->seed);
     for (int i = 0; i < 4; i++)
-        put64(b + 40 + 8 * i, meta->rng.s[i]);
-    put64(b + 72, meta->nparams);
-    put32(b + 80, meta->world_size);
-    put32(b + 84, meta->epoch_pos);
+        le_put64(b + 40 + 8 * i, meta->rng.s[i]);
+    le_put64(b + 72, meta->nparams);
+    le_put32(b + 80, meta->world_size);
+    le_put32(b + 84, meta->epoch_pos);
     for (int i = 0; i <= meta->nlayers; i++)
-        put32(b + CKPT_FIXED_HDR + 4 * i, meta->widths[i]);
+        le_put32(b + CKPT_FIXED_HDR + 4 * i, meta->widths[i]);
     memcpy(b + hdr, params, arr);
     memcpy(b + hdr + arr, momentum, arr);
-    put32(b + total - 4, crc_of(b, total - 4));
+    le_put32(b + total - 4, ckpt_crc32(b, total - 4));
     *out = b;
     *len = total;
     return 0;
@@ -213,11 +186,11 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
         return err_set(err, DDP_EINVAL, "checkpoint %s: truncated (%zu bytes)", what, len);
     if (memcmp(buf, ckpt_magic, 8) != 0)
         return err_set(err, DDP_EINVAL, "checkpoint %s: bad magic", what);
-    uint32_t version = get32(buf + 8);
+    uint32_t version = le_get32(buf + 8);
     if (version != CKPT_VERSION && version != CKPT_VERSION_SPEC && version != CKPT_VERSION_STATE)
         return err_set(err, DDP_EINVAL, "checkpoint %s: version %u (want %d, %d or %d)", what,
                        version, CKPT_VERSION, CKPT_VERSION_SPEC, CKPT_VERSION_STATE);
-    uint32_t nlayers = get32(buf + 20);
+    uint32_t nlayers = le_get32(buf + 20);
     size_t hdr = 0;
     uint64_t want = 0;
     size_t k = 1;
@@ -227,11 +200,11 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
                            nlayers);
         if (len < CKPT_FIXED_HDR + 8 + 4)
             return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
-        uint32_t slen = get32(buf + CKPT_FIXED_HDR);
+        uint32_t slen = le_get32(buf + CKPT_FIXED_HDR);
         if (slen == 0 || slen > CKPT_MAX_MODEL)
             return err_set(err, DDP_EINVAL, "checkpoint %s: model spec of %u bytes", what, slen);
         if (version == CKPT_VERSION_STATE) {
-            uint32_t sa = get32(buf + CKPT_FIXED_HDR + 4);
+            uint32_t sa = le_get32(buf + CKPT_FIXED_HDR + 4);
             if (sa < 2 || sa > CKPT_MAX_STATE_ARRAYS)
                 return err_set(err, DDP_EINVAL, "checkpoint %s: %u optimizer state arrays", what,
                                sa);
@@ -239,16 +212,16 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
         }
         v.meta.state_arrays = (int)k;
         hdr = spec_hdr(slen, k);
-        if (get32(buf + 12) != hdr)
+        if (le_get32(buf + 12) != hdr)
             return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
-                           get32(buf + 12), hdr);
+                           le_get32(buf + 12), hdr);
         if (len < hdr + 4)
             return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
         if (memchr(buf + spec_off(k), 0, slen))
             return err_set(err, DDP_EINVAL, "checkpoint %s: NUL in the model spec", what);
         memcpy(v.meta.model, buf + spec_off(k), slen);
         v.meta.model[slen] = '\0';
-        v.meta.nparams = get64(buf + 72);
+        v.meta.nparams = le_get64(buf + 72);
         want = v.meta.nparams;
         if (want == 0 || want > CKPT_MAX_BYTES / 8)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %llu parameters", what,
@@ -257,15 +230,15 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
         if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS)
             return err_set(err, DDP_EINVAL, "checkpoint %s: %u layers", what, nlayers);
         hdr = CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1);
-        if (get32(buf + 12) != hdr)
+        if (le_get32(buf + 12) != hdr)
             return err_set(err, DDP_EINVAL, "checkpoint %s: header length %u (want %zu)", what,
-                           get32(buf + 12), hdr);
+                           le_get32(buf + 12), hdr);
         if (len < hdr + 4)
             return err_set(err, DDP_EINVAL, "checkpoint %s: truncated header", what);
         v.meta.nlayers = (int)nlayers;
         for (uint32_t i = 0; i <= nlayers; i++)
-            v.meta.widths[i] = get32(buf + CKPT_FIXED_HDR + 4 * i);
-        v.meta.nparams = get64(buf + 72);
+            v.meta.widths[i] = le_get32(buf + CKPT_FIXED_HDR + 4 * i);
+        v.meta.nparams = le_get64(buf + 72);
         want = params_of(v.meta.widths, (int)nlayers);
         if (want == 0 || want != v.meta.nparams)
             return err_set(err, DDP_EINVAL, "checkpoint %s: parameter count does not fit widths",
@@ -275,16 +248,16 @@ int ckpt_decode(const uint8_t *buf, size_t len, const char *what, struct ckpt_vi
     if (len != hdr + (1 + k) * arr + 4)
         return err_set(err, DDP_EINVAL, "checkpoint %s: %zu bytes, header says %zu", what, len,
                        hdr + (1 + k) * arr + 4);
-    uint32_t crc = get32(buf + len - 4);
-    if (crc != crc_of(buf, len - 4))
+    uint32_t crc = le_get32(buf + len - 4);
+    if (crc != ckpt_crc32(buf, len - 4))
         return err_set(err, DDP_EINVAL, "checkpoint %s: checksum mismatch", what);
-    v.meta.epoch = get32(buf + 16);
-    v.meta.step = get64(buf + 24);
-    v.meta.seed = get64(buf + 32);
+    v.meta.epoch = le_get32(buf + 16);
+    v.meta.step = le_get64(buf + 24);
+    v.meta.seed = le_get64(buf + 32);
     for (int i = 0; i < 4; i++)
-        v.meta.rng.s[i] = get64(buf + 40 + 8 * i);
-    v.meta.world_size = get32(buf + 80);
-    v.meta.epoch_pos = get32(buf + 84);
+        v.meta.rng.s[i] = le_get64(buf + 40 + 8 * i);
+    v.meta.world_size = le_get32(buf + 80);
+    v.meta.epoch_pos = le_get32(buf + 84);
     v.params_bytes = buf + hdr;
     v.momentum_bytes = buf + hdr + arr;
     *out = v;
@@ -470,11 +443,11 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
     if (got < CKPT_FIXED_HDR + 4 || memcmp(h, ckpt_magic, 8) != 0)
         return -1;
     memset(meta, 0, sizeof(*meta));
-    meta->nparams = get64(h + 72);
-    uint32_t version = get32(h + 8), nlayers = get32(h + 20);
+    meta->nparams = le_get64(h + 72);
+    uint32_t version = le_get32(h + 8), nlayers = le_get32(h + 20);
     if (version == CKPT_VERSION_SPEC || version == CKPT_VERSION_STATE) {
         size_t k = version == CKPT_VERSION_STATE ? 2 : 1; /* only the spec's offset matters */
-        uint32_t slen = get32(h + CKPT_FIXED_HDR);
+        uint32_t slen = le_get32(h + CKPT_FIXED_HDR);
         if (slen == 0 || slen > CKPT_MAX_MODEL || (size_t)got < spec_off(k) + slen)
             return -1;
         memcpy(meta->model, h + spec_off(k), slen);
@@ -486,7 +459,7 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
         return -1;
     meta->nlayers = (int)nlayers;
     for (uint32_t i = 0; i <= nlayers; i++)
-        meta->widths[i] = get32(h + CKPT_FIXED_HDR + 4 * i);
+        meta->widths[i] = le_get32(h + CKPT_FIXED_HDR + 4 * i);
     return 0;
 }
 

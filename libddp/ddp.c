@@ -130,6 +130,24 @@ int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct
     return comm_broadcast(g->comm, buf, bytes, root, err);
 }
 
+int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
+                        struct ddp_err *err)
+{
+    uint64_t blen = g->rank == root ? (uint64_t)*len : 0;
+    int rc = ddp_broadcast(g, &blen, sizeof(blen), root, err);
+    if (rc)
+        return rc;
+    if (blen > max)
+        return err_set(err, DDP_EINVAL, "rank %d sends %llu bytes (at most %zu)", root,
+                       (unsigned long long)blen, max);
+    if (g->rank != root) {
+        free(*buf);
+        *buf = blen ? xmalloc((size_t)blen) : NULL;
+        *len = (size_t)blen;
+    }
+    return blen ? ddp_broadcast(g, *buf, *len, root, err) : 0;
+}
+
 int ddp_exit_code_for(int err_code)
 {
     if (err_code == DDP_EPEER || err_code == DDP_ETIMEOUT)

@@ -44,14 +44,16 @@ static void find_local(const char *dir, const struct ckpt_id *id, uint8_t **buf,
 }
 
 /* Step 2 (invariant 2): the newest (epoch, position) in v (epochs in v[0..n), positions in
- * v[n..2n)) and its lowest rank; -1 when every epoch is 0. */
-static int choose_owner(const double *v, int n, uint32_t *best)
+ * v[n..2n)) newer than (after_epoch, after_pos), and its lowest rank; -1 when there is none. */
+static int choose_owner(const double *v, int n, uint32_t after_epoch, uint32_t after_pos,
+                        uint32_t *best)
 {
     int owner = -1;
     double best_pos = -1.0;
     *best = 0;
     for (int i = 0; i < n; i++) {
-        if (v[i] <= 0.0)
+        if (v[i] <= 0.0 || v[i] < (double)after_epoch ||
+            (v[i] == (double)after_epoch && v[n + i] <= (double)after_pos))
             continue;
         if (v[i] > (double)*best || (v[i] == (double)*best && v[n + i] > best_pos)) {
             *best = (uint32_t)v[i];
@@ -60,26 +62,6 @@ static int choose_owner(const double *v, int n, uint32_t *best)
         }
     }
     return owner;
-}
-
-/* Step 3: the owner's bytes onto every rank. On the owner *buf and *len are its file; on
- * the others they are replaced by what arrives (the old *buf freed). */
-static int broadcast_file(struct ddp_group *g, int owner, uint8_t **buf, size_t *len,
-                          struct ddp_err *err)
-{
-    uint64_t blen = g->rank == owner ? (uint64_t)*len : 0;
-    int rc = ddp_broadcast(g, &blen, sizeof(blen), owner, err);
-    if (rc)
-        return rc;
-    if (blen > CKPT_MAX_BYTES)
-        return err_set(err, DDP_EINVAL, "checkpoint of rank %d is %llu bytes", owner,
-                       (unsigned long long)blen);
-    if (g->rank != owner) {
-        free(*buf);
-        *buf = xmalloc(blen ? (size_t)blen : 1);
-        *len = (size_t)blen;
-    }
-    return ddp_broadcast(g, *buf, *len, owner, err);
 }
 
 int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwidths,
@@ -92,6 +74,13 @@ int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwid
 int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
                   struct ddp_resume *out, struct ddp_err *err)
 {
+    return ddp_resume_id_newer(g, dir, id, 0, 0, out, err);
+}
+
+int ddp_resume_id_newer(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
+                        uint32_t after_epoch, uint32_t after_pos, struct ddp_resume *out,
+                        struct ddp_err *err)
+{
     uint8_t *buf = NULL;
     size_t len = 0;
     uint32_t local_epoch = 0, local_pos = 0;
@@ -103,14 +92,15 @@ int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id
     if (rc)
         goto out;
     uint32_t best = 0;
-    int owner = choose_owner(epochs, g->world_size, &best);
+    int owner = choose_owner(epochs, g->world_size, after_epoch, after_pos, &best);
     if (owner < 0) {
-        log_info("no checkpoint found: starting at epoch 1");
+        if (after_epoch == 0)
+            log_info("no checkpoint found: starting at epoch 1");
         memset(out, 0, sizeof(*out));
         out->owner = -1;
         goto out;
     }
-    rc = broadcast_file(g, owner, &buf, &len, err);
+    rc = ddp_broadcast_bytes(g, owner, CKPT_MAX_BYTES, &buf, &len, err); /* step 3 */
     if (rc)
         goto out;
     struct ckpt_view v;

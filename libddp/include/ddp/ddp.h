@@ -56,6 +56,12 @@ void ddp_group_close(struct ddp_group *g);
 int ddp_allreduce_f64(struct ddp_group *g, double *buf, size_t count, struct ddp_err *err);
 /* Broadcast of bytes from root (no-op at world size 1). */
 int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct ddp_err *err);
+/* Broadcast of a buffer whose length only root knows: root's *len bytes at *buf (kept) onto
+ * every rank, the length first. Elsewhere *buf is replaced by a new buffer of the bytes
+ * (caller frees; the old one is freed; NULL when the length is 0) and *len set. A length past
+ * max is DDP_EINVAL naming root, before anything is allocated for it. */
+int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
+                        struct ddp_err *err);
 
 /* The exit code for an error code met during training: DDP_EPEER and DDP_ETIMEOUT are
  * "peer lost" (6), anything else 1. */

@@ -50,6 +50,12 @@ int ddp_resume(struct ddp_group *g, const char *dir, const int *widths, int nwid
 int ddp_resume_id(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
                   struct ddp_resume *out, struct ddp_err *err);
 
+/* ddp_resume_id among the checkpoints newer than (after_epoch, after_pos) only (a sharded
+ * checkpoint the group already agreed on, ddp/resume_shard.h): out->epoch 0 when none is. */
+int ddp_resume_id_newer(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
+                        uint32_t after_epoch, uint32_t after_pos, struct ddp_resume *out,
+                        struct ddp_err *err);
+
 /* Frees r's bytes; accepts NULL and a zeroed or released struct. */
 void ddp_resume_release(struct ddp_resume *r);
 
