@@ -3,6 +3,7 @@
 ddp_unit_test(NAME test_sampler SOURCES unit/test_sampler.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_shard SOURCES unit/test_shard.c LIBS ddp TIMEOUT 30)
 ddp_unit_test(NAME test_ckpt SOURCES unit/test_ckpt.c LIBS ddp TIMEOUT 60)
+ddp_unit_test(NAME test_ckpt_shard SOURCES unit/test_ckpt_shard.c LIBS ddp TIMEOUT 60)
 ddp_unit_test(NAME test_reducer SOURCES unit/test_reducer.c unit/testutil.c LIBS ddp TIMEOUT 120)
 # The resume protocol: ranks as forked processes on loopback, a checkpoint folder each.
 ddp_unit_test(NAME test_resume SOURCES unit/test_resume.c unit/testutil.c LIBS ddp TIMEOUT 120)

@@ -1,0 +1,285 @@
+/*
+ * resume_shard.c - sharded checkpoints across the group (ddp/resume_shard.h).
+ *
+ * Invariants:
+ *   1. Every collective's count and root is a function of all-reduced values only, so all
+ *      ranks issue the same sequence whatever their folders hold.
+ *   2. A broadcast length is checked against the model's largest shard before anything is
+ *      allocated for it, and the bytes are decoded (crc, model, layout) on every rank before
+ *      any is copied: all ranks see the same bytes, so they fail together.
+ */
+#include "ddp/resume_shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/xalloc.h"
+#include "ddp/ddp.h"
+
+#define CAND_PER_RANK (2 * CKPT_KEEP)
+
+/* The largest file a shard of model id can be. */
+static size_t max_file(const struct ckpt_id *id)
+{
+    int k = id->state_arrays > 1 ? id->state_arrays : 1;
+    return 104 + CKPT_MAX_MODEL + 4 + 8 * (size_t)CKPT_SHARD_MAX_UNITS +
+           (size_t)(1 + k) * 4 * (size_t)id->nparams + 4;
+}
+
+int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch,
+                              const uint8_t *buf, size_t len, struct ddp_err *err)
+{
+    int W = g->world_size;
+    int first = ckpt_shard_save(dir, epoch, (uint32_t)g->rank, (uint32_t)W, buf, len, err);
+    struct ddp_err ce;
+    double *node = xcalloc((size_t)W, sizeof(double));
+    node[g->rank] = (double)g->env.group_rank;
+    int rc = ddp_allreduce_f64(g, node, (size_t)W, &ce);
+    for (int k = 0; rc == 0 && k < W; k++) {
+        int buddy = -1;
+        for (int j = 1; j < W && buddy < 0; j++)
+            if (node[(k + j) % W] != node[k])
+                buddy = (k + j) % W;
+        if (buddy < 0)
+            break; /* one node: no other to keep a copy */
+        uint8_t *b = g->rank == k ? (uint8_t *)buf : NULL;
+        size_t l = g->rank == k ? len : 0;
+        rc = ddp_broadcast_bytes(g, k, SIZE_MAX, &b, &l, &ce);
+        if (rc == 0 && g->rank == buddy) {
+            struct ddp_err se;
+            if (ckpt_shard_save(dir, epoch, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 && !first) {
+                first = se.code;
+                *err = se;
+            }
+        }
+        if (g->rank != k)
+            free(b);
+    }
+    free(node);
+    if (rc) {
+        *err = ce;
+        return rc;
+    }
+    return first;
+}
+
+/* This rank's newest distinct (epoch, pos, world) keys, at most CAND_PER_RANK, into c. */
+static int local_candidates(const struct ckpt_shard_file *f, size_t n, double *c)
+{
+    int nc = 0;
+    for (size_t i = 0; i < n && nc < CAND_PER_RANK; i++) {
+        int seen = 0;
+        for (int j = 0; j < nc && !seen; j++)
+            seen = c[3 * j] == f[i].epoch && c[3 * j + 1] == f[i].epoch_pos &&
+                   c[3 * j + 2] == f[i].world;
+        if (!seen) {
+            c[3 * nc] = f[i].epoch;
+            c[3 * nc + 1] = f[i].epoch_pos;
+            c[3 * nc + 2] = f[i].world;
+            nc++;
+        }
+    }
+    return nc;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    for (int i = 0; i < 2; i++)
+        if (x[i] != y[i])
+            return x[i] < y[i] ? 1 : -1;
+    return x[2] < y[2] ? -1 : (x[2] > y[2] ? 1 : 0);
+}
+
+int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ckpt_id *id,
+                           struct ddp_shard_resume *out, struct ddp_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    int W = g->world_size;
+    if (dir && dir[0]) {
+        struct ddp_err e;
+        if (ckpt_shard_list(dir, id, &out->files, &out->nfiles, &e) != 0)
+            log_warn("cannot scan checkpoint dir for shards: %s", e.msg);
+    }
+    size_t nv = (size_t)W * CAND_PER_RANK * 3;
+    double *cand = xcalloc(nv, sizeof(double));
+    local_candidates(out->files, out->nfiles, cand + (size_t)g->rank * CAND_PER_RANK * 3);
+    int rc = ddp_allreduce_f64(g, cand, nv, err);
+    if (rc)
+        goto fail;
+    /* Distinct candidates of all ranks, newest first (epoch 0 slots are empty). */
+    size_t nc = 0;
+    for (size_t i = 0; i < (size_t)W * CAND_PER_RANK; i++) {
+        double *c = cand + 3 * i;
+        if (c[0] <= 0.0 || c[2] < 1.0 || c[2] > CKPT_SHARD_MAX_WORLD)
+            continue;
+        int seen = 0;
+        for (size_t j = 0; j < nc && !seen; j++)
+            seen = memcmp(cand + 3 * j, c, 3 * sizeof(double)) == 0;
+        if (!seen) {
+            memmove(cand + 3 * nc, c, 3 * sizeof(double));
+            nc++;
+        }
+    }
+    if (nc > 1)
+        qsort(cand, nc, 3 * sizeof(double), cmp_cand);
+    for (size_t ci = 0; ci < nc && !out->found; ci++) {
+        uint32_t ep = (uint32_t)cand[3 * ci], pos = (uint32_t)cand[3 * ci + 1];
+        int W0 = (int)cand[3 * ci + 2];
+        double *held = xcalloc((size_t)W * (size_t)W0, sizeof(double));
+        for (size_t i = 0; i < out->nfiles; i++) {
+            const struct ckpt_shard_file *f = &out->files[i];
+            if (f->epoch == ep && f->epoch_pos == pos && (int)f->world == W0)
+                held[(size_t)g->rank * (size_t)W0 + f->shard] = 1.0;
+        }
+        rc = ddp_allreduce_f64(g, held, (size_t)W * (size_t)W0, err);
+        if (rc) {
+            free(held);
+            goto fail;
+        }
+        int *holder = xmalloc((size_t)W0 * sizeof(int));
+        int complete = 1;
+        for (int k = 0; k < W0; k++) {
+            holder[k] = -1;
+            for (int r = 0; r < W && holder[k] < 0; r++)
+                if (held[(size_t)r * (size_t)W0 + (size_t)k] > 0.0)
+                    holder[k] = r;
+            complete = complete && holder[k] >= 0;
+        }
+        free(held);
+        if (!complete) {
+            log_warn("sharded checkpoint of epoch %u (position %u, %d shards) is incomplete: "
+                     "some shard survives on no rank",
+                     ep, pos, W0);
+            free(holder);
+            continue;
+        }
+        out->found = 1;
+        out->epoch = ep;
+        out->epoch_pos = pos;
+        out->world = (uint32_t)W0;
+        out->holder = holder;
+    }
+    free(cand);
+    return 0;
+fail:
+    free(cand);
+    ddp_resume_shard_release(out);
+    return rc;
+}
+
+/* The path of shard k of r in this rank's list, or NULL. */
+static const char *own_path(const struct ddp_shard_resume *r, int k)
+{
+    for (size_t i = 0; i < r->nfiles; i++) {
+        const struct ckpt_shard_file *f = &r->files[i];
+        if (f->epoch == r->epoch && f->epoch_pos == r->epoch_pos && f->world == r->world &&
+            (int)f->shard == k)
+            return f->path;
+    }
+    return NULL;
+}
+
+/* Checks a decoded shard k against the agreement and the layout. */
+static int check_file(const struct ddp_shard_resume *r, const struct ckpt_shard_view *v, int k,
+                      const struct ckpt_id *id, const uint64_t *lens, uint32_t nunits,
+                      struct ddp_err *err)
+{
+    if (!ckpt_shard_matches_id(v, id))
+        return err_set(err, DDP_EINVAL, "shard %d of the checkpoint is of model '%s', not '%s'", k,
+                       v->meta.model, id->spec);
+    if (v->meta.epoch != r->epoch || v->meta.epoch_pos != r->epoch_pos ||
+        v->meta.world_size != r->world || (int)v->shard != k)
+        return err_set(err, DDP_EINVAL,
+                       "shard %d of the checkpoint holds epoch %u, position %u, "
+                       "shard %u of %u",
+                       k, v->meta.epoch, v->meta.epoch_pos, v->shard, v->meta.world_size);
+    if (!lens)
+        return 0;
+    if (v->nunits != nunits)
+        return err_set(err, DDP_EINVAL, "shard %d of the checkpoint has %u units, the model %u", k,
+                       v->nunits, nunits);
+    for (uint32_t i = 0; i < nunits; i++)
+        if (ckpt_shard_unit_len(v, i) != lens[i])
+            return err_set(err, DDP_EINVAL,
+                           "shard %d of the checkpoint: unit %u holds %llu "
+                           "parameters, the model's %llu",
+                           k, i, (unsigned long long)ckpt_shard_unit_len(v, i),
+                           (unsigned long long)lens[i]);
+    return 0;
+}
+
+int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
+                          const struct ckpt_id *id, const uint64_t *lens, uint32_t nunits,
+                          float *params, float *state, size_t S, struct ckpt_meta *meta,
+                          struct ddp_err *err)
+{
+    if (!r->found)
+        return err_set(err, DDP_EINVAL, "no sharded checkpoint was agreed on");
+    if (!lens && g->world_size != 1)
+        return err_set(err, DDP_EINVAL, "resharding onto %d ranks needs the unit layout",
+                       g->world_size);
+    if (lens && ckpt_shard_floats(lens, nunits, g->world_size) != S)
+        return err_set(err, DDP_EINVAL, "a shard of %u units at %d ranks is not %zu floats", nunits,
+                       g->world_size, S);
+    size_t max = max_file(id);
+    for (int k = 0; k < (int)r->world; k++) {
+        int root = r->holder[k];
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (g->rank == root) {
+            const char *p = own_path(r, k);
+            struct ddp_err e;
+            char *data = NULL;
+            if (!p || fs_read_regular(p, max, &data, &len, &e) != 0) {
+                log_warn("cannot read shard %d again: %s", k, p ? e.msg : "not listed");
+                len = 0;
+            }
+            buf = (uint8_t *)data;
+        }
+        int rc = ddp_broadcast_bytes(g, root, max, &buf, &len, err);
+        if (rc) {
+            free(buf);
+            return rc;
+        }
+        if (len == 0)
+            return err_set(err, DDP_EIO,
+                           "shard %d of the checkpoint of epoch %u could not be "
+                           "read again by rank %d",
+                           k, r->epoch, root);
+        struct ckpt_shard_view v;
+        char what[64];
+        snprintf(what, sizeof(what), "shard %d from rank %d", k, root);
+        rc = ckpt_shard_decode(buf, len, what, &v, err);
+        if (rc == 0)
+            rc = check_file(r, &v, k, id, lens, nunits, err);
+        if (rc == 0 && !lens && v.meta.nparams != S)
+            rc = err_set(err, DDP_EINVAL, "the checkpoint holds %llu parameters, not %zu",
+                         (unsigned long long)v.meta.nparams, S);
+        if (rc) {
+            free(buf);
+            return rc;
+        }
+        ckpt_shard_copy_overlap(&v, g->world_size, g->rank, params, state, S);
+        if (k == 0)
+            *meta = v.meta;
+        free(buf);
+    }
+    log_info("resuming after epoch %u from a sharded checkpoint of %u ranks (step %llu, "
+             "epoch_pos %u)%s",
+             meta->epoch, r->world, (unsigned long long)meta->step, meta->epoch_pos,
+             (int)r->world != g->world_size ? ", resharded" : "");
+    return 0;
+}
+
+void ddp_resume_shard_release(struct ddp_shard_resume *r)
+{
+    if (!r)
+        return;
+    free(r->holder);
+    ckpt_shard_files_free(r->files, r->nfiles);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,345 @@
+/*
+ * test_ckpt_shard.c - sharded checkpoint files (ddp/ckpt_shard.h): round trip of every
+ * shard, resharding between every pair of world sizes 1..5 (the copied overlaps rebuild
+ * each new shard exactly and touch no padding), every corrupted byte and truncation
+ * detected, bad fields refused, keep-newest-two-epochs, and the folder listing that skips
+ * corrupt, foreign, misnamed and non-regular files.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "ddp/ckpt_shard.h"
+#include "ddp/shard.h"
+
+/* Uneven units: one shorter than most world sizes, one of a single float. */
+static const uint64_t lens[] = {10, 5, 1, 7};
+#define NUNITS   4
+#define NPARAMS  23
+#define ARRAYS   2 /* AdamW's m and v */
+#define SENTINEL -7.0f
+
+static char tmpdir[256];
+
+static void make_meta(struct ckpt_meta *m, uint32_t epoch, uint32_t world)
+{
+    memset(m, 0, sizeof(*m));
+    m->epoch = epoch;
+    m->epoch_pos = 96;
+    m->step = 500 + epoch;
+    m->seed = 42;
+    rng_seed(&m->rng, 7);
+    m->world_size = world;
+    m->nparams = NPARAMS;
+    m->state_arrays = ARRAYS;
+    snprintf(m->model, sizeof(m->model), "gpt:1-1-4-4 adamw");
+}
+
+/* Element j of array a of the whole state (a 0: parameters). */
+static float whole(int a, size_t j)
+{
+    return (float)(1000 * a) + (float)j * 0.5f;
+}
+
+/* Rank k of world's shard layout of the whole state: params (S) and state (ARRAYS x S). */
+static void shard_arrays(int world, int k, float *p, float *st, size_t S)
+{
+    size_t soff = 0, poff = 0;
+    for (int i = 0; i < NUNITS; i++) {
+        struct shard sh;
+        struct ddp_err e;
+        assert_int_equal(shard_of((size_t)lens[i], world, k, &sh, &e), 0);
+        for (size_t j = 0; j < sh.count; j++) {
+            int real = j < sh.valid;
+            p[soff + j] = real ? whole(0, poff + sh.offset + j) : 0.0f;
+            for (int a = 0; a < ARRAYS; a++)
+                st[(size_t)a * S + soff + j] = real ? whole(1 + a, poff + sh.offset + j) : 0.0f;
+        }
+        soff += sh.count;
+        poff += (size_t)lens[i];
+    }
+}
+
+static void encode_shard(uint32_t epoch, int world, int k, uint8_t **buf, size_t *len)
+{
+    size_t S = ckpt_shard_floats(lens, NUNITS, world);
+    float *p = calloc(S, sizeof(float)), *st = calloc(ARRAYS * S, sizeof(float));
+    shard_arrays(world, k, p, st, S);
+    struct ckpt_meta m;
+    make_meta(&m, epoch, (uint32_t)world);
+    struct ddp_err err;
+    assert_int_equal(ckpt_shard_encode(&m, (uint32_t)k, lens, NUNITS, p, st, buf, len, &err), 0);
+    free(p);
+    free(st);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    for (int world = 1; world <= 5; world++)
+        for (int k = 0; k < world; k++) {
+            uint8_t *buf;
+            size_t len;
+            encode_shard(3, world, k, &buf, &len);
+            struct ckpt_shard_view v;
+            struct ddp_err err;
+            assert_int_equal(ckpt_shard_decode(buf, len, "x", &v, &err), 0);
+            assert_int_equal(v.meta.epoch, 3);
+            assert_int_equal(v.meta.epoch_pos, 96);
+            assert_int_equal(v.meta.step, 503);
+            assert_int_equal(v.meta.seed, 42);
+            assert_int_equal(v.meta.world_size, world);
+            assert_int_equal(v.meta.nparams, NPARAMS);
+            assert_int_equal(v.meta.state_arrays, ARRAYS);
+            assert_string_equal(v.meta.model, "gpt:1-1-4-4 adamw");
+            assert_int_equal(v.shard, k);
+            assert_int_equal(v.nunits, NUNITS);
+            for (uint32_t i = 0; i < NUNITS; i++)
+                assert_int_equal(ckpt_shard_unit_len(&v, i), lens[i]);
+            struct rng r;
+            rng_seed(&r, 7);
+            assert_memory_equal(&v.meta.rng, &r, sizeof(r));
+            struct ckpt_id id = {
+                .spec = "gpt:1-1-4-4 adamw", .nparams = NPARAMS, .state_arrays = ARRAYS};
+            assert_true(ckpt_shard_matches_id(&v, &id));
+            id.nparams = NPARAMS + 1;
+            assert_false(ckpt_shard_matches_id(&v, &id));
+            id.nparams = NPARAMS;
+            id.state_arrays = 1;
+            assert_false(ckpt_shard_matches_id(&v, &id));
+            free(buf);
+        }
+}
+
+/* Every shard of W0 copied into every rank of W1 rebuilds W1's shard layout exactly; the
+ * padding keeps the sentinel. */
+static void test_reshard_every_pair(void **state)
+{
+    (void)state;
+    for (int w0 = 1; w0 <= 5; w0++)
+        for (int w1 = 1; w1 <= 5; w1++) {
+            size_t S1 = ckpt_shard_floats(lens, NUNITS, w1);
+            for (int r = 0; r < w1; r++) {
+                float *p = malloc(S1 * sizeof(float)), *st = malloc(ARRAYS * S1 * sizeof(float));
+                for (size_t j = 0; j < S1; j++)
+                    p[j] = SENTINEL;
+                for (size_t j = 0; j < ARRAYS * S1; j++)
+                    st[j] = SENTINEL;
+                for (int k = 0; k < w0; k++) {
+                    uint8_t *buf;
+                    size_t len;
+                    encode_shard(1, w0, k, &buf, &len);
+                    struct ckpt_shard_view v;
+                    struct ddp_err err;
+                    assert_int_equal(ckpt_shard_decode(buf, len, "x", &v, &err), 0);
+                    ckpt_shard_copy_overlap(&v, w1, r, p, st, S1);
+                    free(buf);
+                }
+                float *wp = malloc(S1 * sizeof(float)), *ws = malloc(ARRAYS * S1 * sizeof(float));
+                shard_arrays(w1, r, wp, ws, S1);
+                size_t soff = 0;
+                for (int i = 0; i < NUNITS; i++) {
+                    struct shard sh;
+                    struct ddp_err e;
+                    assert_int_equal(shard_of((size_t)lens[i], w1, r, &sh, &e), 0);
+                    for (size_t j = 0; j < sh.count; j++) {
+                        int real = j < sh.valid;
+                        assert_true(p[soff + j] == (real ? wp[soff + j] : SENTINEL));
+                        for (int a = 0; a < ARRAYS; a++)
+                            assert_true(st[a * S1 + soff + j] ==
+                                        (real ? ws[a * S1 + soff + j] : SENTINEL));
+                    }
+                    soff += sh.count;
+                }
+                free(wp);
+                free(ws);
+                free(p);
+                free(st);
+            }
+        }
+}
+
+static void test_every_flip_and_truncation(void **state)
+{
+    (void)state;
+    uint8_t *buf;
+    size_t len;
+    encode_shard(2, 3, 1, &buf, &len);
+    struct ckpt_shard_view v;
+    struct ddp_err err;
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x10;
+        assert_int_not_equal(ckpt_shard_decode(buf, len, "x", &v, &err), 0);
+        buf[i] ^= 0x10;
+    }
+    for (size_t l = 0; l < len; l++)
+        assert_int_not_equal(ckpt_shard_decode(buf, l, "x", &v, &err), 0);
+    assert_int_equal(ckpt_shard_decode(buf, len, "x", &v, &err), 0);
+    free(buf);
+}
+
+static void test_encode_refuses_bad_fields(void **state)
+{
+    (void)state;
+    struct ckpt_meta m;
+    float p[NPARAMS] = {0}, st[ARRAYS * NPARAMS] = {0};
+    uint8_t *buf = NULL;
+    size_t len;
+    struct ddp_err err;
+    make_meta(&m, 1, 2);
+    assert_int_equal(ckpt_shard_encode(&m, 2, lens, NUNITS, p, st, &buf, &len, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "shard 2 of 2"));
+    m.nparams = NPARAMS + 1;
+    assert_int_equal(ckpt_shard_encode(&m, 0, lens, NUNITS, p, st, &buf, &len, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "units hold 23 parameters, not 24"));
+    make_meta(&m, 1, 2);
+    m.model[0] = '\0';
+    assert_int_equal(ckpt_shard_encode(&m, 0, lens, NUNITS, p, st, &buf, &len, &err), DDP_EINVAL);
+    assert_null(buf);
+}
+
+static void save(const char *dir, uint32_t epoch, int world, int k)
+{
+    uint8_t *buf;
+    size_t len;
+    encode_shard(epoch, world, k, &buf, &len);
+    struct ddp_err err;
+    assert_int_equal(ckpt_shard_save(dir, epoch, (uint32_t)k, (uint32_t)world, buf, len, &err), 0);
+    free(buf);
+}
+
+static int exists(const char *dir, uint32_t epoch, int k, int world)
+{
+    char *path = ckpt_shard_path(dir, epoch, (uint32_t)k, (uint32_t)world);
+    struct stat st;
+    int ok = stat(path, &st) == 0;
+    free(path);
+    return ok;
+}
+
+static void test_keeps_newest_two_epochs(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/keep/x", tmpdir);
+    for (uint32_t e = 1; e <= 3; e++)
+        for (int k = 0; k < 2; k++)
+            save(dir, e, 2, k);
+    save(dir, 3, 4, 3); /* epoch 3 at another world size is the same epoch */
+    for (int k = 0; k < 2; k++) {
+        assert_false(exists(dir, 1, k, 2));
+        assert_true(exists(dir, 2, k, 2));
+        assert_true(exists(dir, 3, k, 2));
+    }
+    assert_true(exists(dir, 3, 3, 4));
+    /* a whole-state file beside them is not theirs to remove */
+    char *whole_path = ckpt_path(dir, 1);
+    struct ddp_err err;
+    assert_int_equal(fs_write_atomic(whole_path, "x", 1, 0644, &err), 0);
+    save(dir, 4, 2, 0);
+    struct stat st;
+    assert_int_equal(stat(whole_path, &st), 0);
+    assert_false(exists(dir, 2, 0, 2));
+    free(whole_path);
+}
+
+static void test_list_skips_bad_files(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/list", tmpdir);
+    save(dir, 5, 2, 0);
+    save(dir, 5, 2, 1);
+    save(dir, 4, 3, 2);
+    struct ddp_err err;
+    /* corrupt: a flipped byte */
+    char *p = ckpt_shard_path(dir, 5, 1, 2);
+    char *data;
+    size_t len;
+    assert_int_equal(fs_read_all(p, 1 << 20, &data, &len, &err), 0);
+    data[len / 2] ^= 1;
+    assert_int_equal(fs_write_atomic(p, data, len, 0644, &err), 0);
+    free(data);
+    free(p);
+    /* misnamed: shard 0's bytes under shard 1 of epoch 4's name */
+    p = ckpt_shard_path(dir, 5, 0, 2);
+    assert_int_equal(fs_read_all(p, 1 << 20, &data, &len, &err), 0);
+    free(p);
+    p = ckpt_shard_path(dir, 4, 1, 3);
+    assert_int_equal(fs_write_atomic(p, data, len, 0644, &err), 0);
+    free(data);
+    free(p);
+    /* not regular: a symbolic link to a valid file; not canonical names */
+    char *target = ckpt_shard_path(dir, 5, 0, 2);
+    char *link = ckpt_shard_path(dir, 6, 0, 2);
+    assert_int_equal(symlink(target, link), 0);
+    char odd[600];
+    snprintf(odd, sizeof(odd), "%s/ckpt-+00007-shard-0000-of-0002.bin", dir);
+    assert_int_equal(symlink(target, odd), 0);
+    free(target);
+    free(link);
+
+    struct ckpt_id id = {.spec = "gpt:1-1-4-4 adamw", .nparams = NPARAMS, .state_arrays = ARRAYS};
+    struct ckpt_shard_file *f;
+    size_t n;
+    assert_int_equal(ckpt_shard_list(dir, &id, &f, &n, &err), 0);
+    assert_int_equal(n, 2); /* epoch 5 shard 0, epoch 4 shard 2 of 3 */
+    assert_int_equal(f[0].epoch, 5);
+    assert_int_equal(f[0].shard, 0);
+    assert_int_equal(f[0].world, 2);
+    assert_int_equal(f[0].epoch_pos, 96);
+    assert_int_equal(f[1].epoch, 4);
+    assert_int_equal(f[1].shard, 2);
+    assert_int_equal(f[1].world, 3);
+    ckpt_shard_files_free(f, n);
+    /* another model: nothing */
+    id.spec = "gpt:1-1-4-4 sgd";
+    id.state_arrays = 1;
+    assert_int_equal(ckpt_shard_list(dir, &id, &f, &n, &err), 0);
+    assert_int_equal(n, 0);
+    ckpt_shard_files_free(f, n);
+    /* a missing folder is an empty list */
+    snprintf(dir, sizeof(dir), "%s/none", tmpdir);
+    assert_int_equal(ckpt_shard_list(dir, &id, &f, &n, &err), 0);
+    assert_int_equal(n, 0);
+}
+
+static int make_tmp(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_ckpt_shard.XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    return 0;
+}
+
+static int remove_tmp(void **state)
+{
+    (void)state;
+    struct ddp_err err;
+    fs_remove_tree(tmpdir, &err);
+    return 0;
+}
+
+int main(void)
+{
+    log_init("test_ckpt_shard", LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_reshard_every_pair),
+        cmocka_unit_test(test_every_flip_and_truncation),
+        cmocka_unit_test(test_encode_refuses_bad_fields),
+        cmocka_unit_test(test_keeps_newest_two_epochs),
+        cmocka_unit_test(test_list_skips_bad_files),
+    };
+    return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
+}
