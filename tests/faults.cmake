@@ -4,7 +4,7 @@
 # Labels: heavy (skipped in the ASan run) and faults (`ctest -L faults` runs the suite).
 set(DDP_FAULTS_PY ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_faults.py)
 foreach(s agent_kill join worker_kill worker_stop max_restarts ddpd_restart link_cut
-          cancel_restarting false_accuse)
+          cancel_restarting false_accuse fsdp_elastic)
   ddp_script_test(NAME faults_${s} COMMAND /usr/bin/python3 ${DDP_FAULTS_PY} ${s}
     TIMEOUT 240 LABELS "heavy;faults")
   set_tests_properties(faults_${s} PROPERTIES RESOURCE_LOCK ddp_faults SKIP_RETURN_CODE 77)

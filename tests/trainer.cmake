@@ -1,5 +1,6 @@
 # ddp-worker (trainer/): model, data, train loop (unit), and the multi-process tests of
-# ddp-worker (integration). Fuzz targets for the IDX and checkpoint loaders when DDP_FUZZ is on.
+# ddp-worker (integration). Fuzz targets for the IDX and checkpoint loaders (whole and sharded)
+# when DDP_FUZZ is on.
 # Registered only where trainer/ is built (tests/layering.sh builds libddp without it).
 if(NOT TARGET ddptrainer)
   return()
@@ -45,6 +46,8 @@ set_tests_properties(worker_sharding PROPERTIES COST 1000)
 ddp_script_test(NAME worker_memcap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_memcap.py TIMEOUT 400
   LABELS "worker;heavy")
+ddp_script_test(NAME worker_shard_ckpt
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_shard_ckpt.py TIMEOUT 300 LABELS worker)
 ddp_script_test(NAME worker_overlap
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_overlap.py TIMEOUT 180 LABELS worker)
 ddp_script_test(NAME worker_resume
@@ -74,6 +77,22 @@ if(DDP_FUZZ)
       WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
     set_tests_properties(fuzz_${t} PROPERTIES TIMEOUT 120 LABELS "fuzz")
   endforeach()
+  # The sharded checkpoint loader (libddp/ckpt_shard.c), compiled in the same way.
+  add_executable(fuzz_ckpt_shard ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_ckpt_shard.c
+    ${PROJECT_SOURCE_DIR}/libddp/ckpt_shard.c ${PROJECT_SOURCE_DIR}/libddp/ckpt.c
+    ${PROJECT_SOURCE_DIR}/libddp/shard.c ${PROJECT_SOURCE_DIR}/libddp/rng.c)
+  target_include_directories(fuzz_ckpt_shard PRIVATE ${PROJECT_SOURCE_DIR}
+    ${PROJECT_SOURCE_DIR}/libddp/include)
+  target_compile_options(fuzz_ckpt_shard PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_ckpt_shard PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_ckpt_shard PRIVATE ddpcommon PkgConfig::ZLIB m)
+  set_target_properties(fuzz_ckpt_shard PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+    ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME fuzz_ckpt_shard
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=1
+            sh -c "rm -rf fuzz_ckpt_shard_work && mkdir fuzz_ckpt_shard_work && exec $<TARGET_FILE:fuzz_ckpt_shard> -max_total_time=25 -timeout=10 -rss_limit_mb=1024 fuzz_ckpt_shard_work ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/ckpt_shard_corpus"
+    WORKING_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_tests_properties(fuzz_ckpt_shard PROPERTIES TIMEOUT 120 LABELS "fuzz")
 endif()
 ddp_script_test(NAME worker_accuracy
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_accuracy.py TIMEOUT 1800

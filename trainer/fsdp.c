@@ -521,6 +521,50 @@ void fsdp_release(struct fsdp *f)
     f->cur = -1;
 }
 
+uint64_t fsdp_unit_len(const struct fsdp *f, int i)
+{
+    return f->u[i].len;
+}
+
+void fsdp_copy_param_shards(const struct fsdp *f, float *out)
+{
+    for (int i = 0; i < f->nunits; i++) {
+        const struct unit *u = &f->u[i];
+        const float *src =
+            f->o.strategy == FSDP_FULL ? f->pshard + u->soff : f->params + u->poff + u->sh.offset;
+        memcpy(out + u->soff, src, u->sh.valid * sizeof(float));
+        memset(out + u->soff + u->sh.valid, 0, (u->sh.count - u->sh.valid) * sizeof(float));
+    }
+}
+
+const float *fsdp_state_shards(const struct fsdp *f)
+{
+    return f->state;
+}
+
+int fsdp_load_shards(struct fsdp *f, const float *params, const float *state, uint64_t step,
+                     struct ddp_err *err)
+{
+    drain(f);
+    if (f->rc)
+        return report(f, err);
+    for (int i = 0; i < f->nunits; i++) {
+        const struct unit *u = &f->u[i];
+        float *dst =
+            f->o.strategy == FSDP_FULL ? f->pshard + u->soff : f->params + u->poff + u->sh.offset;
+        memcpy(dst, params + u->soff, u->sh.valid * sizeof(float));
+    }
+    memcpy(f->state, state, (size_t)f->arrays * f->S * sizeof(float));
+    struct optim_cfg cfg = f->opt.cfg;
+    shard_optim_init(&f->opt, &cfg, step);
+    if (f->o.strategy == FSDP_GRAD) { /* every rank's parameters whole again */
+        for (int i = 0; i < f->nunits && f->rc == 0; i++)
+            issue_gather_from(f, i, f->params + f->u[i].poff + f->u[i].sh.offset);
+        drain(f);
+    }
+    return report(f, err);
+}
+
 void fsdp_load_state(struct fsdp *f, const float *full)
 {
     for (int j = 0; j < f->arrays; j++)

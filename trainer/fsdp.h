@@ -38,9 +38,9 @@
  *
  * Evaluation, sampling, --dump-params and checkpoints read the whole parameters: between
  * fsdp_materialize() and fsdp_release() every unit is whole (and the hooks do nothing), the
- * way FSDP's summon_full_params works. Checkpoints keep the unsharded format
- * (fsdp_gather_state rebuilds the whole optimizer state), so any strategy and world size
- * resumes any checkpoint.
+ * way FSDP's summon_full_params works. Checkpoints are sharded (trainer/sharded.h: each rank
+ * writes its shards, ddp/resume_shard.h) and reshard onto any world size; fsdp_gather_state
+ * still rebuilds the whole optimizer state for a caller that wants it.
  *
  * Collectives are issued from the training thread in the same order on every rank (the
  * units' order is the model's), on the comm of the run; errors are the comm's (DDP_EPEER,
@@ -112,6 +112,19 @@ int fsdp_step(struct fsdp *f, float lr, float grad_scale, struct ddp_err *err);
  * fsdp_release(); the hooks do nothing meanwhile. */
 int fsdp_materialize(struct fsdp *f, struct ddp_err *err);
 void fsdp_release(struct fsdp *f);
+
+/* Sharded checkpoints (ddp/ckpt_shard.h) in fsdp's shard layout (unit after unit,
+ * sh.count floats each: fsdp_shard_floats in all): unit i's length; this rank's parameter
+ * shards into out (padding zeroed); its optimizer state shards (arrays x that length,
+ * borrowed). */
+uint64_t fsdp_unit_len(const struct fsdp *f, int i);
+void fsdp_copy_param_shards(const struct fsdp *f, float *out);
+const float *fsdp_state_shards(const struct fsdp *f);
+/* Collective with `grad`: this rank's shards of a resumed checkpoint (the layout above)
+ * become its parameters and optimizer state, step the steps taken; with `grad` every unit is
+ * then all-gathered so that all ranks hold the whole parameters again. */
+int fsdp_load_shards(struct fsdp *f, const float *params, const float *state, uint64_t step,
+                     struct ddp_err *err);
 
 /* Takes this rank's shard of full (arrays x param_count floats, the checkpoint's layout). */
 void fsdp_load_state(struct fsdp *f, const float *full);

@@ -8,6 +8,7 @@
 #include "common/exitcodes.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "ddp/ckpt_shard.h"
 #include "ddp/ddp.h"
 
 int sharded_by_units(const struct train_opts *o, int world)
@@ -92,6 +93,60 @@ void sharded_checkpoint_done(struct sharded *s)
     s->ckpt_state = NULL;
     if (s->fsdp)
         fsdp_release(s->fsdp);
+}
+
+/* fsdp's unit layout (caller frees). */
+static uint64_t *unit_lens(const struct fsdp *f)
+{
+    int n = fsdp_units(f);
+    uint64_t *lens = xmalloc((size_t)n * sizeof(uint64_t));
+    for (int i = 0; i < n; i++)
+        lens[i] = fsdp_unit_len(f, i);
+    return lens;
+}
+
+int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
+                        struct ckpt_meta *meta, struct ddp_err *err)
+{
+    struct fsdp *f = s->fsdp;
+    size_t S = fsdp_shard_floats(f);
+    uint64_t *lens = unit_lens(f);
+    float *p = xmalloc((S ? S : 1) * sizeof(float));
+    fsdp_copy_param_shards(f, p);
+    meta->world_size = (uint32_t)g->world_size;
+    meta->state_arrays = fsdp_state_arrays(f);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = ckpt_shard_encode(meta, (uint32_t)g->rank, lens, (uint32_t)fsdp_units(f), p,
+                               fsdp_state_shards(f), &buf, &len, err);
+    free(p);
+    free(lens);
+    if (rc == 0)
+        rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+int sharded_resume_shards(struct sharded *s, struct ddp_group *g, const struct ddp_shard_resume *sr,
+                          const struct ckpt_id *id, struct model_inst *mi, struct ckpt_meta *meta,
+                          struct ddp_err *err)
+{
+    struct fsdp *f = s->fsdp;
+    if (!f) /* one rank: the shard layout of a world of 1 is the instance's own */
+        return ddp_resume_shard_load(g, sr, id, NULL, 0, mi->ops->params(mi), mi->ops->momentum(mi),
+                                     mi->ops->param_count(mi), meta, err);
+    size_t S = fsdp_shard_floats(f);
+    int arrays = fsdp_state_arrays(f);
+    uint64_t *lens = unit_lens(f);
+    float *p = xcalloc(S ? S : 1, sizeof(float));
+    float *st = xcalloc((size_t)arrays * (S ? S : 1), sizeof(float));
+    int rc = ddp_resume_shard_load(g, sr, id, lens, (uint32_t)fsdp_units(f), p, st, S, meta, err);
+    if (rc == 0)
+        rc = fsdp_load_shards(f, p, st, meta->step, err);
+    free(st);
+    free(p);
+    free(lens);
+    return rc;
 }
 
 void sharded_free(struct sharded *s)

@@ -1,8 +1,9 @@
 /*
  * sharded.h - a run's sharded strategy behind one face, for the train loop: --sharding
  * optimizer (ZeRO-1, trainer/zero.h, over the reducer's block) or grad | full (ZeRO-2/3,
- * trainer/fsdp.h, which replaces the reducer), set up from the state a resume loaded, and
- * the whole optimizer state (and under full the parameters) gathered for a checkpoint.
+ * trainer/fsdp.h, which replaces the reducer), set up from the state a resume loaded; for a
+ * checkpoint, ZeRO-1's whole optimizer state gathered, or by units each rank's shards
+ * written as a sharded checkpoint (ddp/resume_shard.h), which a resume reshards.
  * With --sharding none, or one rank, every member stays NULL and every call does nothing.
  */
 #ifndef DDP_TRAINER_SHARDED_H
@@ -13,7 +14,9 @@
 
 #include "common/err.h"
 #include "ddp/comm.h"
+#include "ddp/ckpt.h"
 #include "ddp/reducer.h"
+#include "ddp/resume_shard.h"
 #include "ddp/trace.h"
 #include "trainer/fsdp.h"
 #include "trainer/model_ops.h"
@@ -45,6 +48,19 @@ int sharded_setup(struct sharded *s, const struct train_opts *o, struct comm *co
 int sharded_gather_for_checkpoint(struct sharded *s, size_t nparams, struct ddp_err *err);
 /* After the checkpoint: the whole state dropped again. */
 void sharded_checkpoint_done(struct sharded *s);
+
+/* Collective, by units (s->fsdp set): this rank's shards with meta (its model, positions and
+ * seed; the world size, state arrays and shard are set here) as a sharded checkpoint in dir,
+ * replicated on another node (ddp/resume_shard.h). */
+int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
+                        struct ckpt_meta *meta, struct ddp_err *err);
+
+/* Collective, after sharded_setup: the agreed sharded checkpoint sr of model id loaded, this
+ * rank taking its shard at the group's world size (or, by units at one rank, the whole state
+ * into mi); its meta into *meta. */
+int sharded_resume_shards(struct sharded *s, struct ddp_group *g, const struct ddp_shard_resume *sr,
+                          const struct ckpt_id *id, struct model_inst *mi, struct ckpt_meta *meta,
+                          struct ddp_err *err);
 
 void sharded_free(struct sharded *s);
 

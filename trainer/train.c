@@ -372,47 +372,102 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* Before a checkpoint, on every rank: a sharded state made whole (collective). */
-static int gather_for_checkpoint(struct run *r, struct ddp_err *err)
-{
-    if (!r->ckpt_dir[0])
-        return 0;
-    return sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
-}
-
-/* Step 3 of the file comment (the protocol is ddp_resume's): the agreed checkpoint into the
- * host state; then rank 0's parameters everywhere (and momentum: equal anyway after a
- * resume) and, the state being final, the device copy made from it. */
-static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
+/* The model id of this run's whole-state checkpoints (an MLP's by widths). */
+static struct ckpt_id whole_id(const struct run *r)
 {
     struct model_inst *mi = r->mi;
-    struct ddp_resume res;
     struct ckpt_id id = {.widths = r->o->widths, .nwidths = r->o->nwidths};
     if (r->ckpt_spec[0]) {
         id.spec = r->ckpt_spec;
         id.nparams = mi->ops->param_count(mi);
         id.state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
     }
-    int rc = ddp_resume_id(r->g, r->ckpt_dir, &id, &res, err);
+    return id;
+}
+
+/* The model id of its sharded checkpoints, which name every model by its spec. */
+static struct ckpt_id shard_id(const struct run *r)
+{
+    struct model_inst *mi = r->mi;
+    return (struct ckpt_id){
+        .spec = r->ckpt_spec[0] ? r->ckpt_spec : r->o->model_spec,
+        .nparams = mi->ops->param_count(mi),
+        .state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1,
+    };
+}
+
+/* Whether this run reads sharded checkpoints: --sharding grad|full at any world size (a
+ * job that shrank to one rank resumes its shards whole). */
+static int reads_shards(const struct run *r)
+{
+    return r->ckpt_dir[0] &&
+           (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL);
+}
+
+static int resume_exit_code(int rc)
+{
+    return rc == DDP_EPEER || rc == DDP_ETIMEOUT ? DDP_EXIT_PEER_LOST : DDP_EXIT_CHECKPOINT;
+}
+
+/* The position a resumed checkpoint's meta gives the run. */
+static void take_position(struct run *r, const struct ckpt_meta *m)
+{
+    r->start_epoch = m->epoch;
+    r->start_pos = m->epoch_pos;
+    r->step = m->step;
+    r->rng = m->rng;
+    if (r->mi->ops->set_step)
+        r->mi->ops->set_step(r->mi, r->step);
+}
+
+/* Step 3 of the file comment: the ranks agree on the newest checkpoint, sharded
+ * (ddp/resume_shard.h, --sharding grad|full) or whole (ddp_resume's protocol, when it is
+ * newer); a whole one goes into the host state, then rank 0's parameters go everywhere (and
+ * momentum: equal anyway after a resume), the device copy is made, the strategy set up, and a
+ * sharded one loaded into it, each rank taking its shard at this world size. */
+static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
+{
+    struct model_inst *mi = r->mi;
+    struct ckpt_id id = whole_id(r), sid = shard_id(r);
+    struct ddp_shard_resume sr;
+    memset(&sr, 0, sizeof(sr));
+    int rc = reads_shards(r) ? ddp_resume_shard_agree(r->g, r->ckpt_dir, &sid, &sr, err) : 0;
     if (rc)
-        return rc == DDP_EPEER || rc == DDP_ETIMEOUT ? DDP_EXIT_PEER_LOST : DDP_EXIT_CHECKPOINT;
+        return resume_exit_code(rc);
+    struct ddp_resume res;
+    rc = ddp_resume_id_newer(r->g, r->ckpt_dir, &id, sr.found ? sr.epoch : 0,
+                             sr.found ? sr.epoch_pos : 0, &res, err);
+    if (rc) {
+        ddp_resume_shard_release(&sr);
+        return resume_exit_code(rc);
+    }
     if (res.epoch > 0) {
         ckpt_copy_arrays(&res.view, mi->ops->params(mi), mi->ops->momentum(mi));
-        r->start_epoch = res.view.meta.epoch;
-        r->start_pos = res.view.meta.epoch_pos;
-        r->step = res.view.meta.step;
-        r->rng = res.view.meta.rng;
-        if (mi->ops->set_step)
-            mi->ops->set_step(mi, r->step);
+        take_position(r, &res.view.meta);
+        sr.found = 0; /* the whole one is newer */
     }
     ddp_resume_release(&res);
+    int code = DDP_EXIT_OK;
     rc = ddp_broadcast(r->g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0, err);
     if (rc)
-        return ddp_exit_code_for(rc);
-    if (mi->ops->sync_to_device(mi, err) != 0)
-        return DDP_EXIT_DEVICE;
-    return sharded_setup(&r->sh, r->o, r->g->comm, r->g->world_size, r->g->rank, r->g->gpu, mi,
-                         r->red, r->step, r->trace, err);
+        code = ddp_exit_code_for(rc);
+    else if (!sr.found && mi->ops->sync_to_device(mi, err) != 0)
+        code = DDP_EXIT_DEVICE;
+    if (code == DDP_EXIT_OK)
+        code = sharded_setup(&r->sh, r->o, r->g->comm, r->g->world_size, r->g->rank, r->g->gpu, mi,
+                             r->red, r->step, r->trace, err);
+    if (code == DDP_EXIT_OK && sr.found) {
+        struct ckpt_meta m;
+        rc = sharded_resume_shards(&r->sh, r->g, &sr, &sid, mi, &m, err);
+        if (rc)
+            code = resume_exit_code(rc);
+        else
+            take_position(r, &m);
+        if (code == DDP_EXIT_OK && !r->sh.fsdp && mi->ops->sync_to_device(mi, err) != 0)
+            code = DDP_EXIT_DEVICE;
+    }
+    ddp_resume_shard_release(&sr);
+    return code;
 }
 
 /* This rank's sampler, the batch buffers, the backward's hooks and its test slice. */
@@ -511,11 +566,10 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!any)
         return DDP_EXIT_OK;
-    if ((rc = gather_for_checkpoint(r, err)) != 0)
-        return ddp_exit_code_for(rc);
-    int saved = !(r->ckpt_dir[0] && r->g->env.local_rank == 0 && pos > 0) ||
-                save_checkpoint(r, epoch, pos, err) == 0;
-    sharded_checkpoint_done(&r->sh);
+    int code = pos > 0 ? save_checkpoint(r, epoch, pos, err) : DDP_EXIT_OK;
+    if (code == DDP_EXIT_PEER_LOST)
+        return code;
+    int saved = code == DDP_EXIT_OK;
     /* No rank leaves before every checkpoint is written: an exit ends the generation, and
      * the stop that follows must not find a rank still writing. */
     double done = 0.0;
@@ -699,28 +753,35 @@ static int evaluate_and_report(struct run *r, const struct report_at *at, struct
     return code;
 }
 
-/* The checkpoint of epoch (epochs completed) and pos (samples of the next one trained) in
- * this node's folder. */
-static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
+/* The meta of a checkpoint of epoch (epochs completed) and pos (samples of the next one
+ * trained) at this point of the run. */
+static void fill_meta(const struct run *r, uint32_t epoch, uint32_t pos, struct ckpt_meta *meta)
+{
+    struct model_inst *mi = r->mi;
+    memset(meta, 0, sizeof(*meta));
+    meta->epoch = epoch;
+    meta->epoch_pos = pos;
+    meta->step = r->step;
+    meta->seed = r->o->seed;
+    meta->rng = r->rng;
+    meta->world_size = (uint32_t)r->g->world_size;
+    if (r->ckpt_spec[0]) {
+        snprintf(meta->model, sizeof(meta->model), "%s", r->ckpt_spec);
+        meta->state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
+    } else {
+        meta->nlayers = r->o->nwidths - 1;
+        for (int i = 0; i < r->o->nwidths; i++)
+            meta->widths[i] = (uint32_t)r->o->widths[i];
+    }
+    meta->nparams = mi->ops->param_count(mi);
+}
+
+/* The whole-state checkpoint in this node's folder (LOCAL_RANK 0). */
+static int save_whole(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
 {
     struct model_inst *mi = r->mi;
     struct ckpt_meta meta;
-    memset(&meta, 0, sizeof(meta));
-    meta.epoch = epoch;
-    meta.epoch_pos = pos;
-    meta.step = r->step;
-    meta.seed = r->o->seed;
-    meta.rng = r->rng;
-    meta.world_size = (uint32_t)r->g->world_size;
-    if (r->ckpt_spec[0]) {
-        snprintf(meta.model, sizeof(meta.model), "%s", r->ckpt_spec);
-        meta.state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
-    } else {
-        meta.nlayers = r->o->nwidths - 1;
-        for (int i = 0; i < r->o->nwidths; i++)
-            meta.widths[i] = (uint32_t)r->o->widths[i];
-    }
-    meta.nparams = mi->ops->param_count(mi);
+    fill_meta(r, epoch, pos, &meta);
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = mi->ops->sync_to_host(mi, err);
@@ -732,6 +793,31 @@ static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct d
         rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
     free(buf);
     return rc;
+}
+
+/* Collective: the checkpoint of (epoch, pos). By units every rank writes its shards, with a
+ * copy on another node; otherwise the state is made whole (ZeRO-1's gathered) and every
+ * LOCAL_RANK 0 writes it. Returns an exit code. */
+static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
+{
+    if (!r->ckpt_dir[0])
+        return DDP_EXIT_OK;
+    if (r->sh.fsdp) {
+        struct ckpt_meta meta;
+        fill_meta(r, epoch, pos, &meta);
+        snprintf(meta.model, sizeof(meta.model), "%s", shard_id(r).spec);
+        meta.nlayers = 0;
+        int rc = sharded_save_shards(&r->sh, r->g, r->ckpt_dir, &meta, err);
+        return rc == 0 ? DDP_EXIT_OK
+                       : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
+                                                                : DDP_EXIT_CHECKPOINT);
+    }
+    int rc = sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
+    if (rc)
+        return ddp_exit_code_for(rc);
+    int failed = r->g->env.local_rank == 0 && save_whole(r, epoch, pos, err) != 0;
+    sharded_checkpoint_done(&r->sh); /* a sharded state is whole only while it is written */
+    return failed ? DDP_EXIT_CHECKPOINT : DDP_EXIT_OK;
 }
 
 /* Step 4: the epochs from the resumed one on; every LOCAL_RANK 0 saves a checkpoint after
@@ -749,13 +835,8 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         code = evaluate_and_report(r, &at, &es, err);
         if (code)
             return code;
-        if ((code = gather_for_checkpoint(r, err)) != 0)
-            return ddp_exit_code_for(code);
-        int failed = r->ckpt_dir[0] && r->g->env.local_rank == 0 &&
-                     save_checkpoint(r, epoch + 1, 0, err) != 0;
-        sharded_checkpoint_done(&r->sh); /* a sharded state is whole only while it is written */
-        if (failed)
-            return DDP_EXIT_CHECKPOINT;
+        if ((code = save_checkpoint(r, epoch + 1, 0, err)) != 0)
+            return code;
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
         if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
             return code;

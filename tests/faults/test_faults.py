@@ -16,6 +16,9 @@ usage: test_faults.py SCENARIO...   (or "all"); scenarios:
   cancel_restarting  cancel while RESTARTING: CANCELLED, no process left on any node
   false_accuse    a rank on b silent (SIGSTOP, no hang watchdog): a's ranks exit 6 accusing
                   b, whose agent is alive: b stays READY, the job re-forms on a and b
+  fsdp_elastic    a --sharding full job loses agent b: re-forms on a from the 4 ranks'
+                  sharded checkpoint resharded onto 2; b returns: grows back to 4 from the 2
+                  ranks' shards; ends as an uninterrupted run of the same job does
 
 Times: t0 is taken just before the fault; "detect" is the first event after t0 that ends the
 generation (ddpd's clock, same host); "resume" is the first training step of the next
@@ -547,6 +550,82 @@ def s_false_accuse(c, rep):
     return jid
 
 
+def final_metric(c, jid, key):
+    ms = [m for m in c.metrics(jid) if key in m]
+    return ms[-1][key] if ms else None
+
+
+def running_at(c, jid, generation):
+    """When ddpd put `generation` of the job in RUNNING (its event's time)."""
+    e = c.wait_event(jid, lambda e: e["generation"] == generation and e["state"] == "RUNNING",
+                     "generation %d RUNNING" % generation)
+    return parse_time(e["time"])
+
+
+def generation_logs(c, jid, pattern):
+    return [l for l in c.logs(jid) if re.search(pattern, l)]
+
+
+def s_fsdp_elastic(c, rep):
+    """A 1:2 x 2 job under --sharding full (sharded checkpoints, docs/fsdp.md), after an
+    uninterrupted run of the same job: agent b is killed mid-epoch 2; the job re-forms on a
+    (2 ranks) from the 4 ranks' shards, resharded; after its epoch 2 agent b starts again
+    (its folder holding epoch 1's shards): the job grows back to 4 ranks from the 2 ranks'
+    shards of epoch 2, and ends within 0.02 test accuracy of the uninterrupted run (on
+    Fashion-MNIST where installed: the synthetic set reaches 1.0 either way)."""
+    _, data, _ = training(True)
+    epochs = 3
+    spec = job_spec(c, epochs, data=data, extra=["--sharding", "full"])
+    start(c, ["a", "b"])
+    ref = submit_running(c, spec, 4)
+    finish(c, rep, ref)
+    ref_acc, ref_loss = final_acc(c, ref), final_metric(c, ref, "loss")
+    jid = submit_running(c, spec, 4)
+    c.wait_epoch(jid, 1, timeout=120)
+    c.wait_training(jid, 1, [("a", 0)], timeout=30)
+    t0 = time.time()
+    c.agents["b"].send_signal(signal.SIGKILL)
+    c.agents["b"].wait(timeout=10)
+    end_event(c, jid, 1, t0, "generation 1 ends after agent b's death")
+    j = wait_for("generation 2 RUNNING", lambda: (lambda x: x if x["generation"] >= 2 and
+                                                  x["state"] == "RUNNING" or
+                                                  x["state"] in TERMINAL else None)(c.job(jid)),
+                 timeout=NODE_TIMEOUT + 30)
+    rep.check("generation 2 on node a only, world size 2: %s" % j["nodes"],
+              [n["name"] for n in j["nodes"]] == ["a"] and j["world_size"] == 2)
+    rep.figure("reform_s", "%.1f" % (running_at(c, jid, 2) - t0))
+    c.wait_epoch(jid, 2, generation=2, timeout=120)
+    t1 = time.time()
+    c.start_agent("b", slots=2)
+    end_event(c, jid, 2, t1, "generation 2 ends for the scale-up")
+    j = wait_for("generation 3 RUNNING", lambda: (lambda x: x if x["generation"] >= 3 and
+                                                  x["state"] == "RUNNING" or
+                                                  x["state"] in TERMINAL else None)(c.job(jid)),
+                 timeout=60)
+    rep.check("generation 3 on a and b, world size 4: %s" % j["nodes"],
+              sorted(n["name"] for n in j["nodes"]) == ["a", "b"] and j["world_size"] == 4)
+    rep.figure("grow_s", "%.1f" % (running_at(c, jid, 3) - t1))
+    j = finish(c, rep, jid)
+    rep.check("restarts == 0: a lost node and a scale-up are no failures (%d)" % j["restarts"],
+              j["restarts"] == 0)
+    four = generation_logs(c, jid, r"resuming after epoch 1 from a sharded checkpoint of 4 "
+                                   r"ranks.*resharded")
+    two = generation_logs(c, jid, r"resuming after epoch [2-9] from a sharded checkpoint of 2 "
+                                  r"ranks.*resharded")
+    rep.check("generation 2 resumed from the 4 ranks' shards, resharded onto 2 (%s)" % four[:1],
+              len(four) >= 1)
+    rep.check("generation 3 resumed from the 2 ranks' shards, resharded onto 4 (%s)" % two[:1],
+              len(two) >= 1)
+    acc, loss = final_acc(c, jid), final_metric(c, jid, "loss")
+    rep.figure("acc", acc)
+    rep.figure("ref_acc", ref_acc)
+    rep.figure("loss", loss)
+    rep.figure("ref_loss", ref_loss)
+    rep.check("final test accuracy %s within 0.02 of the uninterrupted run's %s" % (acc, ref_acc),
+              acc is not None and ref_acc is not None and abs(acc - ref_acc) <= 0.02)
+    return jid
+
+
 SCENARIOS = {
     "agent_kill": (["a", "b"], s_agent_kill),
     "join": (["a", "b"], s_join),
@@ -557,6 +636,7 @@ SCENARIOS = {
     "link_cut": (["a", "b"], s_link_cut),
     "cancel_restarting": (["a", "b"], s_cancel_restarting),
     "false_accuse": (["a", "b"], s_false_accuse),
+    "fsdp_elastic": (["a", "b"], s_fsdp_elastic),
 }
 
 

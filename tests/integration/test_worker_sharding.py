@@ -3,9 +3,10 @@ trainer/fsdp.h) are the same training as --sharding none: after 20 steps the par
 within 1e-6 relative at W = 2, 3 and 4, for the MLP and the CNN with SGD and for the GPT with
 AdamW and clipping (the maximum seen is printed), with and without the overlap (prefetch and scatters in
 flight). Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a
-straight sharded run (the state gathered whole for the file, sharded again on load), for
-optimizer and full; a sharded checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one
-under sharding. The strategy not built is refused by name.
+straight sharded run, for optimizer (the state gathered whole for the file, sharded again on
+load) and full (each rank's shard file, test_worker_shard_ckpt.py has the rest); a sharded
+checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one under sharding. The strategy
+not built is refused by name.
 """
 import shutil
 import subprocess
