@@ -221,31 +221,70 @@ int ckpt_shard_matches_id(const struct ckpt_shard_view *v, const struct ckpt_id 
            v->meta.state_arrays == k;
 }
 
-void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, int world, int rank,
-                             float *dst_params, float *dst_state, size_t S)
+/* Each unit's first parameter in definition order, and its first float in the shard
+ * layout of rank `rank` of world (caller frees both). */
+static void layout_offsets(const uint64_t *lens, uint32_t nunits, int world, int rank, size_t **pos,
+                           size_t **soff, struct shard **sh)
 {
-    int W0 = (int)v->meta.world_size, k0 = (int)v->shard;
-    size_t foff = 0, doff = 0; /* floats into the file's array, into the shard layout */
-    for (uint32_t i = 0; i < v->nunits; i++) {
-        size_t n = (size_t)ckpt_shard_unit_len(v, i);
-        struct shard src, dst;
+    *pos = xmalloc(((size_t)nunits + 1) * sizeof(size_t));
+    *soff = xmalloc(((size_t)nunits + 1) * sizeof(size_t));
+    *sh = xmalloc(((size_t)nunits + 1) * sizeof(struct shard));
+    (*pos)[0] = 0;
+    (*soff)[0] = 0;
+    for (uint32_t i = 0; i < nunits; i++) {
         struct ddp_err e;
-        /* In range: decode checked both against nparams; the caller's world against S. */
-        (void)shard_of(n, W0, k0, &src, &e);
-        (void)shard_of(n, world, rank, &dst, &e);
-        size_t lo = src.offset > dst.offset ? src.offset : dst.offset;
-        size_t hi_s = src.offset + src.valid, hi_d = dst.offset + dst.valid;
-        size_t hi = hi_s < hi_d ? hi_s : hi_d;
-        if (lo < hi)
+        /* In range: decode checked the lengths against nparams, the callers the world. */
+        (void)shard_of((size_t)lens[i], world, rank, &(*sh)[i], &e);
+        (*pos)[i + 1] = (*pos)[i] + (size_t)lens[i];
+        (*soff)[i + 1] = (*soff)[i] + (*sh)[i].count;
+    }
+}
+
+void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
+                             uint32_t dst_nunits, int world, int rank, float *dst_params,
+                             float *dst_state, size_t S)
+{
+    uint64_t *src_lens = xmalloc((size_t)v->nunits * sizeof(uint64_t));
+    for (uint32_t i = 0; i < v->nunits; i++)
+        src_lens[i] = ckpt_shard_unit_len(v, i);
+    if (!dst_lens) {
+        dst_lens = src_lens;
+        dst_nunits = v->nunits;
+    }
+    size_t *spos, *ssoff, *dpos, *dsoff;
+    struct shard *ssh, *dsh;
+    layout_offsets(src_lens, v->nunits, (int)v->meta.world_size, (int)v->shard, &spos, &ssoff,
+                   &ssh);
+    layout_offsets(dst_lens, dst_nunits, world, rank, &dpos, &dsoff, &dsh);
+    /* Both layouts cover the parameters in order: walk them together. ssoff counts the
+     * file's padded floats; the file holds the valid ones only, so foff counts those. */
+    size_t foff = 0;
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < v->nunits; i++) {
+        size_t s_lo = spos[i] + ssh[i].offset, s_hi = s_lo + ssh[i].valid;
+        while (j < dst_nunits && dpos[j + 1] <= spos[i])
+            j++;
+        for (uint32_t k = j; k < dst_nunits && dpos[k] < spos[i + 1]; k++) {
+            size_t d_lo = dpos[k] + dsh[k].offset, d_hi = d_lo + dsh[k].valid;
+            size_t lo = s_lo > d_lo ? s_lo : d_lo, hi = s_hi < d_hi ? s_hi : d_hi;
+            if (lo >= hi)
+                continue;
             for (int a = 0; a <= v->meta.state_arrays; a++) {
                 float *d = a == 0 ? dst_params : dst_state + (size_t)(a - 1) * S;
-                memcpy(d + doff + (lo - dst.offset),
-                       v->data + (size_t)a * v->array_bytes + (foff + lo - src.offset) * 4,
+                memcpy(d + dsoff[k] + (lo - d_lo),
+                       v->data + (size_t)a * v->array_bytes + (foff + lo - s_lo) * 4,
                        (hi - lo) * 4);
             }
-        foff += src.valid;
-        doff += dst.count;
+        }
+        foff += ssh[i].valid;
     }
+    free(spos);
+    free(ssoff);
+    free(ssh);
+    free(dpos);
+    free(dsoff);
+    free(dsh);
+    free(src_lens);
 }
 
 char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t k, uint32_t world)

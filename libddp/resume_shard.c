@@ -197,18 +197,13 @@ static int check_file(const struct ddp_shard_resume *r, const struct ckpt_shard_
                        "shard %d of the checkpoint holds epoch %u, position %u, "
                        "shard %u of %u",
                        k, v->meta.epoch, v->meta.epoch_pos, v->shard, v->meta.world_size);
-    if (!lens)
-        return 0;
-    if (v->nunits != nunits)
-        return err_set(err, DDP_EINVAL, "shard %d of the checkpoint has %u units, the model %u", k,
-                       v->nunits, nunits);
-    for (uint32_t i = 0; i < nunits; i++)
-        if (ckpt_shard_unit_len(v, i) != lens[i])
-            return err_set(err, DDP_EINVAL,
-                           "shard %d of the checkpoint: unit %u holds %llu "
-                           "parameters, the model's %llu",
-                           k, i, (unsigned long long)ckpt_shard_unit_len(v, i),
-                           (unsigned long long)lens[i]);
+    uint64_t total = 0;
+    for (uint32_t i = 0; lens && i < nunits; i++)
+        total += lens[i];
+    if (lens && total != v->meta.nparams)
+        return err_set(err, DDP_EINVAL,
+                       "shard %d of the checkpoint holds %llu parameters, the run's units %llu", k,
+                       (unsigned long long)v->meta.nparams, (unsigned long long)total);
     return 0;
 }
 
@@ -263,7 +258,7 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
             free(buf);
             return rc;
         }
-        ckpt_shard_copy_overlap(&v, g->world_size, g->rank, params, state, S);
+        ckpt_shard_copy_overlap(&v, lens, nunits, g->world_size, g->rank, params, state, S);
         if (k == 0)
             *meta = v.meta;
         free(buf);

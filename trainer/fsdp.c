@@ -25,6 +25,7 @@
 #define FSDP_SLOTS 2
 
 struct unit {
+    int first, last;  /* its hook layers: first..last */
     size_t poff, len; /* its parameters: [poff, poff + len) in definition order */
     struct shard sh;  /* of len over the world */
     size_t goff;      /* its gradient region in the block: page-aligned, sh.padded floats */
@@ -51,6 +52,8 @@ struct fsdp {
     size_t n;
     int nunits;
     struct unit *u;
+    int nlayers;
+    int *unit_of;  /* each hook layer's unit */
     float **views; /* each tensor's gradient in the block, bound to the instance */
     float *block;  /* mmap'd */
     size_t block_bytes;
@@ -227,28 +230,41 @@ static void pass_reaches(struct fsdp *f, int i, int next)
         prefetch(f, next);
 }
 
+/* The unit of hook layer `layer`, or -1. */
+static int unit_of(const struct fsdp *f, int layer)
+{
+    return layer >= 0 && layer < f->nlayers ? f->unit_of[layer] : -1;
+}
+
+/* The forward enters a unit at its first layer, the backward at its last. */
 static void fwd_begin(void *ctx, int layer)
 {
     struct fsdp *f = ctx;
     trace_event(f->trace, TRACE_FWD_BEGIN, layer);
-    pass_reaches(f, layer, layer + 1);
+    int i = unit_of(f, layer);
+    if (i >= 0 && f->u[i].first == layer)
+        pass_reaches(f, i, i + 1);
 }
 
 static void bwd_begin(void *ctx, int layer)
 {
     struct fsdp *f = ctx;
     trace_event(f->trace, TRACE_BWD_BEGIN, layer);
-    pass_reaches(f, layer, layer - 1);
+    int i = unit_of(f, layer);
+    if (i >= 0 && f->u[i].last == layer)
+        pass_reaches(f, i, i - 1);
 }
 
-/* Unit `layer`'s gradients are final: its region reduce-scattered into the shard. */
+/* A unit's gradients are final when the backward of its first layer ends: its region
+ * reduce-scattered into the shard. */
 static int bwd_end(void *ctx, int layer, struct ddp_err *err)
 {
     struct fsdp *f = ctx;
     trace_event(f->trace, TRACE_BWD_END, layer);
-    if (f->rc || layer < 0 || layer >= f->nunits)
+    int i = unit_of(f, layer);
+    if (f->rc || i < 0 || f->u[i].first != layer)
         return report(f, err);
-    struct unit *u = &f->u[layer];
+    struct unit *u = &f->u[i];
     make_room(f, 0);
     struct comm_work *w = NULL;
     struct ddp_err e;
@@ -258,9 +274,9 @@ static int bwd_end(void *ctx, int layer, struct ddp_err *err)
         set_error(f, rc, &e);
         return report(f, err);
     }
-    push(f, PEND_SCATTER, layer, w);
+    push(f, PEND_SCATTER, i, w);
     f->scatters++;
-    trace_event(f->trace, TRACE_RS_ISSUE, layer);
+    trace_event(f->trace, TRACE_RS_ISSUE, i);
     while (f->scatters > f->o.max_scatters && f->qlen > 0)
         finish_one(f);
     return report(f, err);
@@ -287,22 +303,32 @@ static int build_units(struct fsdp *f, struct ddp_err *err)
                        strategy_name(f->o.strategy), held, f->n);
     }
     f->u = xcalloc((size_t)nt, sizeof(*f->u));
+    f->unit_of = xcalloc((size_t)nt, sizeof(int));
     int covered = 0;
+    struct unit *open = NULL; /* the unit still below min_unit floats */
     while (covered < nt) {
         int first = -1, count = 0;
-        mi->ops->layer_tensors(mi, f->nunits, &first, &count);
+        mi->ops->layer_tensors(mi, f->nlayers, &first, &count);
         if (first != covered || count <= 0 || count > nt - covered) {
             free(toff);
             return err_set(err, DDP_EINVAL,
                            "--sharding %s: hook layer %d of the model holds tensors %d..%d, not "
                            "the next ones in definition order (from %d)",
-                           strategy_name(f->o.strategy), f->nunits, first, first + count - 1,
+                           strategy_name(f->o.strategy), f->nlayers, first, first + count - 1,
                            covered);
         }
-        struct unit *u = &f->u[f->nunits++];
-        u->poff = toff[first];
-        u->len = toff[first + count] - toff[first];
-        u->slot = -1;
+        size_t len = toff[first + count] - toff[first];
+        if (!open) {
+            open = &f->u[f->nunits++];
+            open->first = f->nlayers;
+            open->poff = toff[first];
+            open->slot = -1;
+        }
+        open->last = f->nlayers;
+        open->len += len;
+        f->unit_of[f->nlayers++] = f->nunits - 1;
+        if (open->len >= f->o.min_unit)
+            open = NULL;
         covered += count;
     }
     f->views = xmalloc((size_t)nt * sizeof(float *));
@@ -425,6 +451,7 @@ void fsdp_free(struct fsdp *f)
     free(f->state);
     free(f->views);
     free(f->u);
+    free(f->unit_of);
     free(f);
 }
 

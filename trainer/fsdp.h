@@ -5,7 +5,10 @@
  *
  * Units. A unit is one hook layer of the model (an MLP layer, a CNN parameter layer, a GPT
  * block; the GPT's embeddings and its final LayerNorm are units of their own), as FSDP wraps
- * one transformer block per unit. A unit's parameters are consecutive in the instance's
+ * one transformer block per unit; with opts.min_unit, consecutive hook layers join one unit
+ * until it holds that many parameters (the last unit may hold fewer), as FSDP's size-based
+ * auto-wrap. The forward enters a unit at its first layer, the backward at its last, and
+ * its gradients are final when its first layer's backward ends. A unit's parameters are consecutive in the instance's
  * definition order, n_u floats, split over the W ranks as ddp/shard.h says: rank r owns
  * count_u = ceil(n_u / W) of them from r * count_u (the last shards padded).
  *
@@ -71,6 +74,8 @@ struct fsdp_opts {
     int prefetch;     /* full: 1 issues the next unit's all-gather before the current computes */
     int max_scatters; /* reduce-scatters in flight before the oldest is waited for; 0: each is
                        * waited for at once (no overlap) */
+    size_t min_unit;  /* consecutive hook layers join one unit until it holds at least this
+                       * many parameters (FSDP's size-based auto-wrap); 0: a unit per layer */
 };
 
 struct fsdp;

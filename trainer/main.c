@@ -25,6 +25,7 @@ static const char usage_text[] =
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
     "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
     "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full]\n"
+    "                  [--min-unit-params N]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
     "                  [--kill-after-epoch N] [--notice-at-step N]   (fault injection for tests)\n"
@@ -66,6 +67,7 @@ static const char *const valued[] = {"--model",
                                      "--shuffle",
                                      "--notice-at-step",
                                      "--sharding",
+                                     "--min-unit-params",
                                      NULL};
 
 static int is_valued(const char *name)
@@ -174,6 +176,10 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         else
             return err_set(err, DDP_EINVAL,
                            "--sharding: want none, optimizer, grad or full, got '%s'", val);
+    } else if (strcmp(name, "--min-unit-params") == 0) {
+        rc = args_parse_long(name, val, 0, 4000000000L, &l, err);
+        if (rc == 0)
+            o->min_unit_params = (size_t)l;
     } else if (strcmp(name, "--shuffle") == 0) {
         if (strcmp(val, "on") == 0)
             o->no_shuffle = 0;

@@ -25,6 +25,7 @@ static int setup_units(struct sharded *s, const struct train_opts *o, struct com
         .strategy = o->sharding == TRAIN_SHARD_FULL ? FSDP_FULL : FSDP_GRAD,
         .prefetch = o->overlap,
         .max_scatters = o->overlap ? 2 : 0,
+        .min_unit = o->min_unit_params,
     };
     if (fsdp_new(comm, world, rank, mi, c, &fo, step, trace, &s->fsdp, err) != 0)
         return err->code == DDP_EINVAL ? DDP_EXIT_USAGE : ddp_exit_code_for(err->code);

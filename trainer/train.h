@@ -38,6 +38,8 @@ struct train_opts {
     long generate;            /* a language model: rank 0 samples this many bytes at the end */
     int no_shuffle;           /* --shuffle off: every epoch in the data's order */
     int sharding;             /* TRAIN_SHARD_*: --sharding */
+    size_t min_unit_params;   /* --min-unit-params: grad|full group hook layers into units of
+                               * at least this many parameters (0: a unit per layer) */
     uint64_t seed;
     double bucket_cap_mb;
     const char *backend;        /* auto | cpu | nccl */

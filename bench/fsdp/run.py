@@ -162,26 +162,30 @@ def exposed_s(trace_path):
 def fsdp_speed(worker):
     m = models_runners()
     import statistics
-    kinds = (("none", "none", True), ("grad", "grad", True), ("grad no-overlap", "grad", False),
-             ("full", "full", True), ("full no-overlap", "full", False))
+    # "2 units": --min-unit-params groups the 4 blocks (and the embeddings) into 2 units
+    grouped = ["--min-unit-params", "400000"]
+    kinds = (("none", "none", True, []), ("grad", "grad", True, []),
+             ("grad no-overlap", "grad", False, []), ("full", "full", True, []),
+             ("full no-overlap", "full", False, []), ("full 2 units", "full", True, grouped),
+             ("full 2 units no-overlap", "full", False, grouped))
     with tempfile.TemporaryDirectory(prefix="ddp-fsdp-step-") as d:
         text = speed_texts(d)
-        runs = {k: [] for k, _, _ in kinds}
-        waits = {k: [] for k, _, _ in kinds}
+        runs = {k: [] for k, _, _, _ in kinds}
+        waits = {k: [] for k, _, _, _ in kinds}
         for _ in range(3):
-            for k, s, ov in kinds:
+            for k, s, ov, extra in kinds:
                 tr = os.path.join(d, "trace")
                 runs[k].append(m.run_ours(worker, m.GPT, 2, text, d, sharding=s, overlap=ov,
-                                          trace=tr)[0])
+                                          trace=tr, extra_args=extra)[0])
                 waits[k].append(exposed_s(tr + ".0"))
     med = {k: statistics.median(v) for k, v in runs.items()}
     wmed = {k: statistics.median(v) for k, v in waits.items()}
     print("# step time, %s W=2, relative to none (tokens/s none / tokens/s), median of 3"
           % m.GPT)
-    for k, _, _ in kinds:
-        print("%-16s %10.0f tokens/s  step %.2fx   (%s)" % (
+    for k, _, _, _ in kinds:
+        print("%-24s %10.0f tokens/s  step %.2fx   (%s)" % (
             k, med[k], med["none"] / med[k], " ".join("%.0f" % v for v in runs[k])))
-    for s in ("grad", "full"):
+    for s in ("grad", "full", "full 2 units"):
         ov, no = wmed[s], wmed[s + " no-overlap"]
         print("%s: waits for gathers and scatters %.3f s with the overlap, %.3f s without: "
               "%.0f%% hidden" % (s, ov, no, 100 * (1 - ov / no) if no > 0 else float("nan")))

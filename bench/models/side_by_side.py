@@ -59,7 +59,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ours(worker, model, w, text, work, trace=None, overlap=True, sharding="none"):
+def run_ours(worker, model, w, text, work, trace=None, overlap=True, sharding="none",
+             extra_args=()):
     port = free_port()
     if model.startswith("cnn:"):
         n = w * CNN_B * CNN_STEPS
@@ -75,7 +76,7 @@ def run_ours(worker, model, w, text, work, trace=None, overlap=True, sharding="n
                    WORLD_SIZE=str(w), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(w),
                    GROUP_RANK="0", GROUP_WORLD_SIZE="1", OMP_NUM_THREADS="1",
                    DDP_LOG_LEVEL="warn")
-        extra = ["--trace", "%s.%d" % (trace, r)] if trace else []
+        extra = (["--trace", "%s.%d" % (trace, r)] if trace else []) + list(extra_args)
         if not overlap:
             extra.append("--no-overlap")
         out = open(os.path.join(work, "out%d" % r), "w")

@@ -30,7 +30,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         float *p = malloc(S * sizeof(float) + 1);
         float *st = malloc((size_t)v.meta.state_arrays * S * sizeof(float) + 1);
         for (int r = 0; r < world; r++)
-            ckpt_shard_copy_overlap(&v, world, r, p, st, S);
+            ckpt_shard_copy_overlap(&v, lens, v.nunits, world, r, p, st, S);
+        free(p);
+        free(st);
+    }
+    /* the same parameters as one unit, a layout of another grouping */
+    uint64_t one = v.meta.nparams;
+    for (int world = 1; world <= 2; world++) {
+        size_t S = ckpt_shard_floats(&one, 1, world);
+        float *p = malloc(S * sizeof(float) + 1);
+        float *st = malloc((size_t)v.meta.state_arrays * S * sizeof(float) + 1);
+        ckpt_shard_copy_overlap(&v, &one, 1, world, world - 1, p, st, S);
         free(p);
         free(st);
     }

@@ -11,7 +11,8 @@ shared folder: 2 nodes x 2 ranks, each node its own checkpoint dir.
   agree with the uninterrupted 4-rank run within 1e-4 relative (1.3e-5 measured, printed),
   the same math summed in another order, and so does the final validation loss.
 - Resharding moves the state exactly: a checkpoint of 2 ranks loaded at 1, 3 and 4 ranks
-  (no epoch left to train) dumps the writer's parameters bit for bit.
+  (no epoch left to train), and at 3 ranks with its layers grouped into other units
+  (--min-unit-params), dumps the writer's parameters bit for bit.
 - A corrupt shard is skipped for its copy on the other node; a shard lost on both nodes
   makes the checkpoint incomplete, and the run does not take it.
 - A preemption notice mid-epoch: every rank writes its shard at that step, exits 10, and the
@@ -117,6 +118,15 @@ def exact_reshard(c, work, mode):
         c.check("%s: 2 ranks' shards loaded at %d rank(s): the same parameters, bit for bit"
                 % (mode, w), read_floats(out) == read_floats(ref) and
                 "from a sharded checkpoint of 2 ranks" in errs[0], errs[0][-400:])
+    # a run that groups its layers into other units takes the same state
+    out = work + "/%s-exact-grouped.bin" % mode
+    shutil.copytree(d, d + "-grouped")
+    _, errs = run_ok(work, 3, gpt(work, mode, 4) + ["--epochs", "1", "--dump-params", out,
+                                                     "--min-unit-params", "20000"],
+                     ckpt_dirs=[d + "-grouped"], tag="%s-exact-grouped" % mode)
+    c.check("%s: 2 ranks' per-layer shards loaded at 3 ranks in 2 grouped units: the same "
+            "parameters, bit for bit" % mode, read_floats(out) == read_floats(ref) and
+            "sharding %s: 2 units" % mode in errs[0], errs[0][-400:])
 
 
 def damaged(c, work, b):

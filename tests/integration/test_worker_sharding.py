@@ -2,7 +2,7 @@
 trainer/fsdp.h) are the same training as --sharding none: after 20 steps the parameters agree
 within 1e-6 relative at W = 2, 3 and 4, for the MLP and the CNN with SGD and for the GPT with
 AdamW and clipping (the maximum seen is printed), with and without the overlap (prefetch and scatters in
-flight). Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a
+flight), and with hook layers grouped into larger units (--min-unit-params). Checkpoints: a sharded run killed after epoch 1 and resumed ends bit-identical to a
 straight sharded run, for optimizer (the state gathered whole for the file, sharded again on
 load) and full (each rank's shard file, test_worker_shard_ckpt.py has the rest); a sharded
 checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one under sharding. The strategy
@@ -74,6 +74,25 @@ def equal(c, work, name, args):
     return worst
 
 
+def grouped(c, work):
+    """--min-unit-params groups hook layers into larger units: still bit-identical to none,
+    with fewer units in the log."""
+    for name, args, minp, units in (("gpt", gpt(work), 20000, 2), ("mlp", mlp(work), 2100, 2)):
+        for w in (2, 3):
+            ref = "%s/grp-%s-none-%d.bin" % (work, name, w)
+            run_ok(work, w, args + STEPS + ["--dump-params", ref, "--checkpoint-dir", ""],
+                   tag="grp-%s-none-%d" % (name, w))
+            for mode in ("grad", "full"):
+                out = "%s/grp-%s-%s-%d.bin" % (work, name, mode, w)
+                _, errs = run_ok(work, w, args + STEPS + [
+                    "--sharding", mode, "--min-unit-params", str(minp), "--dump-params", out,
+                    "--checkpoint-dir", ""], tag="grp-%s-%s-%d" % (name, mode, w))
+                c.check("%s %s W=%d --min-unit-params %d: %d units, bit-identical to none"
+                        % (name, mode, w, minp, units),
+                        "sharding %s: %d units" % (mode, units) in errs[0] and
+                        read_floats(out) == read_floats(ref), errs[0][-300:])
+
+
 def resume(c, work, mode):
     args = gpt(work) + ["--sharding", mode, "--batch-size", "8"]
     straight, resumed = work + "/straight-" + mode, work + "/resumed-" + mode
@@ -115,6 +134,7 @@ def main():
         for mode in MODES:
             print("worst relative difference %s vs none: mlp %.2e, gpt %.2e, cnn %.2e"
                   % (mode, a[mode], b[mode], k[mode]))
+        grouped(c, work)
         resume(c, work, "optimizer")
         resume(c, work, "full")
         for bad in ("hybrid", "zero"):

@@ -1,7 +1,7 @@
 /*
  * test_ckpt_shard.c - sharded checkpoint files (ddp/ckpt_shard.h): round trip of every
  * shard, resharding between every pair of world sizes 1..5 (the copied overlaps rebuild
- * each new shard exactly and touch no padding), every corrupted byte and truncation
+ * each new shard exactly and touch no padding), also into other unit layouts, every corrupted byte and truncation
  * detected, bad fields refused, keep-newest-two-epochs, and the folder listing that skips
  * corrupt, foreign, misnamed and non-regular files.
  */
@@ -51,14 +51,16 @@ static float whole(int a, size_t j)
     return (float)(1000 * a) + (float)j * 0.5f;
 }
 
-/* Rank k of world's shard layout of the whole state: params (S) and state (ARRAYS x S). */
-static void shard_arrays(int world, int k, float *p, float *st, size_t S)
+/* Rank k of world's shard layout of the whole state in units ls[0..nu): params (S) and
+ * state (ARRAYS x S). */
+static void shard_arrays_of(const uint64_t *ls, int nu, int world, int k, float *p, float *st,
+                            size_t S)
 {
     size_t soff = 0, poff = 0;
-    for (int i = 0; i < NUNITS; i++) {
+    for (int i = 0; i < nu; i++) {
         struct shard sh;
         struct ddp_err e;
-        assert_int_equal(shard_of((size_t)lens[i], world, k, &sh, &e), 0);
+        assert_int_equal(shard_of((size_t)ls[i], world, k, &sh, &e), 0);
         for (size_t j = 0; j < sh.count; j++) {
             int real = j < sh.valid;
             p[soff + j] = real ? whole(0, poff + sh.offset + j) : 0.0f;
@@ -66,8 +68,13 @@ static void shard_arrays(int world, int k, float *p, float *st, size_t S)
                 st[(size_t)a * S + soff + j] = real ? whole(1 + a, poff + sh.offset + j) : 0.0f;
         }
         soff += sh.count;
-        poff += (size_t)lens[i];
+        poff += (size_t)ls[i];
     }
+}
+
+static void shard_arrays(int world, int k, float *p, float *st, size_t S)
+{
+    shard_arrays_of(lens, NUNITS, world, k, p, st, S);
 }
 
 static void encode_shard(uint32_t epoch, int world, int k, uint8_t **buf, size_t *len)
@@ -121,14 +128,13 @@ static void test_round_trip(void **state)
         }
 }
 
-/* Every shard of W0 copied into every rank of W1 rebuilds W1's shard layout exactly; the
- * padding keeps the sentinel. */
-static void test_reshard_every_pair(void **state)
+/* Every shard of W0 copied into every rank of W1 in the units dl[0..dn) rebuilds that
+ * rank's shard layout exactly; the padding keeps the sentinel. */
+static void reshard_into(const uint64_t *dl, int dn)
 {
-    (void)state;
     for (int w0 = 1; w0 <= 5; w0++)
         for (int w1 = 1; w1 <= 5; w1++) {
-            size_t S1 = ckpt_shard_floats(lens, NUNITS, w1);
+            size_t S1 = ckpt_shard_floats(dl, (uint32_t)dn, w1);
             for (int r = 0; r < w1; r++) {
                 float *p = malloc(S1 * sizeof(float)), *st = malloc(ARRAYS * S1 * sizeof(float));
                 for (size_t j = 0; j < S1; j++)
@@ -142,16 +148,16 @@ static void test_reshard_every_pair(void **state)
                     struct ckpt_shard_view v;
                     struct ddp_err err;
                     assert_int_equal(ckpt_shard_decode(buf, len, "x", &v, &err), 0);
-                    ckpt_shard_copy_overlap(&v, w1, r, p, st, S1);
+                    ckpt_shard_copy_overlap(&v, dl, (uint32_t)dn, w1, r, p, st, S1);
                     free(buf);
                 }
                 float *wp = malloc(S1 * sizeof(float)), *ws = malloc(ARRAYS * S1 * sizeof(float));
-                shard_arrays(w1, r, wp, ws, S1);
+                shard_arrays_of(dl, dn, w1, r, wp, ws, S1);
                 size_t soff = 0;
-                for (int i = 0; i < NUNITS; i++) {
+                for (int i = 0; i < dn; i++) {
                     struct shard sh;
                     struct ddp_err e;
-                    assert_int_equal(shard_of((size_t)lens[i], w1, r, &sh, &e), 0);
+                    assert_int_equal(shard_of((size_t)dl[i], w1, r, &sh, &e), 0);
                     for (size_t j = 0; j < sh.count; j++) {
                         int real = j < sh.valid;
                         assert_true(p[soff + j] == (real ? wp[soff + j] : SENTINEL));
@@ -167,6 +173,26 @@ static void test_reshard_every_pair(void **state)
                 free(st);
             }
         }
+}
+
+static void test_reshard_every_pair(void **state)
+{
+    (void)state;
+    reshard_into(lens, NUNITS);
+}
+
+/* A run that groups its units otherwise than the writer (size-based units) still takes the
+ * same state: units merged, split across the writer's boundaries, and one of everything. */
+static void test_reshard_other_units(void **state)
+{
+    (void)state;
+    static const uint64_t merged[] = {15, 8}, across[] = {3, 13, 2, 5}, one[] = {NPARAMS},
+                          singles[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    reshard_into(merged, 2);
+    reshard_into(across, 4);
+    reshard_into(one, 1);
+    reshard_into(singles, NPARAMS);
 }
 
 static void test_every_flip_and_truncation(void **state)
@@ -336,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_reshard_every_pair),
+        cmocka_unit_test(test_reshard_other_units),
         cmocka_unit_test(test_every_flip_and_truncation),
         cmocka_unit_test(test_encode_refuses_bad_fields),
         cmocka_unit_test(test_keeps_newest_two_epochs),

@@ -84,13 +84,18 @@ int ckpt_shard_decode(const uint8_t *buf, size_t len, const char *what, struct c
 int ckpt_shard_matches_id(const struct ckpt_shard_view *v, const struct ckpt_id *id);
 
 /*
- * Copies into dst the part of v's shard that rank `rank` of `world` owns: for every unit,
- * the overlap of the file's slice with that rank's slice, into dst_params (the rank's shard
- * layout) and dst_state (state_arrays arrays of its S floats). Floats outside the overlap
- * are untouched: copying every shard of one checkpoint fills a rank's shard.
+ * Copies into dst the part of v's shard that rank `rank` of `world` owns in the unit layout
+ * dst_lens[0..dst_nunits) (NULL: the file's own; any layout of the same parameters will do,
+ * so a run may group its units otherwise than the writer did): for every unit of the file
+ * and every unit of dst that it overlaps, the overlap of the file's slice with the rank's
+ * slice, into dst_params (the rank's shard layout of dst's units) and dst_state
+ * (state_arrays arrays of its S floats). Floats outside the overlaps are untouched: copying
+ * every shard of one checkpoint fills a rank's shard. dst_lens must sum to the file's
+ * nparams.
  */
-void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, int world, int rank,
-                             float *dst_params, float *dst_state, size_t S);
+void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
+                             uint32_t dst_nunits, int world, int rank, float *dst_params,
+                             float *dst_state, size_t S);
 
 /* The shard layout's length S of these units at world ranks (0 on overflow). */
 size_t ckpt_shard_floats(const uint64_t *lens, uint32_t nunits, int world);

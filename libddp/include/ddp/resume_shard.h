@@ -22,7 +22,8 @@
  *      until one checkpoint has every shard somewhere: that one is chosen, each shard from
  *      the lowest rank holding it (the same choice on every rank, as in resume.h);
  *   3. (load) for every shard k its holder broadcasts the file; every rank checks it (the
- *      crc, the model, the unit layout) and copies the part that its own new shard covers.
+ *      crc, the model, the agreed epoch) and copies the part that its own new shard covers,
+ *      unit layouts being free to differ (ckpt_shard_copy_overlap).
  * Every rank runs the same collectives in the same order whatever its folder holds.
  */
 #ifndef DDP_RESUME_SHARD_H
@@ -65,9 +66,10 @@ int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ck
 /*
  * Step 3 for an agreed r (found 1): this rank's shard at the group's world size into params
  * (S floats, the shard layout of ckpt_shard.h) and state (id's state arrays x S floats), and
- * the checkpoint's meta into *meta. lens[0..nunits) is the run's unit layout, which the
- * files must have (DDP_EINVAL otherwise, naming both counts); lens NULL takes the files' own,
- * for a world of 1 (the shard layout is then the whole state in definition order). S must
+ * the checkpoint's meta into *meta. lens[0..nunits) is the run's unit layout, which may
+ * group the parameters otherwise than the writer's (DDP_EINVAL when it holds another count,
+ * naming both); lens NULL takes the files' own, for a world of 1 (the shard layout is then
+ * the whole state in definition order, whatever the units). S must
  * be ckpt_shard_floats of the layout at the world size. Collective. Errors: DDP_EINVAL for
  * a file that does not check or is not the agreed one, DDP_EIO when a holder cannot read
  * its file any more, and the collectives'.
