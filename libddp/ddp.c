@@ -130,6 +130,20 @@ int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct
     return comm_broadcast(g->comm, buf, bytes, root, err);
 }
 
+int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct comm **out,
+                 struct ddp_err *err)
+{
+    if (tag == 0)
+        return err_set(err, DDP_EINVAL, "a sub-group needs a tag > 0");
+    struct comm_opts co;
+    comm_opts_default(&co);
+    co.timeout_ms = g->timeout_ms;
+    co.device = g->device;
+    co.group_tag = tag;
+    const char *backend = g->comm ? comm_backend_name(g->comm) : "cpu";
+    return comm_new(backend, g->rdzv, rank, size, &co, out, err);
+}
+
 int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
                         struct ddp_err *err)
 {

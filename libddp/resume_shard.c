@@ -209,17 +209,17 @@ static int check_file(const struct ddp_shard_resume *r, const struct ckpt_shard_
 
 int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
                           const struct ckpt_id *id, const uint64_t *lens, uint32_t nunits,
-                          float *params, float *state, size_t S, struct ckpt_meta *meta,
-                          struct ddp_err *err)
+                          int world, int rank, float *params, float *state, size_t S,
+                          struct ckpt_meta *meta, struct ddp_err *err)
 {
     if (!r->found)
         return err_set(err, DDP_EINVAL, "no sharded checkpoint was agreed on");
-    if (!lens && g->world_size != 1)
-        return err_set(err, DDP_EINVAL, "resharding onto %d ranks needs the unit layout",
-                       g->world_size);
-    if (lens && ckpt_shard_floats(lens, nunits, g->world_size) != S)
+    if (world < 1 || rank < 0 || rank >= world || (!lens && world != 1))
+        return err_set(err, DDP_EINVAL, "resharding onto rank %d of %d needs the unit layout", rank,
+                       world);
+    if (lens && ckpt_shard_floats(lens, nunits, world) != S)
         return err_set(err, DDP_EINVAL, "a shard of %u units at %d ranks is not %zu floats", nunits,
-                       g->world_size, S);
+                       world, S);
     size_t max = max_file(id);
     for (int k = 0; k < (int)r->world; k++) {
         int root = r->holder[k];
@@ -258,7 +258,7 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
             free(buf);
             return rc;
         }
-        ckpt_shard_copy_overlap(&v, lens, nunits, g->world_size, g->rank, params, state, S);
+        ckpt_shard_copy_overlap(&v, lens, nunits, world, rank, params, state, S);
         if (k == 0)
             *meta = v.meta;
         free(buf);
@@ -266,7 +266,7 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
     log_info("resuming after epoch %u from a sharded checkpoint of %u ranks (step %llu, "
              "epoch_pos %u)%s",
              meta->epoch, r->world, (unsigned long long)meta->step, meta->epoch_pos,
-             (int)r->world != g->world_size ? ", resharded" : "");
+             (int)r->world != world ? ", resharded" : "");
     return 0;
 }
 

@@ -495,6 +495,14 @@ int fsdp_step(struct fsdp *f, float lr, float grad_scale, struct ddp_err *err)
 {
     if (f->rc)
         return report(f, err);
+    if (f->o.cross) { /* hybrid: the other nodes' sums of this shard */
+        struct ddp_err ce;
+        int crc = comm_allreduce(f->o.cross, f->gshard, f->S, COMM_F32, &ce);
+        if (crc) {
+            set_error(f, crc, &ce);
+            return report(f, err);
+        }
+    }
     double sq = 0.0;
     for (int i = 0; f->opt.cfg.clip_norm > 0.0f && i < f->nunits; i++) {
         const float *g = f->gshard + f->u[i].soff;

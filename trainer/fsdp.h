@@ -35,6 +35,12 @@
  * So `full` holds 4 (P + P + K P) / W bytes of state plus the units in flight, against
  * 4 (P + P + K P) for `none`.
  *
+ * Hybrid. With opts.cross, comm holds the ranks of one node only: the units are sharded,
+ * gathered and reduce-scattered among them, as FULL_SHARD within a node; before the step each
+ * rank all-reduces its summed gradient shards with the ranks holding the same shard on the
+ * other nodes (one all-reduce of S floats), so every node takes the same step on its copy.
+ * The expensive gathers and scatters stay on the node.
+ *
  * Arithmetic: the optimizer runs the unsharded step's element-wise code on each shard
  * (optim_step_range, adamw_update), with clipping's global norm all-reduced from the
  * shards, so a step is `none`'s but for the order of the gradient sums (the reduce-scatter's).
@@ -71,11 +77,15 @@ enum fsdp_strategy {
 
 struct fsdp_opts {
     enum fsdp_strategy strategy;
-    int prefetch;     /* full: 1 issues the next unit's all-gather before the current computes */
-    int max_scatters; /* reduce-scatters in flight before the oldest is waited for; 0: each is
+    int prefetch;       /* full: 1 issues the next unit's all-gather before the current computes */
+    int max_scatters;   /* reduce-scatters in flight before the oldest is waited for; 0: each is
                        * waited for at once (no overlap) */
-    size_t min_unit;  /* consecutive hook layers join one unit until it holds at least this
+    size_t min_unit;    /* consecutive hook layers join one unit until it holds at least this
                        * many parameters (FSDP's size-based auto-wrap); 0: a unit per layer */
+    struct comm *cross; /* hybrid (FSDP's HYBRID_SHARD): comm is the node's ranks and cross
+                         * the ranks of this local rank on every node (borrowed): the summed
+                         * gradient shards are all-reduced across the nodes before the step.
+                         * NULL otherwise */
 };
 
 struct fsdp;

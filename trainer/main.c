@@ -24,7 +24,7 @@ static const char usage_text[] =
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
     "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
-    "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full]\n"
+    "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full|hybrid]\n"
     "                  [--min-unit-params N]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
     "                  [--no-overlap] [--trace FILE] [--dump-params FILE] [--max-steps N]\n"
@@ -170,12 +170,10 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         else if (strcmp(val, "full") == 0)
             o->sharding = TRAIN_SHARD_FULL;
         else if (strcmp(val, "hybrid") == 0)
-            return err_set(err, DDP_EINVAL,
-                           "--sharding hybrid: not built yet (none, optimizer, grad and full are; "
-                           "docs/fsdp.md)");
+            o->sharding = TRAIN_SHARD_HYBRID;
         else
             return err_set(err, DDP_EINVAL,
-                           "--sharding: want none, optimizer, grad or full, got '%s'", val);
+                           "--sharding: want none, optimizer, grad, full or hybrid, got '%s'", val);
     } else if (strcmp(name, "--min-unit-params") == 0) {
         rc = args_parse_long(name, val, 0, 4000000000L, &l, err);
         if (rc == 0)

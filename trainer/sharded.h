@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "ddp/comm.h"
 #include "ddp/ckpt.h"
+#include "ddp/ddp.h"
 #include "ddp/reducer.h"
 #include "ddp/resume_shard.h"
 #include "ddp/trace.h"
@@ -24,9 +25,12 @@
 #include "trainer/zero.h"
 
 struct sharded {
-    struct zero *zero; /* --sharding optimizer at W > 1: the step is zero_step's */
-    struct fsdp *fsdp; /* --sharding grad|full at W > 1: no reducer; the units are fsdp's */
-    float *ckpt_state; /* the whole optimizer state while a checkpoint is written (owned) */
+    struct zero *zero;         /* --sharding optimizer at W > 1: the step is zero_step's */
+    struct fsdp *fsdp;         /* --sharding grad|full at W > 1: no reducer; the units are fsdp's */
+    float *ckpt_state;         /* the whole optimizer state while a checkpoint is written (owned) */
+    struct comm *node, *cross; /* hybrid: this node's ranks; this local rank's on every node
+                                * (owned); NULL otherwise */
+    int unit_world, unit_rank; /* by units: the ranks a unit is sharded over, and this one's */
 };
 
 /* 1 when o's strategy at world ranks shards by units (no reducer: fsdp binds the
@@ -34,14 +38,16 @@ struct sharded {
 int sharded_by_units(const struct train_opts *o, int world);
 
 /*
- * After the resume and rank 0's broadcast: the strategy of o over comm's world ranks for
- * instance mi (red: the reducer, which ZeRO-1 shards; NULL by units), this rank's shards
- * taken from the instance's state, whose own optimizer state is then freed. step: the
- * steps already taken; trace may be NULL. Returns the exit code (DDP_EXIT_USAGE with a GPU).
+ * After the resume and rank 0's broadcast: the strategy of o over g's ranks for instance mi
+ * (red: the reducer, which ZeRO-1 shards; NULL by units), this rank's shards taken from the
+ * instance's state, whose own optimizer state is then freed. Under hybrid the node's and the
+ * cross-node comms are made first (collective; every node must run as many ranks, numbered
+ * node by node, else DDP_EXIT_USAGE naming them). step: the steps already taken; trace may
+ * be NULL. Returns the exit code (DDP_EXIT_USAGE with a GPU).
  */
-int sharded_setup(struct sharded *s, const struct train_opts *o, struct comm *comm, int world,
-                  int rank, int gpu, struct model_inst *mi, struct reducer *red, uint64_t step,
-                  struct trace *trace, struct ddp_err *err);
+int sharded_setup(struct sharded *s, const struct train_opts *o, struct ddp_group *g,
+                  struct model_inst *mi, struct reducer *red, uint64_t step, struct trace *trace,
+                  struct ddp_err *err);
 
 /* Collective, before a checkpoint: the whole optimizer state into s->ckpt_state (nparams
  * floats an array), and under full every unit whole. A no-op unsharded. */

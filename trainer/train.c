@@ -333,8 +333,10 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
         log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g sharding=%s "
                  "overlap=%d blas=%s",
                  g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
-                 o->sharding == TRAIN_SHARD_FULL ? "full" : "grad", o->overlap,
-                 openblas_get_corename());
+                 o->sharding == TRAIN_SHARD_FULL     ? "full"
+                 : o->sharding == TRAIN_SHARD_HYBRID ? "hybrid"
+                                                     : "grad",
+                 o->overlap, openblas_get_corename());
         return DDP_EXIT_OK;
     }
     int nt = mi->ops->tensor_count(mi);
@@ -401,7 +403,8 @@ static struct ckpt_id shard_id(const struct run *r)
 static int reads_shards(const struct run *r)
 {
     return r->ckpt_dir[0] &&
-           (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL);
+           (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL ||
+            r->o->sharding == TRAIN_SHARD_HYBRID);
 }
 
 static int resume_exit_code(int rc)
@@ -454,8 +457,7 @@ static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
     else if (!sr.found && mi->ops->sync_to_device(mi, err) != 0)
         code = DDP_EXIT_DEVICE;
     if (code == DDP_EXIT_OK)
-        code = sharded_setup(&r->sh, r->o, r->g->comm, r->g->world_size, r->g->rank, r->g->gpu, mi,
-                             r->red, r->step, r->trace, err);
+        code = sharded_setup(&r->sh, r->o, r->g, mi, r->red, r->step, r->trace, err);
     if (code == DDP_EXIT_OK && sr.found) {
         struct ckpt_meta m;
         rc = sharded_resume_shards(&r->sh, r->g, &sr, &sid, mi, &m, err);

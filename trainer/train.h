@@ -68,7 +68,8 @@ enum {
     TRAIN_SHARD_NONE = 0,
     TRAIN_SHARD_OPTIMIZER = 1,
     TRAIN_SHARD_GRAD = 2,
-    TRAIN_SHARD_FULL = 3
+    TRAIN_SHARD_FULL = 3,
+    TRAIN_SHARD_HYBRID = 4 /* full within a node, replicated across nodes */
 };
 
 /* Fills o with ddp-worker's defaults (the main job). */

@@ -585,7 +585,9 @@ static int setup_transport(struct comm *c, struct rdzv *r, struct ddp_err *err)
     struct cpu *cpu = c->impl;
     int W = c->world_size, ret = 0, nhosts = W;
     int *members = NULL;
-    uint64_t id = rdzv_next_id(r);
+    /* Sub-groups made by one creation on every rank share the store's id: the tag keeps their
+     * keys and segments apart. */
+    uint64_t id = rdzv_next_id(r) | (uint64_t)c->opts.group_tag << 32;
     cpu->rrank = c->rank;
     cpu->rworld = W;
     cpu->mode = MODE_TCP;
@@ -652,8 +654,11 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     pthread_cond_init(&cpu->cv_work, NULL);
     pthread_cond_init(&cpu->cv_done, NULL);
     c->impl = cpu;
-    if (c->world_size == 1)
+    if (c->world_size == 1) {
+        if (r)
+            (void)rdzv_next_id(r); /* the other sub-groups of this creation count one */
         return 0;
+    }
     if (c->world_size > 65535) {
         ret = err_set(err, DDP_EINVAL, "cpu backend: world size %d is over 65535", c->world_size);
         goto out;

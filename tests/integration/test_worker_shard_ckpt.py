@@ -17,6 +17,7 @@ shared folder: 2 nodes x 2 ranks, each node its own checkpoint dir.
   makes the checkpoint incomplete, and the run does not take it.
 - A preemption notice mid-epoch: every rank writes its shard at that step, exits 10, and the
   resume continues at the next step, bit-identical to a straight run.
+- hybrid: each node writes its copy's shards, none travels; resumed on 2 nodes and on 1.
 - One rank resumes 4 ranks' shards whole; the whole-state checkpoint it then writes is newer
   than the shards and wins over them.
 """
@@ -193,6 +194,33 @@ def preempted(c, work):
             read_floats(out) == read_floats(straight))
 
 
+def hybrid(c, work):
+    """hybrid: each node writes the shards of its own copy (2 of 2 ranks), and no copy
+    travels between nodes; resumed bit-identical on 2 nodes, and on the 1 node left."""
+    a, b = work + "/hyb-a", work + "/hyb-b"
+    straight = work + "/hyb-straight.bin"
+    run_ok(work, 4, gpt(work, "hybrid", 4) + ["--epochs", "2", "--dump-params", straight],
+           nodes=2, ckpt_dirs=[work + "/hyb-sa", work + "/hyb-sb"], tag="hyb-straight")
+    killed_after(c, work, 4, gpt(work, "hybrid", 4) + ["--epochs", "2"], 2, [a, b], 1,
+                 "hyb-first")
+    want = ["ckpt-000001-shard-%04d-of-0002.bin" % k for k in range(2)]
+    c.check("hybrid: each node holds its own 2 shards of 2 (%s, %s)" % (shards(a, 1),
+                                                                       shards(b, 1)),
+            shards(a, 1) == want and shards(b, 1) == want)
+    shutil.copytree(b, b + "-lost")
+    out = work + "/hyb-resumed.bin"
+    _, errs = run_ok(work, 4, gpt(work, "hybrid", 4) + ["--epochs", "2", "--dump-params", out],
+                     nodes=2, ckpt_dirs=[a, b], tag="hyb-resumed")
+    c.check("hybrid: resumed on 2 nodes == straight, bit for bit",
+            "from a sharded checkpoint of 2 ranks" in errs[0] and
+            read_floats(out) == read_floats(straight), errs[0][-400:])
+    _, errs = run_ok(work, 2, gpt(work, "hybrid", 8) + ["--epochs", "2"], nodes=1,
+                     ckpt_dirs=[b + "-lost"], tag="hyb-one-node")
+    c.check("hybrid: node a lost, node b alone resumes its copy",
+            "resuming after epoch 1 from a sharded checkpoint of 2 ranks" in errs[0],
+            errs[0][-400:])
+
+
 def main():
     c = Checks("worker_shard_ckpt")
     work = tempdir("ddp-shardckpt-")
@@ -206,6 +234,7 @@ def main():
         exact_reshard(c, work, "full")
         damaged(c, work, b)
         preempted(c, work)
+        hybrid(c, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     c.done()

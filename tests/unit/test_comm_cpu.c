@@ -59,7 +59,8 @@ struct ring_job {
     int64_t timeout_ms;
     rank_body body;
     void *ctx;
-    uint64_t *digest; /* per rank, written by bodies that compare results across ranks */
+    uint64_t *digest;      /* per rank, written by bodies that compare results across ranks */
+    struct rdzv *rdzv[64]; /* each rank's store while its body runs */
     int rc[64];
     char msg[64][DDP_ERR_MSG_MAX];
 };
@@ -89,6 +90,7 @@ static void *rank_thread_main(void *p)
             o.local_addr = job->local_addr;
         rc = comm_new("cpu", r, t->rank, job->world, &o, &c, &err);
     }
+    job->rdzv[t->rank] = r;
     if (rc == 0)
         rc = job->body(job, t->rank, c, &err);
     comm_free(c);
@@ -118,6 +120,56 @@ static void run_ring(struct ring_job *job)
         if (!(job->rc[0] == DDP_EEXIST && strstr(job->msg[0], "already in use")))
             return;
     }
+}
+
+static void expect_all_ok(const struct ring_job *job);
+
+/* Sub-groups (hybrid sharding's): 6 ranks as 2 "nodes" of 3; one comm per node (tag 1 +
+ * node) and one per local rank across the nodes (tag 1 + local), made by the same calls on
+ * every rank; each sums its own members only, and the world comm still works after. */
+static int subgroup_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
+{
+    int node = rank / 3, local = rank % 3, rc;
+    struct comm *nc = NULL, *xc = NULL;
+    struct comm_opts o;
+    comm_opts_default(&o);
+    o.force_tcp = 1;
+    o.timeout_ms = 20000;
+    o.group_tag = (uint32_t)(1 + node);
+    if ((rc = comm_new("cpu", job->rdzv[rank], local, 3, &o, &nc, err)) != 0)
+        return rc;
+    o.group_tag = (uint32_t)(1 + local);
+    if ((rc = comm_new("cpu", job->rdzv[rank], node, 2, &o, &xc, err)) != 0)
+        goto out;
+    float v[1000], x[1000], w[1000];
+    for (int i = 0; i < 1000; i++)
+        v[i] = x[i] = w[i] = (float)(rank + 1) + (float)i;
+    if ((rc = comm_allreduce(nc, v, 1000, COMM_F32, err)) != 0 ||
+        (rc = comm_allreduce(xc, x, 1000, COMM_F32, err)) != 0 ||
+        (rc = comm_allreduce(c, w, 1000, COMM_F32, err)) != 0)
+        goto out;
+    /* node: ranks 3n..3n+2; cross: ranks l and 3 + l; world: all six */
+    for (int i = 0; i < 1000 && rc == 0; i++) {
+        float want_n = (float)(3 * (3 * node + 2) + 3 * i), want_x = (float)(2 * local + 5 + 2 * i);
+        float want_w = (float)(21 + 6 * i);
+        if (v[i] != want_n || x[i] != want_x || w[i] != want_w)
+            rc = err_set(err, DDP_EINTERNAL,
+                         "rank %d element %d: node %g (want %g), cross %g "
+                         "(want %g), world %g (want %g)",
+                         rank, i, v[i], want_n, x[i], want_x, w[i], want_w);
+    }
+out:
+    comm_free(xc);
+    comm_free(nc);
+    return rc;
+}
+
+static void test_comm_cpu_subgroups(void **state)
+{
+    (void)state;
+    struct ring_job job = {.world = 6, .body = subgroup_body};
+    run_ring(&job);
+    expect_all_ok(&job);
 }
 
 static void expect_all_ok(const struct ring_job *job)
@@ -1205,6 +1257,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_DFL); /* MSG_NOSIGNAL must make this harmless */
     const struct CMUnitTest light[] = {
         cmocka_unit_test(test_comm_cpu_world_one),
+        cmocka_unit_test(test_comm_cpu_subgroups),
         cmocka_unit_test(test_comm_cpu_backend_selection),
         cmocka_unit_test(test_comm_cpu_allreduce_w1_to_4),
         cmocka_unit_test(test_comm_cpu_allreduce_w5_to_8),

@@ -41,6 +41,10 @@ struct comm_opts {
                              * rank sums all slots; TCP: recursive doubling); 0 = measured
                              * defaults (16 KiB shm, 64 KiB TCP), 1 = never */
     int device;             /* GPU ordinal for nccl (LOCAL_RANK); ignored by cpu */
+    uint32_t group_tag;     /* cpu: 0 for a comm of the store's whole world; for a comm of a
+                             * sub-group of it (ddp_sub_comm: hybrid sharding), a tag that
+                             * every member passes and no other sub-group of the same
+                             * creation does, so that their keys and shared memory differ */
 };
 
 /* Fills *opts with the defaults above. */

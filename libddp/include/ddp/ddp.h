@@ -56,6 +56,17 @@ void ddp_group_close(struct ddp_group *g);
 int ddp_allreduce_f64(struct ddp_group *g, double *buf, size_t count, struct ddp_err *err);
 /* Broadcast of bytes from root (no-op at world size 1). */
 int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct ddp_err *err);
+/*
+ * Collective over g: the comm of a sub-group of g's ranks (hybrid sharding's ranks of one
+ * node, or of one local rank across the nodes), on g's backend with g's timeout. Every rank
+ * of g calls it, in the same order as its other sub-group creations (they number their keys
+ * alike); the members of one sub-group pass the same tag (> 0), the sub-groups of one call
+ * distinct tags, and each member its own rank in [0, size). Caller frees *out with
+ * comm_free(). Errors: the comm's (DDP_ETIMEOUT when a member does not come).
+ */
+int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct comm **out,
+                 struct ddp_err *err);
+
 /* Broadcast of a buffer whose length only root knows: root's *len bytes at *buf (kept) onto
  * every rank, the length first. Elsewhere *buf is replaced by a new buffer of the bytes
  * (caller frees; the old one is freed; NULL when the length is 0) and *len set. A length past

@@ -64,7 +64,8 @@ int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ck
                            struct ddp_shard_resume *out, struct ddp_err *err);
 
 /*
- * Step 3 for an agreed r (found 1): this rank's shard at the group's world size into params
+ * Step 3 for an agreed r (found 1): this rank's shard as rank `rank` of `world` sharding
+ * ranks (the group's, or under hybrid sharding its node's) into params
  * (S floats, the shard layout of ckpt_shard.h) and state (id's state arrays x S floats), and
  * the checkpoint's meta into *meta. lens[0..nunits) is the run's unit layout, which may
  * group the parameters otherwise than the writer's (DDP_EINVAL when it holds another count,
@@ -76,8 +77,8 @@ int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ck
  */
 int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
                           const struct ckpt_id *id, const uint64_t *lens, uint32_t nunits,
-                          float *params, float *state, size_t S, struct ckpt_meta *meta,
-                          struct ddp_err *err);
+                          int world, int rank, float *params, float *state, size_t S,
+                          struct ckpt_meta *meta, struct ddp_err *err);
 
 void ddp_resume_shard_release(struct ddp_shard_resume *r);
 
