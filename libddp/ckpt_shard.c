@@ -86,8 +86,14 @@ int ckpt_shard_encode(const struct ckpt_meta *meta, uint32_t shard, const uint64
     int world = (int)meta->world_size;
     size_t vf = valid_floats(lens, nunits, world, (int)shard);
     size_t S = ckpt_shard_floats(lens, nunits, world);
-    if (vf == SIZE_MAX || S == 0 || vf > CKPT_MAX_BYTES / 4 / (size_t)(1 + k))
-        return err_set(err, DDP_EINVAL, "sharded checkpoint: shard too large");
+    /* Bounded by the whole model, as decode is: the same answer on every rank of a run, so
+     * no rank skips the save's collectives alone, and nothing is written that cannot be
+     * read back. */
+    if (vf == SIZE_MAX || S == 0 || meta->nparams > CKPT_MAX_BYTES / 8 ||
+        meta->nparams > CKPT_MAX_BYTES / 4 / (uint64_t)(1 + k))
+        return err_set(err, DDP_EINVAL,
+                       "sharded checkpoint: %llu parameters with %d state arrays is too large",
+                       (unsigned long long)meta->nparams, k);
     size_t hdr = hdr_len(slen, nunits);
     size_t arr = vf * 4;
     size_t total_len = hdr + (size_t)(1 + k) * arr + 4;
@@ -221,8 +227,8 @@ int ckpt_shard_matches_id(const struct ckpt_shard_view *v, const struct ckpt_id 
            v->meta.state_arrays == k;
 }
 
-/* Each unit's first parameter in definition order, and its first float in the shard
- * layout of rank `rank` of world (caller frees both). */
+/* Each unit's first parameter in definition order, its first float in the shard layout of
+ * rank `rank` of world, and its shard (caller frees the three). */
 static void layout_offsets(const uint64_t *lens, uint32_t nunits, int world, int rank, size_t **pos,
                            size_t **soff, struct shard **sh)
 {
@@ -240,9 +246,9 @@ static void layout_offsets(const uint64_t *lens, uint32_t nunits, int world, int
     }
 }
 
-void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
-                             uint32_t dst_nunits, int world, int rank, float *dst_params,
-                             float *dst_state, size_t S)
+size_t ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
+                               uint32_t dst_nunits, int world, int rank, float *dst_params,
+                               float *dst_state, size_t S)
 {
     uint64_t *src_lens = xmalloc((size_t)v->nunits * sizeof(uint64_t));
     for (uint32_t i = 0; i < v->nunits; i++)
@@ -258,7 +264,7 @@ void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *ds
     layout_offsets(dst_lens, dst_nunits, world, rank, &dpos, &dsoff, &dsh);
     /* Both layouts cover the parameters in order: walk them together. ssoff counts the
      * file's padded floats; the file holds the valid ones only, so foff counts those. */
-    size_t foff = 0;
+    size_t foff = 0, copied = 0;
     uint32_t j = 0;
     for (uint32_t i = 0; i < v->nunits; i++) {
         size_t s_lo = spos[i] + ssh[i].offset, s_hi = s_lo + ssh[i].valid;
@@ -269,6 +275,7 @@ void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *ds
             size_t lo = s_lo > d_lo ? s_lo : d_lo, hi = s_hi < d_hi ? s_hi : d_hi;
             if (lo >= hi)
                 continue;
+            copied += hi - lo;
             for (int a = 0; a <= v->meta.state_arrays; a++) {
                 float *d = a == 0 ? dst_params : dst_state + (size_t)(a - 1) * S;
                 memcpy(d + dsoff[k] + (lo - d_lo),
@@ -285,35 +292,43 @@ void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *ds
     free(dsoff);
     free(dsh);
     free(src_lens);
+    return copied;
 }
 
-char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t k, uint32_t world)
+char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world)
 {
-    return xasprintf("%s/ckpt-%06u-shard-%04u-of-%04u.bin", dir, epoch, k, world);
+    return xasprintf("%s/ckpt-%06u-pos-%u-shard-%04u-of-%04u.bin", dir, epoch, pos, k, world);
 }
 
-/* Parses "ckpt-NNNNNN-shard-KKKK-of-WWWW.bin"; 0 and the fields, or -1. */
-static int parse_name(const char *name, uint32_t *epoch, uint32_t *k, uint32_t *world)
+/* A file's name fields. */
+struct shard_name {
+    unsigned epoch, pos, k, world;
+};
+
+/* Parses "ckpt-<epoch>-pos-<pos>-shard-<k>-of-<W>.bin"; 0 and the fields, or -1. */
+static int parse_name(const char *name, struct shard_name *out)
 {
-    unsigned e, kk, w;
-    char canon[64];
+    struct shard_name f;
+    char canon[96];
     if (strncmp(name, "ckpt-", 5) != 0 ||
-        sscanf(name, "ckpt-%6u-shard-%4u-of-%4u.bin", &e, &kk, &w) != 3)
+        sscanf(name, "ckpt-%u-pos-%u-shard-%u-of-%u.bin", &f.epoch, &f.pos, &f.k, &f.world) != 4)
         return -1;
     /* Only the name this file writes: no sign, space or missing digit. */
-    snprintf(canon, sizeof(canon), "ckpt-%06u-shard-%04u-of-%04u.bin", e, kk, w);
+    snprintf(canon, sizeof(canon), "ckpt-%06u-pos-%u-shard-%04u-of-%04u.bin", f.epoch, f.pos, f.k,
+             f.world);
     if (strcmp(canon, name) != 0)
         return -1;
-    *epoch = e;
-    *k = kk;
-    *world = w;
+    *out = f;
     return 0;
 }
 
-static int cmp_u32_desc(const void *a, const void *b)
+/* Newest (epoch, pos) first. */
+static int cmp_key_desc(const void *a, const void *b)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? 1 : (x > y ? -1 : 0);
+    const struct shard_name *x = a, *y = b;
+    if (x->epoch != y->epoch)
+        return x->epoch < y->epoch ? 1 : -1;
+    return x->pos < y->pos ? 1 : (x->pos > y->pos ? -1 : 0);
 }
 
 /* The names of dir's shard files (caller frees each and the array). */
@@ -330,8 +345,8 @@ static int list_names(const char *dir, char ***out, size_t *n, struct ddp_err *e
     size_t cap = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        uint32_t e, k, w;
-        if (parse_name(de->d_name, &e, &k, &w) != 0)
+        struct shard_name f;
+        if (parse_name(de->d_name, &f) != 0)
             continue;
         XGROW(*out, *n + 1, cap, 8);
         (*out)[(*n)++] = xstrdup(de->d_name);
@@ -347,13 +362,13 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t k, uint32_t world, const uint8_t *buf,
-                    size_t len, struct ddp_err *err)
+int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world,
+                    const uint8_t *buf, size_t len, struct ddp_err *err)
 {
     int rc = fs_mkdir_p(dir, 0755, err);
     if (rc)
         return rc;
-    char *path = ckpt_shard_path(dir, epoch, k, world);
+    char *path = ckpt_shard_path(dir, epoch, pos, k, world);
     rc = fs_write_atomic(path, buf, len, 0644, err);
     free(path);
     if (rc)
@@ -363,31 +378,33 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t k, uint32_t world,
     rc = list_names(dir, &names, &n, err);
     if (rc)
         return rc;
-    /* The distinct epochs, newest first; files of the ones past CKPT_KEEP go. */
-    uint32_t *epochs = xmalloc((n ? n : 1) * sizeof(uint32_t));
-    size_t ne = 0;
+    /* The distinct (epoch, pos) checkpoints, newest first; files of the ones past CKPT_KEEP
+     * go. Only older ones than the one written: a stale newer file never removes it. */
+    struct shard_name *keys = xmalloc((n ? n : 1) * sizeof(*keys));
+    size_t nk = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t e, kk, w;
-        (void)parse_name(names[i], &e, &kk, &w);
+        struct shard_name f;
+        (void)parse_name(names[i], &f);
         int seen = 0;
-        for (size_t j = 0; j < ne && !seen; j++)
-            seen = epochs[j] == e;
+        for (size_t j = 0; j < nk && !seen; j++)
+            seen = keys[j].epoch == f.epoch && keys[j].pos == f.pos;
         if (!seen)
-            epochs[ne++] = e;
+            keys[nk++] = f;
     }
-    if (ne > 1)
-        qsort(epochs, ne, sizeof(uint32_t), cmp_u32_desc);
-    for (size_t i = 0; ne > CKPT_KEEP && i < n; i++) {
-        uint32_t e, kk, w;
-        (void)parse_name(names[i], &e, &kk, &w);
-        if (e >= epochs[CKPT_KEEP - 1])
-            continue;
+    if (nk > 1)
+        qsort(keys, nk, sizeof(*keys), cmp_key_desc);
+    struct shard_name mine = {.epoch = epoch, .pos = pos};
+    for (size_t i = 0; nk > CKPT_KEEP && i < n; i++) {
+        struct shard_name f;
+        (void)parse_name(names[i], &f);
+        if (cmp_key_desc(&f, &keys[CKPT_KEEP - 1]) <= 0 || cmp_key_desc(&f, &mine) <= 0)
+            continue; /* among the newest kept, or not older than the one written */
         char *old = xasprintf("%s/%s", dir, names[i]);
         if (unlink(old) != 0 && errno != ENOENT)
             log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
         free(old);
     }
-    free(epochs);
+    free(keys);
     free_names(names, n);
     return 0;
 }
@@ -422,8 +439,8 @@ int ckpt_shard_list(const char *dir, const struct ckpt_id *id, struct ckpt_shard
                  (size_t)(1 + k) * 4 * (size_t)id->nparams + 4;
     size_t cap = 0;
     for (size_t i = 0; i < nn; i++) {
-        uint32_t e, kk, w;
-        (void)parse_name(names[i], &e, &kk, &w);
+        struct shard_name f;
+        (void)parse_name(names[i], &f);
         char *path = xasprintf("%s/%s", dir, names[i]);
         char *data = NULL;
         size_t dlen = 0;
@@ -438,13 +455,14 @@ int ckpt_shard_list(const char *dir, const struct ckpt_id *id, struct ckpt_shard
                      "(%llu parameters)",
                      path, v.meta.model, (unsigned long long)v.meta.nparams, id->spec,
                      (unsigned long long)id->nparams);
-        } else if (v.meta.epoch != e || v.shard != kk || v.meta.world_size != w) {
-            log_warn("skipping checkpoint %s: it holds epoch %u, shard %u of %u", path,
-                     v.meta.epoch, v.shard, v.meta.world_size);
+        } else if (v.meta.epoch != f.epoch || v.meta.epoch_pos != f.pos || v.shard != f.k ||
+                   v.meta.world_size != f.world) {
+            log_warn("skipping checkpoint %s: it holds epoch %u position %u, shard %u of %u", path,
+                     v.meta.epoch, v.meta.epoch_pos, v.shard, v.meta.world_size);
         } else {
             XGROW(*out, *n + 1, cap, 8);
             (*out)[(*n)++] = (struct ckpt_shard_file){
-                .epoch = e, .epoch_pos = v.meta.epoch_pos, .world = w, .shard = kk, .path = path};
+                .epoch = f.epoch, .epoch_pos = f.pos, .world = f.world, .shard = f.k, .path = path};
             path = NULL;
         }
         free(data);

@@ -135,6 +135,9 @@ int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct c
 {
     if (tag == 0)
         return err_set(err, DDP_EINVAL, "a sub-group needs a tag > 0");
+    if (g->comm && strcmp(comm_backend_name(g->comm), "cpu") != 0)
+        return err_set(err, DDP_EINVAL, "sub-groups are built on the cpu backend only, not %s",
+                       comm_backend_name(g->comm));
     struct comm_opts co;
     comm_opts_default(&co);
     co.timeout_ms = g->timeout_ms;

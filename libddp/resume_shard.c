@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "ddp/ddp.h"
+#include "ddp/shard.h"
 
 #define CAND_PER_RANK (2 * CKPT_KEEP)
 
@@ -29,11 +30,13 @@ static size_t max_file(const struct ckpt_id *id)
            (size_t)(1 + k) * 4 * (size_t)id->nparams + 4;
 }
 
-int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch,
+int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err)
 {
-    int W = g->world_size;
-    int first = ckpt_shard_save(dir, epoch, (uint32_t)g->rank, (uint32_t)W, buf, len, err);
+    int W = g->world_size, has_dir = dir && dir[0];
+    int first =
+        has_dir ? ckpt_shard_save(dir, epoch, pos, (uint32_t)g->rank, (uint32_t)W, buf, len, err)
+                : 0;
     struct ddp_err ce;
     double *node = xcalloc((size_t)W, sizeof(double));
     node[g->rank] = (double)g->env.group_rank;
@@ -48,9 +51,10 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         uint8_t *b = g->rank == k ? (uint8_t *)buf : NULL;
         size_t l = g->rank == k ? len : 0;
         rc = ddp_broadcast_bytes(g, k, SIZE_MAX, &b, &l, &ce);
-        if (rc == 0 && g->rank == buddy) {
+        if (rc == 0 && g->rank == buddy && has_dir) {
             struct ddp_err se;
-            if (ckpt_shard_save(dir, epoch, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 && !first) {
+            if (ckpt_shard_save(dir, epoch, pos, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 &&
+                !first) {
                 first = se.code;
                 *err = se;
             }
@@ -207,6 +211,24 @@ static int check_file(const struct ddp_shard_resume *r, const struct ckpt_shard_
     return 0;
 }
 
+/* Shard k is of the checkpoint shard 0 is of: the same step, seed, RNG and units (files
+ * of two runs that differ only in their units could meet under one name). */
+static int same_checkpoint(const struct ckpt_meta *m0, const uint64_t *layout, uint32_t nlayout,
+                           const struct ckpt_shard_view *v, int k, struct ddp_err *err)
+{
+    int same = v->meta.step == m0->step && v->meta.seed == m0->seed &&
+               memcmp(&v->meta.rng, &m0->rng, sizeof(m0->rng)) == 0 && v->nunits == nlayout;
+    for (uint32_t i = 0; same && i < nlayout; i++)
+        same = ckpt_shard_unit_len(v, i) == layout[i];
+    if (!same)
+        return err_set(err, DDP_EINVAL,
+                       "shard %d of the checkpoint of epoch %u is not of shard 0's run (step %llu "
+                       "against %llu, %u units against %u)",
+                       k, v->meta.epoch, (unsigned long long)v->meta.step,
+                       (unsigned long long)m0->step, v->nunits, nlayout);
+    return 0;
+}
+
 int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
                           const struct ckpt_id *id, const uint64_t *lens, uint32_t nunits,
                           int world, int rank, float *params, float *state, size_t S,
@@ -220,8 +242,11 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
     if (lens && ckpt_shard_floats(lens, nunits, world) != S)
         return err_set(err, DDP_EINVAL, "a shard of %u units at %d ranks is not %zu floats", nunits,
                        world, S);
-    size_t max = max_file(id);
-    for (int k = 0; k < (int)r->world; k++) {
+    size_t max = max_file(id), copied = 0;
+    uint64_t *layout = NULL; /* shard 0's units: every other shard must have them */
+    uint32_t nlayout = 0;
+    int rc = 0;
+    for (int k = 0; k < (int)r->world && rc == 0; k++) {
         int root = r->holder[k];
         uint8_t *buf = NULL;
         size_t len = 0;
@@ -235,34 +260,51 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
             }
             buf = (uint8_t *)data;
         }
-        int rc = ddp_broadcast_bytes(g, root, max, &buf, &len, err);
-        if (rc) {
-            free(buf);
-            return rc;
-        }
-        if (len == 0)
-            return err_set(err, DDP_EIO,
-                           "shard %d of the checkpoint of epoch %u could not be "
-                           "read again by rank %d",
-                           k, r->epoch, root);
+        rc = ddp_broadcast_bytes(g, root, max, &buf, &len, err);
+        if (rc == 0 && len == 0)
+            rc = err_set(err, DDP_EIO,
+                         "shard %d of the checkpoint of epoch %u could not be read again by "
+                         "rank %d",
+                         k, r->epoch, root);
         struct ckpt_shard_view v;
         char what[64];
         snprintf(what, sizeof(what), "shard %d from rank %d", k, root);
-        rc = ckpt_shard_decode(buf, len, what, &v, err);
+        if (rc == 0)
+            rc = ckpt_shard_decode(buf, len, what, &v, err);
         if (rc == 0)
             rc = check_file(r, &v, k, id, lens, nunits, err);
         if (rc == 0 && !lens && v.meta.nparams != S)
             rc = err_set(err, DDP_EINVAL, "the checkpoint holds %llu parameters, not %zu",
                          (unsigned long long)v.meta.nparams, S);
-        if (rc) {
-            free(buf);
-            return rc;
-        }
-        ckpt_shard_copy_overlap(&v, lens, nunits, world, rank, params, state, S);
-        if (k == 0)
+        if (rc == 0 && k == 0) {
             *meta = v.meta;
+            layout = xmalloc((size_t)v.nunits * sizeof(uint64_t));
+            nlayout = v.nunits;
+            for (uint32_t i = 0; i < v.nunits; i++)
+                layout[i] = ckpt_shard_unit_len(&v, i);
+        } else if (rc == 0) {
+            rc = same_checkpoint(meta, layout, nlayout, &v, k, err);
+        }
+        if (rc == 0)
+            copied += ckpt_shard_copy_overlap(&v, lens, nunits, world, rank, params, state, S);
         free(buf);
     }
+    free(layout);
+    if (rc)
+        return rc;
+    /* Every parameter of this rank's new shard came from some file. */
+    size_t want = lens ? 0 : (size_t)meta->nparams;
+    for (uint32_t i = 0; lens && i < nunits; i++) {
+        struct shard sh;
+        struct ddp_err e;
+        if (shard_of((size_t)lens[i], world, rank, &sh, &e) == 0)
+            want += sh.valid;
+    }
+    if (copied != want)
+        return err_set(err, DDP_EINVAL,
+                       "the sharded checkpoint of epoch %u gives this rank %zu of its %zu "
+                       "parameters",
+                       r->epoch, copied, want);
     log_info("resuming after epoch %u from a sharded checkpoint of %u ranks (step %llu, "
              "epoch_pos %u)%s",
              meta->epoch, r->world, (unsigned long long)meta->step, meta->epoch_pos,

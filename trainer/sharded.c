@@ -178,11 +178,11 @@ int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
     free(p);
     free(lens);
     /* hybrid: every node writes every shard of its copy, so no other copy is sent */
-    if (rc == 0 && s->cross)
-        rc = ckpt_shard_save(dir, meta->epoch, (uint32_t)s->unit_rank, (uint32_t)s->unit_world, buf,
-                             len, err);
-    else if (rc == 0)
-        rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, buf, len, err);
+    if (rc == 0 && s->cross && dir && dir[0])
+        rc = ckpt_shard_save(dir, meta->epoch, meta->epoch_pos, (uint32_t)s->unit_rank,
+                             (uint32_t)s->unit_world, buf, len, err);
+    else if (rc == 0 && !s->cross)
+        rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, meta->epoch_pos, buf, len, err);
     free(buf);
     return rc;
 }

@@ -25,11 +25,12 @@
  *      multiplies by 1/W as it reads them), SGD step,
  *      touch the heartbeat file; at the end all-reduce loss sum, sample count and correct
  *      test predictions (each rank scores a slice of the test set), rank 0 prints and
- *      reports, every LOCAL_RANK 0 saves a checkpoint.
+ *      reports, the checkpoint is saved (save_checkpoint: every LOCAL_RANK 0 a whole one,
+ *      or under grad|full|hybrid every rank its shard).
  *
  * Preemption notice (ddp/notice.h): after each step the ranks all-reduce one flag; when any
- * rank got the notice, all of them stop after that step, every LOCAL_RANK 0 saves a
- * checkpoint holding the position within the epoch, and each exits DDP_EXIT_PREEMPTED. A
+ * rank got the notice, all of them stop after that step, save a checkpoint (as at an
+ * epoch's end) holding the position within the epoch, and each exits DDP_EXIT_PREEMPTED. A
  * resume continues at the next step of that epoch (at the same world size: bit for bit as
  * if never stopped; at another, at the same sample position rounded down to a multiple of
  * the new world size).
@@ -402,9 +403,9 @@ static struct ckpt_id shard_id(const struct run *r)
  * job that shrank to one rank resumes its shards whole). */
 static int reads_shards(const struct run *r)
 {
-    return r->ckpt_dir[0] &&
-           (r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL ||
-            r->o->sharding == TRAIN_SHARD_HYBRID);
+    /* not this rank's folder: every rank must run the same collectives */
+    return r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL ||
+           r->o->sharding == TRAIN_SHARD_HYBRID;
 }
 
 static int resume_exit_code(int rc)
@@ -558,8 +559,7 @@ static int evaluate_and_report(struct run *r, const struct report_at *at, struct
 static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err);
 
 /* After a step (epoch: epochs completed, pos: samples of the next one trained, global): the
- * ranks agree whether any got a preemption notice; if so every LOCAL_RANK 0 saves this
- * step's checkpoint and the answer is DDP_EXIT_PREEMPTED (else DDP_EXIT_OK). */
+ * ranks agree whether any got a preemption notice; if so this step's checkpoint is saved and the answer is DDP_EXIT_PREEMPTED (else DDP_EXIT_OK). */
 static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
 {
     int any = 0;
@@ -802,9 +802,15 @@ static int save_whole(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_er
  * LOCAL_RANK 0 writes it. Returns an exit code. */
 static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
 {
-    if (!r->ckpt_dir[0])
-        return DDP_EXIT_OK;
     if (r->sh.fsdp) {
+        /* Collective whether or not this rank has a folder: the ranks agree first whether
+         * any has one (a rank without writes nothing but joins the copies). */
+        double any = r->ckpt_dir[0] ? 1.0 : 0.0;
+        int arc = ddp_allreduce_f64(r->g, &any, 1, err);
+        if (arc)
+            return ddp_exit_code_for(arc);
+        if (any == 0.0)
+            return DDP_EXIT_OK;
         struct ckpt_meta meta;
         fill_meta(r, epoch, pos, &meta);
         snprintf(meta.model, sizeof(meta.model), "%s", shard_id(r).spec);
@@ -814,6 +820,8 @@ static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct d
                        : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
                                                                 : DDP_EXIT_CHECKPOINT);
     }
+    if (!r->ckpt_dir[0])
+        return DDP_EXIT_OK;
     int rc = sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
     if (rc)
         return ddp_exit_code_for(rc);
@@ -822,8 +830,7 @@ static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct d
     return failed ? DDP_EXIT_CHECKPOINT : DDP_EXIT_OK;
 }
 
-/* Step 4: the epochs from the resumed one on; every LOCAL_RANK 0 saves a checkpoint after
- * each. */
+/* Step 4: the epochs from the resumed one on, with a checkpoint after each. */
 static int train_epochs(struct run *r, struct ddp_err *err)
 {
     const struct train_opts *o = r->o;

@@ -42,8 +42,9 @@ def val_loss(out):
     return float(last.split("| val loss ")[1].split()[0])
 
 
-def shards(d, epoch):
-    return sorted(os.path.basename(p) for p in glob.glob("%s/ckpt-%06d-shard-*" % (d, epoch)))
+def shards(d, epoch, pos=0):
+    return sorted(os.path.basename(p)
+                  for p in glob.glob("%s/ckpt-%06d-pos-%d-shard-*" % (d, epoch, pos)))
 
 
 def killed_after(c, work, world, args, nodes, dirs, epoch, tag):
@@ -62,7 +63,7 @@ def elastic(c, work, mode):
     val_straight = val_loss(outs[0])
     killed_after(c, work, 4, gpt(work, mode, 4) + ["--epochs", "3"], 2, [a, b], 1,
                  mode + "-first")
-    want = ["ckpt-000001-shard-%04d-of-0004.bin" % k for k in range(4)]
+    want = ["ckpt-000001-pos-0-shard-%04d-of-0004.bin" % k for k in range(4)]
     c.check("%s: each node holds all 4 shards of epoch 1, its own and copies (%s)"
             % (mode, shards(a, 1)), shards(a, 1) == want and shards(b, 1) == want)
     c.check("%s: no whole-state checkpoint was written" % mode,
@@ -85,7 +86,7 @@ def elastic(c, work, mode):
     shutil.rmtree(a)
     killed_after(c, work, 2, gpt(work, mode, 8) + ["--epochs", "3"], 1, [b], 2, mode + "-two")
     c.check("%s: node B's 2 ranks wrote epoch 2 in 2 shards (%s)" % (mode, shards(b, 2)),
-            shards(b, 2) == ["ckpt-000002-shard-%04d-of-0002.bin" % k for k in range(2)])
+            shards(b, 2) == ["ckpt-000002-pos-0-shard-%04d-of-0002.bin" % k for k in range(2)])
     # node A returns with its stale dir (epoch 1 only): the job grows back to 4 ranks
     grown = work + "/%s-grown.bin" % mode
     outs, errs = run_ok(work, 4, gpt(work, mode, 4) + ["--epochs", "3", "--dump-params", grown],
@@ -138,7 +139,7 @@ def damaged(c, work, b):
         shutil.copytree(b, d)
         for p in glob.glob(d + "/ckpt-000003-*"):
             os.remove(p)
-    p = n1 + "/ckpt-000002-shard-0000-of-0002.bin"
+    p = n1 + "/ckpt-000002-pos-0-shard-0000-of-0002.bin"
     data = bytearray(open(p, "rb").read())
     data[len(data) // 2] ^= 0xFF
     open(p, "wb").write(bytes(data))
@@ -149,7 +150,7 @@ def damaged(c, work, b):
             "resuming after epoch 2 from a sharded checkpoint of 2 ranks" in errs[0],
             errs[0][-600:])
     for d in (n1, n2):
-        os.remove(d + "/ckpt-000002-shard-0001-of-0002.bin")
+        os.remove(d + "/ckpt-000002-pos-0-shard-0001-of-0002.bin")
     _, errs = run_ok(work, 2, gpt(work, "full", 8) + ["--epochs", "1"], nodes=2,
                      ckpt_dirs=[n1, n2], tag="lost")
     c.check("a shard lost on every node: the checkpoint is incomplete, the run starts over",
@@ -181,9 +182,11 @@ def preempted(c, work):
                nodes=2, ckpt_dirs=d, tag="pre") as rk:
         codes = rk.wait(120)
     c.check("preempted at step 30: every rank exits 10 (%s)" % codes, codes == [10] * 4)
-    c.check("each node holds the 4 shards of the stop (%s)" % shards(d[1], 1),
-            shards(d[0], 1) == shards(d[1], 1) == ["ckpt-000001-shard-%04d-of-0004.bin" % k
-                                                   for k in range(4)])
+    c.check("each node holds the 4 shards of the stop beside epoch 1's end (%s)"
+            % shards(d[1], 1, 96),
+            shards(d[0], 1, 96) == shards(d[1], 1, 96) ==
+            ["ckpt-000001-pos-96-shard-%04d-of-0004.bin" % k for k in range(4)] and
+            len(shards(d[0], 1)) == 4)
     out = work + "/pre-resumed.bin"
     _, errs = run_ok(work, 4, gpt(work, "full", 4) + ["--epochs", "2", "--dump-params", out],
                      nodes=2, ckpt_dirs=d, tag="pre-resumed")
@@ -203,7 +206,7 @@ def hybrid(c, work):
            nodes=2, ckpt_dirs=[work + "/hyb-sa", work + "/hyb-sb"], tag="hyb-straight")
     killed_after(c, work, 4, gpt(work, "hybrid", 4) + ["--epochs", "2"], 2, [a, b], 1,
                  "hyb-first")
-    want = ["ckpt-000001-shard-%04d-of-0002.bin" % k for k in range(2)]
+    want = ["ckpt-000001-pos-0-shard-%04d-of-0002.bin" % k for k in range(2)]
     c.check("hybrid: each node holds its own 2 shards of 2 (%s, %s)" % (shards(a, 1),
                                                                        shards(b, 1)),
             shards(a, 1) == want and shards(b, 1) == want)

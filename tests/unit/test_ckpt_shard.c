@@ -30,12 +30,13 @@ static const uint64_t lens[] = {10, 5, 1, 7};
 #define SENTINEL -7.0f
 
 static char tmpdir[256];
+static uint32_t meta_pos = 96; /* the epoch_pos make_meta writes */
 
 static void make_meta(struct ckpt_meta *m, uint32_t epoch, uint32_t world)
 {
     memset(m, 0, sizeof(*m));
     m->epoch = epoch;
-    m->epoch_pos = 96;
+    m->epoch_pos = meta_pos;
     m->step = 500 + epoch;
     m->seed = 42;
     rng_seed(&m->rng, 7);
@@ -240,13 +241,14 @@ static void save(const char *dir, uint32_t epoch, int world, int k)
     size_t len;
     encode_shard(epoch, world, k, &buf, &len);
     struct ddp_err err;
-    assert_int_equal(ckpt_shard_save(dir, epoch, (uint32_t)k, (uint32_t)world, buf, len, &err), 0);
+    assert_int_equal(
+        ckpt_shard_save(dir, epoch, meta_pos, (uint32_t)k, (uint32_t)world, buf, len, &err), 0);
     free(buf);
 }
 
 static int exists(const char *dir, uint32_t epoch, int k, int world)
 {
-    char *path = ckpt_shard_path(dir, epoch, (uint32_t)k, (uint32_t)world);
+    char *path = ckpt_shard_path(dir, epoch, meta_pos, (uint32_t)k, (uint32_t)world);
     struct stat st;
     int ok = stat(path, &st) == 0;
     free(path);
@@ -277,6 +279,21 @@ static void test_keeps_newest_two_epochs(void **state)
     assert_int_equal(stat(whole_path, &st), 0);
     assert_false(exists(dir, 2, 0, 2));
     free(whole_path);
+    /* a mid-epoch checkpoint sits beside its epoch's end instead of over it, and a stale
+     * newer file never makes a save remove the file it wrote */
+    snprintf(dir, sizeof(dir), "%s/keep/pos", tmpdir);
+    meta_pos = 0;
+    save(dir, 3, 2, 0);
+    meta_pos = 96;
+    save(dir, 3, 2, 0);
+    assert_true(exists(dir, 3, 0, 2));
+    meta_pos = 0;
+    assert_true(exists(dir, 3, 0, 2));
+    save(dir, 9, 2, 0); /* stale, newer */
+    save(dir, 2, 2, 0); /* older than the two kept: still kept, being the one written */
+    assert_true(exists(dir, 2, 0, 2));
+    assert_true(exists(dir, 9, 0, 2));
+    meta_pos = 96;
 }
 
 static void test_list_skips_bad_files(void **state)
@@ -289,7 +306,7 @@ static void test_list_skips_bad_files(void **state)
     save(dir, 4, 3, 2);
     struct ddp_err err;
     /* corrupt: a flipped byte */
-    char *p = ckpt_shard_path(dir, 5, 1, 2);
+    char *p = ckpt_shard_path(dir, 5, 96, 1, 2);
     char *data;
     size_t len;
     assert_int_equal(fs_read_all(p, 1 << 20, &data, &len, &err), 0);
@@ -298,19 +315,19 @@ static void test_list_skips_bad_files(void **state)
     free(data);
     free(p);
     /* misnamed: shard 0's bytes under shard 1 of epoch 4's name */
-    p = ckpt_shard_path(dir, 5, 0, 2);
+    p = ckpt_shard_path(dir, 5, 96, 0, 2);
     assert_int_equal(fs_read_all(p, 1 << 20, &data, &len, &err), 0);
     free(p);
-    p = ckpt_shard_path(dir, 4, 1, 3);
+    p = ckpt_shard_path(dir, 4, 96, 1, 3);
     assert_int_equal(fs_write_atomic(p, data, len, 0644, &err), 0);
     free(data);
     free(p);
     /* not regular: a symbolic link to a valid file; not canonical names */
-    char *target = ckpt_shard_path(dir, 5, 0, 2);
-    char *link = ckpt_shard_path(dir, 6, 0, 2);
+    char *target = ckpt_shard_path(dir, 5, 96, 0, 2);
+    char *link = ckpt_shard_path(dir, 6, 96, 0, 2);
     assert_int_equal(symlink(target, link), 0);
     char odd[600];
-    snprintf(odd, sizeof(odd), "%s/ckpt-+00007-shard-0000-of-0002.bin", dir);
+    snprintf(odd, sizeof(odd), "%s/ckpt-+00007-pos-96-shard-0000-of-0002.bin", dir);
     assert_int_equal(symlink(target, odd), 0);
     free(target);
     free(link);

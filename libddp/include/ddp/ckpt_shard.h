@@ -35,9 +35,10 @@
  *   ...                    then the same for each state array
  *   end - 4     4          crc32 (zlib) of every byte before it
  * A file is valid only when every field is in range, the sizes agree with its length and
- * the crc matches. Files are named ckpt-<epoch, 6 digits>-shard-<k, 4>-of-<W, 4>.bin beside
- * the whole-state checkpoints (whose names they never match); a folder keeps the files of
- * its newest CKPT_KEEP epochs.
+ * the crc matches. Files are named ckpt-<epoch, 6 digits>-pos-<epoch_pos>-shard-<k, 4>-of-<W,
+ * 4>.bin beside the whole-state checkpoints (whose names they never match): a mid-epoch
+ * checkpoint never overwrites its epoch's end, so a save cut short leaves the older
+ * checkpoint whole. A folder keeps the files of its newest CKPT_KEEP (epoch, epoch_pos).
  */
 #ifndef DDP_CKPT_SHARD_H
 #define DDP_CKPT_SHARD_H
@@ -91,22 +92,23 @@ int ckpt_shard_matches_id(const struct ckpt_shard_view *v, const struct ckpt_id 
  * slice, into dst_params (the rank's shard layout of dst's units) and dst_state
  * (state_arrays arrays of its S floats). Floats outside the overlaps are untouched: copying
  * every shard of one checkpoint fills a rank's shard. dst_lens must sum to the file's
- * nparams.
+ * nparams. Returns the parameters copied (each state array got as many).
  */
-void ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
-                             uint32_t dst_nunits, int world, int rank, float *dst_params,
-                             float *dst_state, size_t S);
+size_t ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *dst_lens,
+                               uint32_t dst_nunits, int world, int rank, float *dst_params,
+                               float *dst_state, size_t S);
 
 /* The shard layout's length S of these units at world ranks (0 on overflow). */
 size_t ckpt_shard_floats(const uint64_t *lens, uint32_t nunits, int world);
 
-/* The path of shard k of world in dir at epoch (caller frees). */
-char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t k, uint32_t world);
+/* The path of shard k of world in dir at (epoch, pos) (caller frees). */
+char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world);
 
 /* Writes buf as that file in dir (created if missing) atomically, then removes the shard
- * files of all but the newest CKPT_KEEP epochs. DDP_EIO names the file. */
-int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t k, uint32_t world, const uint8_t *buf,
-                    size_t len, struct ddp_err *err);
+ * files older than both the newest CKPT_KEEP (epoch, pos) and the one written. DDP_EIO names
+ * the file. */
+int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world,
+                    const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /* One valid shard file of a folder. */
 struct ckpt_shard_file {

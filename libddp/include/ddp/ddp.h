@@ -58,7 +58,8 @@ int ddp_allreduce_f64(struct ddp_group *g, double *buf, size_t count, struct ddp
 int ddp_broadcast(struct ddp_group *g, void *buf, size_t bytes, int root, struct ddp_err *err);
 /*
  * Collective over g: the comm of a sub-group of g's ranks (hybrid sharding's ranks of one
- * node, or of one local rank across the nodes), on g's backend with g's timeout. Every rank
+ * node, or of one local rank across the nodes), on the cpu backend (DDP_EINVAL for a group
+ * on nccl) with g's timeout. Every rank
  * of g calls it, in the same order as its other sub-group creations (they number their keys
  * alike); the members of one sub-group pass the same tag (> 0), the sub-groups of one call
  * distinct tags, and each member its own rank in [0, size). Caller frees *out with

@@ -40,11 +40,12 @@ struct ddp_group; /* ddp/ddp.h */
 
 /*
  * Saves this rank's shard buf (a ckpt_shard_encode of shard g->rank of g->world_size at
- * epoch) in dir and replicates every rank's on another node, as above. Collective.
+ * (epoch, pos)) in dir and replicates every rank's on another node, as above. Collective:
+ * every rank calls it, one without a folder (dir NULL or "") too, which then writes nothing.
  * Returns the first error of this rank: DDP_EIO naming a file it could not write (the
  * collectives still run to their end), or the collectives' (DDP_EPEER, DDP_ETIMEOUT).
  */
-int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch,
+int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /* The sharded checkpoint the group agreed on. */
