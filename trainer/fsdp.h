@@ -31,9 +31,11 @@
  *     BACKWARD_PRE): at most two units are whole at once, besides unit 0.
  *   - unit 0 (the first: a GPT's embeddings, which its tied head reads again at the end of
  *     the forward and first thing in the backward) stays whole from its forward until its
- *     backward ends, as FSDP keeps its root unit; its gradients likewise.
- * So `full` holds 4 (P + P + K P) / W bytes of state plus the units in flight, against
- * 4 (P + P + K P) for `none`.
+ *     backward ends, as FSDP keeps its root unit; its gradients likewise. With
+ *     opts.min_unit, unit 0 is the first group of layers: it may span several, all of them
+ *     whole through the step (a smaller first group, or none, keeps that bound low).
+ * So `full` holds 4 (P + P + K P) / W bytes of state plus the units in flight (unit 0 and
+ * two others: larger with larger units), against 4 (P + P + K P) for `none`.
  *
  * Hybrid. With opts.cross, comm holds the ranks of one node only: the units are sharded,
  * gathered and reduce-scattered among them, as FULL_SHARD within a node; before the step each
