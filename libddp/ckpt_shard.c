@@ -29,8 +29,7 @@ static size_t hdr_len(size_t slen, uint32_t nunits)
     return SHARD_FIXED_HDR + (slen + 3) / 4 * 4 + 8 * (size_t)nunits;
 }
 
-/* Floats of shard k of world over the units (valid ones only); SIZE_MAX on overflow. */
-static size_t valid_floats(const uint64_t *lens, uint32_t nunits, int world, int k)
+size_t ckpt_shard_valid_floats(const uint64_t *lens, uint32_t nunits, int world, int k)
 {
     size_t sum = 0;
     for (uint32_t i = 0; i < nunits; i++) {
@@ -84,7 +83,7 @@ int ckpt_shard_encode(const struct ckpt_meta *meta, uint32_t shard, const uint64
                        "sharded checkpoint: the units hold %llu parameters, not %llu",
                        (unsigned long long)total, (unsigned long long)meta->nparams);
     int world = (int)meta->world_size;
-    size_t vf = valid_floats(lens, nunits, world, (int)shard);
+    size_t vf = ckpt_shard_valid_floats(lens, nunits, world, (int)shard);
     size_t S = ckpt_shard_floats(lens, nunits, world);
     /* Bounded by the whole model, as decode is: the same answer on every rank of a run, so
      * no rank skips the save's collectives alone, and nothing is written that cannot be
@@ -187,7 +186,7 @@ int ckpt_shard_decode(const uint8_t *buf, size_t len, const char *what, struct c
         }
         total += lens[i];
     }
-    size_t vf = valid_floats(lens, nunits, (int)world, (int)shard);
+    size_t vf = ckpt_shard_valid_floats(lens, nunits, (int)world, (int)shard);
     free(lens);
     if (total != nparams)
         return err_set(err, DDP_EINVAL,

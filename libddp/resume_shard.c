@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "common/xalloc.h"
 #include "ddp/ddp.h"
-#include "ddp/shard.h"
 
 #define CAND_PER_RANK (2 * CKPT_KEEP)
 
@@ -293,13 +292,7 @@ int ddp_resume_shard_load(struct ddp_group *g, const struct ddp_shard_resume *r,
     if (rc)
         return rc;
     /* Every parameter of this rank's new shard came from some file. */
-    size_t want = lens ? 0 : (size_t)meta->nparams;
-    for (uint32_t i = 0; lens && i < nunits; i++) {
-        struct shard sh;
-        struct ddp_err e;
-        if (shard_of((size_t)lens[i], world, rank, &sh, &e) == 0)
-            want += sh.valid;
-    }
+    size_t want = lens ? ckpt_shard_valid_floats(lens, nunits, world, rank) : (size_t)meta->nparams;
     if (copied != want)
         return err_set(err, DDP_EINVAL,
                        "the sharded checkpoint of epoch %u gives this rank %zu of its %zu "

@@ -25,7 +25,7 @@
  *      multiplies by 1/W as it reads them), SGD step,
  *      touch the heartbeat file; at the end all-reduce loss sum, sample count and correct
  *      test predictions (each rank scores a slice of the test set), rank 0 prints and
- *      reports, the checkpoint is saved (save_checkpoint: every LOCAL_RANK 0 a whole one,
+ *      reports, the checkpoint is saved (run_save_checkpoint: every LOCAL_RANK 0 a whole one,
  *      or under grad|full|hybrid every rank its shard).
  *
  * Preemption notice (ddp/notice.h): after each step the ranks all-reduce one flag; when any
@@ -66,12 +66,12 @@
 #include "trainer/model_ops.h"
 #include "ddp/notice.h"
 #include "ddp/reducer.h"
-#include "ddp/resume.h"
 #include "ddp/rng.h"
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 #include "trainer/text.h"
 #include "trainer/report.h"
+#include "trainer/run.h"
 #include "trainer/sharded.h"
 
 #define TRAIN_EVAL_BATCH   1000
@@ -90,12 +90,6 @@ static int schedule_of(const struct train_opts *o)
         return o->lr_schedule;
     return o->is_gpt ? TRAIN_LR_WARMUP_COSINE : TRAIN_LR_COSINE;
 }
-
-struct hook_ctx {
-    struct model_inst *mi;
-    struct reducer *red;
-    struct trace *trace;
-};
 
 static void hook_begin(void *ctx, int layer)
 {
@@ -124,46 +118,6 @@ static void touch_file(const char *path)
     (void)futimens(fd, NULL);
     close(fd);
 }
-
-/*
- * The run's state, phase by phase (train_run):
- *   set-up   load_data, build_model, open_group, setup_reducer
- *   resume   resume_from_checkpoint (then rank 0's parameters everywhere, and the device copy)
- *   batches  setup_batches (sampler, batch buffers, hooks, test slice)
- *   epochs   train_epochs: per epoch train_epoch (train_step per batch), evaluate_and_report,
- *            save_checkpoint
- *   end      write_outputs (--dump-params, --trace), teardown
- * Each phase returns the process exit code (DDP_EXIT_OK to go on) with err saying why.
- */
-struct run {
-    const struct train_opts *o;
-    struct dataset train, test;
-    struct ddp_group *g;
-    struct model *m;                    /* the MLP as built, until mi takes it over */
-    struct cnn *cnn;                    /* or the CNN as built, until mi takes it over */
-    struct gpt *gpt;                    /* or the GPT as built, until mi takes it over */
-    struct text_info text;              /* a GPT's corpus */
-    char ckpt_spec[CKPT_MAX_MODEL + 1]; /* the model (and optimizer) its checkpoints name */
-    uint64_t total_steps;               /* of the whole run: the per-step schedule's length */
-    struct model_inst *mi;              /* the model trained: on the CPU, or on the group's GPU */
-    struct reducer *red;
-    struct sharded sh; /* --sharding other than none at W > 1 */
-    float **views;     /* the reducer's gradient view of each tensor */
-    struct trace *trace;
-    struct rng rng;
-    char ckpt_dir[1024];
-    double lr; /* the base lr, scaled by the world size under --lr-scale linear */
-    struct sampler smp;
-    int sampler_ok;
-    float *xb; /* one batch, gathered from the sampler's indices */
-    uint8_t *yb;
-    struct hook_ctx hc;
-    struct model_hooks hooks;
-    size_t test_lo, test_hi; /* this rank's slice of the test set */
-    uint32_t start_epoch;
-    uint32_t start_pos; /* samples of start_epoch trained before the resume (global) */
-    uint64_t step;
-};
 
 /* What the steps since the last report add up to on this rank. */
 struct epoch_sums {
@@ -375,104 +329,6 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     return DDP_EXIT_OK;
 }
 
-/* The model id of this run's whole-state checkpoints (an MLP's by widths). */
-static struct ckpt_id whole_id(const struct run *r)
-{
-    struct model_inst *mi = r->mi;
-    struct ckpt_id id = {.widths = r->o->widths, .nwidths = r->o->nwidths};
-    if (r->ckpt_spec[0]) {
-        id.spec = r->ckpt_spec;
-        id.nparams = mi->ops->param_count(mi);
-        id.state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
-    }
-    return id;
-}
-
-/* The model id of its sharded checkpoints, which name every model by its spec. */
-static struct ckpt_id shard_id(const struct run *r)
-{
-    struct model_inst *mi = r->mi;
-    return (struct ckpt_id){
-        .spec = r->ckpt_spec[0] ? r->ckpt_spec : r->o->model_spec,
-        .nparams = mi->ops->param_count(mi),
-        .state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1,
-    };
-}
-
-/* Whether this run reads sharded checkpoints: --sharding grad|full at any world size (a
- * job that shrank to one rank resumes its shards whole). */
-static int reads_shards(const struct run *r)
-{
-    /* not this rank's folder: every rank must run the same collectives */
-    return r->o->sharding == TRAIN_SHARD_GRAD || r->o->sharding == TRAIN_SHARD_FULL ||
-           r->o->sharding == TRAIN_SHARD_HYBRID;
-}
-
-static int resume_exit_code(int rc)
-{
-    return rc == DDP_EPEER || rc == DDP_ETIMEOUT ? DDP_EXIT_PEER_LOST : DDP_EXIT_CHECKPOINT;
-}
-
-/* The position a resumed checkpoint's meta gives the run. */
-static void take_position(struct run *r, const struct ckpt_meta *m)
-{
-    r->start_epoch = m->epoch;
-    r->start_pos = m->epoch_pos;
-    r->step = m->step;
-    r->rng = m->rng;
-    if (r->mi->ops->set_step)
-        r->mi->ops->set_step(r->mi, r->step);
-}
-
-/* Step 3 of the file comment: the ranks agree on the newest checkpoint, sharded
- * (ddp/resume_shard.h, --sharding grad|full) or whole (ddp_resume's protocol, when it is
- * newer); a whole one goes into the host state, then rank 0's parameters go everywhere (and
- * momentum: equal anyway after a resume), the device copy is made, the strategy set up, and a
- * sharded one loaded into it, each rank taking its shard at this world size. */
-static int resume_from_checkpoint(struct run *r, struct ddp_err *err)
-{
-    struct model_inst *mi = r->mi;
-    struct ckpt_id id = whole_id(r), sid = shard_id(r);
-    struct ddp_shard_resume sr;
-    memset(&sr, 0, sizeof(sr));
-    int rc = reads_shards(r) ? ddp_resume_shard_agree(r->g, r->ckpt_dir, &sid, &sr, err) : 0;
-    if (rc)
-        return resume_exit_code(rc);
-    struct ddp_resume res;
-    rc = ddp_resume_id_newer(r->g, r->ckpt_dir, &id, sr.found ? sr.epoch : 0,
-                             sr.found ? sr.epoch_pos : 0, &res, err);
-    if (rc) {
-        ddp_resume_shard_release(&sr);
-        return resume_exit_code(rc);
-    }
-    if (res.epoch > 0) {
-        ckpt_copy_arrays(&res.view, mi->ops->params(mi), mi->ops->momentum(mi));
-        take_position(r, &res.view.meta);
-        sr.found = 0; /* the whole one is newer */
-    }
-    ddp_resume_release(&res);
-    int code = DDP_EXIT_OK;
-    rc = ddp_broadcast(r->g, mi->ops->params(mi), mi->ops->param_count(mi) * sizeof(float), 0, err);
-    if (rc)
-        code = ddp_exit_code_for(rc);
-    else if (!sr.found && mi->ops->sync_to_device(mi, err) != 0)
-        code = DDP_EXIT_DEVICE;
-    if (code == DDP_EXIT_OK)
-        code = sharded_setup(&r->sh, r->o, r->g, mi, r->red, r->step, r->trace, err);
-    if (code == DDP_EXIT_OK && sr.found) {
-        struct ckpt_meta m;
-        rc = sharded_resume_shards(&r->sh, r->g, &sr, &sid, mi, &m, err);
-        if (rc)
-            code = resume_exit_code(rc);
-        else
-            take_position(r, &m);
-        if (code == DDP_EXIT_OK && !r->sh.fsdp && mi->ops->sync_to_device(mi, err) != 0)
-            code = DDP_EXIT_DEVICE;
-    }
-    ddp_resume_shard_release(&sr);
-    return code;
-}
-
 /* This rank's sampler, the batch buffers, the backward's hooks and its test slice. */
 static int setup_batches(struct run *r, struct ddp_err *err)
 {
@@ -556,7 +412,6 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
 
 static int evaluate_and_report(struct run *r, const struct report_at *at, struct epoch_sums *es,
                                struct ddp_err *err);
-static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err);
 
 /* After a step (epoch: epochs completed, pos: samples of the next one trained, global): the
  * ranks agree whether any got a preemption notice; if so this step's checkpoint is saved and the answer is DDP_EXIT_PREEMPTED (else DDP_EXIT_OK). */
@@ -568,7 +423,7 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!any)
         return DDP_EXIT_OK;
-    int code = pos > 0 ? save_checkpoint(r, epoch, pos, err) : DDP_EXIT_OK;
+    int code = pos > 0 ? run_save_checkpoint(r, epoch, pos, err) : DDP_EXIT_OK;
     if (code == DDP_EXIT_PEER_LOST)
         return code;
     int saved = code == DDP_EXIT_OK;
@@ -755,81 +610,6 @@ static int evaluate_and_report(struct run *r, const struct report_at *at, struct
     return code;
 }
 
-/* The meta of a checkpoint of epoch (epochs completed) and pos (samples of the next one
- * trained) at this point of the run. */
-static void fill_meta(const struct run *r, uint32_t epoch, uint32_t pos, struct ckpt_meta *meta)
-{
-    struct model_inst *mi = r->mi;
-    memset(meta, 0, sizeof(*meta));
-    meta->epoch = epoch;
-    meta->epoch_pos = pos;
-    meta->step = r->step;
-    meta->seed = r->o->seed;
-    meta->rng = r->rng;
-    meta->world_size = (uint32_t)r->g->world_size;
-    if (r->ckpt_spec[0]) {
-        snprintf(meta->model, sizeof(meta->model), "%s", r->ckpt_spec);
-        meta->state_arrays = mi->ops->state_arrays ? mi->ops->state_arrays(mi) : 1;
-    } else {
-        meta->nlayers = r->o->nwidths - 1;
-        for (int i = 0; i < r->o->nwidths; i++)
-            meta->widths[i] = (uint32_t)r->o->widths[i];
-    }
-    meta->nparams = mi->ops->param_count(mi);
-}
-
-/* The whole-state checkpoint in this node's folder (LOCAL_RANK 0). */
-static int save_whole(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
-{
-    struct model_inst *mi = r->mi;
-    struct ckpt_meta meta;
-    fill_meta(r, epoch, pos, &meta);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = mi->ops->sync_to_host(mi, err);
-    if (rc)
-        return rc;
-    rc = ckpt_encode(&meta, mi->ops->params(mi),
-                     r->sh.ckpt_state ? r->sh.ckpt_state : mi->ops->momentum(mi), &buf, &len, err);
-    if (rc == 0)
-        rc = ckpt_save(r->ckpt_dir, epoch, buf, len, err);
-    free(buf);
-    return rc;
-}
-
-/* Collective: the checkpoint of (epoch, pos). By units every rank writes its shards, with a
- * copy on another node; otherwise the state is made whole (ZeRO-1's gathered) and every
- * LOCAL_RANK 0 writes it. Returns an exit code. */
-static int save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
-{
-    if (r->sh.fsdp) {
-        /* Collective whether or not this rank has a folder: the ranks agree first whether
-         * any has one (a rank without writes nothing but joins the copies). */
-        double any = r->ckpt_dir[0] ? 1.0 : 0.0;
-        int arc = ddp_allreduce_f64(r->g, &any, 1, err);
-        if (arc)
-            return ddp_exit_code_for(arc);
-        if (any == 0.0)
-            return DDP_EXIT_OK;
-        struct ckpt_meta meta;
-        fill_meta(r, epoch, pos, &meta);
-        snprintf(meta.model, sizeof(meta.model), "%s", shard_id(r).spec);
-        meta.nlayers = 0;
-        int rc = sharded_save_shards(&r->sh, r->g, r->ckpt_dir, &meta, err);
-        return rc == 0 ? DDP_EXIT_OK
-                       : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
-                                                                : DDP_EXIT_CHECKPOINT);
-    }
-    if (!r->ckpt_dir[0])
-        return DDP_EXIT_OK;
-    int rc = sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
-    if (rc)
-        return ddp_exit_code_for(rc);
-    int failed = r->g->env.local_rank == 0 && save_whole(r, epoch, pos, err) != 0;
-    sharded_checkpoint_done(&r->sh); /* a sharded state is whole only while it is written */
-    return failed ? DDP_EXIT_CHECKPOINT : DDP_EXIT_OK;
-}
-
 /* Step 4: the epochs from the resumed one on, with a checkpoint after each. */
 static int train_epochs(struct run *r, struct ddp_err *err)
 {
@@ -844,7 +624,7 @@ static int train_epochs(struct run *r, struct ddp_err *err)
         code = evaluate_and_report(r, &at, &es, err);
         if (code)
             return code;
-        if ((code = save_checkpoint(r, epoch + 1, 0, err)) != 0)
+        if ((code = run_save_checkpoint(r, epoch + 1, 0, err)) != 0)
             return code;
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
         if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
@@ -944,7 +724,7 @@ int train_run(const struct train_opts *o)
     if (code == DDP_EXIT_OK && ddp_notice_install(&err) != 0)
         code = DDP_EXIT_USAGE;
     if (code == DDP_EXIT_OK)
-        code = resume_from_checkpoint(&r, &err);
+        code = run_resume(&r, &err);
     if (code == DDP_EXIT_OK)
         code = setup_batches(&r, &err);
     if (code == DDP_EXIT_OK)

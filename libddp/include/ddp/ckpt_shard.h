@@ -98,6 +98,10 @@ size_t ckpt_shard_copy_overlap(const struct ckpt_shard_view *v, const uint64_t *
                                uint32_t dst_nunits, int world, int rank, float *dst_params,
                                float *dst_state, size_t S);
 
+/* The parameters rank k of world owns of these units (the valid floats of its shard, which a
+ * file holds); SIZE_MAX on overflow. */
+size_t ckpt_shard_valid_floats(const uint64_t *lens, uint32_t nunits, int world, int k);
+
 /* The shard layout's length S of these units at world ranks (0 on overflow). */
 size_t ckpt_shard_floats(const uint64_t *lens, uint32_t nunits, int world);
 
