@@ -1,7 +1,8 @@
 /*
  * attention.c - causal self-attention per (sequence, head): S = q k^T / sqrt(hs), masked
  * row softmax P, y = P v; backward dP = dy v^T, dv = P^T dy, dS = P (dP - rowsum(P dP)) (zero
- * above the diagonal), dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs).
+ * above the diagonal), dq = dS k / sqrt(hs), dk = dS^T q / sqrt(hs). With a dropout site,
+ * P' = dropout(P) weighs v instead (the mask recomputed in the backward, never stored).
  */
 #include "trainer/attention.h"
 
@@ -9,7 +10,22 @@
 #include <math.h>
 #include <string.h>
 
-void attention_forward(const float *qkv, size_t b, int t, int c, int heads, float *y, float *att)
+static int drops(const struct dropout_site *drop)
+{
+    return drop && drop->p > 0.0f;
+}
+
+/* The dropped probabilities of sample s, head h into out (t * t floats), as the forward
+ * weighed v with them. */
+static void drop_head(const struct dropout_site *drop, size_t s, int h, int t, const float *p,
+                      float *out)
+{
+    size_t tt = (size_t)t * (size_t)t;
+    dropout_apply(out, p, 1, tt, drop->keys + s, drop->site, (uint64_t)h * tt, drop->p);
+}
+
+void attention_forward(const float *qkv, size_t b, int t, int c, int heads, float *y, float *att,
+                       const struct dropout_site *drop, float *scratch)
 {
     int hs = c / heads;
     int ld = 3 * c;
@@ -41,15 +57,20 @@ void attention_forward(const float *qkv, size_t b, int t, int c, int heads, floa
                 for (int j = i + 1; j < t; j++)
                     row[j] = 0.0f;
             }
-            /* y_h [t x hs] = P [t x t] v [t x hs] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hs, t, 1.0f, p, t, v, ld,
+            /* y_h [t x hs] = dropout(P) [t x t] v [t x hs] */
+            const float *pw = p;
+            if (drops(drop)) {
+                drop_head(drop, s, h, t, p, scratch);
+                pw = scratch;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hs, t, 1.0f, pw, t, v, ld,
                         0.0f, o, c);
         }
     }
 }
 
 void attention_backward(const float *qkv, const float *att, const float *dy, size_t b, int t, int c,
-                        int heads, float *dqkv, float *scratch)
+                        int heads, const struct dropout_site *drop, float *dqkv, float *scratch)
 {
     int hs = c / heads;
     int ld = 3 * c;
@@ -67,10 +88,18 @@ void attention_backward(const float *qkv, const float *att, const float *dy, siz
             const float *p = att + (s * (size_t)heads + (size_t)h) * (size_t)t * (size_t)t;
             const float *go = dy + s * (size_t)t * (size_t)c + (size_t)(h * hs);
             float *dp = scratch;
-            /* dP [t x t] = dy_h [t x hs] v^T; dv [t x hs] = P^T dy_h */
+            /* dP' [t x t] = dy_h [t x hs] v^T; dv [t x hs] = P'^T dy_h, P' = dropout(P); then
+             * dP = dropout(dP') with the same mask */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hs, 1.0f, go, c, v, ld, 0.0f,
                         dp, t);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hs, t, 1.0f, p, t, go, c, 0.0f,
+            const float *pw = p;
+            if (drops(drop)) {
+                float *pd = scratch + (size_t)t * (size_t)t;
+                drop_head(drop, s, h, t, p, pd);
+                drop_head(drop, s, h, t, dp, dp);
+                pw = pd;
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hs, t, 1.0f, pw, t, go, c, 0.0f,
                         dv, ld);
             /* dS = P * (dP - rowsum(P * dP)), zero above the diagonal */
             for (int i = 0; i < t; i++) {

@@ -17,10 +17,20 @@
 
 #include <stddef.h>
 
-void attention_forward(const float *qkv, size_t b, int t, int c, int heads, float *y, float *att);
+#include "trainer/dropout.h"
 
-/* dqkv [b x t x 3c] written from dy [b x t x c]; scratch: t * t floats. */
+/*
+ * drop (NULL for none): dropout of the probabilities before they weigh v, as GPT-2's
+ * attn_dropout (y = dropout(P) v); att keeps P itself, and sample s's mask covers its
+ * [heads x t x t] probabilities in that order (trainer/dropout.h). scratch: t * t floats,
+ * used only with a drop.
+ */
+void attention_forward(const float *qkv, size_t b, int t, int c, int heads, float *y, float *att,
+                       const struct dropout_site *drop, float *scratch);
+
+/* dqkv [b x t x 3c] written from dy [b x t x c], with the forward's drop; scratch: 2 * t * t
+ * floats. */
 void attention_backward(const float *qkv, const float *att, const float *dy, size_t b, int t, int c,
-                        int heads, float *dqkv, float *scratch);
+                        int heads, const struct dropout_site *drop, float *dqkv, float *scratch);
 
 #endif

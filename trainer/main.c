@@ -12,6 +12,7 @@
 #include "common/exitcodes.h"
 #include "common/log.h"
 #include "trainer/blas_core.h"
+#include "trainer/dropout.h"
 #include "trainer/train.h"
 #include "ddp_version.h"
 
@@ -23,7 +24,8 @@ static const char usage_text[] =
     "                  [--lr-schedule cosine|constant|warmup-cosine] [--warmup-steps N]\n"
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
-    "                  [--eval-every N] [--generate N] [--seed S] [--shuffle on|off]\n"
+    "                  [--eval-every N] [--generate N] [--dropout P] [--seed S]\n"
+    "                  [--shuffle on|off]\n"
     "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full|hybrid]\n"
     "                  [--min-unit-params N]\n"
     "                  [--backend auto|cpu|nccl] [--checkpoint-dir D] [--timeout S]\n"
@@ -68,6 +70,7 @@ static const char *const valued[] = {"--model",
                                      "--notice-at-step",
                                      "--sharding",
                                      "--min-unit-params",
+                                     "--dropout",
                                      NULL};
 
 static int is_valued(const char *name)
@@ -193,6 +196,10 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         rc = args_parse_long(name, val, 0, 1000000L, &l, err);
         if (rc == 0)
             o->generate = l;
+    } else if (strcmp(name, "--dropout") == 0) {
+        rc = args_parse_double(name, val, 0.0, DROPOUT_MAX_P, &d, err);
+        if (rc == 0)
+            o->dropout = d;
     } else if (strcmp(name, "--momentum") == 0) {
         rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
         if (rc == 0)

@@ -23,6 +23,7 @@
 #include "ddp/ckpt.h"
 #include "trainer/attention.h"
 #include "trainer/dense.h"
+#include "trainer/dropout.h"
 #include "trainer/embedding.h"
 #include "trainer/gelu.h"
 #include "trainer/layernorm.h"
@@ -62,6 +63,10 @@ struct gpt {
     size_t n;              /* and their number */
     int t;                 /* positions used by the last pass (T, or fewer when generating) */
     const struct model_hooks *fwd; /* gpt_set_forward_hooks (borrowed), or NULL */
+    float drop_p;                  /* gpt_set_dropout */
+    uint64_t *keys;                /* max_batch sample keys (gpt_set_dropout_keys) */
+    int keys_set;                  /* keys are for the next forward */
+    int dropped;                   /* the last forward dropped (its backward must too) */
 };
 
 static uint64_t params_for(int L, int D, int T)
@@ -79,7 +84,7 @@ static uint64_t acts_for(const struct gpt_spec *s, uint64_t b)
     uint64_t tt = b * (uint64_t)s->heads * (uint64_t)s->ctx * (uint64_t)s->ctx;
     uint64_t block = n * (d + 2 + 3 * d + d + d + d + 2 + 4 * d + 4 * d + d) + tt;
     return n * d + (uint64_t)s->layers * block + n * (d + 2) + n * GPT_VOCAB +
-           n * (d + d + 4 * d + 3 * d) + (uint64_t)s->ctx * (uint64_t)s->ctx;
+           n * (d + d + 4 * d + 3 * d) + 2 * (uint64_t)s->ctx * (uint64_t)s->ctx;
 }
 
 static int parse_int(const char *spec, const char **p, char stop, const char *what, long lo,
@@ -216,7 +221,7 @@ static void carve(struct gpt *m)
     TAKE(m->dln, N * D);
     TAKE(m->d4, 4 * N * D);
     TAKE(m->d3, 3 * N * D);
-    TAKE(m->dscratch, (size_t)s->ctx * (size_t)s->ctx);
+    TAKE(m->dscratch, 2 * (size_t)s->ctx * (size_t)s->ctx);
 #undef TAKE
 }
 
@@ -242,6 +247,7 @@ int gpt_new(const struct gpt_spec *s, size_t max_batch, uint64_t seed, uint64_t 
     m->acts = xcalloc((size_t)s->layers, sizeof(*m->acts));
     m->arena = xmalloc((size_t)nacts * sizeof(float));
     m->targets = xmalloc(max_batch * (size_t)s->ctx);
+    m->keys = xcalloc(max_batch, sizeof(uint64_t));
     carve(m);
     init_params(m, seed);
     *out = m;
@@ -257,6 +263,7 @@ void gpt_free(struct gpt *m)
     free(m->acts);
     free(m->arena);
     free(m->targets);
+    free(m->keys);
     free(m);
 }
 
@@ -351,14 +358,35 @@ void gpt_set_forward_hooks(struct gpt *m, const struct model_hooks *fwd)
     m->fwd = fwd;
 }
 
+void gpt_set_dropout(struct gpt *m, float p)
+{
+    m->drop_p = p;
+}
+
+void gpt_set_dropout_keys(struct gpt *m, const uint64_t *keys, size_t n)
+{
+    memcpy(m->keys, keys, (n < m->max_batch ? n : m->max_batch) * sizeof(uint64_t));
+    m->keys_set = 1;
+}
+
+/* Site of this forward or backward: p 0 (drops nothing) unless the forward dropped. */
+static struct dropout_site site_of(const struct gpt *m, uint32_t site)
+{
+    struct dropout_site d = {m->keys, site, m->dropped ? m->drop_p : 0.0f};
+    return d;
+}
+
+/* With m->dropped, the forward drops at every site (a training forward, t == T). */
 static void forward_logits(struct gpt *m, const uint8_t *tokens, size_t b, int t, size_t stride)
 {
     const struct gpt_spec *s = &m->spec;
     int D = s->width;
-    size_t N = b * (size_t)t;
+    size_t N = b * (size_t)t, per = (size_t)t * (size_t)D;
+    float p = m->dropped ? m->drop_p : 0.0f;
     m->t = t;
     fwd_begin(m, 0);
     embedding_forward(tokens, b, t, stride, D, tensor(m, 0), tensor(m, 1), m->x0);
+    dropout_apply(m->x0, m->x0, b, per, m->keys, GPT_DROP_EMB, 0, p);
     const float *x = m->x0;
     for (int l = 0; l < s->layers; l++) {
         struct gpt_acts *a = &m->acts[l];
@@ -366,13 +394,16 @@ static void forward_logits(struct gpt *m, const uint8_t *tokens, size_t b, int t
 #define W(k) tensor(m, block_tensor(m, l, (k)))
         layernorm_forward(x, N, D, W(B_LN1W), W(B_LN1B), a->ln1, a->ln1_mean, a->ln1_rstd);
         linear_forward(a->ln1, N, D, 3 * D, W(B_QKVW), W(B_QKVB), a->qkv);
-        attention_forward(a->qkv, b, t, D, s->heads, a->atty, a->att);
+        struct dropout_site att = site_of(m, GPT_DROP_SITE(l, GPT_DROP_ATT));
+        attention_forward(a->qkv, b, t, D, s->heads, a->atty, a->att, &att, m->dscratch);
         linear_forward(a->atty, N, D, D, W(B_APW), W(B_APB), a->res2);
+        dropout_apply(a->res2, a->res2, b, per, m->keys, GPT_DROP_SITE(l, GPT_DROP_ATT_OUT), 0, p);
         add_into(a->res2, x, N * (size_t)D);
         layernorm_forward(a->res2, N, D, W(B_LN2W), W(B_LN2B), a->ln2, a->ln2_mean, a->ln2_rstd);
         linear_forward(a->ln2, N, D, 4 * D, W(B_FCW), W(B_FCB), a->fch);
         gelu_forward(a->fch, a->fchg, N * 4 * (size_t)D);
         linear_forward(a->fchg, N, 4 * D, D, W(B_FPW), W(B_FPB), a->res3);
+        dropout_apply(a->res3, a->res3, b, per, m->keys, GPT_DROP_SITE(l, GPT_DROP_MLP_OUT), 0, p);
         add_into(a->res3, a->res2, N * (size_t)D);
 #undef W
         x = a->res3;
@@ -392,6 +423,8 @@ int gpt_forward(struct gpt *m, const uint8_t *tokens, size_t n, double *loss_sum
         return err_set(err, DDP_EINVAL, "gpt: batch of %zu windows (max %zu)", n, m->max_batch);
     int T = m->spec.ctx;
     size_t stride = (size_t)T + 1;
+    m->dropped = m->keys_set && m->drop_p > 0.0f;
+    m->keys_set = 0;
     forward_logits(m, tokens, n, T, stride);
     for (size_t s = 0; s < n; s++)
         memcpy(m->targets + s * (size_t)T, tokens + s * stride + 1, (size_t)T);
@@ -416,6 +449,17 @@ static void hook_begin(const struct model_hooks *h, int layer)
 {
     if (h && h->layer_begin)
         h->layer_begin(h->ctx, layer);
+}
+
+/* The gradient of a dropped output: dres dropped at site into out, or dres itself when
+ * the forward did not drop. */
+static const float *drop_grad(const struct gpt *m, uint32_t site, float *out)
+{
+    if (!m->dropped)
+        return m->dres;
+    size_t per = (size_t)m->spec.ctx * (size_t)m->spec.width;
+    dropout_apply(out, m->dres, m->n, per, m->keys, site, 0, m->drop_p);
+    return out;
 }
 
 int gpt_backward(struct gpt *m, const struct model_hooks *hooks, struct ddp_err *err)
@@ -446,18 +490,22 @@ int gpt_backward(struct gpt *m, const struct model_hooks *hooks, struct ddp_err 
         const float *x = l > 0 ? m->acts[l - 1].res3 : m->x0;
 #define W(k) tensor(m, block_tensor(m, l, (k)))
 #define G(k) m->grad[block_tensor(m, l, (k))]
-        /* MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))) */
-        linear_backward_params(a->fchg, N, 4 * D, D, m->dres, G(B_FPW), G(B_FPB));
-        linear_backward_input(N, 4 * D, D, W(B_FPW), m->dres, m->d4);
+        /* MLP: res3 = res2 + dropout(c_proj(gelu(c_fc(ln_2(res2))))); the dropped gradient
+         * in d3, free until the attention's backward writes it */
+        const float *dmlp = drop_grad(m, GPT_DROP_SITE(l, GPT_DROP_MLP_OUT), m->d3);
+        linear_backward_params(a->fchg, N, 4 * D, D, dmlp, G(B_FPW), G(B_FPB));
+        linear_backward_input(N, 4 * D, D, W(B_FPW), dmlp, m->d4);
         gelu_backward(a->fch, m->d4, m->d4, N * 4 * (size_t)D);
         linear_backward_params(a->ln2, N, D, 4 * D, m->d4, G(B_FCW), G(B_FCB));
         linear_backward_input(N, D, 4 * D, W(B_FCW), m->d4, m->dln);
         layernorm_backward(a->res2, N, D, W(B_LN2W), a->ln2_mean, a->ln2_rstd, m->dln, m->dres,
                            G(B_LN2W), G(B_LN2B));
-        /* attention: res2 = x + c_proj(attn(c_attn(ln_1(x)))) */
-        linear_backward_params(a->atty, N, D, D, m->dres, G(B_APW), G(B_APB));
-        linear_backward_input(N, D, D, W(B_APW), m->dres, m->dln);
-        attention_backward(a->qkv, a->att, m->dln, m->n, T, D, s->heads, m->d3, m->dscratch);
+        /* attention: res2 = x + dropout(c_proj(attn(c_attn(ln_1(x))))) */
+        const float *datt = drop_grad(m, GPT_DROP_SITE(l, GPT_DROP_ATT_OUT), m->d3);
+        linear_backward_params(a->atty, N, D, D, datt, G(B_APW), G(B_APB));
+        linear_backward_input(N, D, D, W(B_APW), datt, m->dln);
+        struct dropout_site att = site_of(m, GPT_DROP_SITE(l, GPT_DROP_ATT));
+        attention_backward(a->qkv, a->att, m->dln, m->n, T, D, s->heads, &att, m->d3, m->dscratch);
         linear_backward_params(a->ln1, N, D, 3 * D, m->d3, G(B_QKVW), G(B_QKVB));
         linear_backward_input(N, D, 3 * D, W(B_QKVW), m->d3, m->dln);
         layernorm_backward(x, N, D, W(B_LN1W), a->ln1_mean, a->ln1_rstd, m->dln, m->dres, G(B_LN1W),
@@ -468,6 +516,9 @@ int gpt_backward(struct gpt *m, const struct model_hooks *hooks, struct ddp_err 
             return rc;
     }
     hook_begin(hooks, 0);
+    if (m->dropped)
+        dropout_apply(m->dres, m->dres, m->n, (size_t)T * (size_t)D, m->keys, GPT_DROP_EMB, 0,
+                      m->drop_p);
     memset(m->grad[1], 0, m->size[1] * sizeof(float));
     embedding_backward(m->tokens, m->n, T, (size_t)T + 1, D, m->dres, m->grad[0], m->grad[1]);
     return hook_end(hooks, 0, err);
@@ -478,6 +529,8 @@ void gpt_generate(struct gpt *m, const uint8_t *prompt, size_t nprompt, size_t n
 {
     int T = m->spec.ctx;
     uint8_t *ctx = xmalloc((size_t)T);
+    m->dropped = 0; /* sampling is evaluation: nothing dropped */
+    m->keys_set = 0;
     size_t have = nprompt < (size_t)T ? nprompt : (size_t)T;
     memcpy(ctx, prompt + nprompt - have, have);
     for (size_t i = 0; i < nnew; i++) {

@@ -4,8 +4,9 @@
  * self-attention with a qkv projection and an output projection, residual add, LayerNorm,
  * Linear to 4D, tanh-GELU, Linear back to D, residual add), a final LayerNorm and an output
  * head TIED to the token embedding (logits = h wte^T, as GPT-2), with the softmax
- * cross-entropy of each position's next byte. Dropout is not part of it (GPT-2 small models
- * of this size train without; see docs/worker.md).
+ * cross-entropy of each position's next byte. Dropout (gpt_set_dropout, off by default) where
+ * GPT-2 has it: on the embeddings' sum, on each block's attention probabilities, and on the
+ * output of each block's attention and MLP before its residual add.
  *
  * The spec "gpt:L-H-D-T": layers, heads, width (a multiple of heads) and context length.
  * The vocabulary is the 256 byte values.
@@ -85,6 +86,22 @@ int gpt_forward(struct gpt *m, const uint8_t *tokens, size_t n, double *loss_sum
 /* As model_set_forward_hooks: fwd->layer_begin(k) before hook layer k's forward (0, 1..L,
  * L+1; the head then reads layer 0's wte again). */
 void gpt_set_forward_hooks(struct gpt *m, const struct model_hooks *fwd);
+
+/* Dropout sites (trainer/dropout.h): 0 the embeddings' sum; block b's attention
+ * probabilities GPT_DROP_SITE(b, GPT_DROP_ATT), its attention's output (GPT_DROP_ATT_OUT) and
+ * its MLP's output (GPT_DROP_MLP_OUT). */
+#define GPT_DROP_EMB           0u
+#define GPT_DROP_ATT           0u
+#define GPT_DROP_ATT_OUT       1u
+#define GPT_DROP_MLP_OUT       2u
+#define GPT_DROP_SITE(b, kind) (1u + 3u * (uint32_t)(b) + (kind))
+
+/* p (0 .. DROPOUT_MAX_P) of every site; 0, the default, drops nothing. */
+void gpt_set_dropout(struct gpt *m, float p);
+/* Makes the next gpt_forward a training forward that drops, sample s of its batch with
+ * keys[s] (copied; n <= max_batch), and its backward drop the same. Any forward uses the
+ * keys up: an evaluation forward without them drops nothing (torch's eval()). */
+void gpt_set_dropout_keys(struct gpt *m, const uint64_t *keys, size_t n);
 
 /* The gradients of the mean over the forward's windows of their losses. */
 int gpt_backward(struct gpt *m, const struct model_hooks *hooks, struct ddp_err *err);

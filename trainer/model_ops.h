@@ -75,6 +75,9 @@ struct model_ops {
      * which count_correct scores. */
     int (*evaluate)(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                     double *loss_sum, size_t *correct, struct ddp_err *err);
+    /* Makes the next forward a training forward that drops out, sample s of its batch with
+     * keys[s] (trainer/dropout.h; n keys, copied). NULL where the model has no dropout. */
+    void (*set_sample_keys)(struct model_inst *mi, const uint64_t *keys, size_t n);
     /* A language model's sampler: nnew bytes after the prompt into out (see gpt_generate);
      * NULL for the others. */
     void (*generate)(struct model_inst *mi, const uint8_t *prompt, size_t nprompt, size_t nnew,

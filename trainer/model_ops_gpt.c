@@ -106,6 +106,11 @@ static int gi_sync(struct model_inst *mi, struct ddp_err *err)
     return 0;
 }
 
+static void gi_set_sample_keys(struct model_inst *mi, const uint64_t *keys, size_t n)
+{
+    gpt_set_dropout_keys(gi_of(mi)->m, keys, n);
+}
+
 static int gi_forward(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                       double *loss_sum, struct ddp_err *err)
 {
@@ -198,6 +203,7 @@ static const struct model_ops gpt_ops = {
     .count_correct = gi_count_correct,
     .step = gi_step,
     .evaluate = gi_evaluate,
+    .set_sample_keys = gi_set_sample_keys,
     .generate = gi_generate,
     .free = gi_free,
     .close_device = NULL,

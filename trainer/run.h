@@ -17,6 +17,7 @@
 #include "ddp/sampler.h"
 #include "ddp/trace.h"
 #include "trainer/data.h"
+#include "trainer/dropout.h"
 #include "trainer/model.h"
 #include "trainer/model_cnn.h"
 #include "trainer/model_gpt.h"
@@ -65,6 +66,7 @@ struct run {
     int sampler_ok;
     float *xb; /* one batch, gathered from the sampler's indices */
     uint8_t *yb;
+    uint64_t *drop_keys; /* --dropout: the batch's sample keys (trainer/dropout.h) */
     struct hook_ctx hc;
     struct model_hooks hooks;
     size_t test_lo, test_hi; /* this rank's slice of the test set */

@@ -201,9 +201,15 @@ static int build_model(struct run *r, struct ddp_err *err)
     size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
     /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
      * batches of the training batch. */
+    if (o->dropout > 0.0 && !o->is_gpt) {
+        err_set(err, DDP_EINVAL, "--dropout: --model %s has no dropout (only gpt models have)",
+                o->model_spec);
+        return DDP_EXIT_USAGE;
+    }
     if (o->is_gpt) {
         if (gpt_new(&o->gpt, o->batch_size, o->seed, model_memory_bytes(), &r->gpt, err) != 0)
             return DDP_EXIT_USAGE;
+        gpt_set_dropout(r->gpt, (float)o->dropout);
     } else if (o->is_cnn) {
         if (cnn_new(&o->cnn, o->batch_size, o->seed, &r->cnn, err) != 0)
             return DDP_EXIT_USAGE;
@@ -342,6 +348,7 @@ static int setup_batches(struct run *r, struct ddp_err *err)
     if (r->train.x)
         r->xb = xmalloc(o->batch_size * r->train.dim * sizeof(float));
     r->yb = xmalloc(o->batch_size * (r->train.x ? 1 : r->train.dim));
+    r->drop_keys = xcalloc(o->batch_size, sizeof(uint64_t));
     r->hc = (struct hook_ctx){.mi = r->mi, .red = r->red, .trace = r->trace};
     r->hooks =
         (struct model_hooks){.ctx = &r->hc, .layer_begin = hook_begin, .layer_end = hook_end};
@@ -379,7 +386,10 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
         } else {
             memcpy(r->yb + i * d->dim, d->y + idx * d->dim, d->dim);
         }
+        r->drop_keys[i] = dropout_sample_key(r->o->seed, r->step, idx);
     }
+    if (r->o->dropout > 0.0 && mi->ops->set_sample_keys)
+        mi->ops->set_sample_keys(mi, r->drop_keys, n);
     trace_set_step(r->trace, r->step);
     double ls = 0.0;
     int rc = mi->ops->forward(mi, r->xb, r->yb, n, &ls, err);
@@ -685,6 +695,7 @@ static void teardown(struct run *r)
 {
     free(r->xb);
     free(r->yb);
+    free(r->drop_keys);
     if (r->sampler_ok)
         sampler_release(&r->smp);
     /* After a comm error the reducer's in-flight work is abandoned with the comm. */

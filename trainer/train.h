@@ -36,6 +36,7 @@ struct train_opts {
     double clip_grad_norm;    /* > 0: global-norm clipping after the all-reduce */
     long eval_every;          /* a language model: also report every N steps (0: epochs only) */
     long generate;            /* a language model: rank 0 samples this many bytes at the end */
+    double dropout;           /* --dropout: p of every dropout site of a gpt (0: none) */
     int no_shuffle;           /* --shuffle off: every epoch in the data's order */
     int sharding;             /* TRAIN_SHARD_*: --sharding */
     size_t min_unit_params;   /* --min-unit-params: grad|full group hook layers into units of

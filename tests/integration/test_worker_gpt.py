@@ -1,9 +1,11 @@
 """The GPT in ddp-worker, as test_worker_cnn.py checks the CNN: with the same seed, W = 2 and
 W = 4 ranks with batch B each give after 20 steps the same parameters (relative 1e-5) as 1
-process with batch W*B, with AdamW, gradient clipping and the warmup-cosine schedule, and
-with SGD; every rank bit-identical; a 1-process run with batch B far off. Checkpoints: 1
-epoch, then a resumed run to 2 epochs, ends bit-identical to 2 epochs straight (AdamW's
-moments and step count restored); an SGD run skips the AdamW checkpoints naming both. The
+process with batch W*B, with AdamW, gradient clipping and the warmup-cosine schedule, with
+SGD, and with AdamW and --dropout 0.1 (a sample's mask is its own, wherever it is trained);
+every rank bit-identical; a 1-process run with batch B far off, and dropout's run far from
+the same run without. Checkpoints: 1 epoch with dropout, then a resumed run to 2 epochs,
+ends bit-identical to 2 epochs straight (AdamW's moments and step count restored, and the
+masks, which are a function of the seed and the step); an SGD run skips the AdamW checkpoints naming both. The
 reports: --eval-every lines with the validation loss, --generate's bytes, exit 2 for a bad
 spec or a corpus too short, naming the flag or the file.
 """
@@ -13,7 +15,8 @@ import random
 import shutil
 import subprocess
 
-from worker_util import WORKER, Checks, check_equivalence, Ranks, read_floats, run_ok, tempdir
+from worker_util import (WORKER, Checks, check_equivalence, Ranks, read_floats, rel_diff, run_ok,
+                         tempdir)
 
 B = 4
 STEPS = 20
@@ -44,12 +47,20 @@ def common(work, opt):
     return base + ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"]
 
 
-def equivalence(c, work, opt):
-    check_equivalence(c, work, common(work, opt), B, STEPS, ("0.01", "25"), name=opt)
+def equivalence(c, work, opt, drop=None):
+    args = common(work, opt) + (["--dropout", drop] if drop else [])
+    check_equivalence(c, work, args, B, STEPS, ("0.01", "25"),
+                      name=opt + ("-dropout" if drop else ""))
+
+
+def dropout_acts(c, work):
+    mx, _ = rel_diff(read_floats(work + "/adamw-dropout-ref2.bin"),
+                     read_floats(work + "/adamw-ref2.bin"))
+    c.check("--dropout 0.1 trains otherwise than no dropout (max rel %.2e)" % mx, mx > 1e-3)
 
 
 def resume(c, work):
-    args = common(work, "adamw") + ["--batch-size", "16"]
+    args = common(work, "adamw") + ["--batch-size", "16", "--dropout", "0.1"]
     straight, resumed = work + "/straight", work + "/resumed"
     run_ok(work, 2, args + ["--epochs", "2", "--dump-params", work + "/straight.bin"],
            ckpt_dirs=[straight], tag="straight")
@@ -108,7 +119,10 @@ def reports(c, work):
                              (["--model", MODEL, "--data", "text:%s/tiny.txt" % work],
                               "a corpus too short", "tiny.txt"),
                              (["--model", MODEL, "--data", "synthetic:10:784:10"],
-                              "image data for a gpt", "--data")):
+                              "image data for a gpt", "--data"),
+                             (["--model", "mlp:784-10", "--data", "synthetic:64:784:10",
+                               "--dropout", "0.1"], "dropout for an mlp", "--dropout"),
+                             (["--model", MODEL, "--dropout", "1"], "dropout 1", "--dropout")):
         p = subprocess.run([WORKER] + args + ["--checkpoint-dir", ""], capture_output=True,
                            text=True, timeout=60)
         c.check("%s: exit 2 or 3 naming %s (%d: %s)" % (what, flag, p.returncode,
@@ -126,6 +140,8 @@ def main():
             f.write("too short")
         equivalence(c, work, "adamw")
         equivalence(c, work, "sgd")
+        equivalence(c, work, "adamw", "0.1")
+        dropout_acts(c, work)
         resume(c, work)
         reports(c, work)
     finally:

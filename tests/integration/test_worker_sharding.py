@@ -7,7 +7,8 @@ straight sharded run, for optimizer (the state gathered whole for the file, shar
 load) and full (each rank's shard file, test_worker_shard_ckpt.py has the rest); a sharded
 checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one under sharding. hybrid
 (full within a node, replicated across nodes) against none on 2 and 3 simulated nodes, and
-refused on unequal nodes. An unknown strategy is refused by name.
+refused on unequal nodes. The GPT with --dropout 0.1 under grad and full at W = 3 as under
+none (the masks are the samples', not the ranks'). An unknown strategy is refused by name.
 """
 import shutil
 import subprocess
@@ -73,6 +74,22 @@ def equal(c, work, name, args):
             c.check("%s W=%d: %s vs none after 20 steps: max rel %.2e, norm rel %.2e"
                     % (name, w, mode, mx, nrm), mx <= 1e-6)
     return worst
+
+
+def dropout(c, work):
+    args = gpt(work) + STEPS + ["--dropout", "0.1", "--checkpoint-dir", ""]
+    dumps = {}
+    for mode in ("none", "grad", "full"):
+        dump = "%s/drop-%s.rank{rank}.bin" % (work, mode)
+        run_ok(work, 3, args + ["--sharding", mode, "--dump-params", dump], tag="drop-" + mode)
+        dumps[mode] = read_floats(dump.replace("{rank}", "0"))
+    plain = read_floats("%s/gpt-none-3.rank0.bin" % work)
+    mx, _ = rel_diff(dumps["none"], plain)
+    c.check("gpt --dropout 0.1 W=3: none differs from no dropout (max rel %.2e)" % mx, mx > 1e-3)
+    for mode in ("grad", "full"):
+        mx, nrm = rel_diff(dumps[mode], dumps["none"])
+        c.check("gpt --dropout 0.1 W=3: %s vs none after 20 steps: max rel %.2e, norm rel %.2e"
+                % (mode, mx, nrm), mx <= 1e-6)
 
 
 def hybrid(c, work):
@@ -183,6 +200,7 @@ def main():
             print("worst relative difference %s vs none: mlp %.2e, gpt %.2e, cnn %.2e"
                   % (mode, a[mode], b[mode], k[mode]))
         grouped(c, work)
+        dropout(c, work)
         hybrid(c, work)
         resume(c, work, "optimizer")
         resume(c, work, "full")

@@ -10,10 +10,14 @@ usage: layers_torch.py DIR KIND SIZES...
   xent   n classes                     reads z, labels    writes loss (sum, f64) dz (mean's)
   layernorm n c                        reads x w b dy     writes y dx dw db
   gelu   cnt                           reads x dy         writes y dx
-  attention b t c heads                reads qkv dy       writes y dqkv
+  attention b t c heads [p]            reads qkv dy       writes y dqkv
+                                       (with p: dropout of the probabilities, keep.u8)
+  dropout cnt p                        reads x dy keep.u8 writes y dx
   embedding b t c tmax                 reads wte wpe dy, tokens (u8, b*t)  writes y dwte dwpe
 Arrays are raw little-endian float32 files DIR/<name>.f32 (labels: DIR/labels.u8), shaped
-by the sizes. Exits 77 when torch cannot be imported, so that the C test says it skips.
+by the sizes. A dropout's mask comes from the C side as DIR/keep.u8 (1 kept, 0 dropped): it
+stands in for torch's bernoulli draw, and the rest is ATen's own dropout (noise = the draw
+divided by 1 - p; y = x * noise) under autograd. Exits 77 when torch cannot be imported, so that the C test says it skips.
 """
 import sys
 
@@ -34,8 +38,19 @@ def save(d, name, t):
     t.detach().numpy().astype("<f4").tofile("%s/%s.f32" % (d, name))
 
 
+def noise(d, shape, p):
+    """ATen's dropout noise (_dropout_impl: bernoulli_(1 - p), then div_(1 - p)) with the
+    C side's draw."""
+    keep = np.fromfile("%s/keep.u8" % d, dtype=np.uint8).reshape(shape)
+    return torch.from_numpy(keep.astype(np.float32)).div_(1 - p)
+
+
 def main():
     d, kind = sys.argv[1], sys.argv[2]
+    p = None
+    if kind == "dropout" or (kind == "attention" and len(sys.argv) == 8):
+        p = float(sys.argv[-1])
+        sys.argv.pop()
     s = [int(v) for v in sys.argv[3:]]
     torch.set_num_threads(1)
     if kind == "conv":
@@ -114,10 +129,19 @@ def main():
         att = (q @ k.transpose(-2, -1)) * (1.0 / hs ** 0.5)
         mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        if p is not None:
+            att = att * noise(d, (b, heads, t, t), p)
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         y.backward(load(d, "dy", (b, t, c)).detach())
         save(d, "y", y)
         save(d, "dqkv", qkv.grad)
+    elif kind == "dropout":
+        (cnt,) = s
+        x = load(d, "x", (cnt,))
+        y = x * noise(d, (cnt,), p)
+        y.backward(load(d, "dy", (cnt,)).detach())
+        save(d, "y", y)
+        save(d, "dx", x.grad)
     elif kind == "embedding":
         b, t, c, tmax = s
         wte = load(d, "wte", (256, c))

@@ -3,7 +3,8 @@
  * messages, the parameter layout and init, the hooks' order, the backward against central
  * finite differences, and PyTorch's loss, gradients and 20 steps of SGD and of AdamW with
  * gradient clipping (tests/unit/model_gpt_torch.py; skipped, saying so, without
- * python3-torch). Also the optimizer schedule's arithmetic and AdamW's checkpoint arrays.
+ * python3-torch), and 20 AdamW steps with dropout at every site (torch given our masks in
+ * place of its bernoulli draws); evaluation forwards drop nothing. Also the optimizer schedule's arithmetic and AdamW's checkpoint arrays.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 
 #include "ddp/ckpt.h"
 #include "ddp/rng.h"
+#include "trainer/dropout.h"
 #include "trainer/model_gpt.h"
 #include "trainer/model_ops.h"
 #include "trainer/text.h"
@@ -179,11 +181,21 @@ static void test_model_gpt_backward_finite_diff(void **state)
     gpt_free(m);
 }
 
-/* Our steps through the instance, batch after batch, gradients bound to views into one block
- * (as the reducer's); grads0 gets the first step's. */
-static void train_ours(struct model_inst *mi, const uint8_t *tok, size_t window, size_t batch,
-                       int steps, float lr, float *grads0, double *loss0)
+/* The dropout keys of the tests' step s: sample i of the batch is window s * batch + i. */
+static void step_keys(int s, size_t batch, uint64_t *keys)
 {
+    for (size_t i = 0; i < batch; i++)
+        keys[i] = dropout_sample_key(5, (uint64_t)s, (uint64_t)s * batch + i);
+}
+
+/* Our steps through the instance, batch after batch, gradients bound to views into one block
+ * (as the reducer's); grads0 gets the first step's. With drop, each step's forward drops
+ * with step_keys. */
+static void train_ours(struct model_inst *mi, const uint8_t *tok, size_t window, size_t batch,
+                       int steps, float lr, int drop, float *grads0, double *loss0)
+{
+    uint64_t keys[16];
+    assert_true(batch <= 16);
     struct ddp_err err;
     size_t np = mi->ops->param_count(mi);
     int nt = mi->ops->tensor_count(mi);
@@ -199,6 +211,10 @@ static void train_ours(struct model_inst *mi, const uint8_t *tok, size_t window,
     mi->ops->bind_grads(mi, views);
     for (int s = 0; s < steps; s++) {
         double ls = 0.0;
+        if (drop) {
+            step_keys(s, batch, keys);
+            mi->ops->set_sample_keys(mi, keys, batch);
+        }
         assert_int_equal(
             mi->ops->forward(mi, NULL, tok + (size_t)s * batch * window, batch, &ls, &err), 0);
         assert_int_equal(mi->ops->backward(mi, NULL, &err), 0);
@@ -212,12 +228,46 @@ static void train_ours(struct model_inst *mi, const uint8_t *tok, size_t window,
     free(views);
 }
 
-static void matches_torch(const char *opt, float lr, float mom, float wd, float clip)
+/* The masks of every step's forward, keep bytes in the order the torch module draws them:
+ * per step the embeddings' [B x T x D], then per block its attention probabilities [B x H x
+ * T x T], its attention's output and its MLP's output [B x T x D]. */
+static void write_masks(const struct torchref_dir *d, int L, int H, int D, int T, size_t batch,
+                        int steps, float p)
+{
+    size_t bt = (size_t)T * (size_t)D, att = (size_t)H * (size_t)T * (size_t)T;
+    size_t per_step = batch * (bt + (size_t)L * (att + 2 * bt));
+    uint8_t *keep = malloc(per_step * (size_t)steps);
+    float *ones = malloc(batch * (att > bt ? att : bt) * sizeof(float));
+    assert_non_null(keep);
+    assert_non_null(ones);
+    uint8_t *out = keep;
+    uint64_t keys[16];
+    for (int s = 0; s < steps; s++) {
+        step_keys(s, batch, keys);
+        for (int k = 0; k < 1 + 3 * L; k++) {
+            size_t per = k > 0 && (k - 1) % 3 == 0 ? att : bt;
+            uint32_t site =
+                k == 0 ? GPT_DROP_EMB : GPT_DROP_SITE((k - 1) / 3, (uint32_t)(k - 1) % 3);
+            for (size_t i = 0; i < batch * per; i++)
+                ones[i] = 1.0f;
+            dropout_apply(ones, ones, batch, per, keys, site, 0, p);
+            for (size_t i = 0; i < batch * per; i++)
+                *out++ = ones[i] != 0.0f;
+        }
+    }
+    assert_true(out == keep + per_step * (size_t)steps);
+    torchref_write(d, "keep.u8", keep, per_step * (size_t)steps);
+    free(keep);
+    free(ones);
+}
+
+static void matches_torch(const char *opt, float lr, float mom, float wd, float clip, float drop)
 {
     const char *spec = "gpt:2-4-32-16";
     const size_t batch = 4, window = 17;
     const int steps = 20;
     struct gpt *m = small_gpt(spec, batch, 3);
+    gpt_set_dropout(m, drop);
     size_t np = gpt_param_count(m);
     size_t ntok = (size_t)steps * batch * window;
     uint8_t *tok = malloc(ntok);
@@ -239,20 +289,23 @@ static void matches_torch(const char *opt, float lr, float mom, float wd, float 
     struct model_inst *mi = model_inst_gpt_new(m, &c);
     assert_int_equal(mi->ops->state_arrays(mi), c.adamw ? 2 : 1);
     double loss0 = 0.0;
-    train_ours(mi, tok, window, batch, steps, lr, g0, &loss0);
+    train_ours(mi, tok, window, batch, steps, lr, drop > 0.0f, g0, &loss0);
 
     struct torchref_dir d;
     torchref_dir_new(&d);
     torchref_write(&d, "params.f32", p0, np * sizeof(float));
     torchref_write(&d, "tokens.u8", tok, ntok);
-    char sb[16], ss[16], slr[32], smom[32], swd[32], sclip[32];
+    if (drop > 0.0f)
+        write_masks(&d, 2, 4, 32, 16, batch, steps, drop);
+    char sb[16], ss[16], slr[32], smom[32], swd[32], sclip[32], sdrop[32];
     snprintf(sb, sizeof(sb), "%zu", batch);
     snprintf(ss, sizeof(ss), "%d", steps);
     snprintf(slr, sizeof(slr), "%.9g", (double)lr);
     snprintf(smom, sizeof(smom), "%.9g", (double)mom);
     snprintf(swd, sizeof(swd), "%.9g", (double)wd);
     snprintf(sclip, sizeof(sclip), "%.9g", (double)clip);
-    const char *args[] = {spec, sb, ss, opt, slr, smom, swd, sclip, NULL};
+    snprintf(sdrop, sizeof(sdrop), "%.9g", (double)drop);
+    const char *args[] = {spec, sb, ss, opt, slr, smom, swd, sclip, sdrop, NULL};
     int rc = torchref_run(&d, TEST_MODEL_GPT_TORCH_PY, args);
     if (rc == 0) {
         double want = 0.0;
@@ -264,7 +317,8 @@ static void matches_torch(const char *opt, float lr, float mom, float wd, float 
         assert_non_null(theirs);
         torchref_read(&d, "params_out.f32", theirs, np * sizeof(float));
         char what[96];
-        snprintf(what, sizeof(what), "parameters after 20 %s steps vs torch", opt);
+        snprintf(what, sizeof(what), "parameters after 20 %s steps%s vs torch", opt,
+                 drop > 0.0f ? " with dropout" : "");
         torchref_check_close(what, mi->ops->params(mi), theirs, np, 1e-4);
         /* and they moved: not a test of an optimizer that does nothing */
         double moved = 0.0;
@@ -285,14 +339,43 @@ static void matches_torch(const char *opt, float lr, float mom, float wd, float 
 static void test_model_gpt_sgd_matches_torch(void **state)
 {
     (void)state;
-    matches_torch("sgd", 0.1f, 0.9f, 1e-4f, 0.0f);
+    matches_torch("sgd", 0.1f, 0.9f, 1e-4f, 0.0f, 0.0f);
 }
 
 static void test_model_gpt_adamw_matches_torch(void **state)
 {
     (void)state;
     /* clip 0.5: below the gradients' norm (about 1-3 here), so clipping acts every step */
-    matches_torch("adamw", 3e-3f, 0.0f, 0.1f, 0.5f);
+    matches_torch("adamw", 3e-3f, 0.0f, 0.1f, 0.5f, 0.0f);
+}
+
+static void test_model_gpt_dropout_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("adamw", 3e-3f, 0.0f, 0.1f, 0.5f, 0.2f);
+}
+
+/* A forward given keys drops (another loss); one without them, as evaluation runs, drops
+ * nothing (the loss of p 0, bit for bit), also right after a dropped one. */
+static void test_model_gpt_dropout_only_in_training(void **state)
+{
+    (void)state;
+    struct gpt *m = small_gpt("gpt:2-2-16-8", 3, 5);
+    uint8_t tok[27];
+    struct rng r;
+    rng_seed(&r, 6);
+    random_tokens(&r, tok, sizeof(tok));
+    double plain = mean_loss(m, tok, 3);
+    gpt_set_dropout(m, 0.3f);
+    uint64_t keys[3];
+    step_keys(0, 3, keys);
+    gpt_set_dropout_keys(m, keys, 3);
+    double dropped = mean_loss(m, tok, 3);
+    assert_true(fabs(dropped - plain) > 1e-4 * fabs(plain));
+    gpt_set_dropout_keys(m, keys, 3);
+    assert_true(mean_loss(m, tok, 3) == dropped); /* the same keys drop the same */
+    assert_true(mean_loss(m, tok, 3) == plain);
+    gpt_free(m);
 }
 
 static void test_lr_warmup_cosine(void **state)
@@ -367,6 +450,8 @@ int main(void)
         cmocka_unit_test(test_model_gpt_backward_finite_diff),
         cmocka_unit_test(test_model_gpt_sgd_matches_torch),
         cmocka_unit_test(test_model_gpt_adamw_matches_torch),
+        cmocka_unit_test(test_model_gpt_dropout_matches_torch),
+        cmocka_unit_test(test_model_gpt_dropout_only_in_training),
         cmocka_unit_test(test_lr_warmup_cosine),
         cmocka_unit_test(test_ckpt_adamw_arrays),
         cmocka_unit_test(test_text_windows),
