@@ -117,8 +117,9 @@ int sharded_setup(struct sharded *s, const struct train_opts *o, struct ddp_grou
         if (code != DDP_EXIT_OK)
             return code;
     } else {
-        if (zero_new(g->comm, world, rank, mi, red, &c, step, &s->zero, err) != 0)
-            return DDP_EXIT_FAILURE;
+        int rc = zero_new(g->comm, world, rank, mi, red, &c, step, &s->zero, err);
+        if (rc != 0)
+            return ddp_exit_code_for(rc);
         zero_load_state(s->zero, mi->ops->momentum(mi));
         log_info("sharding optimizer: this rank updates %zu of %zu parameters and keeps their "
                  "optimizer state",

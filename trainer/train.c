@@ -322,8 +322,8 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     int rc = reducer_new(sharded ? NULL : g->comm, sharded ? 1 : g->world_size, counts, nt, &ro,
                          r->trace, &r->red, err);
     free(counts);
-    if (rc)
-        return DDP_EXIT_FAILURE;
+    if (rc) /* its buckets' memory is the comm's: a peer lost meanwhile is exit 6 */
+        return ddp_exit_code_for(rc);
     r->views = xmalloc((size_t)nt * sizeof(float *));
     for (int t = 0; t < nt; t++)
         r->views[t] = reducer_grad(r->red, t);

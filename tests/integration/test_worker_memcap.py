@@ -3,8 +3,8 @@ per-rank memory cap: each rank runs in a memory cgroup of its own capped at CAP_
 v2's memory.max, or v1's memory.limit_in_bytes with the swap limit alongside). The model,
 gpt:12-4-384-32 with AdamW (21.4 M parameters), needs 16 bytes a parameter (342 MiB) per rank
 unsharded, a quarter of that plus the units in flight sharded over 4 (bench/fsdp measures
-both). none must be killed by the cap (a rank killed, the cgroup's OOM count raised); full
-must finish its steps and report. Skips, saying so, where no memory cgroup can be made (not
+both). none must be killed by the cap (a rank killed, the cgroup's OOM count raised, the
+other ranks exiting as peer lost, 6, which the agent re-forms on); full must finish its steps and report. Skips, saying so, where no memory cgroup can be made (not
 root, or a cgroup v2 whose memory controller cannot be delegated here).
 """
 import os
@@ -131,6 +131,10 @@ def main():
         c.check("none under a %d MiB cap per rank: killed (exit codes %s, OOM kills %d, "
                 "peaks %s MiB)" % (CAP_MIB, codes, ooms, peaks),
                 -9 in codes and ooms > 0)
+        # the others see the lost peer as such (6; 5 if it died before the group formed), the
+        # codes the agent re-forms on: never a plain failure (1)
+        c.check("none: the ranks not killed exit 6 or 5 (%s)" % codes,
+                all(x in (-9, 5, 6) for x in codes))
         codes, peaks, ooms, rk = run(c, work, cgs, "full")
         out = rk.out(0)
         c.check("full at W=%d under the same cap: finished (exit codes %s, OOM kills %d, "
