@@ -750,6 +750,14 @@ void coord_retire(struct coord *c)
     pthread_mutex_unlock(&c->store_mu);
 }
 
+int coord_storage_failed(struct coord *c)
+{
+    pthread_mutex_lock(&c->store_mu);
+    int r = c->storage_failed;
+    pthread_mutex_unlock(&c->store_mu);
+    return r;
+}
+
 int coord_retired(struct coord *c)
 {
     pthread_mutex_lock(&c->store_mu);

@@ -65,6 +65,10 @@ void coord_retire(struct coord *c);
 /* 1 once coord_retire() ran, or once the replicated store answered UNAVAILABLE (its node
  * lost the leadership). */
 int coord_retired(struct coord *c);
+/* 1 when the coordinator of a replicated store retired itself because a write failed in
+ * its own node's storage (an I/O error or a full disk): the replica should hand the
+ * leadership to one whose disk takes writes. */
+int coord_storage_failed(struct coord *c);
 /* 1 when, since the last call in this thread, a transaction of this thread was refused
  * before it began because its coordinator was retired: the call did nothing and may go to
  * the leader. Clears the flag. */

@@ -209,6 +209,7 @@ struct coord {
     uint64_t version_base;
     int shutting_down;
     int retired;           /* coord_retire(): every later transaction refused (under store_mu) */
+    int storage_failed;    /* retired because the own node's disk failed (under store_mu) */
     int nodes_stale;       /* some node's row_stale is set (coord_flush_nodes()) */
     struct job **jobs;     /* by id - 1; NULL for a deleted id (coord_retain.c) */
     size_t njobs, capjobs; /* njobs: the highest id given out */

@@ -85,6 +85,16 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
         rc = fn(c, ctx, e);
     if (!rc)
         rc = store_commit(c->store, e);
+    /* A replica's own disk failing (full, I/O errors) fails every write it leads while
+     * another replica's disk could take them: it retires and hands the leadership over
+     * (server/main.c). The file's single ddpd has nowhere to hand it: it keeps answering 500. */
+    if (rc && rc != DDP_EUNAVAIL && c->opts.fence_epoch && store_storage_failed(c->store)) {
+        log_error("storage: this replica's disk failed a write (%s): its coordinator stops and "
+                  "the leadership goes to another replica",
+                  e->msg);
+        c->retired = 1;
+        c->storage_failed = 1;
+    }
     if (rc)
         store_rollback(c->store);
     /* A replicated store (no file) answering UNAVAILABLE: its node lost the leadership, or

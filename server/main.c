@@ -133,6 +133,8 @@ struct ddpd_cluster {
     struct coord *leading; /* the coordinator installed in the gate, or NULL */
     int probe_failures;
     int start_failures; /* leads, but the coordinator would not start: in a row */
+    int give_up;        /* leads, cannot serve, could not hand over: ddpd exits (its node
+                         * stopped, the others elect a leader) */
     char leader[512];
 };
 
@@ -156,12 +158,19 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
         /* Its store said "not leader", or another replica won since it was loaded (the
          * leadership went and came back between two polls): its memory may be stale. The
          * next poll that finds this node leading loads a coordinator afresh. */
+        int disk = coord_storage_failed(cl->leading);
         log_warn("cluster: this replica's coordinator stops (%s): it is loaded again if this "
                  "replica still leads",
-                 coord_retired(cl->leading) ? "its store lost the leadership"
-                                            : "another replica led meanwhile");
+                 disk                         ? "its own disk failed a write"
+                 : coord_retired(cl->leading) ? "its store lost the leadership"
+                                              : "another replica led meanwhile");
         gate_follow(cl->gate, "");
         cl->leading = NULL;
+        /* A replica whose disk takes writes leads in its place: handed over, or, where the
+         * transfer fails (libraft's needs the target caught up, which a leader that cannot
+         * append may never see), by the election that stopping this node starts. */
+        if (disk && replica_hand_over(cl->rep) != 0)
+            cl->give_up = 1;
         return;
     }
     if (self && !cl->leading) {
@@ -181,11 +190,16 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
                              "cluster: this node leads, but the coordinator cannot start "
                              "yet: %s",
                              err.msg);
-            if (++cl->start_failures >= 5) { /* let a replica that can serve lead */
-                log_warn("cluster: handing the leadership over after %d failed starts",
-                         cl->start_failures);
-                replica_hand_over(cl->rep);
-                cl->start_failures = 0;
+            /* let a replica that can serve lead: handed over after 5 failed starts, and
+             * after 10; failing both times, nothing is left but to stop leading */
+            int n = ++cl->start_failures;
+            if (n == 5 || n == 10) {
+                log_warn("cluster: handing the leadership over after %d failed starts", n);
+                int hrc = replica_hand_over(cl->rep);
+                if (n == 10 && hrc != 0)
+                    cl->give_up = 1;
+                else if (n == 10 || hrc == 0)
+                    cl->start_failures = 0;
             }
             return;
         }
@@ -687,6 +701,13 @@ int main(int argc, char **argv)
         }
         if (cluster) {
             ddpd_cluster_step(&cl);
+            if (cl.give_up) {
+                err_set(&err, DDP_EUNAVAIL,
+                        "cluster: this replica leads but can neither serve (see above) nor hand "
+                        "the leadership over: ddpd stops, so that the other replicas elect a "
+                        "leader (a replica whose disk failed is replaced: docs/ha.md)");
+                goto fail;
+            }
             if (cl.leading)
                 coord_tick(cl.leading, time_mono_ms());
         } else {

@@ -269,23 +269,29 @@ int replica_recover(uint64_t node_id, const char *raft_address, const char *data
 #endif
 }
 
-void replica_hand_over(struct replica *r)
+int replica_hand_over(struct replica *r)
 {
     uint64_t id = 0;
     char addr[DQCLIENT_ADDR_MAX] = "";
     struct ddp_err e;
     struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
-    if (dqclient_leader_of(r->raft_address, &o, &id, addr, sizeof(addr), &e) != 0 || id != r->id)
-        return;
+    int rc = dqclient_leader_of(r->raft_address, &o, &id, addr, sizeof(addr), &e);
+    if (rc != 0) {
+        log_warn("cluster: could not ask the own node who leads: %s", e.msg);
+        return rc;
+    }
+    if (id != r->id)
+        return 0;
     pthread_mutex_lock(&r->mu);
-    int rc = replica_side(r, &e);
+    rc = replica_side(r, &e);
     if (rc == 0)
         rc = dqclient_transfer(r->dq, 0, &e);
     pthread_mutex_unlock(&r->mu);
     if (rc == 0)
-        log_info("cluster: leadership handed over before stopping");
+        log_info("cluster: leadership handed over");
     else
         log_warn("cluster: could not hand the leadership over: %s", e.msg);
+    return rc;
 }
 
 void replica_stop(struct replica *r)

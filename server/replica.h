@@ -66,8 +66,9 @@ int replica_open_store(struct replica *r, struct store **out, struct ddp_err *er
 int replica_still_ours(struct replica *r);
 /* The epoch the last replica_open_store() wrote (coord_opts.fence_epoch). */
 int64_t replica_epoch(const struct replica *r);
-/* Hands the leadership to another voter when this node holds it (TRANSFER); bounded. */
-void replica_hand_over(struct replica *r);
+/* Hands the leadership to another voter when this node holds it (TRANSFER); bounded. 0 when
+ * this node does not lead (any more), else the failure's code (logged). */
+int replica_hand_over(struct replica *r);
 
 /* Adds node_id, raft_address and advertise to o (the /healthz answer). */
 void replica_describe(struct replica *r, json_t *o);

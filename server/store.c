@@ -291,6 +291,11 @@ int store_commit(struct store *st, struct ddp_err *err)
     return rc;
 }
 
+int store_storage_failed(const struct store *st)
+{
+    return st->ops->storage_failed(st->be);
+}
+
 void store_rollback(struct store *st)
 {
     if (st->ops->in_tx(st->be))

@@ -87,6 +87,10 @@ int store_begin(struct store *st, struct ddp_err *err);
 int store_commit(struct store *st, struct ddp_err *err);
 /* Rolls back the open transaction, if any; never fails from the caller's view. */
 void store_rollback(struct store *st);
+/* 1 when the statement that failed last failed in the storage under the database (an I/O
+ * error or a full disk: this machine's disk, not the SQL). Ask before the next statement
+ * (a rollback included). */
+int store_storage_failed(const struct store *st);
 
 /* Inserts job j's row, or updates an existing one except for log_seq, metric_seq and
  * last_metrics: those are written once by the insert and then only by store_job_data(). */

@@ -237,6 +237,13 @@ int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db,
     return 0;
 }
 
+static int dq_storage_failed(void *be)
+{
+    struct dqlite_be *b = be;
+    uint64_t primary = dqclient_failure_code(b->c) & 0xff; /* the extended code's primary */
+    return primary == 10 /* SQLITE_IOERR */ || primary == 13 /* SQLITE_FULL */;
+}
+
 const struct store_ops store_dqlite_ops = {
     .name = "dqlite",
     .exec = dq_exec,
@@ -250,5 +257,6 @@ const struct store_ops store_dqlite_ops = {
     .col_text = dq_col_text,
     .reset = dq_reset,
     .in_tx = dq_in_tx,
+    .storage_failed = dq_storage_failed,
     .close = dq_close,
 };

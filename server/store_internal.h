@@ -84,6 +84,9 @@ struct store_ops {
     void (*reset)(void *be, int w);
     /* 1 when a transaction is open on the connection. */
     int (*in_tx)(void *be);
+    /* 1 when the last statement that failed failed in the storage under the database (SQLite's
+     * I/O error or disk-full codes: the disk, not the SQL); read before the next statement. */
+    int (*storage_failed)(void *be);
     /* Frees; accepts NULL. */
     void (*close)(void *be);
 };

@@ -170,6 +170,13 @@ out:
     return rc;
 }
 
+static int sq_storage_failed(void *be)
+{
+    struct sqlite_be *b = be;
+    int primary = sqlite3_extended_errcode(b->db) & 0xff;
+    return primary == SQLITE_IOERR || primary == SQLITE_FULL;
+}
+
 const struct store_ops store_sqlite_ops = {
     .name = "sqlite",
     .exec = sq_exec,
@@ -183,5 +190,6 @@ const struct store_ops store_sqlite_ops = {
     .col_text = sq_col_text,
     .reset = sq_reset,
     .in_tx = sq_in_tx,
+    .storage_failed = sq_storage_failed,
     .close = sq_close,
 };

@@ -12,15 +12,15 @@ endforeach()
 
 # The replicated coordinator (docs/ha.md): three ddpd --cluster replicas in namespaces, kill -9
 # of the leader under submits, a cut link, a lost quorum, one training job through it all;
-# and one replica's disk full (a tmpfs), then that replica replaced.
+# one replica's disk full (a tmpfs), then that replica replaced; and the leader's disk full.
 if(DQLITE_FOUND)
-  foreach(s ha diskfull)
+  foreach(s ha diskfull leaderfull)
     ddp_script_test(NAME faults_${s} COMMAND /usr/bin/python3
       ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_ha.py ${s} TIMEOUT 420 LABELS "heavy;faults;dqlite")
     set_tests_properties(faults_${s} PROPERTIES RESOURCE_LOCK ddp_faults SKIP_RETURN_CODE 77)
   endforeach()
 else()
-  foreach(s ha diskfull)
+  foreach(s ha diskfull leaderfull)
     add_test(NAME faults_${s} COMMAND sh -c
       "echo 'faults_${s}: skipped, libdqlite not found (apt-get install libdqlite-dev libraft-dev)'; exit 77")
     set_tests_properties(faults_${s} PROPERTIES SKIP_RETURN_CODE 77 LABELS "heavy;faults;dqlite")

@@ -27,7 +27,11 @@ submits all acknowledged (r1 and r2 are a quorum), r3 up but its log stopped beh
 replaced (removed, started as node 4 on an empty folder: a snapshot); with r1 killed, the
 leader of r2 and node 4 holds every acknowledged job.
 
-usage: test_ha.py [ha|diskfull]   (default ha)
+A third, leaderfull: the leader's own data on a full tmpfs; 3,000 submits through whichever
+replica leads all acknowledged, each job once: the leader retires at its first write that
+fails in its disk and hands over, or stops (exit 1, saying why) so that the others elect.
+
+usage: test_ha.py [ha|diskfull|leaderfull]   (default ha)
 """
 import json
 import os
@@ -456,24 +460,22 @@ def submit_many(c, leader, prefix, n, rep):
     return names
 
 
-def scenario_diskfull(c, rep):
-    """r3's data on a 64 MiB tmpfs, filled once the cluster formed: the cluster takes every
-    write (r1 and r2 are a quorum), r3 stays up; then r3 is replaced, as docs/ha.md says: removed,
-    started again as a new node on an empty folder, and it catches up by a snapshot."""
+def full_disk_cluster(c, rep, victim):
+    """The three replicas, r1 founding and leading, victim's --data-dir on a 64 MiB tmpfs
+    filled once the cluster formed; its path."""
     if os.geteuid() != 0:
         raise RuntimeError("needs root (a tmpfs mount)")
-    x3 = c.rep["r3"]
-    data3 = os.path.join(x3["home"], "raft")
-    os.makedirs(data3, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", data3], check=True,
+    data = os.path.join(c.rep[victim]["home"], "raft")
+    os.makedirs(data, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", data], check=True,
                    timeout=20)
-    c.mounts.append(data3)
+    c.mounts.append(data)
     c.start_replica("r1")
     wait_for("r1 leads", lambda: c.leader(("r1",)) == "r1", timeout=30)
     c.start_replica("r2")
     c.start_replica("r3")
     wait_for("one leader that both others follow", lambda: c.leader() == "r1", timeout=30)
-    fd = os.open(os.path.join(data3, "fill"), os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = os.open(os.path.join(data, "fill"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         for _ in range(128):  # 64 MiB at most
             os.write(fd, b"\0" * (1 << 19))
@@ -481,9 +483,18 @@ def scenario_diskfull(c, rep):
         pass
     finally:
         os.close(fd)
-    st = os.statvfs(data3)
-    rep.check("r3's disk is full (%d KiB free)" % (st.f_bavail * st.f_frsize // 1024),
+    st = os.statvfs(data)
+    rep.check("%s's disk is full (%d KiB free)" % (victim, st.f_bavail * st.f_frsize // 1024),
               st.f_bavail * st.f_frsize < (1 << 20))
+    return data
+
+
+def scenario_diskfull(c, rep):
+    """r3's data on a 64 MiB tmpfs, filled once the cluster formed: the cluster takes every
+    write (r1 and r2 are a quorum), r3 stays up; then r3 is replaced, as docs/ha.md says: removed,
+    started again as a new node on an empty folder, and it catches up by a snapshot."""
+    x3 = c.rep["r3"]
+    data3 = full_disk_cluster(c, rep, "r3")
     # dqlite preallocated three 8 MiB segments there: about 2,000 submits fill them.
     t0 = time.monotonic()
     names = submit_many(c, "r1", "d", 3000, rep)
@@ -532,13 +543,91 @@ def scenario_diskfull(c, rep):
     return None
 
 
+def submit_failover(c, prefix, n, rep, budget_s=180):
+    """n submits, each sent to the replica that leads now (c.request finds it again after a
+    redirect, a not_leader answer or a lost connection), each with an Idempotency-Key so that
+    a resend after a lost answer is one job; any other failure is resent with the same key
+    (bounded by budget_s in all). Returns the acknowledged names and the longest wait for one
+    acknowledgement."""
+    names, worst, fails = [], 0.0, []
+    deadline = time.monotonic() + budget_s
+    for i in range(n):
+        name = "%s-%d" % (prefix, i)
+        t0 = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                a = c.request("POST", "/v1/jobs", body={
+                    "name": name, "command": ["/bin/true"], "node_selector": {"pool": "none"}},
+                    headers={"Idempotency-Key": name}, timeout=5)
+            except OSError as e:
+                a = None
+                fails.append(str(e)[:80])
+            if a is not None and a.status in (200, 201):
+                names.append(name)
+                break
+            if a is not None:
+                fails.append("%s %s" % (a.status, a.text[:80]))
+            time.sleep(0.1)
+        worst = max(worst, time.monotonic() - t0)
+    rep.check("%d of %d submits acknowledged (failures on the way: %d, first %s)"
+              % (len(names), n, len(fails), fails[:2]), len(names) == n)
+    return names, worst
+
+
+def all_job_names(c):
+    token, seen, count = "", set(), 0
+    for _ in range(10):  # pages of 1000
+        a = c.request("GET", "/v1/jobs?all=true&page_size=1000" +
+                      ("&page_token=" + token if token else ""))
+        if a.status != 200:
+            break
+        for j in a.json["jobs"]:
+            seen.add(j["name"])
+            count += 1
+        token = a.json.get("next_page_token")
+        if not token:
+            break
+    return seen, count
+
+
+def scenario_leaderfull(c, rep):
+    """The leader's own data on a 64 MiB tmpfs, filled once the cluster formed; then 3,000
+    submits through whichever replica leads: the first that fails in the leader's disk makes
+    it retire and hand the leadership over (or, where the transfer fails, stop: the others
+    elect), and every submit is acknowledged, each job once."""
+    full_disk_cluster(c, rep, "r1")
+    t0 = time.monotonic()
+    names, worst = submit_failover(c, "L", 3000, rep)
+    rep.figure("leaderfull_submits_s", "%.1f" % (time.monotonic() - t0))
+    rep.figure("leaderfull_longest_wait_s", "%.2f" % worst)
+    p1 = c.rep["r1"]["proc"]
+    log1 = c.log("ddpd-r1.log")
+    if p1.poll() is None:
+        h = c.health("r1")
+        how = "follows (%s)" % (h and h["role"])
+        stepped = h is not None and h["role"] == "follower"
+    else:
+        how = "exited %s" % p1.returncode
+        stepped = p1.returncode == 1 and "can neither serve" in log1
+    rep.check("r1 stopped leading: it %s, having said its disk failed" % how,
+              stepped and "this replica's disk failed a write" in log1, log1[-1500:])
+    lead = wait_for("r2 or r3 leads", lambda: c.leader(("r2", "r3")), timeout=30)
+    rep.check("%s leads" % lead, lead in ("r2", "r3"))
+    seen, count = all_job_names(c)
+    missing = [n for n in names if n not in seen]
+    rep.check("every acknowledged job is there (missing %s), none twice (%d rows, %d names)"
+              % (missing[:3], count, len(seen)), not missing and count == len(seen))
+    return None
+
+
 def main():
     def on_term(signum, frame):
         raise SystemExit("killed by signal %d" % signum)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     name = sys.argv[1] if len(sys.argv) > 1 else "ha"
-    fn = {"ha": scenario, "diskfull": scenario_diskfull}.get(name)
+    fn = {"ha": scenario, "diskfull": scenario_diskfull,
+          "leaderfull": scenario_leaderfull}.get(name)
     if fn is None:
         print(__doc__)
         return 2
