@@ -24,6 +24,7 @@
 #include "ddp/rng.h"
 #include "trainer/conv.h"
 #include "trainer/dense.h"
+#include "trainer/dropout.h"
 #include "trainer/pool.h"
 
 struct cnn_layer {
@@ -53,9 +54,12 @@ struct cnn {
     const uint8_t *labels;
     size_t n;
     const struct model_hooks *fwd; /* cnn_set_forward_hooks (borrowed), or NULL */
+    uint64_t *keys;                /* max_batch sample keys (cnn_set_dropout_keys) */
+    int keys_set;                  /* keys are for the next forward */
+    int dropped;                   /* the last forward dropped (its backward must too) */
 };
 
-/* Parses one "cNkK", "pM" or "fN" of len bytes at p. */
+/* Parses one "cNkK", "pM", "fN" or "dP" of len bytes at p. */
 static int parse_layer(const char *spec, const char *p, size_t len, struct cnn_layer_spec *ls,
                        struct ddp_err *err)
 {
@@ -66,11 +70,22 @@ static int parse_layer(const char *spec, const char *p, size_t len, struct cnn_l
     part[len] = '\0';
     char *end = NULL;
     long n = 0, k = 0;
-    if (part[0] != 'c' && part[0] != 'p' && part[0] != 'f')
+    if (part[0] != 'c' && part[0] != 'p' && part[0] != 'f' && part[0] != 'd')
         return err_set(err, DDP_EINVAL,
-                       "--model: layer '%s' of '%s' is not cNkK (conv), pM (max pool) or fN "
-                       "(linear)",
+                       "--model: layer '%s' of '%s' is not cNkK (conv), pM (max pool), fN "
+                       "(linear) or dP (dropout)",
                        part, spec);
+    if (part[0] == 'd') {
+        double prob = part[1] >= '0' && part[1] <= '9' ? strtod(part + 1, &end) : -1.0;
+        if (prob < 0.0 || *end != '\0' || !(prob > 0.0 && prob <= DROPOUT_MAX_P))
+            return err_set(err, DDP_EINVAL,
+                           "--model: dropout layer '%s' of '%s': want dP with 0 < P <= %.2f "
+                           "(e.g. d0.5)",
+                           part, spec, DROPOUT_MAX_P);
+        ls->kind = CNN_DROP;
+        ls->p = (float)prob;
+        return 0;
+    }
     if (part[1] < '0' || part[1] > '9')
         return err_set(err, DDP_EINVAL, "--model: layer '%s' of '%s' has no number", part, spec);
     n = strtol(part + 1, &end, 10);
@@ -109,6 +124,10 @@ static int build_layers(const struct cnn_spec *s, struct cnn_layer *L, uint64_t 
         l->kind = ls->kind;
         l->pl = -1;
         struct ddp_err e;
+        if (ls->kind == CNN_DROP) { /* the shape it is given, unchanged */
+            l->out_count = flat ? (size_t)flat : (size_t)c * (size_t)h * (size_t)w;
+            continue;
+        }
         if (ls->kind != CNN_FC && flat)
             return err_set(err, DDP_EINVAL,
                            "--model: layer %d of '%s' is a conv or pool after a linear layer",
@@ -188,7 +207,7 @@ int cnn_parse_spec(const char *spec, uint64_t memory, struct cnn_spec *out, stru
     if (rc)
         return rc;
     for (int i = 0; i < s.nlayers; i++)
-        if (s.layer[i].kind != CNN_POOL)
+        if (s.layer[i].kind == CNN_CONV || s.layer[i].kind == CNN_FC)
             s.nparam_layers++;
     s.classes = s.layer[s.nlayers - 1].n;
     /* Parameters, gradients, momentum and a checkpoint: as model_check_size. */
@@ -247,6 +266,7 @@ int cnn_new(const struct cnn_spec *s, size_t max_batch, uint64_t seed, struct cn
     m->col = xmalloc(maxcol * sizeof(float));
     m->dbuf[0] = xmalloc(max_batch * maxout * sizeof(float));
     m->dbuf[1] = xmalloc(max_batch * maxout * sizeof(float));
+    m->keys = xcalloc(max_batch, sizeof(uint64_t));
 
     struct rng r;
     rng_seed(&r, seed);
@@ -280,6 +300,7 @@ void cnn_free(struct cnn *m)
     free(m->col);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
+    free(m->keys);
     free(m);
 }
 
@@ -306,6 +327,10 @@ size_t cnn_tensor_size(const struct cnn *m, int t)
 size_t cnn_tensor_offset(const struct cnn *m, int t)
 {
     return m->off[t];
+}
+size_t cnn_layer_out_count(const struct cnn *m, int i)
+{
+    return m->layer[i].out_count;
 }
 float *cnn_params(struct cnn *m)
 {
@@ -336,6 +361,9 @@ static void forward_all(struct cnn *m, const float *x, size_t n)
                            m->params + m->off[2 * l->pl + 1], o, m->col);
         } else if (l->kind == CNN_POOL) {
             pool2d_forward(&l->pool, in, n, o, m->arg[i]);
+        } else if (l->kind == CNN_DROP) {
+            float p = m->dropped ? m->spec.layer[i].p : 0.0f;
+            dropout_apply(o, in, n, l->out_count, m->keys, (uint32_t)i, 0, p);
         } else {
             linear_forward(in, n, l->fin, l->fout, m->params + m->off[2 * l->pl],
                            m->params + m->off[2 * l->pl + 1], o);
@@ -351,6 +379,12 @@ void cnn_set_forward_hooks(struct cnn *m, const struct model_hooks *fwd)
     m->fwd = fwd;
 }
 
+void cnn_set_dropout_keys(struct cnn *m, const uint64_t *keys, size_t n)
+{
+    memcpy(m->keys, keys, (n < m->max_batch ? n : m->max_batch) * sizeof(uint64_t));
+    m->keys_set = 1;
+}
+
 int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
                 struct ddp_err *err)
 {
@@ -360,6 +394,8 @@ int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, doubl
         if (y[i] >= m->spec.classes)
             return err_set(err, DDP_EINVAL, "cnn: label %d is not below %d outputs", y[i],
                            m->spec.classes);
+    m->dropped = m->keys_set;
+    m->keys_set = 0;
     forward_all(m, x, n);
     *loss_sum = softmax_xent_forward(m->out[m->nl - 1], y, n, m->spec.classes);
     m->x = x;
@@ -398,6 +434,9 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
             conv2d_backward_input(&l->conv, n, W, d, dxi, m->col);
         else if (dxi && l->kind == CNN_FC)
             linear_backward_input(n, l->fin, l->fout, W, d, dxi);
+        else if (dxi && l->kind == CNN_DROP)
+            dropout_apply(dxi, d, n, l->out_count, m->keys, (uint32_t)i, 0,
+                          m->dropped ? m->spec.layer[i].p : 0.0f);
         else if (dxi)
             pool2d_backward(&l->pool, d, n, m->arg[i], dxi);
         if (i == 0)
@@ -416,6 +455,8 @@ size_t cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t
 {
     size_t correct = 0, dim = CNN_IN_C * CNN_IN_H * CNN_IN_W;
     int classes = m->spec.classes;
+    m->dropped = 0; /* an evaluation: nothing drops */
+    m->keys_set = 0;
     for (size_t start = 0; start < n; start += m->max_batch) {
         size_t k = n - start < m->max_batch ? n - start : m->max_batch;
         forward_all(m, x + start * dim, k);

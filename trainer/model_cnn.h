@@ -7,6 +7,8 @@
  *   pM    MaxPool2d with kernel and stride M
  *   fN    Linear to N features (the input flattened as torch.flatten does), then ReLU,
  *         except the last layer, which must be an f: its N is the number of classes.
+ *   dP    Dropout with probability P (0 < P <= 0.95, e.g. d0.5; trainer/dropout.h), in
+ *         training forwards only (cnn_set_dropout_keys); site: the layer's index.
  * Convolutions and pools come before the first f. The layers that hold parameters (c and f)
  * are numbered 0, 1, ... in order; parameter layer l has tensors 2l (its weight, in torch's
  * layout) and 2l+1 (its bias), all in one allocation in that order (the checkpoint's
@@ -33,12 +35,13 @@
 #define CNN_IN_H         28
 #define CNN_IN_W         28
 
-enum cnn_kind { CNN_CONV, CNN_POOL, CNN_FC };
+enum cnn_kind { CNN_CONV, CNN_POOL, CNN_FC, CNN_DROP };
 
 struct cnn_layer_spec {
     enum cnn_kind kind;
-    int n; /* channels (c), window (p) or features (f) */
-    int k; /* kernel (c only) */
+    int n;   /* channels (c), window (p) or features (f) */
+    int k;   /* kernel (c only) */
+    float p; /* dropout's probability (d only) */
 };
 
 /* A parsed, shape-checked spec. */
@@ -72,6 +75,8 @@ size_t cnn_param_count(const struct cnn *m);
 int cnn_tensor_count(const struct cnn *m); /* 2 * nparam_layers */
 size_t cnn_tensor_size(const struct cnn *m, int t);
 size_t cnn_tensor_offset(const struct cnn *m, int t);
+/* Floats per sample of layer i's output (0 <= i < the spec's nlayers). */
+size_t cnn_layer_out_count(const struct cnn *m, int i);
 float *cnn_params(struct cnn *m);
 float *cnn_grad(struct cnn *m, int t);
 /* As model_bind_grads: grads[t] borrowed, for every t < cnn_tensor_count(m). */
@@ -85,6 +90,10 @@ void cnn_set_forward_hooks(struct cnn *m, const struct model_hooks *fwd);
 int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, double *loss_sum,
                 struct ddp_err *err);
 int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err *err);
+/* Makes the next cnn_forward a training forward whose d layers drop, sample s with keys[s]
+ * (copied; n <= max_batch), and its backward drop the same; without it (cnn_count_correct,
+ * an evaluation) nothing drops. */
+void cnn_set_dropout_keys(struct cnn *m, const uint64_t *keys, size_t n);
 size_t cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t n);
 
 #endif

@@ -85,6 +85,11 @@ static int ci_sync(struct model_inst *mi, struct ddp_err *err)
     return 0;
 }
 
+static void ci_set_sample_keys(struct model_inst *mi, const uint64_t *keys, size_t n)
+{
+    cnn_set_dropout_keys(cnn_of(mi)->m, keys, n);
+}
+
 static int ci_forward(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                       double *loss_sum, struct ddp_err *err)
 {
@@ -141,6 +146,7 @@ static const struct model_ops cnn_ops = {
     .sync_to_device = ci_sync,
     .sync_to_host = ci_sync,
     .forward = ci_forward,
+    .set_sample_keys = ci_set_sample_keys,
     .backward = ci_backward,
     .count_correct = ci_count_correct,
     .step = ci_step,

@@ -202,7 +202,9 @@ static int build_model(struct run *r, struct ddp_err *err)
     /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
      * batches of the training batch. */
     if (o->dropout > 0.0 && !o->is_gpt) {
-        err_set(err, DDP_EINVAL, "--dropout: --model %s has no dropout (only gpt models have)",
+        err_set(err, DDP_EINVAL,
+                "--dropout: --model %s has no dropout flag (a gpt has; a cnn places dP layers "
+                "in its spec, e.g. cnn:c32k5-p2-f256-d0.5-f10)",
                 o->model_spec);
         return DDP_EXIT_USAGE;
     }
@@ -388,7 +390,7 @@ static int train_step(struct run *r, size_t start, size_t n, float lr, double *l
         }
         r->drop_keys[i] = dropout_sample_key(r->o->seed, r->step, idx);
     }
-    if (r->o->dropout > 0.0 && mi->ops->set_sample_keys)
+    if (mi->ops->set_sample_keys) /* a model whose dropout is off ignores them */
         mi->ops->set_sample_keys(mi, r->drop_keys, n);
     trace_set_step(r->trace, r->step);
     double ls = 0.0;

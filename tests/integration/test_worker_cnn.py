@@ -1,16 +1,18 @@
 """The CNN in ddp-worker, as test_worker_equivalence.py and test_worker_resume.py check the
 MLP: with the same seed, W = 2 and W = 4 ranks with batch B each give after 20 steps the
 same parameters (relative 1e-5) as 1 process with batch W*B, with overlap on (many buckets)
-and off (one bucket), every rank bit-identical, and a 1-process run with batch B far off.
+and off (one bucket), every rank bit-identical, and a 1-process run with batch B far off;
+the same with dropout layers in the spec (a sample's mask is its own, wherever it trains),
+far from the run without them.
 Then checkpoints: 1 epoch, then a resumed run to 2 epochs, ends bit-identical to 2 epochs
 straight; an MLP run over the CNN's folder skips its checkpoints naming both models, and a
 bad spec is exit 2 naming --model.
 """
-import os
 import shutil
 import subprocess
 
-from worker_util import WORKER, Checks, check_equivalence, read_floats, run_ok, tempdir
+from worker_util import (WORKER, Checks, check_equivalence, read_floats, rel_diff, run_ok,
+                         tempdir)
 
 B = 8
 STEPS = 20
@@ -22,6 +24,10 @@ COMMON = ["--model", MODEL, "--data", "synthetic:1024:784:10", "--seed", "7",
 
 def equivalence(c, work):
     check_equivalence(c, work, COMMON, B, STEPS, ("0.0002", "25"))
+    drop = ["--model", "cnn:c4k5-p2-d0.2-c8k3-p2-f32-d0.5-f10"] + COMMON[2:]
+    check_equivalence(c, work, drop, B, STEPS, ("0.0002", "25"), name="dropout")
+    mx, _ = rel_diff(read_floats(work + "/dropout-ref2.bin"), read_floats(work + "/ref2.bin"))
+    c.check("dropout layers train otherwise than none (max rel %.2e)" % mx, mx > 1e-3)
 
 
 def resume(c, work):

@@ -3,7 +3,9 @@
 
 usage: model_cnn_torch.py DIR SPEC BATCH STEPS LR MOMENTUM WEIGHT_DECAY
 Builds the network of SPEC (trainer/model_cnn.h's grammar: cNkK conv + ReLU with padding
-K/2, pM max pool, fN linear with ReLU but on the last) for 1x28x28 inputs, loads its
+K/2, pM max pool, fN linear with ReLU but on the last, dP dropout whose draws come from
+DIR/keep.u8 in the order the forwards make them: ATen's noise, the draw divided by 1 - P) for
+1x28x28 inputs, loads its
 parameters from DIR/params.f32 (definition order: each layer's weight then bias), and runs
 STEPS steps of torch.optim.SGD on consecutive batches of BATCH samples of DIR/x.f32 and
 DIR/labels.u8, mean cross-entropy. Writes DIR/grads.f32 (the first step's gradients),
@@ -22,13 +24,33 @@ except ImportError as e:
     sys.exit(77)
 
 
-def build(spec):
+class Drop(torch.nn.Module):
+    """Dropout with the C side's draws (shared by every d layer, consumed in order)."""
+
+    def __init__(self, draws, p):
+        super().__init__()
+        self.draws, self.p = draws, p
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        n = x.numel()
+        at = self.draws["at"]
+        assert at + n <= self.draws["keep"].size, "keep.u8 holds too few draws"
+        k = self.draws["keep"][at:at + n].reshape(x.shape)
+        self.draws["at"] = at + n
+        return x * torch.from_numpy(k.astype(np.float32)).div_(1 - self.p)
+
+
+def build(spec, draws):
     assert spec.startswith("cnn:")
     parts = spec[4:].split("-")
     layers, c, flat = [], 1, False
     for i, p in enumerate(parts):
         last = i == len(parts) - 1
-        if p[0] == "c":
+        if p[0] == "d":
+            layers.append(Drop(draws, float(p[1:])))
+        elif p[0] == "c":
             n, k = (int(v) for v in p[1:].split("k"))
             layers += [torch.nn.Conv2d(c, n, k, padding=k // 2), torch.nn.ReLU()]
             c = n
@@ -42,7 +64,9 @@ def build(spec):
             if not last:
                 layers.append(torch.nn.ReLU())
     net = torch.nn.Sequential(*layers)
-    net(torch.zeros(1, 1, 28, 28))  # materializes the lazy layers
+    net.eval()
+    net(torch.zeros(1, 1, 28, 28))  # materializes the lazy layers (no draws: eval)
+    net.train()
     return net
 
 
@@ -51,7 +75,10 @@ def main():
     batch, steps = int(sys.argv[3]), int(sys.argv[4])
     lr, mom, wd = (float(v) for v in sys.argv[5:8])
     torch.set_num_threads(1)
-    net = build(spec)
+    draws = {"keep": None, "at": 0}
+    if any(p[0] == "d" for p in spec[4:].split("-")):
+        draws["keep"] = np.fromfile("%s/keep.u8" % d, dtype=np.uint8)
+    net = build(spec, draws)
     params = list(net.parameters())
     flat = np.fromfile("%s/params.f32" % d, dtype="<f4")
     off = 0

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ddp/rng.h"
+#include "trainer/dropout.h"
 #include "trainer/model_cnn.h"
 #include "trainer/model_ops.h"
 #include "tests/unit/torchref.h"
@@ -40,11 +41,20 @@ static void test_model_cnn_parse_spec(void **state)
     assert_string_equal(s.text, "cnn:c32k5-p2-c64k5-p2-f1024-f10");
     assert_int_equal(cnn_parse_spec("cnn:f10", 1ull << 30, &s, &err), 0);
     assert_int_equal(s.nparams, 7850);
+    /* dropout layers hold no parameters and keep the shape */
+    assert_int_equal(cnn_parse_spec("cnn:d0.1-c8k5-p2-d0.25-f32-d0.5-f10", 1ull << 30, &s, &err),
+                     0);
+    assert_int_equal(s.nlayers, 7);
+    assert_int_equal(s.nparam_layers, 3);
+    assert_int_equal(s.nparams, 8 * 25 + 8 + 1568 * 32 + 32 + 32 * 10 + 10);
+    assert_true(s.layer[3].kind == CNN_DROP && s.layer[3].p == 0.25f);
     const char *bad[] = {
         "mlp:784-10",   "cnn:",         "cnn:c32k5",        "cnn:c32-f10",
         "cnn:c32k-f10", "cnn:x3-f10",   "cnn:p2-p2-f10-p2", "cnn:f10-c3k3-f10",
         "cnn:c0k3-f10", "cnn:c3k0-f10", "cnn:p29-f10",      "cnn:c3k3x-f10",
-        "cnn:p2--f10",  "cnn:f10-",     "cnn:p8-p8-f10",    "cnn:c4096k5-c4096k5-f10"};
+        "cnn:p2--f10",  "cnn:f10-",     "cnn:p8-p8-f10",    "cnn:c4096k5-c4096k5-f10",
+        "cnn:d0-f10",   "cnn:d1-f10",   "cnn:dx-f10",       "cnn:d0.5x-f10",
+        "cnn:d-f10",    "cnn:f10-d0.5", "cnn:d-0.5-f10",    "cnn:d0.96-f10"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err_clear(&err);
         if (cnn_parse_spec(bad[i], 1ull << 34, &s, &err) == 0)
@@ -177,11 +187,21 @@ static void test_model_cnn_backward_finite_diff(void **state)
     cnn_free(m);
 }
 
+/* The dropout keys of the test's step s: sample i of the batch is sample s * batch + i. */
+static void step_keys(int s, size_t batch, uint64_t *keys)
+{
+    for (size_t i = 0; i < batch; i++)
+        keys[i] = dropout_sample_key(8, (uint64_t)s, (uint64_t)s * batch + i);
+}
+
 /* Our own steps of SGD through the instance, batch after batch of x, its gradients bound to
- * views into one block (as the reducer's buckets are); grads0 gets the first step's. */
+ * views into one block (as the reducer's buckets are); grads0 gets the first step's. Every
+ * forward is a training forward (its d layers drop, with step_keys). */
 static void train_ours(struct model_inst *mi, const float *x, const uint8_t *y, size_t batch,
                        int steps, float lr, float *grads0, double *loss0)
 {
+    uint64_t keys[16];
+    assert_true(batch <= 16);
     struct ddp_err err;
     size_t np = mi->ops->param_count(mi);
     int nt = mi->ops->tensor_count(mi);
@@ -197,6 +217,8 @@ static void train_ours(struct model_inst *mi, const float *x, const uint8_t *y, 
     mi->ops->bind_grads(mi, views);
     for (int s = 0; s < steps; s++) {
         double ls = 0.0;
+        step_keys(s, batch, keys);
+        mi->ops->set_sample_keys(mi, keys, batch);
         assert_int_equal(mi->ops->forward(mi, x + (size_t)s * batch * DIM, y + (size_t)s * batch,
                                           batch, &ls, &err),
                          0);
@@ -211,14 +233,50 @@ static void train_ours(struct model_inst *mi, const float *x, const uint8_t *y, 
     free(views);
 }
 
-static void test_model_cnn_sgd_matches_torch(void **state)
+/* The masks of every step's d layers, keep bytes in the order the torch module draws them:
+ * per step, per d layer in the spec's order, [batch x the layer's count]. */
+static void write_masks(const struct torchref_dir *d, const struct cnn *m, size_t batch, int steps)
 {
-    (void)state;
-    const char *spec = "cnn:c8k5-p2-c16k5-p2-f32-f10";
+    const struct cnn_spec *s = cnn_spec_of(m);
+    size_t per_step = 0;
+    for (int i = 0; i < s->nlayers; i++)
+        if (s->layer[i].kind == CNN_DROP)
+            per_step += batch * cnn_layer_out_count(m, i);
+    uint8_t *keep = malloc(per_step * (size_t)steps), *out = keep;
+    float *ones = malloc(batch * DIM * sizeof(float));
+    assert_non_null(keep);
+    assert_non_null(ones);
+    uint64_t keys[16];
+    for (int st = 0; st < steps; st++) {
+        step_keys(st, batch, keys);
+        for (int i = 0; i < s->nlayers; i++) {
+            if (s->layer[i].kind != CNN_DROP)
+                continue;
+            size_t count = cnn_layer_out_count(m, i);
+            assert_true(count <= DIM);
+            for (size_t j = 0; j < batch * count; j++)
+                ones[j] = 1.0f;
+            dropout_apply(ones, ones, batch, count, keys, (uint32_t)i, 0, s->layer[i].p);
+            for (size_t j = 0; j < batch * count; j++)
+                *out++ = ones[j] != 0.0f;
+        }
+    }
+    assert_true(out == keep + per_step * (size_t)steps);
+    torchref_write(d, "keep.u8", keep, per_step * (size_t)steps);
+    free(keep);
+    free(ones);
+}
+
+static void matches_torch(const char *spec)
+{
     const size_t batch = 8;
     const int steps = 20;
     const float lr = 0.05f, mom = 0.9f, wd = 1e-4f;
     struct cnn *m = small_cnn(spec, batch, 3);
+    const struct cnn_spec *cs = cnn_spec_of(m);
+    int drops = 0;
+    for (int i = 0; i < cs->nlayers; i++)
+        drops += cs->layer[i].kind == CNN_DROP;
     size_t np = cnn_param_count(m);
     size_t nx = (size_t)steps * batch;
     float *x = malloc(nx * DIM * sizeof(float));
@@ -243,6 +301,8 @@ static void test_model_cnn_sgd_matches_torch(void **state)
     torchref_write(&d, "params.f32", p0, np * sizeof(float));
     torchref_write(&d, "x.f32", x, nx * DIM * sizeof(float));
     torchref_write(&d, "labels.u8", y, nx);
+    if (drops)
+        write_masks(&d, m, batch, steps);
     char sb[16], ss[16], slr[32], smom[32], swd[32];
     snprintf(sb, sizeof(sb), "%zu", batch);
     snprintf(ss, sizeof(ss), "%d", steps);
@@ -260,8 +320,9 @@ static void test_model_cnn_sgd_matches_torch(void **state)
         float *theirs = malloc(np * sizeof(float));
         assert_non_null(theirs);
         torchref_read(&d, "params_out.f32", theirs, np * sizeof(float));
-        torchref_check_close("parameters after 20 SGD steps vs torch", mi->ops->params(mi), theirs,
-                             np, 1e-4);
+        torchref_check_close(drops ? "parameters after 20 SGD steps with dropout vs torch"
+                                   : "parameters after 20 SGD steps vs torch",
+                             mi->ops->params(mi), theirs, np, 1e-4);
         free(theirs);
     }
     torchref_dir_free(&d);
@@ -274,6 +335,43 @@ static void test_model_cnn_sgd_matches_torch(void **state)
         skip();
 }
 
+static void test_model_cnn_sgd_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("cnn:c8k5-p2-c16k5-p2-f32-f10");
+}
+
+static void test_model_cnn_dropout_matches_torch(void **state)
+{
+    (void)state;
+    matches_torch("cnn:c8k5-p2-c16k5-p2-d0.2-f32-d0.5-f10");
+}
+
+/* A forward given keys drops; an evaluation (count_correct, no keys) does not, also right
+ * after a dropped forward. */
+static void test_model_cnn_dropout_only_in_training(void **state)
+{
+    (void)state;
+    struct cnn *m = small_cnn("cnn:c4k3-p2-f32-d0.5-f10", 4, 2);
+    float x[4 * DIM];
+    uint8_t y[4] = {1, 2, 3, 4};
+    struct rng r;
+    rng_seed(&r, 9);
+    fill(&r, x, 4 * DIM, 1.0f);
+    struct ddp_err err;
+    double plain = 0.0, dropped = 0.0, again = 0.0;
+    assert_int_equal(cnn_forward(m, x, y, 4, &plain, &err), 0);
+    uint64_t keys[4];
+    step_keys(0, 4, keys);
+    cnn_set_dropout_keys(m, keys, 4);
+    assert_int_equal(cnn_forward(m, x, y, 4, &dropped, &err), 0);
+    assert_true(fabs(dropped - plain) > 1e-6 * fabs(plain));
+    (void)cnn_count_correct(m, x, y, 4);
+    assert_int_equal(cnn_forward(m, x, y, 4, &again, &err), 0);
+    assert_true(again == plain);
+    cnn_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +379,8 @@ int main(void)
         cmocka_unit_test(test_model_cnn_layout_and_init),
         cmocka_unit_test(test_model_cnn_backward_finite_diff),
         cmocka_unit_test(test_model_cnn_sgd_matches_torch),
+        cmocka_unit_test(test_model_cnn_dropout_matches_torch),
+        cmocka_unit_test(test_model_cnn_dropout_only_in_training),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
