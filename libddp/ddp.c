@@ -110,6 +110,11 @@ void ddp_group_close(struct ddp_group *g)
 {
     if (!g)
         return;
+    for (int k = 0; g->pairs && k < g->world_size; k++)
+        if (g->pairs[k])
+            comm_free(g->pairs[k]);
+    free(g->pairs);
+    free(g->keeper);
     if (g->comm)
         comm_free(g->comm);
     rdzv_close(g->rdzv);
@@ -147,22 +152,33 @@ int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct c
     return comm_new(backend, g->rdzv, rank, size, &co, out, err);
 }
 
-int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
-                        struct ddp_err *err)
+int ddp_comm_broadcast_bytes(struct comm *c, int root, size_t max, uint8_t **buf, size_t *len,
+                             struct ddp_err *err)
 {
-    uint64_t blen = g->rank == root ? (uint64_t)*len : 0;
-    int rc = ddp_broadcast(g, &blen, sizeof(blen), root, err);
+    int me = comm_rank(c);
+    uint64_t blen = me == root ? (uint64_t)*len : 0;
+    int rc = comm_broadcast(c, &blen, sizeof(blen), root, err);
     if (rc)
         return rc;
     if (blen > max)
         return err_set(err, DDP_EINVAL, "rank %d sends %llu bytes (at most %zu)", root,
                        (unsigned long long)blen, max);
-    if (g->rank != root) {
+    if (me != root) {
         free(*buf);
         *buf = blen ? xmalloc((size_t)blen) : NULL;
         *len = (size_t)blen;
     }
-    return blen ? ddp_broadcast(g, *buf, *len, root, err) : 0;
+    return blen ? comm_broadcast(c, *buf, *len, root, err) : 0;
+}
+
+int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
+                        struct ddp_err *err)
+{
+    if (g->world_size == 1) /* root is this rank: its bytes stay */
+        return *len > max ? err_set(err, DDP_EINVAL, "rank %d sends %zu bytes (at most %zu)", root,
+                                    *len, max)
+                          : 0;
+    return ddp_comm_broadcast_bytes(g->comm, root, max, buf, len, err);
 }
 
 int ddp_exit_code_for(int err_code)

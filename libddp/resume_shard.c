@@ -17,6 +17,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/xalloc.h"
+#include "ddp/comm.h"
 #include "ddp/ddp.h"
 
 #define CAND_PER_RANK (2 * CKPT_KEEP)
@@ -29,6 +30,59 @@ static size_t max_file(const struct ckpt_id *id)
            (size_t)(1 + k) * 4 * (size_t)id->nparams + 4;
 }
 
+int ddp_shard_keeper(const double *node, int W, int k)
+{
+    int place = 0, next = -1;
+    for (int r = 0; r < k; r++)
+        place += node[r] == node[k];
+    /* the smallest node above k's, else the smallest of all (if it is not k's) */
+    double lo = node[k], above = -1.0, least = node[k];
+    for (int r = 0; r < W; r++) {
+        if (node[r] > lo && (above < 0.0 || node[r] < above))
+            above = node[r];
+        if (node[r] < least)
+            least = node[r];
+    }
+    double want = above >= 0.0 ? above : least;
+    if (want == node[k])
+        return -1;
+    int size = 0;
+    for (int r = 0; r < W; r++)
+        size += node[r] == want;
+    for (int r = 0, i = 0; r < W && next < 0; r++)
+        if (node[r] == want && i++ == place % size)
+            next = r;
+    return next;
+}
+
+/* The keepers and this rank's pair comms (the group's, made once: ddp/ddp.h). One
+ * sub-group creation per k in order on every rank (invariant 1): ranks k and keeper[k] make
+ * a comm of two, every other rank one of its own, dropped at once. */
+static int pairs_setup(struct ddp_group *g, struct ddp_err *err)
+{
+    if (g->pairs)
+        return 0;
+    int W = g->world_size;
+    double *node = xcalloc((size_t)W, sizeof(double));
+    node[g->rank] = (double)g->env.group_rank;
+    int rc = ddp_allreduce_f64(g, node, (size_t)W, err);
+    g->keeper = xcalloc((size_t)W, sizeof(int));
+    g->pairs = xcalloc((size_t)W, sizeof(struct comm *));
+    for (int k = 0; k < W; k++)
+        g->keeper[k] = rc == 0 ? ddp_shard_keeper(node, W, k) : -1;
+    free(node);
+    for (int k = 0; rc == 0 && k < W && g->keeper[k] >= 0; k++) {
+        int in = g->rank == k ? 0 : g->rank == g->keeper[k] ? 1 : -1;
+        struct comm *c = NULL;
+        rc = ddp_sub_comm(g, 1, in < 0 ? 0 : in, in < 0 ? 1 : 2, &c, err);
+        if (rc == 0 && in < 0)
+            comm_free(c);
+        else if (rc == 0)
+            g->pairs[k] = c;
+    }
+    return rc;
+}
+
 int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err)
 {
@@ -37,20 +91,16 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         has_dir ? ckpt_shard_save(dir, epoch, pos, (uint32_t)g->rank, (uint32_t)W, buf, len, err)
                 : 0;
     struct ddp_err ce;
-    double *node = xcalloc((size_t)W, sizeof(double));
-    node[g->rank] = (double)g->env.group_rank;
-    int rc = ddp_allreduce_f64(g, node, (size_t)W, &ce);
-    for (int k = 0; rc == 0 && k < W; k++) {
-        int buddy = -1;
-        for (int j = 1; j < W && buddy < 0; j++)
-            if (node[(k + j) % W] != node[k])
-                buddy = (k + j) % W;
-        if (buddy < 0)
-            break; /* one node: no other to keep a copy */
-        uint8_t *b = g->rank == k ? (uint8_t *)buf : NULL;
-        size_t l = g->rank == k ? len : 0;
-        rc = ddp_broadcast_bytes(g, k, SIZE_MAX, &b, &l, &ce);
-        if (rc == 0 && g->rank == buddy && has_dir) {
+    int rc = W > 1 ? pairs_setup(g, &ce) : 0;
+    /* In k order (a pair's two ranks meet in it: the smallest k not done has both there). */
+    for (int k = 0; rc == 0 && W > 1 && k < W; k++) {
+        if (!g->pairs[k])
+            continue;
+        int mine = g->rank == k;
+        uint8_t *b = mine ? (uint8_t *)buf : NULL;
+        size_t l = mine ? len : 0;
+        rc = ddp_comm_broadcast_bytes(g->pairs[k], 0, SIZE_MAX, &b, &l, &ce);
+        if (rc == 0 && !mine && has_dir) {
             struct ddp_err se;
             if (ckpt_shard_save(dir, epoch, pos, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 &&
                 !first) {
@@ -58,10 +108,9 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
                 *err = se;
             }
         }
-        if (g->rank != k)
+        if (!mine)
             free(b);
     }
-    free(node);
     if (rc) {
         *err = ce;
         return rc;

@@ -7,6 +7,7 @@
 
 #include "common/exitcodes.h"
 #include "common/log.h"
+#include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "ddp/ckpt_shard.h"
 #include "ddp/ddp.h"
@@ -165,6 +166,7 @@ static uint64_t *unit_lens(const struct fsdp *f)
 int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
                         struct ckpt_meta *meta, struct ddp_err *err)
 {
+    int64_t t0 = time_mono_ns();
     struct fsdp *f = s->fsdp;
     size_t S = fsdp_shard_floats(f);
     uint64_t *lens = unit_lens(f);
@@ -184,6 +186,11 @@ int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
                              (uint32_t)s->unit_world, buf, len, err);
     else if (rc == 0 && !s->cross)
         rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, meta->epoch_pos, buf, len, err);
+    if (rc == 0 && g->rank == 0)
+        log_info("checkpoint epoch %u position %u: shard %d of %d (%zu bytes) written%s in "
+                 "%.1f ms",
+                 meta->epoch, meta->epoch_pos, s->unit_rank, s->unit_world, len,
+                 s->cross ? "" : ", its copy on another node", (double)(time_mono_ns() - t0) / 1e6);
     free(buf);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "ddp/ckpt_shard.h"
+#include "ddp/resume_shard.h"
 #include "ddp/shard.h"
 
 /* Uneven units: one shorter than most world sizes, one of a single float. */
@@ -373,6 +374,25 @@ static int remove_tmp(void **state)
     return 0;
 }
 
+/* Who keeps rank k's copy: the rank at k's place on the next node, the last node's on the
+ * first; never one of k's own node; none on one node. */
+static void test_keepers_spread(void **state)
+{
+    (void)state;
+    const double two[4] = {0, 0, 1, 1};
+    const int want_two[4] = {2, 3, 0, 1};
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(ddp_shard_keeper(two, 4, k), want_two[k]);
+    /* uneven nodes, GROUP_RANKs with a gap: 3 ranks on node 0, 1 on node 2, 2 on node 5 */
+    const double odd[6] = {0, 0, 0, 2, 5, 5};
+    const int want_odd[6] = {3, 3, 3, 4, 0, 1};
+    for (int k = 0; k < 6; k++)
+        assert_int_equal(ddp_shard_keeper(odd, 6, k), want_odd[k]);
+    const double one[3] = {4, 4, 4};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(ddp_shard_keeper(one, 3, k), -1);
+}
+
 int main(void)
 {
     log_init("test_ckpt_shard", LOG_ERROR);
@@ -384,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_encode_refuses_bad_fields),
         cmocka_unit_test(test_keeps_newest_two_epochs),
         cmocka_unit_test(test_list_skips_bad_files),
+        cmocka_unit_test(test_keepers_spread),
     };
     return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
 }

@@ -38,6 +38,12 @@ struct ddp_group {
     struct comm *comm; /* NULL when world_size == 1 */
     int gpu;           /* 1: compute and collectives on a GPU (nccl backend) */
     int device;        /* that GPU's ordinal: LOCAL_RANK, or 0 when one GPU is visible */
+    /* The sharded checkpoints' copies (ddp/resume_shard.h), made at the first save and
+     * owned (ddp_group_close frees them): keeper[k] the rank that keeps rank k's copy (-1
+     * on one node), pairs[k] the comm of ranks k and keeper[k] where this rank is one of
+     * them, else NULL; world_size entries each, NULL before. */
+    int *keeper;
+    struct comm **pairs;
 };
 
 /*
@@ -74,6 +80,9 @@ int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct c
  * max is DDP_EINVAL naming root, before anything is allocated for it. */
 int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
                         struct ddp_err *err);
+/* The same over comm c (of at least 2 ranks; root and the rank are c's). */
+int ddp_comm_broadcast_bytes(struct comm *c, int root, size_t max, uint8_t **buf, size_t *len,
+                             struct ddp_err *err);
 
 /* The exit code for an error code met during training: DDP_EPEER and DDP_ETIMEOUT are
  * "peer lost" (6), anything else 1. */

@@ -7,13 +7,15 @@
  *
  * Saving (ddp_shard_checkpoint_save, every rank of the group):
  *   1. the rank writes its shard file atomically into its folder;
- *   2. the ranks learn each other's node (GROUP_RANK, one all-reduce);
- *   3. for every shard k in order, its rank broadcasts the file and the first rank after k
- *      (cyclically) on another node keeps it as a replica. On one node there is no other
- *      node and nothing is sent.
- * A broadcast moves the file to every rank although one keeps it: the comm has no
- * point-to-point send. Per checkpoint each rank so receives the whole state once, as much as
- * one all-gather of it.
+ *   2. at the first save of the group, the ranks learn each other's node (GROUP_RANK, one
+ *      all-reduce) and choose rank k's keeper: the rank at k's place within its node on the
+ *      next node (by GROUP_RANK, cyclically), so that a node's copies spread over the next
+ *      node's ranks; each k and its keeper make a comm of their own (ddp_sub_comm), kept
+ *      with the group for its later saves;
+ *   3. for every shard k in order, its rank sends the file to its keeper over their comm,
+ *      and the keeper writes it. On one node there is no other node and nothing is sent.
+ * Each file crosses the network once: per checkpoint the network carries the state once, and
+ * a rank receives only the shards it keeps.
  *
  * Resuming (ddp_resume_shard_agree, then ddp_resume_shard_load, every rank):
  *   1. each rank lists the valid shard files of the model in its folder;
@@ -37,6 +39,13 @@
 #include "ddp/ckpt_shard.h"
 
 struct ddp_group; /* ddp/ddp.h */
+
+/*
+ * The rank that keeps rank k's copy (step 2 above) among W ranks whose GROUP_RANKs are
+ * node[0..W): the rank at k's place within its node (by rank) on the next node (by
+ * GROUP_RANK, cyclically), wrapping when that node has fewer ranks; -1 on one node.
+ */
+int ddp_shard_keeper(const double *node, int W, int k);
 
 /*
  * Saves this rank's shard buf (a ckpt_shard_encode of shard g->rank of g->world_size at
