@@ -42,6 +42,7 @@ FASHION_EPOCHS = int(os.environ.get("DDP_FAULTS_EPOCHS", "2"))
 ACC_TARGET = float(os.environ.get("DDP_FAULTS_ACC", "0.85"))
 SYNTH = "synthetic:12000:784:10"
 SYNTH_TARGET = 0.9
+JOIN_EPOCHS = 6
 
 
 def training(real):
@@ -184,6 +185,9 @@ def s_agent_kill(c, rep):
 def s_join(c, rep):
     """A 1:2 x 2 job runs on node a alone (MIN); agent b starts: the job grows to 2 nodes."""
     epochs, data, target = training(True)
+    # b joins after epoch 1 is seen: the job must still be running by then with epochs left
+    # to grow into (a Fashion-MNIST epoch of the MLP is about a second at 2 ranks).
+    epochs = max(epochs, JOIN_EPOCHS)
     start(c, ["a"])
     jid = submit_running(c, job_spec(c, epochs, data=data), 2)
     c.wait_epoch(jid, 1, timeout=120)
