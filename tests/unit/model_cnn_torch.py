@@ -42,13 +42,15 @@ class Drop(torch.nn.Module):
         return x * torch.from_numpy(k.astype(np.float32)).div_(1 - self.p)
 
 
-def build(spec, draws):
+def build(spec, draws=None):
+    """The torch module of spec; draws (the masks' source) only where it has d layers."""
     assert spec.startswith("cnn:")
     parts = spec[4:].split("-")
     layers, c, flat = [], 1, False
     for i, p in enumerate(parts):
         last = i == len(parts) - 1
         if p[0] == "d":
+            assert draws is not None, "a d layer needs the masks' draws"
             layers.append(Drop(draws, float(p[1:])))
         elif p[0] == "c":
             n, k = (int(v) for v in p[1:].split("k"))
