@@ -58,8 +58,8 @@ die() { echo "up.sh: $*" >&2; exit 1; }
 
 # ---- 1. packages --------------------------------------------------------------------------
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
-  libcurl4-openssl-dev libopenblas-dev zlib1g-dev nettle-dev libcmocka-dev dataset-fashion-mnist
-  fortunes)
+  libcurl4-openssl-dev libopenblas-dev libdnnl-dev zlib1g-dev nettle-dev libcmocka-dev
+  dataset-fashion-mnist fortunes)
 if [ "${DDP_SKIP_APT:-0}" != 1 ]; then
   step "installing packages (apt-get)"
   if [ "$(id -u)" = 0 ]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo);

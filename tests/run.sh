@@ -20,7 +20,7 @@ if [ "${DDP_TEST_SKIP_APT:-0}" != 1 ]; then
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
     build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
     libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
-    libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
+    libopenblas-dev libdnnl-dev zlib1g-dev nettle-dev dataset-fashion-mnist fortunes \
     python3 python3-jsonschema python3-yaml chromium curl openssl iproute2 procps psmisc sqlite3 \
     man-db groff-base >/dev/null
   # zsh for the install test's check of the zsh completion (apart: it skips, saying so,

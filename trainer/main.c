@@ -25,6 +25,7 @@ static const char usage_text[] =
     "                  [--optimizer sgd|adamw] [--momentum M] [--weight-decay W]\n"
     "                  [--betas B1,B2] [--eps E] [--clip-grad-norm X]\n"
     "                  [--eval-every N] [--generate N] [--dropout P] [--seed S]\n"
+    "                  [--conv auto|im2col|onednn]\n"
     "                  [--shuffle on|off]\n"
     "                  [--bucket-cap-mb MB] [--sharding none|optimizer|grad|full|hybrid]\n"
     "                  [--min-unit-params N]\n"
@@ -71,6 +72,7 @@ static const char *const valued[] = {"--model",
                                      "--sharding",
                                      "--min-unit-params",
                                      "--dropout",
+                                     "--conv",
                                      NULL};
 
 static int is_valued(const char *name)
@@ -200,6 +202,16 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
         rc = args_parse_double(name, val, 0.0, DROPOUT_MAX_P, &d, err);
         if (rc == 0)
             o->dropout = d;
+    } else if (strcmp(name, "--conv") == 0) {
+        if (strcmp(val, "auto") == 0)
+            o->conv = CONV_AUTO;
+        else if (strcmp(val, "im2col") == 0)
+            o->conv = CONV_IM2COL;
+        else if (strcmp(val, "onednn") == 0)
+            o->conv = CONV_ONEDNN;
+        else
+            return err_set(err, DDP_EINVAL, "--conv: want auto, im2col or onednn, got '%s'", val);
+        o->conv_given = 1;
     } else if (strcmp(name, "--momentum") == 0) {
         rc = args_parse_double(name, val, 0.0, 1.0, &d, err);
         if (rc == 0)

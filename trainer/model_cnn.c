@@ -30,6 +30,7 @@
 struct cnn_layer {
     enum cnn_kind kind;
     struct conv2d conv;
+    struct conv2d_dnnl *dnnl; /* CNN_CONV on oneDNN, or NULL: im2col */
     struct pool2d pool;
     int fin, fout;    /* CNN_FC */
     int relu;         /* 1: a ReLU follows */
@@ -221,8 +222,8 @@ int cnn_parse_spec(const char *spec, uint64_t memory, struct cnn_spec *out, stru
     return 0;
 }
 
-int cnn_new(const struct cnn_spec *s, size_t max_batch, uint64_t seed, struct cnn **out,
-            struct ddp_err *err)
+int cnn_new(const struct cnn_spec *s, size_t max_batch, enum conv_impl impl, uint64_t seed,
+            struct cnn **out, struct ddp_err *err)
 {
     if (max_batch == 0 || max_batch > 65536)
         return err_set(err, DDP_EINVAL, "cnn: batch of %zu samples", max_batch);
@@ -267,6 +268,16 @@ int cnn_new(const struct cnn_spec *s, size_t max_batch, uint64_t seed, struct cn
     m->dbuf[0] = xmalloc(max_batch * maxout * sizeof(float));
     m->dbuf[1] = xmalloc(max_batch * maxout * sizeof(float));
     m->keys = xcalloc(max_batch, sizeof(uint64_t));
+    for (int i = 0; i < m->nl; i++) {
+        struct cnn_layer *l = &m->layer[i];
+        if (l->kind != CNN_CONV || conv_impl_for(impl) != CONV_ONEDNN)
+            continue;
+        rc = conv2d_dnnl_new(&l->conv, &l->dnnl, err);
+        if (rc) {
+            cnn_free(m);
+            return rc;
+        }
+    }
 
     struct rng r;
     rng_seed(&r, seed);
@@ -294,6 +305,7 @@ void cnn_free(struct cnn *m)
     for (int i = 0; i < m->nl; i++) {
         free(m->out[i]);
         free(m->arg[i]);
+        conv2d_dnnl_free(m->layer[i].dnnl);
     }
     free(m->params);
     free(m->own_grads);
@@ -328,6 +340,10 @@ size_t cnn_tensor_offset(const struct cnn *m, int t)
 {
     return m->off[t];
 }
+enum conv_impl cnn_conv_impl(const struct cnn *m, int i)
+{
+    return m->layer[i].dnnl ? CONV_ONEDNN : CONV_IM2COL;
+}
 size_t cnn_layer_out_count(const struct cnn *m, int i)
 {
     return m->layer[i].out_count;
@@ -348,7 +364,7 @@ void cnn_bind_grads(struct cnn *m, float *const *grads)
 }
 
 /* Invariant 1 for n samples of x; out[last] holds the logits. */
-static void forward_all(struct cnn *m, const float *x, size_t n)
+static int forward_all(struct cnn *m, const float *x, size_t n, struct ddp_err *err)
 {
     const float *in = x;
     for (int i = 0; i < m->nl; i++) {
@@ -356,22 +372,27 @@ static void forward_all(struct cnn *m, const float *x, size_t n)
         float *o = m->out[i];
         if (l->pl >= 0 && m->fwd && m->fwd->layer_begin)
             m->fwd->layer_begin(m->fwd->ctx, l->pl);
-        if (l->kind == CNN_CONV) {
-            conv2d_forward(&l->conv, in, n, m->params + m->off[2 * l->pl],
-                           m->params + m->off[2 * l->pl + 1], o, m->col);
+        const float *W = l->pl >= 0 ? m->params + m->off[2 * l->pl] : NULL;
+        const float *b = l->pl >= 0 ? m->params + m->off[2 * l->pl + 1] : NULL;
+        if (l->kind == CNN_CONV && l->dnnl) {
+            int rc = conv2d_dnnl_forward(l->dnnl, in, n, W, b, o, err);
+            if (rc)
+                return rc;
+        } else if (l->kind == CNN_CONV) {
+            conv2d_forward(&l->conv, in, n, W, b, o, m->col);
         } else if (l->kind == CNN_POOL) {
             pool2d_forward(&l->pool, in, n, o, m->arg[i]);
         } else if (l->kind == CNN_DROP) {
             float p = m->dropped ? m->spec.layer[i].p : 0.0f;
             dropout_apply(o, in, n, l->out_count, m->keys, (uint32_t)i, 0, p);
         } else {
-            linear_forward(in, n, l->fin, l->fout, m->params + m->off[2 * l->pl],
-                           m->params + m->off[2 * l->pl + 1], o);
+            linear_forward(in, n, l->fin, l->fout, W, b, o);
         }
         if (l->relu)
             relu_forward(o, n * l->out_count);
         in = o;
     }
+    return 0;
 }
 
 void cnn_set_forward_hooks(struct cnn *m, const struct model_hooks *fwd)
@@ -396,7 +417,11 @@ int cnn_forward(struct cnn *m, const float *x, const uint8_t *y, size_t n, doubl
                            m->spec.classes);
     m->dropped = m->keys_set;
     m->keys_set = 0;
-    forward_all(m, x, n);
+    int rc = forward_all(m, x, n, err);
+    if (rc) {
+        m->n = 0;
+        return rc;
+    }
     *loss_sum = softmax_xent_forward(m->out[m->nl - 1], y, n, m->spec.classes);
     m->x = x;
     m->labels = y;
@@ -418,7 +443,12 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
         if (l->pl >= 0 && hooks && hooks->layer_begin)
             hooks->layer_begin(hooks->ctx, l->pl);
         const float *W = l->pl >= 0 ? m->params + m->off[2 * l->pl] : NULL;
-        if (l->kind == CNN_CONV)
+        if (l->kind == CNN_CONV && l->dnnl) {
+            int rc = conv2d_dnnl_backward_params(l->dnnl, in, n, d, m->grad[2 * l->pl],
+                                                 m->grad[2 * l->pl + 1], err);
+            if (rc)
+                return rc;
+        } else if (l->kind == CNN_CONV)
             conv2d_backward_params(&l->conv, in, n, d, m->grad[2 * l->pl], m->grad[2 * l->pl + 1],
                                    m->col);
         else if (l->kind == CNN_FC)
@@ -430,7 +460,11 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
             if (rc)
                 return rc;
         }
-        if (dxi && l->kind == CNN_CONV)
+        if (dxi && l->kind == CNN_CONV && l->dnnl) {
+            int rc = conv2d_dnnl_backward_input(l->dnnl, n, W, d, dxi, err);
+            if (rc)
+                return rc;
+        } else if (dxi && l->kind == CNN_CONV)
             conv2d_backward_input(&l->conv, n, W, d, dxi, m->col);
         else if (dxi && l->kind == CNN_FC)
             linear_backward_input(n, l->fin, l->fout, W, d, dxi);
@@ -451,17 +485,23 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
     return 0;
 }
 
-size_t cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t n)
+int cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t n, size_t *correct,
+                      struct ddp_err *err)
 {
-    size_t correct = 0, dim = CNN_IN_C * CNN_IN_H * CNN_IN_W;
+    size_t hits = 0, dim = CNN_IN_C * CNN_IN_H * CNN_IN_W;
     int classes = m->spec.classes;
     m->dropped = 0; /* an evaluation: nothing drops */
     m->keys_set = 0;
     for (size_t start = 0; start < n; start += m->max_batch) {
         size_t k = n - start < m->max_batch ? n - start : m->max_batch;
-        forward_all(m, x + start * dim, k);
-        correct += dense_count_hits(m->out[m->nl - 1], k, classes, y + start);
+        int rc = forward_all(m, x + start * dim, k, err);
+        if (rc) {
+            m->n = 0;
+            return rc;
+        }
+        hits += dense_count_hits(m->out[m->nl - 1], k, classes, y + start);
     }
     m->n = 0; /* the activations no longer belong to a training forward */
-    return correct;
+    *correct = hits;
+    return 0;
 }

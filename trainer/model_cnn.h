@@ -17,6 +17,9 @@
  *
  * The backward writes each gradient and calls hooks->layer_end(l) as soon as parameter
  * layer l's two tensors are final, last layer first, before it goes on.
+ *
+ * Each convolution runs im2col + OpenBLAS (trainer/conv.h) or oneDNN (trainer/conv_dnnl.h),
+ * as cnn_new's impl gives it (conv_impl_for: CONV_AUTO is oneDNN where it is built).
  */
 #ifndef DDP_TRAINER_MODEL_CNN_H
 #define DDP_TRAINER_MODEL_CNN_H
@@ -25,6 +28,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "trainer/conv_dnnl.h"
 #include "trainer/model.h"
 
 #define CNN_MAX_LAYERS   32
@@ -63,10 +67,11 @@ struct cnn;
  */
 int cnn_parse_spec(const char *spec, uint64_t memory, struct cnn_spec *out, struct ddp_err *err);
 
-/* Creates the CNN of s for batches of up to max_batch samples (1..65536), its parameters
- * from seed. Caller frees with cnn_free(). */
-int cnn_new(const struct cnn_spec *s, size_t max_batch, uint64_t seed, struct cnn **out,
-            struct ddp_err *err);
+/* Creates the CNN of s for batches of up to max_batch samples (1..65536), its convolutions
+ * on impl, its parameters from seed. DDP_EINVAL naming --conv for CONV_ONEDNN in a build
+ * without oneDNN. Caller frees with cnn_free(). */
+int cnn_new(const struct cnn_spec *s, size_t max_batch, enum conv_impl impl, uint64_t seed,
+            struct cnn **out, struct ddp_err *err);
 void cnn_free(struct cnn *m);
 
 const struct cnn_spec *cnn_spec_of(const struct cnn *m); /* borrowed */
@@ -75,6 +80,8 @@ size_t cnn_param_count(const struct cnn *m);
 int cnn_tensor_count(const struct cnn *m); /* 2 * nparam_layers */
 size_t cnn_tensor_size(const struct cnn *m, int t);
 size_t cnn_tensor_offset(const struct cnn *m, int t);
+/* What layer i's convolution runs on (CONV_IM2COL or CONV_ONEDNN; layer i is a c). */
+enum conv_impl cnn_conv_impl(const struct cnn *m, int i);
 /* Floats per sample of layer i's output (0 <= i < the spec's nlayers). */
 size_t cnn_layer_out_count(const struct cnn *m, int i);
 float *cnn_params(struct cnn *m);
@@ -94,6 +101,9 @@ int cnn_backward(struct cnn *m, const struct model_hooks *hooks, struct ddp_err 
  * (copied; n <= max_batch), and its backward drop the same; without it (cnn_count_correct,
  * an evaluation) nothing drops. */
 void cnn_set_dropout_keys(struct cnn *m, const uint64_t *keys, size_t n);
-size_t cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t n);
+/* *correct: how many of the n samples of x the model classifies as y. Errors as
+ * cnn_forward's. */
+int cnn_count_correct(struct cnn *m, const float *x, const uint8_t *y, size_t n, size_t *correct,
+                      struct ddp_err *err);
 
 #endif

@@ -104,9 +104,7 @@ static int ci_backward(struct model_inst *mi, const struct model_hooks *hooks, s
 static int ci_count_correct(struct model_inst *mi, const float *x, const uint8_t *y, size_t n,
                             size_t *correct, struct ddp_err *err)
 {
-    (void)err;
-    *correct = cnn_count_correct(cnn_of(mi)->m, x, y, n);
-    return 0;
+    return cnn_count_correct(cnn_of(mi)->m, x, y, n, correct, err);
 }
 
 static int ci_step(struct model_inst *mi, float lr, float grad_scale, struct ddp_err *err)

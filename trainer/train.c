@@ -144,6 +144,25 @@ static void set_blas_threads(void)
         n = 1;
     }
     openblas_set_num_threads((int)n);
+    conv2d_dnnl_set_threads((int)n);
+}
+
+/* One line naming what each convolution runs on (--conv). */
+static void log_cnn_convs(const struct cnn *m, enum conv_impl asked)
+{
+    char line[512];
+    size_t len = 0;
+    const struct cnn_spec *s = cnn_spec_of(m);
+    for (int i = 0; i < s->nlayers && len < sizeof(line); i++) {
+        if (s->layer[i].kind != CNN_CONV)
+            continue;
+        int k = snprintf(line + len, sizeof(line) - len, "%s c%dk%d %s", len ? "," : "",
+                         s->layer[i].n, s->layer[i].k, conv_impl_name(cnn_conv_impl(m, i)));
+        if (k < 0)
+            break;
+        len += (size_t)k;
+    }
+    log_info("convolutions (--conv %s):%s", conv_impl_name(asked), len ? line : " none");
 }
 
 /* Step 1: the data (exit 3, or 2 for a bad --data), and the model's widths against it. */
@@ -201,6 +220,11 @@ static int build_model(struct run *r, struct ddp_err *err)
     size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
     /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
      * batches of the training batch. */
+    if (o->conv_given && !o->is_cnn) {
+        err_set(err, DDP_EINVAL, "--conv: --model %s has no convolutions (a cnn has)",
+                o->model_spec);
+        return DDP_EXIT_USAGE;
+    }
     if (o->dropout > 0.0 && !o->is_gpt) {
         err_set(err, DDP_EINVAL,
                 "--dropout: --model %s has no dropout flag (a gpt has; a cnn places dP layers "
@@ -213,8 +237,10 @@ static int build_model(struct run *r, struct ddp_err *err)
             return DDP_EXIT_USAGE;
         gpt_set_dropout(r->gpt, (float)o->dropout);
     } else if (o->is_cnn) {
-        if (cnn_new(&o->cnn, o->batch_size, o->seed, &r->cnn, err) != 0)
-            return DDP_EXIT_USAGE;
+        int rc = cnn_new(&o->cnn, o->batch_size, o->conv, o->seed, &r->cnn, err);
+        if (rc)
+            return rc == DDP_EINVAL ? DDP_EXIT_USAGE : ddp_exit_code_for(rc);
+        log_cnn_convs(r->cnn, o->conv);
     } else if (model_new(o->widths, o->nwidths, max_batch, o->seed, &r->m, err) != 0) {
         return DDP_EXIT_USAGE;
     }

@@ -37,6 +37,8 @@ struct train_opts {
     long eval_every;          /* a language model: also report every N steps (0: epochs only) */
     long generate;            /* a language model: rank 0 samples this many bytes at the end */
     double dropout;           /* --dropout: p of every dropout site of a gpt (0: none) */
+    enum conv_impl conv;      /* --conv: a cnn's convolutions (trainer/conv_dnnl.h) */
+    int conv_given;           /* --conv was on the command line */
     int no_shuffle;           /* --shuffle off: every epoch in the data's order */
     int sharding;             /* TRAIN_SHARD_*: --sharding */
     size_t min_unit_params;   /* --min-unit-params: grad|full group hook layers into units of

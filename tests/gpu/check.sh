@@ -177,7 +177,7 @@ if [ ${#missing_build[@]} -gt 0 ] && [ "${DDP_TEST_SKIP_APT:-0}" != 1 ] && comma
   { timeout 90 apt-get -o Acquire::http::Timeout=10 -o Acquire::Retries=0 update -q &&
     timeout 90 apt-get install -y -q --no-install-recommends build-essential cmake pkg-config \
       libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libcmocka-dev \
-      libopenblas-dev zlib1g-dev nettle-dev dataset-fashion-mnist; } >"$logs/apt.log" 2>&1 ||
+      libopenblas-dev libdnnl-dev zlib1g-dev nettle-dev dataset-fashion-mnist; } >"$logs/apt.log" 2>&1 ||
     echo "apt-get failed (no network?) (see $logs/apt.log); going on with what is here"
   check_build_deps
 fi

@@ -7,7 +7,12 @@ far from the run without them.
 Then checkpoints: 1 epoch, then a resumed run to 2 epochs, ends bit-identical to 2 epochs
 straight; an MLP run over the CNN's folder skips its checkpoints naming both models, and a
 bad spec is exit 2 naming --model.
+Convolutions: --conv im2col and --conv onednn (oneDNN, where the build has it; said when
+not) give after 20 steps the same parameters to fp32 rounding (relative 1e-4), the job's log
+names what each layer ran on, and a bad --conv, or --conv with a model without
+convolutions, is exit 2 naming --conv.
 """
+import os
 import shutil
 import subprocess
 
@@ -52,12 +57,40 @@ def resume(c, work):
             p.returncode == 2 and "--model" in p.stderr.splitlines()[0])
 
 
+def convs(c, work):
+    args = COMMON + ["--batch-size", str(B), "--max-steps", str(STEPS), "--shuffle", "off"]
+    dumps = {}
+    for impl in ("im2col", "onednn"):
+        p = subprocess.run([WORKER] + args + ["--conv", impl, "--dump-params",
+                                              "%s/conv-%s.bin" % (work, impl)],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if impl == "onednn" and p.returncode == 2 and "without oneDNN" in p.stderr:
+            print("SKIP: this ddp-worker has no oneDNN: --conv onednn is refused, saying so")
+            return
+        c.check("--conv %s runs (%d)" % (impl, p.returncode), p.returncode == 0, p.stderr[-400:])
+        want = "convolutions (--conv %s): c4k5 %s, c8k3 %s" % (impl, impl, impl)
+        c.check("the log names each layer's convolution: %r" % want, want in p.stderr)
+        dumps[impl] = read_floats("%s/conv-%s.bin" % (work, impl))
+    mx, norm = rel_diff(dumps["onednn"], dumps["im2col"])
+    c.check("oneDNN vs im2col after %d steps: max rel %.2e, norm rel %.2e" % (STEPS, mx, norm),
+            mx <= 1e-4)
+    for bad, why in ((["--conv", "fast"] + args, "want auto, im2col or onednn"),
+                     (["--conv", "onednn", "--model", "mlp:784-16-10"] + COMMON[2:],
+                      "has no convolutions")):
+        p = subprocess.run([WORKER] + bad, capture_output=True, text=True, timeout=30)
+        first = p.stderr.splitlines()[0] if p.stderr else ""
+        c.check("%s is exit 2 naming --conv (%d: %s)" % (" ".join(bad[:2]), p.returncode, first),
+                p.returncode == 2 and "--conv" in first and why in first)
+
+
 def main():
     c = Checks("worker_cnn")
     work = tempdir("ddp-cnn-")
     try:
         equivalence(c, work)
         resume(c, work)
+        convs(c, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     c.done()

@@ -19,6 +19,7 @@
 
 #include "ddp/rng.h"
 #include "trainer/conv.h"
+#include "trainer/conv_dnnl.h"
 #include "trainer/dense.h"
 #include "trainer/pool.h"
 #include "tests/unit/torchref.h"
@@ -55,19 +56,43 @@ static void numeric_grad(loss_fn f, void *ctx, float *p, size_t n, float eps, fl
 
 struct conv_case {
     struct conv2d c;
+    struct conv2d_dnnl *dn; /* the layer on oneDNN, or NULL: im2col (conv.h) */
     size_t n;
     float *x, *w, *b, *r, *y, *col;
 };
 
+/* k's forward into k->y, on its implementation. */
+static void conv_case_forward(struct conv_case *k)
+{
+    struct ddp_err err;
+    if (k->dn)
+        assert_int_equal(conv2d_dnnl_forward(k->dn, k->x, k->n, k->w, k->b, k->y, &err), 0);
+    else
+        conv2d_forward(&k->c, k->x, k->n, k->w, k->b, k->y, k->col);
+}
+
+/* k's backward for dy = k->r, after its forward. */
+static void conv_case_backward(struct conv_case *k, float *dx, float *dw, float *db)
+{
+    struct ddp_err err;
+    if (k->dn) {
+        assert_int_equal(conv2d_dnnl_backward_params(k->dn, k->x, k->n, k->r, dw, db, &err), 0);
+        assert_int_equal(conv2d_dnnl_backward_input(k->dn, k->n, k->w, k->r, dx, &err), 0);
+        return;
+    }
+    conv2d_backward_params(&k->c, k->x, k->n, k->r, dw, db, k->col);
+    conv2d_backward_input(&k->c, k->n, k->w, k->r, dx, k->col);
+}
+
 static double conv_loss(void *ctx)
 {
     struct conv_case *k = ctx;
-    conv2d_forward(&k->c, k->x, k->n, k->w, k->b, k->y, k->col);
+    conv_case_forward(k);
     return dot(k->y, k->r, k->n * conv2d_out_count(&k->c));
 }
 
-static void conv_case_new(struct conv_case *k, size_t n, int cin, int h, int w, int cout, int ks,
-                          int stride, int pad, uint64_t seed)
+static void conv_case_new(struct conv_case *k, enum conv_impl impl, size_t n, int cin, int h, int w,
+                          int cout, int ks, int stride, int pad, uint64_t seed)
 {
     struct ddp_err err;
     struct rng r;
@@ -80,6 +105,9 @@ static void conv_case_new(struct conv_case *k, size_t n, int cin, int h, int w, 
     k->r = torchref_rand(&r, n * conv2d_out_count(&k->c), 1.0f);
     k->y = torchref_zeros(n * conv2d_out_count(&k->c));
     k->col = torchref_zeros(conv2d_col_count(&k->c));
+    k->dn = NULL;
+    if (impl == CONV_ONEDNN)
+        assert_int_equal(conv2d_dnnl_new(&k->c, &k->dn, &err), 0);
 }
 
 static void conv_case_free(struct conv_case *k)
@@ -90,6 +118,7 @@ static void conv_case_free(struct conv_case *k)
     free(k->r);
     free(k->y);
     free(k->col);
+    conv2d_dnnl_free(k->dn);
 }
 
 static void test_layers_conv_shape(void **state)
@@ -109,16 +138,29 @@ static void test_layers_conv_shape(void **state)
     assert_int_equal(conv2d_init(&c, 0, 4, 4, 2, 3, 1, 1, &err), DDP_EINVAL);
 }
 
-static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int stride, int pad)
+/* The implementations a conv test checks: im2col always, oneDNN where it is built. */
+static int conv_impls(enum conv_impl *out)
+{
+    int n = 0;
+    out[n++] = CONV_IM2COL;
+    if (conv2d_dnnl_available())
+        out[n++] = CONV_ONEDNN;
+    else
+        print_message("SKIP: this build has no oneDNN (libdnnl-dev): its convolutions are not "
+                      "checked\n");
+    return n;
+}
+
+static void conv_check_fd(enum conv_impl impl, size_t n, int cin, int h, int w, int cout, int ks,
+                          int stride, int pad)
 {
     struct conv_case k;
-    conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 11);
+    conv_case_new(&k, impl, n, cin, h, w, cout, ks, stride, pad, 11);
     size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
     float *dx = torchref_zeros(nx), *dw = torchref_zeros(nw), *db = torchref_zeros((size_t)cout);
     float *gx = torchref_zeros(nx), *gw = torchref_zeros(nw), *gb = torchref_zeros((size_t)cout);
-    conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
-    conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
-    conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
+    conv_case_forward(&k);
+    conv_case_backward(&k, dx, dw, db);
     /* L is linear in each of x, w, b: central differences are exact up to rounding. */
     numeric_grad(conv_loss, &k, k.x, nx, 0.05f, gx);
     numeric_grad(conv_loss, &k, k.w, nw, 0.05f, gw);
@@ -138,9 +180,13 @@ static void conv_check_fd(size_t n, int cin, int h, int w, int cout, int ks, int
 static void test_layers_conv_finite_diff(void **state)
 {
     (void)state;
-    conv_check_fd(2, 3, 7, 6, 4, 3, 2, 1);
-    conv_check_fd(2, 2, 6, 6, 3, 5, 1, 2);
-    conv_check_fd(1, 1, 5, 5, 2, 1, 1, 0);
+    enum conv_impl impl[2];
+    int ni = conv_impls(impl);
+    for (int i = 0; i < ni; i++) {
+        conv_check_fd(impl[i], 2, 3, 7, 6, 4, 3, 2, 1);
+        conv_check_fd(impl[i], 2, 2, 6, 6, 3, 5, 1, 2);
+        conv_check_fd(impl[i], 1, 1, 5, 5, 2, 1, 1, 0);
+    }
 }
 
 struct pool_case {
@@ -274,17 +320,17 @@ static void test_layers_xent_finite_diff(void **state)
 
 /* ---- PyTorch ---- */
 
-static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, int stride, int pad)
+static void conv_check_torch(enum conv_impl impl, size_t n, int cin, int h, int w, int cout, int ks,
+                             int stride, int pad)
 {
     struct conv_case k;
     struct torchref_dir d;
-    conv_case_new(&k, n, cin, h, w, cout, ks, stride, pad, 21);
+    conv_case_new(&k, impl, n, cin, h, w, cout, ks, stride, pad, 21);
     size_t nx = n * conv2d_in_count(&k.c), nw = conv2d_weight_count(&k.c);
     size_t ny = n * conv2d_out_count(&k.c);
     float *dx = torchref_zeros(nx), *dw = torchref_zeros(nw), *db = torchref_zeros((size_t)cout);
-    conv2d_forward(&k.c, k.x, n, k.w, k.b, k.y, k.col);
-    conv2d_backward_params(&k.c, k.x, n, k.r, dw, db, k.col);
-    conv2d_backward_input(&k.c, n, k.w, k.r, dx, k.col);
+    conv_case_forward(&k);
+    conv_case_backward(&k, dx, dw, db);
     torchref_dir_new(&d);
     torchref_write(&d, "x.f32", k.x, nx * sizeof(float));
     torchref_write(&d, "w.f32", k.w, nw * sizeof(float));
@@ -316,9 +362,15 @@ static void conv_check_torch(size_t n, int cin, int h, int w, int cout, int ks, 
 static void test_layers_conv_torch(void **state)
 {
     (void)state;
-    conv_check_torch(3, 3, 9, 8, 4, 3, 2, 1);
-    conv_check_torch(4, 2, 12, 12, 8, 5, 1, 2); /* the CNN's cNk5 */
-    conv_check_torch(2, 8, 7, 7, 6, 5, 1, 2);
+    enum conv_impl impl[2];
+    int ni = conv_impls(impl);
+    for (int i = 0; i < ni; i++) {
+        conv_check_torch(impl[i], 3, 3, 9, 8, 4, 3, 2, 1);
+        conv_check_torch(impl[i], 4, 2, 12, 12, 8, 5, 1, 2); /* the CNN's cNk5 */
+        conv_check_torch(impl[i], 2, 8, 7, 7, 6, 5, 1, 2);
+        conv_check_torch(impl[i], 3, 16, 14, 14, 32, 5, 1, 2); /* a blocked layout's 16 */
+        conv_check_torch(impl[i], 2, 5, 8, 9, 7, 4, 3, 2);     /* uneven right padding */
+    }
 }
 
 static void test_layers_pool_torch(void **state)

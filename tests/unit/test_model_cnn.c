@@ -69,14 +69,33 @@ static void test_model_cnn_parse_spec(void **state)
     assert_non_null(strstr(err.msg, "3274634 parameters"));
 }
 
-static struct cnn *small_cnn(const char *spec, size_t max_batch, uint64_t seed)
+static struct cnn *small_cnn_on(const char *spec, size_t max_batch, enum conv_impl impl,
+                                uint64_t seed)
 {
     struct cnn_spec s;
     struct ddp_err err;
     struct cnn *m = NULL;
     assert_int_equal(cnn_parse_spec(spec, 1ull << 34, &s, &err), 0);
-    assert_int_equal(cnn_new(&s, max_batch, seed, &m, &err), 0);
+    assert_int_equal(cnn_new(&s, max_batch, impl, seed, &m, &err), 0);
+    for (int i = 0; i < s.nlayers; i++)
+        if (s.layer[i].kind == CNN_CONV)
+            assert_int_equal(cnn_conv_impl(m, i), conv_impl_for(impl));
     return m;
+}
+
+static struct cnn *small_cnn(const char *spec, size_t max_batch, uint64_t seed)
+{
+    return small_cnn_on(spec, max_batch, CONV_AUTO, seed);
+}
+
+/* Skips, saying so, where this build has no oneDNN. */
+static void need_onednn(void)
+{
+    if (!conv2d_dnnl_available()) {
+        print_message("SKIP: this build has no oneDNN (libdnnl-dev): the oneDNN convolutions "
+                      "are not checked\n");
+        skip();
+    }
 }
 
 static void fill(struct rng *r, float *a, size_t n, float scale)
@@ -130,10 +149,9 @@ static double mean_loss(struct cnn *m, const float *x, const uint8_t *y, size_t 
     return ls / (double)n;
 }
 
-static void test_model_cnn_backward_finite_diff(void **state)
+static void backward_finite_diff(enum conv_impl impl)
 {
-    (void)state;
-    struct cnn *m = small_cnn("cnn:c3k3-p2-c4k5-p7-f6-f4", 3, 9);
+    struct cnn *m = small_cnn_on("cnn:c3k3-p2-c4k5-p7-f6-f4", 3, impl, 9);
     struct rng r;
     rng_seed(&r, 10);
     float x[3 * DIM];
@@ -185,6 +203,16 @@ static void test_model_cnn_backward_finite_diff(void **state)
     free(ana);
     free(num);
     cnn_free(m);
+}
+
+static void test_model_cnn_backward_finite_diff(void **state)
+{
+    (void)state;
+    backward_finite_diff(CONV_IM2COL);
+    if (conv2d_dnnl_available())
+        backward_finite_diff(CONV_ONEDNN);
+    else
+        print_message("SKIP: this build has no oneDNN: its backward is not checked\n");
 }
 
 /* The dropout keys of the test's step s: sample i of the batch is sample s * batch + i. */
@@ -267,12 +295,12 @@ static void write_masks(const struct torchref_dir *d, const struct cnn *m, size_
     free(ones);
 }
 
-static void matches_torch(const char *spec)
+static void matches_torch(const char *spec, enum conv_impl impl)
 {
     const size_t batch = 8;
     const int steps = 20;
     const float lr = 0.05f, mom = 0.9f, wd = 1e-4f;
-    struct cnn *m = small_cnn(spec, batch, 3);
+    struct cnn *m = small_cnn_on(spec, batch, impl, 3);
     const struct cnn_spec *cs = cnn_spec_of(m);
     int drops = 0;
     for (int i = 0; i < cs->nlayers; i++)
@@ -338,13 +366,23 @@ static void matches_torch(const char *spec)
 static void test_model_cnn_sgd_matches_torch(void **state)
 {
     (void)state;
-    matches_torch("cnn:c8k5-p2-c16k5-p2-f32-f10");
+    matches_torch("cnn:c8k5-p2-c16k5-p2-f32-f10", CONV_IM2COL);
+}
+
+/* Every convolution on oneDNN (what auto is where it is built); an even kernel pads
+ * unevenly. */
+static void test_model_cnn_onednn_matches_torch(void **state)
+{
+    (void)state;
+    need_onednn();
+    matches_torch("cnn:c8k5-p2-c16k5-p2-f32-f10", CONV_ONEDNN);
+    matches_torch("cnn:c6k4-p2-c8k3-f16-f10", CONV_ONEDNN);
 }
 
 static void test_model_cnn_dropout_matches_torch(void **state)
 {
     (void)state;
-    matches_torch("cnn:c8k5-p2-c16k5-p2-d0.2-f32-d0.5-f10");
+    matches_torch("cnn:c8k5-p2-c16k5-p2-d0.2-f32-d0.5-f10", CONV_AUTO);
 }
 
 /* A forward given keys drops; an evaluation (count_correct, no keys) does not, also right
@@ -366,7 +404,9 @@ static void test_model_cnn_dropout_only_in_training(void **state)
     cnn_set_dropout_keys(m, keys, 4);
     assert_int_equal(cnn_forward(m, x, y, 4, &dropped, &err), 0);
     assert_true(fabs(dropped - plain) > 1e-6 * fabs(plain));
-    (void)cnn_count_correct(m, x, y, 4);
+    size_t hits = 0;
+    assert_int_equal(cnn_count_correct(m, x, y, 4, &hits, &err), 0);
+    assert_true(hits <= 4);
     assert_int_equal(cnn_forward(m, x, y, 4, &again, &err), 0);
     assert_true(again == plain);
     cnn_free(m);
@@ -379,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_model_cnn_layout_and_init),
         cmocka_unit_test(test_model_cnn_backward_finite_diff),
         cmocka_unit_test(test_model_cnn_sgd_matches_torch),
+        cmocka_unit_test(test_model_cnn_onednn_matches_torch),
         cmocka_unit_test(test_model_cnn_dropout_matches_torch),
         cmocka_unit_test(test_model_cnn_dropout_only_in_training),
     };
