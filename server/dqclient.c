@@ -4,7 +4,7 @@
  * the state diagram are in dqclient.h.
  *
  * Its statements (SQL, parameters, rows) are in dqclient_sql.c; what the two share is in
- * dqclient_internal.h. The deadline socket helpers (tcp_connect, read_all, write_all) repeat
+ * dqclient_internal.h. The deadline socket helpers (dqclient_tcp_connect, read_all, write_all) repeat
  * what libddp/net.c does for the rendezvous store; the fix is net.c moved to common/ so that
  * server/ may call it (layering.sh keeps server/ off libddp's internals). Not done yet: the
  * error codes differ (a refused connection is DDP_EUNAVAIL here), and test_dqclient asserts
@@ -90,7 +90,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
     }
 }
 
-static int tcp_connect(const char *addr, int64_t timeout_ms, int *out, struct ddp_err *err)
+int dqclient_tcp_connect(const char *addr, int64_t timeout_ms, int *out, struct ddp_err *err)
 {
     char host[DQCLIENT_ADDR_MAX], port[16];
     struct addrinfo hints = {0}, *ai = NULL;
@@ -374,7 +374,7 @@ static int try_node(struct dqclient *c, const char *addr, int64_t deadline, int 
         t = c->opts.timeout_ms;
     if (t <= 0)
         return err_set(err, DDP_ETIMEOUT, "dqlite %s: no time left to connect", addr);
-    int rc = tcp_connect(addr, t, &c->fd, err);
+    int rc = dqclient_tcp_connect(addr, t, &c->fd, err);
     if (rc != 0)
         return rc;
     snprintf(c->node, sizeof c->node, "%s", addr);
@@ -502,7 +502,7 @@ int dqclient_leader_of(const char *addr, const struct dqclient_opts *opts, uint6
         c.opts.timeout_ms = DEFAULT_TIMEOUT_MS;
     buf_init_max(&c.out, DQCLIENT_MAX_BODY);
     buf_init_max(&c.in, DQCLIENT_MAX_BODY);
-    int rc = tcp_connect(addr, c.opts.timeout_ms, &c.fd, err);
+    int rc = dqclient_tcp_connect(addr, c.opts.timeout_ms, &c.fd, err);
     if (rc == 0) {
         snprintf(c.node, sizeof c.node, "%s", addr);
         rc = ask_leader(&c, 1, id, leader, size, err);

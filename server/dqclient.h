@@ -101,6 +101,12 @@ int dqclient_leader_of(const char *addr, const struct dqclient_opts *opts, uint6
                        char *leader, size_t size, struct ddp_err *err);
 /* Closes the connection and frees; accepts NULL. */
 void dqclient_close(struct dqclient *c);
+
+/* Connects a TCP socket to addr ("HOST:PORT", numeric IPv4 or IPv6) within timeout_ms, with
+ * TCP_NODELAY set (a dqlite message is one small write answered by one small read: Nagle's
+ * algorithm against the peer's delayed ACK costs 40 ms). *out is the caller's, non-blocking
+ * and close-on-exec. A refused connection is DDP_EUNAVAIL, a timeout DDP_ETIMEOUT. */
+int dqclient_tcp_connect(const char *addr, int64_t timeout_ms, int *out, struct ddp_err *err);
 /* Drops the connection (if any) and finds the leader again, as dqclient_open() did; prepared
  * statements of the old connection are dead (their calls answer DDP_EUNAVAIL). */
 int dqclient_reconnect(struct dqclient *c, struct ddp_err *err);
