@@ -24,6 +24,10 @@ ddp_unit_test(NAME test_model_cnn SOURCES unit/test_model_cnn.c unit/torchref.c 
 target_compile_definitions(test_model_cnn PRIVATE TEST_PYTHON="/usr/bin/python3"
   TEST_MODEL_CNN_TORCH_PY="${CMAKE_CURRENT_SOURCE_DIR}/unit/model_cnn_torch.py")
 ddp_unit_test(NAME test_train SOURCES unit/test_train.c LIBS ddptrainer TIMEOUT 60)
+# The vectorized exp at the trainer's own optimization (-O3, tests/unit/test_vexp.c's loop).
+ddp_unit_test(NAME test_vexp SOURCES unit/test_vexp.c LIBS ddptrainer TIMEOUT 60)
+target_compile_options(test_vexp PRIVATE $<$<CONFIG:Release,RelWithDebInfo>:-O3>
+  -fno-trapping-math -fno-math-errno)
 
 set(DDP_WORKER_PY ${CMAKE_CURRENT_SOURCE_DIR}/integration)
 ddp_script_test(NAME worker_equivalence

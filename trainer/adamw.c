@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "common/xalloc.h"
+#include "trainer/simd.h"
 
 void adamw_init(struct adamw *a, size_t n, float beta1, float beta2, float eps, float weight_decay)
 {
@@ -40,8 +41,8 @@ void adamw_begin(struct adamw *a, struct adamw_coef *c)
     c->decay = 1.0f - a->lr * a->weight_decay;
 }
 
-void adamw_update(const struct adamw *a, const struct adamw_coef *c, float *p, float *m, float *v,
-                  const float *g, size_t n, float grad_scale)
+DDP_SIMD_CLONES void adamw_update(const struct adamw *a, const struct adamw_coef *c, float *p,
+                                  float *m, float *v, const float *g, size_t n, float grad_scale)
 {
     float b1 = a->beta1, b2 = a->beta2, eps = a->eps;
     float decay = c->decay, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt;

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "trainer/simd.h"
+#include "trainer/vexp.h"
 static int drops(const struct dropout_site *drop)
 {
     return drop && drop->p > 0.0f;
@@ -24,8 +26,9 @@ static void drop_head(const struct dropout_site *drop, size_t s, int h, int t, c
     dropout_apply(out, p, 1, tt, drop->keys + s, drop->site, (uint64_t)h * tt, drop->p);
 }
 
-void attention_forward(const float *qkv, size_t b, int t, int c, int heads, float *y, float *att,
-                       const struct dropout_site *drop, float *scratch)
+DDP_SIMD_CLONES void attention_forward(const float *qkv, size_t b, int t, int c, int heads,
+                                       float *y, float *att, const struct dropout_site *drop,
+                                       float *scratch)
 {
     int hs = c / heads;
     int ld = 3 * c;
@@ -46,11 +49,12 @@ void attention_forward(const float *qkv, size_t b, int t, int c, int heads, floa
                 float mx = row[0];
                 for (int j = 1; j <= i; j++)
                     mx = row[j] > mx ? row[j] : mx;
+                /* the exponentials first, a loop that vectorizes; their sum, in order */
+                for (int j = 0; j <= i; j++)
+                    row[j] = vexpf(row[j] - mx);
                 double sum = 0.0;
-                for (int j = 0; j <= i; j++) {
-                    row[j] = expf(row[j] - mx);
+                for (int j = 0; j <= i; j++)
                     sum += row[j];
-                }
                 float inv = (float)(1.0 / sum);
                 for (int j = 0; j <= i; j++)
                     row[j] *= inv;

@@ -8,8 +8,9 @@
 #include <math.h>
 #include <string.h>
 
-void layernorm_forward(const float *x, size_t n, int c, const float *w, const float *b, float *y,
-                       float *mean, float *rstd)
+#include "trainer/simd.h"
+DDP_SIMD_CLONES void layernorm_forward(const float *x, size_t n, int c, const float *w,
+                                       const float *b, float *y, float *mean, float *rstd)
 {
     for (size_t i = 0; i < n; i++) {
         const float *xr = x + i * (size_t)c;
@@ -33,8 +34,9 @@ void layernorm_forward(const float *x, size_t n, int c, const float *w, const fl
     }
 }
 
-void layernorm_backward(const float *x, size_t n, int c, const float *w, const float *mean,
-                        const float *rstd, const float *dy, float *dx, float *dw, float *db)
+DDP_SIMD_CLONES void layernorm_backward(const float *x, size_t n, int c, const float *w,
+                                        const float *mean, const float *rstd, const float *dy,
+                                        float *dx, float *dw, float *db)
 {
     memset(dw, 0, (size_t)c * sizeof(float));
     memset(db, 0, (size_t)c * sizeof(float));
