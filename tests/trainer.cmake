@@ -40,6 +40,10 @@ ddp_script_test(NAME worker_gpt
 ddp_script_test(NAME worker_gpt_torch
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_gpt_torch.py TIMEOUT 900
   LABELS "worker;heavy")
+# The vectorized kernels' clones in the binary (objdump): no FMA, vectorized at -O3.
+ddp_script_test(NAME simd_clones
+  COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_simd_clones.py ${CMAKE_C_COMPILER_ID}
+  "${CMAKE_BUILD_TYPE}" TIMEOUT 120 LABELS worker)
 ddp_script_test(NAME worker_sharding
   COMMAND /usr/bin/python3 ${DDP_WORKER_PY}/test_worker_sharding.py TIMEOUT 400 LABELS worker)
 # ~45 trainings, 2.5 minutes under ASan: started first (ctest runs the costliest first on a
