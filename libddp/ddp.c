@@ -165,7 +165,15 @@ int ddp_comm_broadcast_bytes(struct comm *c, int root, size_t max, uint8_t **buf
                        (unsigned long long)blen, max);
     if (me != root) {
         free(*buf);
-        *buf = blen ? xmalloc((size_t)blen) : NULL;
+        *buf = NULL;
+        *len = 0;
+        /* not xmalloc: a length this process cannot hold is an error naming it, not an
+         * abort (the root's broadcast then ends at the comm's timeout) */
+        if (blen && !(*buf = malloc((size_t)blen)))
+            return err_set(err, DDP_ETOOBIG,
+                           "rank %d sends %llu bytes: more than this process "
+                           "can allocate",
+                           root, (unsigned long long)blen);
         *len = (size_t)blen;
     }
     return blen ? comm_broadcast(c, *buf, *len, root, err) : 0;

@@ -57,7 +57,9 @@ int ddp_shard_keeper(const double *node, int W, int k)
 
 /* The keepers and this rank's pair comms (the group's, made once: ddp/ddp.h). One
  * sub-group creation per k in order on every rank (invariant 1): ranks k and keeper[k] make
- * a comm of two, every other rank one of its own, dropped at once. */
+ * a comm of two, every other rank one of its own, dropped at once. They are the group's
+ * only when all of it was made: a failure leaves g->keeper and g->pairs NULL (and frees what
+ * was made), so that no later save takes a half set for a whole one and skips copies. */
 static int pairs_setup(struct ddp_group *g, struct ddp_err *err)
 {
     if (g->pairs)
@@ -66,21 +68,38 @@ static int pairs_setup(struct ddp_group *g, struct ddp_err *err)
     double *node = xcalloc((size_t)W, sizeof(double));
     node[g->rank] = (double)g->env.group_rank;
     int rc = ddp_allreduce_f64(g, node, (size_t)W, err);
-    g->keeper = xcalloc((size_t)W, sizeof(int));
-    g->pairs = xcalloc((size_t)W, sizeof(struct comm *));
+    int *keeper = xcalloc((size_t)W, sizeof(int));
+    struct comm **pairs = xcalloc((size_t)W, sizeof(struct comm *));
     for (int k = 0; k < W; k++)
-        g->keeper[k] = rc == 0 ? ddp_shard_keeper(node, W, k) : -1;
+        keeper[k] = rc == 0 ? ddp_shard_keeper(node, W, k) : -1;
     free(node);
-    for (int k = 0; rc == 0 && k < W && g->keeper[k] >= 0; k++) {
-        int in = g->rank == k ? 0 : g->rank == g->keeper[k] ? 1 : -1;
+    for (int k = 0; rc == 0 && k < W; k++) {
+        if (keeper[k] < 0)
+            continue;
+        int in = g->rank == k ? 0 : g->rank == keeper[k] ? 1 : -1;
         struct comm *c = NULL;
         rc = ddp_sub_comm(g, 1, in < 0 ? 0 : in, in < 0 ? 1 : 2, &c, err);
         if (rc == 0 && in < 0)
             comm_free(c);
         else if (rc == 0)
-            g->pairs[k] = c;
+            pairs[k] = c;
     }
-    return rc;
+    if (rc) {
+        for (int k = 0; k < W; k++)
+            if (pairs[k])
+                comm_free(pairs[k]);
+        free(pairs);
+        free(keeper);
+        return rc;
+    }
+    g->keeper = keeper;
+    g->pairs = pairs;
+    return 0;
+}
+
+int ddp_shard_copy_keeper(const struct ddp_group *g)
+{
+    return g->keeper ? g->keeper[g->rank] : -1;
 }
 
 int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
@@ -99,7 +118,11 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         int mine = g->rank == k;
         uint8_t *b = mine ? (uint8_t *)buf : NULL;
         size_t l = mine ? len : 0;
-        rc = ddp_comm_broadcast_bytes(g->pairs[k], 0, SIZE_MAX, &b, &l, &ce);
+        /* Invariant 2: the shards of one checkpoint split the same units evenly, so their
+         * files differ at most by the header's variable parts; anything longer is refused
+         * before it is allocated. */
+        size_t bound = len + CKPT_MAX_MODEL + 8 * (size_t)CKPT_SHARD_MAX_UNITS + 256;
+        rc = ddp_comm_broadcast_bytes(g->pairs[k], 0, bound, &b, &l, &ce);
         if (rc == 0 && !mine && has_dir) {
             struct ddp_err se;
             if (ckpt_shard_save(dir, epoch, pos, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 &&

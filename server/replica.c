@@ -19,6 +19,7 @@
 #include "server/replica.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,7 +46,8 @@
 #define REPLICA_SIDE_MS         1000 /* each call of the side connection */
 #define REPLICA_LOOKUP_MS       500  /* between two reads of the leader's URL */
 #define REPLICA_URL_MAX         512
-#define REPLICA_RAFT_CONNECT_MS 2000 /* a raft connection to a peer (a libuv pool thread waits) */
+#define REPLICA_RAFT_CONNECT_MS 2000  /* a raft connection to a peer (a libuv pool thread waits) */
+#define REPLICA_RAFT_WARN_MS    10000 /* the least time between two warnings of a failed one */
 
 static const char replica_epoch_sql[] =
     "CREATE TABLE IF NOT EXISTS ddp_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), epoch INTEGER "
@@ -86,16 +88,25 @@ struct replica {
  * dqlite's own (IPv4, blocking connect) leaves Nagle's algorithm on: a leader's AppendEntries
  * that follows another before its ACK waited for the follower's delayed ACK, and one submit in
  * seven took 40 ms more (submit p99 45 ms on loopback, 5 to 7 ms with TCP_NODELAY). This one
- * sets TCP_NODELAY, takes IPv6 too and gives up after REPLICA_RAFT_CONNECT_MS (the kernel's
- * SYN retries would hold the pool thread for minutes on a cut link). Nonzero on failure, which
- * dqlite counts as no connection and retries. */
+ * sets TCP_NODELAY and gives up after REPLICA_RAFT_CONNECT_MS (the kernel's SYN retries
+ * would hold the pool thread for minutes on a cut link). The addresses are numeric IPv4, as
+ * replica_check_address admits and dqlite 1.11 binds. Nonzero on failure, which dqlite counts
+ * as no connection and retries; the failure is logged with its peer and cause, at most once
+ * per REPLICA_RAFT_WARN_MS (dqlite retries a lost peer many times a second). */
 static int replica_raft_connect(void *arg, const char *address, int *fd)
 {
+    static _Atomic int64_t last_warn_ms;
     struct ddp_err err = {0};
     int s = -1;
     (void)arg;
-    if (dqclient_tcp_connect(address, REPLICA_RAFT_CONNECT_MS, &s, &err) != 0)
+    if (dqclient_tcp_connect(address, REPLICA_RAFT_CONNECT_MS, &s, &err) != 0) {
+        int64_t now = time_mono_ms(), last = atomic_load(&last_warn_ms);
+        if ((last == 0 || now - last >= REPLICA_RAFT_WARN_MS) &&
+            atomic_compare_exchange_strong(&last_warn_ms, &last, now))
+            log_warn("raft connection to %s: %s (retried; this warning at most every %d s)",
+                     address, err.msg, REPLICA_RAFT_WARN_MS / 1000);
         return 1;
+    }
     int fl = fcntl(s, F_GETFL);
     if (fl < 0 || fcntl(s, F_SETFL, fl & ~O_NONBLOCK) != 0) {
         close(s);

@@ -11,6 +11,7 @@
  */
 #include "trainer/conv_dnnl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +83,20 @@ static int ck(dnnl_status_t s, const char *what, struct ddp_err *err)
 {
     if (s == dnnl_success)
         return 0;
-    return err_set(err, DDP_EINTERNAL, "conv2d (oneDNN): %s: %s", what, dnnl_status2str(s));
+    return err_set(err, DDP_EINTERNAL, "oneDNN %s: %s", what, dnnl_status2str(s));
+}
+
+/* rc, with err's message led by the layer and the batch it was for (a CNN has several). */
+static int named(const struct conv2d_dnnl *d, size_t n, int rc, struct ddp_err *err)
+{
+    if (rc == 0 || !err)
+        return rc;
+    char m[DDP_ERR_MSG_MAX];
+    snprintf(m, sizeof m, "%s", err->msg);
+    const struct conv2d *c = &d->c;
+    return err_set(err, rc,
+                   "conv2d %d -> %d channels on %dx%d, kernel %d, stride %d, batch %zu: %s", c->cin,
+                   c->cout, c->h, c->w, c->k, c->stride, n, m);
 }
 
 static void arg_free(struct arg *a)
@@ -318,8 +332,8 @@ static int run(struct conv2d_dnnl *d, dnnl_primitive_t prim, const char *what, i
     return ck(dnnl_primitive_execute(prim, d->st, nargs, args), what, err);
 }
 
-int conv2d_dnnl_forward(struct conv2d_dnnl *d, const float *x, size_t n, const float *W,
-                        const float *b, float *y, struct ddp_err *err)
+static int do_forward(struct conv2d_dnnl *d, const float *x, size_t n, const float *W,
+                      const float *b, float *y, struct ddp_err *err)
 {
     struct plan *p = NULL;
     int rc = plan_for(d, n, &p, err);
@@ -345,8 +359,14 @@ int conv2d_dnnl_forward(struct conv2d_dnnl *d, const float *x, size_t n, const f
     return rc;
 }
 
-int conv2d_dnnl_backward_params(struct conv2d_dnnl *d, const float *x, size_t n, const float *dy,
-                                float *dW, float *db, struct ddp_err *err)
+int conv2d_dnnl_forward(struct conv2d_dnnl *d, const float *x, size_t n, const float *W,
+                        const float *b, float *y, struct ddp_err *err)
+{
+    return named(d, n, do_forward(d, x, n, W, b, y, err), err);
+}
+
+static int do_backward_params(struct conv2d_dnnl *d, const float *x, size_t n, const float *dy,
+                              float *dW, float *db, struct ddp_err *err)
 {
     struct plan *p = NULL;
     int rc = plan_for(d, n, &p, err);
@@ -379,8 +399,14 @@ int conv2d_dnnl_backward_params(struct conv2d_dnnl *d, const float *x, size_t n,
     return rc;
 }
 
-int conv2d_dnnl_backward_input(struct conv2d_dnnl *d, size_t n, const float *W, const float *dy,
-                               float *dx, struct ddp_err *err)
+int conv2d_dnnl_backward_params(struct conv2d_dnnl *d, const float *x, size_t n, const float *dy,
+                                float *dW, float *db, struct ddp_err *err)
+{
+    return named(d, n, do_backward_params(d, x, n, dy, dW, db, err), err);
+}
+
+static int do_backward_input(struct conv2d_dnnl *d, size_t n, const float *W, const float *dy,
+                             float *dx, struct ddp_err *err)
 {
     struct plan *p = NULL;
     int rc = plan_for(d, n, &p, err);
@@ -400,6 +426,12 @@ int conv2d_dnnl_backward_input(struct conv2d_dnnl *d, size_t n, const float *W, 
     rc = run(d, p->bwd_d, "backward data", 3, args, err);
     rc = rc ? rc : arg_out_done(d, &p->d_dsrc, err);
     return rc ? rc : ck(dnnl_stream_wait(d->st), "backward data", err);
+}
+
+int conv2d_dnnl_backward_input(struct conv2d_dnnl *d, size_t n, const float *W, const float *dy,
+                               float *dx, struct ddp_err *err)
+{
+    return named(d, n, do_backward_input(d, n, W, dy, dx, err), err);
 }
 
 #else /* no oneDNN in this build */

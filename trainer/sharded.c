@@ -3,6 +3,7 @@
  */
 #include "trainer/sharded.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/exitcodes.h"
@@ -186,11 +187,20 @@ int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
                              (uint32_t)s->unit_world, buf, len, err);
     else if (rc == 0 && !s->cross)
         rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, meta->epoch_pos, buf, len, err);
-    if (rc == 0 && g->rank == 0)
+    if (rc == 0 && g->rank == 0) {
+        int keeper = s->cross ? -1 : ddp_shard_copy_keeper(g);
+        char copy[64];
+        if (s->cross)
+            snprintf(copy, sizeof copy, "%s", " (every node writes its own copy)");
+        else if (keeper >= 0)
+            snprintf(copy, sizeof copy, ", its copy on rank %d (another node)", keeper);
+        else
+            snprintf(copy, sizeof copy, "%s", ", no second copy (one node)");
         log_info("checkpoint epoch %u position %u: shard %d of %d (%zu bytes) written%s in "
                  "%.1f ms",
-                 meta->epoch, meta->epoch_pos, s->unit_rank, s->unit_world, len,
-                 s->cross ? "" : ", its copy on another node", (double)(time_mono_ns() - t0) / 1e6);
+                 meta->epoch, meta->epoch_pos, s->unit_rank, s->unit_world, len, copy,
+                 (double)(time_mono_ns() - t0) / 1e6);
+    }
     free(buf);
     return rc;
 }

@@ -57,10 +57,14 @@ def killed_after(c, work, world, args, nodes, dirs, epoch, tag):
 def elastic(c, work, mode):
     a, b = work + "/%s-a" % mode, work + "/%s-b" % mode
     straight = work + "/%s-straight.bin" % mode
-    outs, _ = run_ok(work, 4, gpt(work, mode, 4) + ["--epochs", "3", "--dump-params", straight],
-                     nodes=2, ckpt_dirs=[work + "/%s-sa" % mode, work + "/%s-sb" % mode],
-                     tag=mode + "-straight")
+    outs, errs = run_ok(work, 4, gpt(work, mode, 4) + ["--epochs", "3", "--dump-params",
+                                                       straight],
+                        nodes=2, ckpt_dirs=[work + "/%s-sa" % mode, work + "/%s-sb" % mode],
+                        tag=mode + "-straight")
     val_straight = val_loss(outs[0])
+    # rank 0's keeper: the rank at its place on the next node
+    c.check("%s: rank 0's log names the keeper of its copy, rank 2" % mode,
+            "its copy on rank 2 (another node)" in errs[0], errs[0][-400:])
     killed_after(c, work, 4, gpt(work, mode, 4) + ["--epochs", "3"], 2, [a, b], 1,
                  mode + "-first")
     want = ["ckpt-000001-pos-0-shard-%04d-of-0004.bin" % k for k in range(4)]

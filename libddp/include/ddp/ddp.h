@@ -77,7 +77,8 @@ int ddp_sub_comm(struct ddp_group *g, uint32_t tag, int rank, int size, struct c
 /* Broadcast of a buffer whose length only root knows: root's *len bytes at *buf (kept) onto
  * every rank, the length first. Elsewhere *buf is replaced by a new buffer of the bytes
  * (caller frees; the old one is freed; NULL when the length is 0) and *len set. A length past
- * max is DDP_EINVAL naming root, before anything is allocated for it. */
+ * max is DDP_EINVAL naming root, before anything is allocated for it; one this process
+ * cannot allocate is DDP_ETOOBIG (the others' broadcast then ends at the comm's timeout). */
 int ddp_broadcast_bytes(struct ddp_group *g, int root, size_t max, uint8_t **buf, size_t *len,
                         struct ddp_err *err);
 /* The same over comm c (of at least 2 ranks; root and the rank are c's). */

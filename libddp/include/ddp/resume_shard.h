@@ -57,6 +57,10 @@ int ddp_shard_keeper(const double *node, int W, int k);
 int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err);
 
+/* The rank that keeps this rank's copy, as the saves so far chose it: -1 before the first
+ * save, on one node (no copy is sent), or where setting up the pairs failed. */
+int ddp_shard_copy_keeper(const struct ddp_group *g);
+
 /* The sharded checkpoint the group agreed on. */
 struct ddp_shard_resume {
     int found; /* 0: no checkpoint has all its shards anywhere */
