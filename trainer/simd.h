@@ -11,8 +11,21 @@
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define DDP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* The clone the loader picks on this CPU (GCC's resolver: the first of the list the CPU
+ * has), for the job's log line. */
+static inline const char *simd_clone_name(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? "avx512f"
+           : __builtin_cpu_supports("avx2")  ? "avx2"
+                                             : "sse2";
+}
 #else
 #define DDP_SIMD_CLONES
+static inline const char *simd_clone_name(void)
+{
+    return "plain";
+}
 #endif
 
 #endif

@@ -73,6 +73,7 @@
 #include "trainer/report.h"
 #include "trainer/run.h"
 #include "trainer/sharded.h"
+#include "trainer/simd.h"
 
 #define TRAIN_EVAL_BATCH   1000
 #define TRAIN_TRACE_EVENTS 200000
@@ -320,12 +321,12 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     if (sharded_by_units(o, g->world_size)) {
         /* fsdp_new (after the resume) binds the gradients to its own block */
         log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g sharding=%s "
-                 "overlap=%d blas=%s",
+                 "overlap=%d blas=%s simd=%s",
                  g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
                  o->sharding == TRAIN_SHARD_FULL     ? "full"
                  : o->sharding == TRAIN_SHARD_HYBRID ? "hybrid"
                                                      : "grad",
-                 o->overlap, openblas_get_corename());
+                 o->overlap, openblas_get_corename(), simd_clone_name());
         return DDP_EXIT_OK;
     }
     int nt = mi->ops->tensor_count(mi);
@@ -357,9 +358,9 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
         r->views[t] = reducer_grad(r->red, t);
     mi->ops->bind_grads(mi, r->views);
     log_info("job rank=%d world_size=%d model=%s data=%s batch=%zu lr=%g buckets=%d overlap=%d "
-             "blas=%s",
+             "blas=%s simd=%s",
              g->rank, g->world_size, o->model_spec, data_of(o), o->batch_size, r->lr,
-             reducer_bucket_count(r->red), o->overlap, openblas_get_corename());
+             reducer_bucket_count(r->red), o->overlap, openblas_get_corename(), simd_clone_name());
     return DDP_EXIT_OK;
 }
 
