@@ -169,7 +169,7 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
         /* A replica whose disk takes writes leads in its place: handed over, or, where the
          * transfer fails (libraft's needs the target caught up, which a leader that cannot
          * append may never see), by the election that stopping this node starts. */
-        if (disk && replica_hand_over(cl->rep) != 0)
+        if (disk && replica_hand_over(cl->rep) < 0)
             cl->give_up = 1;
         return;
     }
@@ -191,12 +191,13 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
                              "yet: %s",
                              err.msg);
             /* let a replica that can serve lead: handed over after 5 failed starts, and
-             * after 10; failing both times, nothing is left but to stop leading */
+             * after 10; failing both times while the others could elect without this node,
+             * nothing is left but to stop leading (with no such majority it stays up) */
             int n = ++cl->start_failures;
             if (n == 5 || n == 10) {
                 log_warn("cluster: handing the leadership over after %d failed starts", n);
                 int hrc = replica_hand_over(cl->rep);
-                if (n == 10 && hrc != 0)
+                if (n == 10 && hrc < 0)
                     cl->give_up = 1;
                 else if (n == 10 || hrc == 0)
                     cl->start_failures = 0;

@@ -311,28 +311,85 @@ int replica_recover(uint64_t node_id, const char *raft_address, const char *data
 #endif
 }
 
+/* The election timeout of this node's timers: dqlite's 3 s, or 15 network latencies (what
+ * dqlite_node_set_network_latency_ms sets). */
+static int64_t replica_election_ms(const struct replica *r)
+{
+    return r->latency_ms > 0 ? 15 * (int64_t)r->latency_ms : 3000;
+}
+
+/* 1 when the voters other than this node that answer a LEADER probe now are a majority of
+ * all voters (as c, on this node while it leads, lists them): they can elect without it. */
+static int replica_others_elect(struct replica *r, struct dqclient *c)
+{
+    struct dqclient_server s[DQCLIENT_MAX_NODES];
+    size_t n = 0;
+    struct ddp_err e;
+    if (dqclient_cluster(c, s, DQCLIENT_MAX_NODES, &n, &e) != 0) {
+        log_warn("cluster: could not list the voters: %s", e.msg);
+        return 0;
+    }
+    int voters = 0, up = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].role != DQWIRE_VOTER)
+            continue;
+        voters++;
+        if (s[i].id == r->id)
+            continue;
+        uint64_t id = 0;
+        char addr[DQCLIENT_ADDR_MAX];
+        struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
+        up += dqclient_leader_of(s[i].address, &o, &id, addr, sizeof(addr), &e) == 0;
+    }
+    log_info("cluster: %d of the other %d voters answer (a majority of %d is %d)", up, voters - 1,
+             voters, voters / 2 + 1);
+    return up >= voters / 2 + 1;
+}
+
 int replica_hand_over(struct replica *r)
 {
     uint64_t id = 0;
     char addr[DQCLIENT_ADDR_MAX] = "";
     struct ddp_err e;
-    struct dqclient_opts o = {.timeout_ms = REPLICA_PROBE_MS};
-    int rc = dqclient_leader_of(r->raft_address, &o, &id, addr, sizeof(addr), &e);
+    struct dqclient_opts probe = {.timeout_ms = REPLICA_PROBE_MS};
+    int rc = dqclient_leader_of(r->raft_address, &probe, &id, addr, sizeof(addr), &e);
     if (rc != 0) {
         log_warn("cluster: could not ask the own node who leads: %s", e.msg);
         return rc;
     }
     if (id != r->id)
         return 0;
-    pthread_mutex_lock(&r->mu);
-    rc = replica_side(r, &e);
+    /* A connection of its own, pinned to this node: the leader the transfer must go through
+     * (a side connection may still be on a node that led before). libraft answers once the
+     * leadership moved or after an election timeout without a target caught up. */
+    const char *self = r->raft_address;
+    struct dqclient_opts o = {
+        .timeout_ms = 2 * replica_election_ms(r) + 1000, .leader_timeout_ms = 1000, .pinned = 1};
+    struct dqclient *c = NULL;
+    rc = dqclient_open(&self, 1, REPLICA_DB, &o, &c, &e);
     if (rc == 0)
-        rc = dqclient_transfer(r->dq, 0, &e);
-    pthread_mutex_unlock(&r->mu);
-    if (rc == 0)
+        rc = dqclient_transfer(c, 0, &e);
+    if (rc == 0) {
         log_info("cluster: leadership handed over");
-    else
-        log_warn("cluster: could not hand the leadership over: %s", e.msg);
+        dqclient_close(c);
+        return 0;
+    }
+    log_warn("cluster: could not hand the leadership over: %s", e.msg);
+    /* lost to an election meanwhile: nothing left to hand over */
+    if (dqclient_leader_of(r->raft_address, &probe, &id, addr, sizeof(addr), &e) == 0 &&
+        id != r->id) {
+        log_info("cluster: this node no longer leads");
+        dqclient_close(c);
+        return 0;
+    }
+    int others = c && replica_others_elect(r, c);
+    dqclient_close(c);
+    if (!others) {
+        log_warn("cluster: the other voters that answer are no majority without this node: it "
+                 "stays up rather than take the quorum away, and starts its coordinator "
+                 "again once its disk takes writes");
+        return REPLICA_HAND_OVER_STAY;
+    }
     return rc;
 }
 

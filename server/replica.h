@@ -66,8 +66,13 @@ int replica_open_store(struct replica *r, struct store **out, struct ddp_err *er
 int replica_still_ours(struct replica *r);
 /* The epoch the last replica_open_store() wrote (coord_opts.fence_epoch). */
 int64_t replica_epoch(const struct replica *r);
-/* Hands the leadership to another voter when this node holds it (TRANSFER); bounded. 0 when
- * this node does not lead (any more), else the failure's code (logged). */
+/* Hands the leadership to another voter when this node holds it (TRANSFER, on a connection
+ * pinned to this node, waiting up to two election timeouts and a second). 0 when it moved
+ * or this node does not lead (any more); REPLICA_HAND_OVER_STAY when it could not and the
+ * other voters that answer are no majority without this node (one replica, or another one
+ * down: stopping would take the quorum away, so it stays and tries again); else the failure's code (negative), the
+ * others able to elect once this node stops. Each outcome is logged. */
+#define REPLICA_HAND_OVER_STAY 1
 int replica_hand_over(struct replica *r);
 
 /* Adds node_id, raft_address and advertise to o (the /healthz answer). */

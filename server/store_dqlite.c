@@ -240,7 +240,13 @@ int store_dqlite_open(const char *const *addrs, size_t naddrs, const char *db,
 static int dq_storage_failed(void *be)
 {
     struct dqlite_be *b = be;
-    uint64_t primary = dqclient_failure_code(b->c) & 0xff; /* the extended code's primary */
+    uint64_t code = dqclient_failure_code(b->c);
+    uint64_t primary = code & 0xff; /* the extended code's primary */
+    /* dqlite answers a raft append that found no space IOERR_WRITE and any other failed
+     * append plain IOERR; IOERR_NOMEM is memory, IOERR_NOT_LEADER and IOERR_LEADERSHIP_LOST
+     * (dqlite's own, 40 and 41) are the leadership, not the disk */
+    if (code == (10 | (12 << 8)) || code == (10 | (40 << 8)) || code == (10 | (41 << 8)))
+        return 0;
     return primary == 10 /* SQLITE_IOERR */ || primary == 13 /* SQLITE_FULL */;
 }
 

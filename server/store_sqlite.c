@@ -173,8 +173,10 @@ out:
 static int sq_storage_failed(void *be)
 {
     struct sqlite_be *b = be;
-    int primary = sqlite3_extended_errcode(b->db) & 0xff;
-    return primary == SQLITE_IOERR || primary == SQLITE_FULL;
+    int code = sqlite3_extended_errcode(b->db);
+    if (code == SQLITE_IOERR_NOMEM) /* memory, not the disk */
+        return 0;
+    return (code & 0xff) == SQLITE_IOERR || (code & 0xff) == SQLITE_FULL;
 }
 
 const struct store_ops store_sqlite_ops = {

@@ -14,13 +14,13 @@ endforeach()
 # of the leader under submits, a cut link, a lost quorum, one training job through it all;
 # one replica's disk full (a tmpfs), then that replica replaced; and the leader's disk full.
 if(DQLITE_FOUND)
-  foreach(s ha diskfull leaderfull)
+  foreach(s ha diskfull leaderfull leaderalone)
     ddp_script_test(NAME faults_${s} COMMAND /usr/bin/python3
       ${CMAKE_CURRENT_SOURCE_DIR}/faults/test_ha.py ${s} TIMEOUT 420 LABELS "heavy;faults;dqlite")
     set_tests_properties(faults_${s} PROPERTIES RESOURCE_LOCK ddp_faults SKIP_RETURN_CODE 77)
   endforeach()
 else()
-  foreach(s ha diskfull leaderfull)
+  foreach(s ha diskfull leaderfull leaderalone)
     add_test(NAME faults_${s} COMMAND sh -c
       "echo 'faults_${s}: skipped, libdqlite not found (apt-get install libdqlite-dev libraft-dev)'; exit 77")
     set_tests_properties(faults_${s} PROPERTIES SKIP_RETURN_CODE 77 LABELS "heavy;faults;dqlite")

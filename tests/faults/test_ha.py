@@ -31,7 +31,10 @@ A third, leaderfull: the leader's own data on a full tmpfs; 3,000 submits throug
 replica leads all acknowledged, each job once: the leader retires at its first write that
 fails in its disk and hands over, or stops (exit 1, saying why) so that the others elect.
 
-usage: test_ha.py [ha|diskfull|leaderfull]   (default ha)
+A fourth, leaderalone: the same with r3 down, so that r2 alone could not elect: r1 stays up
+(saying why), and once its disk has room again it takes writes; each job once.
+
+usage: test_ha.py [ha|diskfull|leaderfull|leaderalone]   (default ha)
 """
 import json
 import os
@@ -620,6 +623,57 @@ def scenario_leaderfull(c, rep):
     return None
 
 
+def scenario_leaderalone(c, rep):
+    """The leader's disk full while one of the two others is down: the one left cannot elect
+    alone, so stopping the leader would take the quorum away and gain nothing. r1 neither
+    stops nor hands over; it stays up, saying why; once its disk has room again (r3 still
+    down) writes are taken again, and every acknowledged job is there once."""
+    import http.client
+    data = full_disk_cluster(c, rep, "r1")
+    c.kill_replica("r3")
+    c.rep["r3"]["proc"] = None
+    host, port = c.rep["r1"]["listen"].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    names, refused = [], None
+    for i in range(3000):  # dqlite's preallocated segments take about 1,500
+        name = "A-%d" % i
+        conn.request("POST", "/v1/jobs", body=json.dumps(
+            {"name": name, "command": ["/bin/true"], "node_selector": {"pool": "none"}}),
+            headers={"Authorization": "Bearer " + c.user_token,
+                     "Content-Type": "application/json", "Idempotency-Key": name})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 201:
+            refused = (r.status, body[:160])
+            break
+        names.append(name)
+    conn.close()
+    rep.check("r1 refuses a write once its disk is full (after %d: %s)" % (len(names), refused),
+              refused is not None)
+    log1 = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        log1 = c.log("ddpd-r1.log")
+        if "no majority without this node" in log1:
+            break
+        time.sleep(0.2)
+    time.sleep(2)  # a poll or two more: it must not stop meanwhile
+    p1 = c.rep["r1"]["proc"]
+    rep.check("r1 stays up (%s), saying the others that answer are no majority without it"
+              % ("running" if p1.poll() is None else "exited %s" % p1.returncode),
+              p1.poll() is None and "no majority without this node" in log1 and
+              "can neither serve" not in log1, log1[-1500:])
+    # room again (r3 still down): r1 and r2 are a quorum, and r1 serves
+    os.unlink(os.path.join(data, "fill"))
+    more, worst = submit_failover(c, "B", 50, rep, budget_s=120)
+    rep.figure("leaderalone_first_write_after_s", "%.2f" % worst)
+    seen, count = all_job_names(c)
+    missing = [n for n in names + more if n not in seen]
+    rep.check("every acknowledged job is there (missing %s), none twice (%d rows, %d names)"
+              % (missing[:3], count, len(seen)), not missing and count == len(seen))
+    return None
+
+
 def main():
     def on_term(signum, frame):
         raise SystemExit("killed by signal %d" % signum)
@@ -627,7 +681,7 @@ def main():
     signal.signal(signal.SIGINT, on_term)
     name = sys.argv[1] if len(sys.argv) > 1 else "ha"
     fn = {"ha": scenario, "diskfull": scenario_diskfull,
-          "leaderfull": scenario_leaderfull}.get(name)
+          "leaderfull": scenario_leaderfull, "leaderalone": scenario_leaderalone}.get(name)
     if fn is None:
         print(__doc__)
         return 2
