@@ -88,8 +88,9 @@ def dropout(c, work):
     c.check("gpt --dropout 0.1 W=3: none differs from no dropout (max rel %.2e)" % mx, mx > 1e-3)
     for mode in ("grad", "full"):
         mx, nrm = rel_diff(dumps[mode], dumps["none"])
-        c.check("gpt --dropout 0.1 W=3: %s vs none after 20 steps: max rel %.2e, norm rel %.2e"
-                % (mode, mx, nrm), mx <= 1e-6)
+        # the masks are the same draws whatever the sharding: the same training, bit for bit
+        c.check("gpt --dropout 0.1 W=3: %s vs none after 20 steps, bit for bit (max rel %.2e, "
+                "norm rel %.2e)" % (mode, mx, nrm), mx == 0.0)
 
 
 def hybrid(c, work):

@@ -386,29 +386,48 @@ static void test_model_cnn_dropout_matches_torch(void **state)
 }
 
 /* A forward given keys drops; an evaluation (count_correct, no keys) does not, also right
- * after a dropped forward. */
+ * after a dropped forward: labels made the undropped argmax of each sample (one class at a
+ * time through count_correct) must all count as hits after it, and P = 0.5 before the head
+ * would move some of 16 argmaxes. */
 static void test_model_cnn_dropout_only_in_training(void **state)
 {
     (void)state;
-    struct cnn *m = small_cnn("cnn:c4k3-p2-f32-d0.5-f10", 4, 2);
-    float x[4 * DIM];
-    uint8_t y[4] = {1, 2, 3, 4};
+    enum { N = 16, B = 4 };
+    struct cnn *m = small_cnn("cnn:c4k3-p2-f32-d0.5-f10", B, 2);
+    int classes = cnn_spec_of(m)->classes;
+    float *x = malloc(N * DIM * sizeof(float));
+    assert_non_null(x);
+    uint8_t y[N];
     struct rng r;
     rng_seed(&r, 9);
-    fill(&r, x, 4 * DIM, 1.0f);
+    fill(&r, x, N * DIM, 1.0f);
     struct ddp_err err;
+    for (int i = 0; i < N; i++) {
+        int found = 0;
+        for (int k = 0; k < classes && !found; k++) {
+            uint8_t c = (uint8_t)k;
+            size_t hit = 0;
+            assert_int_equal(cnn_count_correct(m, x + (size_t)i * DIM, &c, 1, &hit, &err), 0);
+            if (hit) {
+                y[i] = c;
+                found = 1;
+            }
+        }
+        assert_true(found);
+    }
     double plain = 0.0, dropped = 0.0, again = 0.0;
-    assert_int_equal(cnn_forward(m, x, y, 4, &plain, &err), 0);
-    uint64_t keys[4];
-    step_keys(0, 4, keys);
-    cnn_set_dropout_keys(m, keys, 4);
-    assert_int_equal(cnn_forward(m, x, y, 4, &dropped, &err), 0);
+    assert_int_equal(cnn_forward(m, x, y, B, &plain, &err), 0);
+    uint64_t keys[B];
+    step_keys(0, B, keys);
+    cnn_set_dropout_keys(m, keys, B);
+    assert_int_equal(cnn_forward(m, x, y, B, &dropped, &err), 0);
     assert_true(fabs(dropped - plain) > 1e-6 * fabs(plain));
     size_t hits = 0;
-    assert_int_equal(cnn_count_correct(m, x, y, 4, &hits, &err), 0);
-    assert_true(hits <= 4);
-    assert_int_equal(cnn_forward(m, x, y, 4, &again, &err), 0);
+    assert_int_equal(cnn_count_correct(m, x, y, N, &hits, &err), 0);
+    assert_int_equal(hits, N);
+    assert_int_equal(cnn_forward(m, x, y, B, &again, &err), 0);
     assert_true(again == plain);
+    free(x);
     cnn_free(m);
 }
 
