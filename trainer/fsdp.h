@@ -18,7 +18,8 @@
  *     the instance's backward writes (bind_grads). As a unit's backward ends its region is
  *     reduce-scattered on the comm thread into this rank's gradient shard (count_u floats)
  *     while the backward goes on, and released when the scatter is done: at most
- *     max_scatters units of full gradients exist at once, plus unit 0 (see below).
+ *     max_scatters + 1 units of full gradients exist at once (those scattering and the one
+ *     being written), plus unit 0 (see below).
  *   - optimizer state: count_u floats per array per unit (SGD's momentum; AdamW's m and v).
  *   - parameters: with `grad` every rank keeps all of them; the step updates the rank's
  *     shards in place and all-gathers every unit. With `full` the rank keeps only its shards
@@ -33,7 +34,7 @@
  *     the forward and first thing in the backward) stays whole from its forward until its
  *     backward ends, as FSDP keeps its root unit; its gradients likewise. With
  *     opts.min_unit, unit 0 is the first group of layers: it may span several, all of them
- *     whole through the step (a smaller first group, or none, keeps that bound low).
+ *     whole until the backward ends (a smaller first group, or none, keeps that bound low).
  * So `full` holds 4 (P + P + K P) / W bytes of state plus the units in flight (unit 0 and
  * two others: larger with larger units), against 4 (P + P + K P) for `none`.
  *

@@ -346,7 +346,7 @@ static void add_into(float *y, const float *x, size_t cnt)
 /* The forward through the final LayerNorm and the logits for b sequences of t <= T tokens
  * (stride bytes apart). */
 /* Before hook layer k's forward reads its parameters (the tied head reads layer 0's again at
- * the end: a sharded path keeps that layer whole through the step). */
+ * the end: a sharded path keeps that layer whole until its backward ends). */
 static void fwd_begin(struct gpt *m, int k)
 {
     if (m->fwd && m->fwd->layer_begin)

@@ -175,12 +175,22 @@ int run_save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
                        : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
                                                                 : DDP_EXIT_CHECKPOINT);
     }
-    if (!r->ckpt_dir[0])
+    if (r->sh.zero) {
+        /* ZeRO-1's gather is collective too: every rank joins it when any has a folder (the
+         * agent gives each node's ranks their node's, so they may differ) */
+        double any = r->ckpt_dir[0] ? 1.0 : 0.0;
+        int arc = ddp_allreduce_f64(r->g, &any, 1, err);
+        if (arc)
+            return ddp_exit_code_for(arc);
+        if (any == 0.0)
+            return DDP_EXIT_OK;
+    } else if (!r->ckpt_dir[0]) {
         return DDP_EXIT_OK;
+    }
     int rc = sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
     if (rc)
         return ddp_exit_code_for(rc);
-    int failed = r->g->env.local_rank == 0 && save_whole(r, epoch, pos, err) != 0;
+    int failed = r->g->env.local_rank == 0 && r->ckpt_dir[0] && save_whole(r, epoch, pos, err) != 0;
     sharded_checkpoint_done(&r->sh); /* a sharded state is whole only while it is written */
     return failed ? DDP_EXIT_CHECKPOINT : DDP_EXIT_OK;
 }

@@ -42,6 +42,10 @@ enum work_kind {
     WORK_REDUCE_SCATTER = 4,
     WORK_ALLGATHER = 5,
 };
+/* shm_kind_name (comm_shm_internal.h) names these numbers */
+_Static_assert(WORK_ALLREDUCE == 1 && WORK_BROADCAST == 2 && WORK_BARRIER == 3 &&
+                   WORK_REDUCE_SCATTER == 4 && WORK_ALLGATHER == 5,
+               "shm_kind_name's numbers");
 
 /* How collectives travel (chosen in init from the rank layout, the same on every rank). */
 enum comm_mode {

@@ -240,9 +240,9 @@ int shm_check_desc(struct shm_group *g, int k, int half, const struct shm_desc *
         return 0;
     if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes)
         return err_set(err, DDP_EINTERNAL,
-                       "collective mismatch with rank %d (same host): in all-reduce seq %" PRIu64
+                       "collective mismatch with rank %d (same host): in %s seq %" PRIu64
                        " it reduces %s, this rank %s",
-                       g->members[k], mine->seq,
+                       g->members[k], shm_kind_name(mine->kind), mine->seq,
                        d->roff == UINT64_MAX ? "a private buffer" : "a registered range",
                        mine->roff == UINT64_MAX ? "a private buffer"
                        : d->roff == UINT64_MAX  ? "a registered range"

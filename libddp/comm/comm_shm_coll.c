@@ -145,7 +145,7 @@ static const struct shm_region *region_of(const struct shm_group *g, const void 
 int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype dt,
                   int to_leader_only, uint64_t seq, int kind, struct ddp_err *err)
 {
-    const char *what = kind == 3 ? "barrier" : "all-reduce";
+    const char *what = shm_kind_name((uint32_t)kind);
     const struct vecadd_type *t = vecadd_type(dt);
     size_t bytes = count * t->size;
     if (g->L == 1 || bytes == 0)

@@ -72,6 +72,26 @@ struct shm_hdr {
 #define SHM_REGION_MAGIC     0x444450534d524731ull /* "DDPSMRG1" */
 #define SHM_KIND_REGION      0x52454731u           /* the broadcast that announces a region */
 
+/* The name of a collective's kind for messages: the comm's work kinds (comm_cpu_internal.h:
+ * 1 all-reduce, 2 broadcast, 3 barrier, 4 reduce-scatter, 5 all-gather) and the region's. */
+static inline const char *shm_kind_name(uint32_t kind)
+{
+    switch (kind) {
+    case 2:
+        return "broadcast";
+    case 3:
+        return "barrier";
+    case 4:
+        return "reduce-scatter";
+    case 5:
+        return "all-gather";
+    case SHM_KIND_REGION:
+        return "region broadcast";
+    default:
+        return "all-reduce";
+    }
+}
+
 struct shm_region_hdr {
     uint64_t magic;
     uint64_t token;

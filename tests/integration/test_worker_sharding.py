@@ -10,6 +10,7 @@ checkpoint of 4 ranks resumes on 2 ranks, and an unsharded one under sharding. h
 refused on unequal nodes. The GPT with --dropout 0.1 under grad and full at W = 3 as under
 none (the masks are the samples', not the ranks'). An unknown strategy is refused by name.
 """
+import os
 import shutil
 import subprocess
 
@@ -188,6 +189,22 @@ def resume(c, work, mode):
             "resuming after epoch 1" in errs[0])
 
 
+def folder_on_one_node(c, work):
+    """optimizer's checkpoint gathers the sharded state, a collective: with a checkpoint
+    folder on node 0 only (the agent gives each node's ranks their node's), every rank
+    joins it and node 0 writes the checkpoint."""
+    d = work + "/one-node-ckpt"
+    codes = None
+    with Ranks(work, 4, mlp(work) + ["--sharding", "optimizer", "--epochs", "1"], nodes=2,
+               ckpt_dirs=[d, ""], tag="one-folder") as rk:
+        codes = rk.wait(120)
+    c.check("optimizer with a folder on node 0 only: all ranks exit 0 (%s)" % codes,
+            codes == [0, 0, 0, 0])
+    c.check("node 0 wrote the checkpoint of epoch 1",
+            os.path.exists(d + "/ckpt-000001.bin"), str(os.listdir(d) if os.path.isdir(d)
+                                                         else "no folder"))
+
+
 def main():
     c = Checks("worker_sharding")
     work = tempdir("ddp-shard-")
@@ -205,6 +222,7 @@ def main():
         hybrid(c, work)
         resume(c, work, "optimizer")
         resume(c, work, "full")
+        folder_on_one_node(c, work)
         for bad in ("zero", "hybridd"):
             p = subprocess.run([WORKER, "--sharding", bad], capture_output=True, text=True,
                                timeout=30)
