@@ -189,13 +189,15 @@ int agent_run(const struct agent_config *cfg)
         log_error("signalfd: %s", strerror(errno));
         goto out;
     }
-    if (pthread_create(&io_thread, NULL, agent_io_main, &a) != 0) {
-        log_error("cannot start the I/O thread");
+    int prc = pthread_create(&io_thread, NULL, agent_io_main, &a);
+    if (prc != 0) {
+        log_error("cannot start the I/O thread: %s", strerror(prc));
         goto out;
     }
     io_started = 1;
-    if (pthread_create(&report_thread, NULL, agent_report_main, &a) != 0) {
-        log_error("cannot start the report thread");
+    prc = pthread_create(&report_thread, NULL, agent_report_main, &a);
+    if (prc != 0) {
+        log_error("cannot start the report thread: %s", strerror(prc));
         pthread_mutex_lock(&a.mu);
         agent_on_stop_signal(&a, SIGTERM);
         pthread_mutex_unlock(&a.mu);

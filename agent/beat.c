@@ -229,8 +229,12 @@ static void agent_apply_notices(struct agent *a, const json_t *ans)
             jsonx_get_int(o, "generation", 1, 0, INT64_MAX, &gen, &err) < 0 ||
             jsonx_get_string(o, "signal", 1, &sig, &err) < 0 ||
             jsonx_get_int(o, "grace_s", 1, 0, 3600, &grace, &err) < 0 || signame_parse(sig) < 0) {
-            log_warn("ignoring a notice of a heartbeat answer: %s",
-                     err.msg[0] ? err.msg : "a signal not allowed");
+            if (err.msg[0])
+                log_warn("ignoring a notice of a heartbeat answer: %s", err.msg);
+            else
+                log_warn("ignoring a notice of a heartbeat answer: signal '%.32s' is not one a "
+                         "notice may send",
+                         sig);
             continue;
         }
         struct agent_notice *nt = &a->notices[a->nnotices++];
@@ -476,7 +480,7 @@ void *agent_report_main(void *arg)
         if (r != BEAT_OK)
             log_debug("report beat failed: %s", err.msg);
         pthread_mutex_lock(&a->mu);
-        if (r != BEAT_UNREACHABLE) {
+        if (r == BEAT_OK) { /* only a beat ddpd took confirms the workers (the orphan clock) */
             a->last_answer_ms = time_mono_ms();
             a->orphaned = 0;
         }
@@ -540,10 +544,15 @@ void agent_heartbeat_loop(struct agent *a)
         enum beat_result r =
             registered ? agent_beat(a, h, 1, &quick, &err) : agent_register(a, h, &err);
         if (r != BEAT_UNREACHABLE) {
-            pthread_mutex_lock(&a->mu);
-            a->last_answer_ms = time_mono_ms();
-            a->orphaned = 0;
-            pthread_mutex_unlock(&a->mu);
+            /* The orphan clock: only a beat answered 200 confirms the running workers; an
+             * error answer (a removed node's 401, a replica answering 500, a duplicate's 409)
+             * does not, or such a node would keep its workers while ddpd re-formed the job */
+            if (r == BEAT_OK && registered) {
+                pthread_mutex_lock(&a->mu);
+                a->last_answer_ms = time_mono_ms();
+                a->orphaned = 0;
+                pthread_mutex_unlock(&a->mu);
+            }
             /* Which of ddpd's addresses answers (httpc.h: the sticky one) */
             if (strcmp(answered, httpc_base_url(h)) != 0) {
                 if (answered[0])

@@ -21,11 +21,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -254,6 +256,7 @@ struct spawn_msgs {
     const char *cred;  /* ... cannot become ACCOUNT ..., or NULL */
     const char *mkdir; /* cannot create checkpoint dir ..., or NULL */
     char *mkdir_buf;   /* a writable copy of req->mkdir_path, or NULL */
+    int fd_limit;      /* where close_range's fallback stops: RLIMIT_NOFILE, read before fork */
 };
 
 /* The child, after fork. Never returns. */
@@ -293,8 +296,8 @@ static void spawn_child(const struct spawn_req *req, pid_t parent, int devnull,
     int first_closed = ctl >= 0   ? SPAWN_CONTROL_FD + 1
                        : met >= 0 ? SPAWN_METRICS_FD + 1
                                   : SPAWN_METRICS_FD;
-    if (close_range((unsigned)first_closed, ~0U, 0) != 0)
-        for (int fd = first_closed; fd < 4096; fd++)
+    if (close_range((unsigned)first_closed, ~0U, 0) != 0) /* before Linux 5.9 */
+        for (int fd = first_closed; fd < msg->fd_limit; fd++)
             close(fd);
     if (req->cred) {
         /* Groups first, uid last: once the uid is not 0 the others cannot be changed. */
@@ -352,7 +355,12 @@ int spawn_start(const struct spawn_req *req, pid_t *pid, struct ddp_err *err)
         .cg = cg_msg,
         .cred = cred_msg,
         .mkdir = mkdir_msg,
-        .mkdir_buf = req->mkdir_path && *req->mkdir_path == '/' ? xstrdup(req->mkdir_path) : NULL};
+        .mkdir_buf = req->mkdir_path && *req->mkdir_path == '/' ? xstrdup(req->mkdir_path) : NULL,
+        .fd_limit = 4096};
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur > 4096)
+        msg.fd_limit = nofile.rlim_cur > INT_MAX ? INT_MAX : (int)nofile.rlim_cur;
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) {
         rc = err_set(err, DDP_EINTERNAL, "cannot open /dev/null: %s", strerror(errno));
@@ -398,7 +406,7 @@ void spawn_proc_stop(struct spawn_proc *p, int64_t now_ms, int grace_s)
     p->stopping = 1;
     p->kill_at_ms = now_ms + (int64_t)grace_s * 1000;
     kill(-p->pid, SIGTERM);
-    kill(p->pid, SIGCONT); /* a stopped worker must see the SIGTERM */
+    kill(-p->pid, SIGCONT); /* a stopped group (a suspend) must see the SIGTERM */
 }
 
 void spawn_proc_notice(struct spawn_proc *p, int64_t now_ms, int signo, int notice_s, int grace_s)
@@ -409,7 +417,7 @@ void spawn_proc_notice(struct spawn_proc *p, int64_t now_ms, int signo, int noti
     p->term_at_ms = now_ms + (int64_t)notice_s * 1000;
     p->term_grace_s = grace_s;
     kill(-p->pid, signo);
-    kill(p->pid, SIGCONT); /* a stopped worker must see the notice */
+    kill(-p->pid, SIGCONT); /* a stopped group (a suspend) must see the notice */
 }
 
 int64_t spawn_proc_tick(struct spawn_proc *p, int64_t now_ms)

@@ -632,7 +632,8 @@ void agent_check_orphaned(struct agent *a, int64_t now)
     a->orphaned = 1;
     if (running == 0)
         return;
-    log_warn("no answer from ddpd for %d s: stopping %zu workers whose job cannot be confirmed",
+    log_warn("no heartbeat taken by ddpd for %d s: stopping %zu workers whose job cannot be "
+             "confirmed",
              a->cfg->orphan_timeout_s, running);
     for (size_t i = 0; i < a->nworkers; i++) {
         struct worker *w = a->workers[i];

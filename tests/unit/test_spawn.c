@@ -370,10 +370,18 @@ static void test_spawn_notice_ignored_then_stopped(void **state)
 static void test_spawn_own_group_and_only_std_fds(void **state)
 {
     (void)state;
-    /* fds 0-3 plus the one ls opens to list them: nothing else is inherited. */
+    /* fds 0-3 plus the one ls opens to list them: nothing else is inherited, not even fds
+     * the agent left without FD_CLOEXEC (20 and 1000 here: spawn closes them itself). */
     char *argv[] = {"sh", "-c", "cut -d' ' -f5 /proc/self/stat; ls /proc/self/fd | wc -l", NULL};
+    int dn = open("/dev/null", O_RDONLY); /* no O_CLOEXEC, on purpose */
+    assert_true(dn >= 0);
+    assert_int_equal(dup2(dn, 20), 20);
+    assert_int_equal(dup2(dn, 1000), 1000);
     int out;
     pid_t pid = start(argv, NULL, &out, NULL);
+    close(20);
+    close(1000);
+    close(dn);
     char buf[256];
     read_all(out, buf, sizeof(buf));
     long pgid = strtol(buf, NULL, 10);
