@@ -2,7 +2,9 @@
 --orphan-timeout, the agent stops its running workers (SIGTERM, then SIGKILL after the grace),
 since their job has likely re-formed elsewhere; within the timeout it keeps them (the
 reconnect test covers that). When ddpd is back the exits are reported and the job, which
-still wanted them, restarts from its checkpoint."""
+still wanted them, restarts from its checkpoint. The same when ddpd's address answers every
+beat with an error (a server that answers 500 in its place): an answer that is not 200
+confirms nothing."""
 import os
 import sys
 import time
@@ -68,6 +70,67 @@ def test_agent_stops_orphaned_workers():
         a = c.post("/v1/jobs/%s:cancel" % jid)
         assert a.status == 200, a
         c.wait_state(jid, "CANCELLED", timeout=30)
+
+
+# In place of ddpd on its port: answers every request 500 (a replica whose store fails, a
+# broken proxy), for at most 60 s.
+ERRORS = r"""
+import http.server, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        body = b'{"error":{"code":500,"status":"INTERNAL","message":"store failed"}}'
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_PUT = do_DELETE = answer
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Timer(60, srv.shutdown).start()
+srv.serve_forever()
+"""
+
+
+def test_agent_stops_workers_when_ddpd_answers_only_errors():
+    """An answer is not a confirmation: with ddpd's address answering every beat 500, the
+    agent gives its workers up after --orphan-timeout, as when nothing answers."""
+    import subprocess
+    with cluster(node_timeout=3) as c:
+        c.start_agent("node-a", slots=2, extra=["--orphan-timeout", str(ORPHAN_S)])
+        c.wait_nodes_ready(["node-a"])
+        out = os.path.join(c.tmp, "pids")
+        os.makedirs(out)
+        job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
+                        "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
+        wait_for("2 workers running", lambda: len(
+            [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
+        pids = []
+        for r in range(2):
+            with open(os.path.join(out, "rank-%d.pid" % r)) as f:
+                pids.append(int(f.read()))
+        c.wait_state(job["id"], "RUNNING", timeout=30)
+        c.kill_ddpd()
+        errors = subprocess.Popen([PY, "-c", ERRORS, str(c.port)])
+        try:
+            t0 = time.monotonic()
+            wait_for("the agent gives its workers up",
+                     lambda: "stopping 2 workers whose job cannot be confirmed"
+                     in c.log("agent-node-a.log"), timeout=ORPHAN_S + 15)
+            wait_for("both workers gone", lambda: not any(pid_alive(p) for p in pids),
+                     timeout=2 + 10)
+            gone = time.monotonic() - t0
+            print("workers gone %.1f s after ddpd began answering 500 (orphan timeout %d s)"
+                  % (gone, ORPHAN_S))
+            assert gone >= ORPHAN_S - 0.5, gone
+        finally:
+            errors.kill()
+            errors.wait(timeout=10)
+        c.start_ddpd()  # ddpd back, so that the cluster stops as every test's does
 
 
 if __name__ == "__main__":
