@@ -157,27 +157,11 @@ static int save_whole(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_er
  * LOCAL_RANK 0 writes it. Returns an exit code. */
 int run_save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_err *err)
 {
-    if (r->sh.fsdp) {
-        /* Collective whether or not this rank has a folder: the ranks agree first whether
-         * any has one (a rank without writes nothing but joins the copies). */
-        double any = r->ckpt_dir[0] ? 1.0 : 0.0;
-        int arc = ddp_allreduce_f64(r->g, &any, 1, err);
-        if (arc)
-            return ddp_exit_code_for(arc);
-        if (any == 0.0)
-            return DDP_EXIT_OK;
-        struct ckpt_meta meta;
-        fill_meta(r, epoch, pos, &meta);
-        snprintf(meta.model, sizeof(meta.model), "%s", shard_id(r).spec);
-        meta.nlayers = 0;
-        int rc = sharded_save_shards(&r->sh, r->g, r->ckpt_dir, &meta, err);
-        return rc == 0 ? DDP_EXIT_OK
-                       : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
-                                                                : DDP_EXIT_CHECKPOINT);
-    }
-    if (r->sh.zero) {
-        /* ZeRO-1's gather is collective too: every rank joins it when any has a folder (the
-         * agent gives each node's ranks their node's, so they may differ) */
+    /* Sharded, the save is collective whether or not this rank has a folder (the agent
+     * gives each node's ranks their node's, so they may differ): the ranks agree first
+     * whether any has one; a rank without writes nothing but joins the copies or ZeRO-1's
+     * gather. */
+    if (r->sh.fsdp || r->sh.zero) {
         double any = r->ckpt_dir[0] ? 1.0 : 0.0;
         int arc = ddp_allreduce_f64(r->g, &any, 1, err);
         if (arc)
@@ -186,6 +170,16 @@ int run_save_checkpoint(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
             return DDP_EXIT_OK;
     } else if (!r->ckpt_dir[0]) {
         return DDP_EXIT_OK;
+    }
+    if (r->sh.fsdp) {
+        struct ckpt_meta meta;
+        fill_meta(r, epoch, pos, &meta);
+        snprintf(meta.model, sizeof(meta.model), "%s", shard_id(r).spec);
+        meta.nlayers = 0;
+        int rc = sharded_save_shards(&r->sh, r->g, r->ckpt_dir, &meta, err);
+        return rc == 0 ? DDP_EXIT_OK
+                       : (rc == DDP_EPEER || rc == DDP_ETIMEOUT ? ddp_exit_code_for(rc)
+                                                                : DDP_EXIT_CHECKPOINT);
     }
     int rc = sharded_gather_for_checkpoint(&r->sh, r->mi->ops->param_count(r->mi), err);
     if (rc)

@@ -103,6 +103,18 @@ def isolation_args(extra):
     return ["--isolation", "single-user"]
 
 
+def wait_pid_files(out, n, what="%d workers running", timeout=60):
+    """Waits until folder out holds rank-0.pid .. rank-(n-1).pid (the tests' workers write
+    each whole, by a rename) and returns, by rank, the pids each file lists."""
+    wait_for(what % n, lambda: len([f for f in os.listdir(out) if f.endswith(".pid")]) == n,
+             timeout=timeout)
+    pids = []
+    for r in range(n):
+        with open(os.path.join(out, "rank-%d.pid" % r)) as f:
+            pids.append([int(x) for x in f.read().split()])
+    return pids
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)

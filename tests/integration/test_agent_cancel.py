@@ -9,7 +9,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import pid_alive, wait_for  # noqa: E402
+from cluster import pid_alive, wait_for, wait_pid_files  # noqa: E402
 
 PY = "/usr/bin/python3"
 GRACE = 4
@@ -69,12 +69,7 @@ def test_agent_cancel_stops_every_worker_within_grace():
                             "nnodes": "2", "nproc_per_node": 2, "max_restarts": 0,
                             "grace_period_s": GRACE})
             jid = job["id"]
-            wait_for("4 workers running", lambda: len(
-                [f for f in os.listdir(out) if f.endswith(".pid")]) == 4, timeout=60)
-            pids = {}
-            for r in range(4):
-                with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                    pids[r] = [int(x) for x in f.read().split()]
+            pids = dict(enumerate(wait_pid_files(out, 4)))
             assert all(pid_alive(p) for ps in pids.values() for p in ps), pids
             c.wait_state(jid, "RUNNING", timeout=30)
             for r in range(4):

@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import pid_alive, wait_for  # noqa: E402
+from cluster import pid_alive, wait_for, wait_pid_files  # noqa: E402
 
 PY = "/usr/bin/python3"
 GRACE = 2
@@ -89,13 +89,7 @@ def parent_of(c, name, kind):
 
 
 def read_pids(out, n):
-    wait_for("%d workers detached their grandchild" % n, lambda: len(
-        [f for f in os.listdir(out) if f.endswith(".pid")]) == n, timeout=60)
-    pids = {}
-    for r in range(n):
-        with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-            pids[r] = [int(x) for x in f.read().split()]
-    return pids
+    return dict(enumerate(wait_pid_files(out, n, "%d workers detached their grandchild")))
 
 
 def procs_of(path):

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import pid_alive, wait_for  # noqa: E402
+from cluster import pid_alive, wait_for, wait_pid_files  # noqa: E402
 
 PY = "/usr/bin/python3"
 
@@ -94,12 +94,7 @@ def test_agent_sigterm_stops_workers_and_exits_0():
             job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
                             "nproc_per_node": 2, "max_restarts": 0, "grace_period_s": 5})
             jid = job["id"]
-            wait_for("2 workers running", lambda: len(
-                [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
-            pids = []
-            for r in range(2):
-                with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                    pids.append(int(f.read()))
+            pids = [ps[0] for ps in wait_pid_files(out, 2)]
             c.wait_state(jid, "RUNNING", timeout=30)
             agent.send_signal(signal.SIGTERM)
             assert agent.wait(timeout=30) == 0

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import BIN, pid_alive, wait_for  # noqa: E402
+from cluster import BIN, pid_alive, wait_for, wait_pid_files  # noqa: E402
 from multi_util import Fronts, dead_url  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -70,12 +70,7 @@ def test_agent_moves_on_when_a_replica_stops():
             job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "2",
                             "nproc_per_node": 1, "max_restarts": 0})
             jid = job["id"]
-            wait_for("2 workers running", lambda: len(
-                [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
-            pids = []
-            for r in range(2):
-                with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                    pids.append(int(f.read()))
+            pids = [ps[0] for ps in wait_pid_files(out, 2)]
             before = c.wait_state(jid, "RUNNING", timeout=30)
 
             front.kill()

@@ -11,7 +11,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import pid_alive, wait_for  # noqa: E402
+from cluster import pid_alive, wait_for, wait_pid_files  # noqa: E402
 
 PY = "/usr/bin/python3"
 
@@ -40,12 +40,7 @@ def test_agent_stops_orphaned_workers():
         job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
                         "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
         jid = job["id"]
-        wait_for("2 workers running", lambda: len(
-            [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
-        pids = []
-        for r in range(2):
-            with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                pids.append(int(f.read()))
+        pids = [ps[0] for ps in wait_pid_files(out, 2)]
         c.wait_state(jid, "RUNNING", timeout=30)
 
         t0 = time.monotonic()
@@ -107,12 +102,7 @@ def test_agent_stops_workers_when_ddpd_answers_only_errors():
         os.makedirs(out)
         job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
                         "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
-        wait_for("2 workers running", lambda: len(
-            [f for f in os.listdir(out) if f.endswith(".pid")]) == 2, timeout=60)
-        pids = []
-        for r in range(2):
-            with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                pids.append(int(f.read()))
+        pids = [ps[0] for ps in wait_pid_files(out, 2)]
         c.wait_state(job["id"], "RUNNING", timeout=30)
         c.kill_ddpd()
         errors = subprocess.Popen([PY, "-c", ERRORS, str(c.port)])

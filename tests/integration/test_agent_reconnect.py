@@ -8,7 +8,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_sim import cluster, run_tests  # noqa: E402
-from cluster import pid_alive, wait_for  # noqa: E402
+from cluster import pid_alive, wait_for, wait_pid_files  # noqa: E402
 
 PY = "/usr/bin/python3"
 
@@ -44,12 +44,7 @@ def test_agent_keeps_workers_while_ddpd_is_away():
             job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "2",
                             "nproc_per_node": 2, "max_restarts": 0})
             jid = job["id"]
-            wait_for("4 workers running", lambda: len(
-                [f for f in os.listdir(out) if f.endswith(".pid")]) == 4, timeout=60)
-            pids = {}
-            for r in range(4):
-                with open(os.path.join(out, "rank-%d.pid" % r)) as f:
-                    pids[r] = int(f.read())
+            pids = {r: ps[0] for r, ps in enumerate(wait_pid_files(out, 4))}
             before = c.wait_state(jid, "RUNNING", timeout=30)
 
             c.kill_ddpd()
