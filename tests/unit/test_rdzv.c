@@ -490,20 +490,33 @@ static int connect_errno(const char *ip, int port)
     return rc;
 }
 
-/* A port free on every IPv4 address (testutil_free_port's is free on 127.0.0.1 only). */
-static int free_port_everywhere(void)
+/*
+ * Holds a port on ip (0.0.0.0 for every address) for the length of a test: bound with
+ * SO_REUSEADDR and never listening. Other processes on this host are then not handed it (an
+ * ephemeral bind or connect skips a bound port; tests run in parallel), while a listener that
+ * sets SO_REUSEADDR, as net.c's does, still binds and listens over it. port 0 picks one.
+ * Returns the socket (the caller closes it) and the port in *port; -1 if ip:port is taken.
+ */
+static int hold_port(const char *ip, int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
+    int one = 1;
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+    a.sin_port = htons((uint16_t)*port);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        assert_int_equal(errno, EADDRINUSE);
+        close(fd);
+        return -1;
+    }
     socklen_t sl = sizeof(a);
     assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 /* Rank 0's store listens on MASTER_ADDR's address only: all of 127.0.0.0/8 is this host's, so
@@ -513,7 +526,24 @@ static void test_rdzv_store_listens_on_master_addr(void **state)
     (void)state;
     struct rdzv *r0 = NULL, *r1 = NULL;
     struct ddp_err err;
-    int port = testutil_free_port();
+    /* One port held on the three addresses the test speaks of, so that no test running
+     * beside this one takes it on 127.0.0.3 before the store is started there below. */
+    int port = 0, held[3] = {-1, -1, -1};
+    const char *addrs[3] = {"127.0.0.2", "127.0.0.3", "127.0.0.1"};
+    for (int tries = 0; tries < 50 && held[2] < 0; tries++) {
+        for (int i = 0; i < 3; i++)
+            if (held[i] >= 0) {
+                close(held[i]);
+                held[i] = -1;
+            }
+        port = 0;
+        held[0] = hold_port(addrs[0], &port);
+        assert_true(held[0] >= 0);
+        if ((held[1] = hold_port(addrs[1], &port)) >= 0)
+            held[2] = hold_port(addrs[2], &port);
+    }
+    if (held[2] < 0)
+        fail_msg("no port free on 127.0.0.1-3 in 50 tries");
     assert_int_equal(rdzv_open("127.0.0.2", port, 0, 2, "s", 5000, &r0, &err), 0);
     assert_int_equal(connect_errno("127.0.0.3", port), ECONNREFUSED);
     assert_int_equal(connect_errno("127.0.0.1", port), ECONNREFUSED);
@@ -538,21 +568,27 @@ static void test_rdzv_store_listens_on_master_addr(void **state)
     snprintf(want, sizeof(want), "MASTER_PORT %d: 127.0.0.2:%d is already in use", port, port);
     assert_string_equal(err.msg, want);
     /* 127.0.0.3 is another address: the same port is free there. */
-    assert_int_equal(rdzv_server_start("127.0.0.3", port, 2, "s", &srv, &err), 0);
+    if (rdzv_server_start("127.0.0.3", port, 2, "s", &srv, &err) != 0)
+        fail_msg("store on 127.0.0.3 beside one on 127.0.0.2, port %d: %s", port, err.msg);
     assert_int_equal(connect_errno("127.0.0.3", port), 0);
     rdzv_server_stop(srv, 0);
     rdzv_close(r0);
+    for (int i = 0; i < 3; i++)
+        close(held[i]);
 
     /* A MASTER_ADDR that is not this host's (behind NAT, a service address) or does not
      * resolve yet: the store listens on every address, as before (with a warning). */
     const char *elsewhere[] = {"192.0.2.1", "no-such-host.invalid"};
     for (size_t i = 0; i < sizeof(elsewhere) / sizeof(elsewhere[0]); i++) {
-        port = free_port_everywhere();
+        port = 0;
+        int any = hold_port("0.0.0.0", &port);
+        assert_true(any >= 0);
         srv = NULL;
         if (rdzv_server_start(elsewhere[i], port, 2, "s", &srv, &err) != 0)
             fail_msg("store for MASTER_ADDR %s: %s", elsewhere[i], err.msg);
         assert_int_equal(connect_errno("127.0.0.3", port), 0);
         rdzv_server_stop(srv, 0);
+        close(any);
     }
 }
 
