@@ -64,8 +64,14 @@ struct worker {
     int64_t forgotten_ms;
     int64_t started_wall_ms;
     int64_t last_metric_wall_ms;
-    char *hb_file;
+    /* The generation's folder, opened (O_NOFOLLOW) when the worker started, or -1: the
+     * heartbeat and error files are reached by name in it, never by their full path, which
+     * goes through folders the job's account owns and could replace by a link. */
+    int gen_fd;
+    char *hb_file;  /* DDP_HEARTBEAT_FILE of the worker (full path, for it and messages) */
+    char *hb_name;  /* its name in gen_fd */
     char *err_file; /* TORCHELASTIC_ERROR_FILE of the worker */
+    char *err_name; /* its name in gen_fd */
     /* What err_file said once the worker failed (read once, errfile.h): owned, or NULL. */
     struct errfile *err;
     int err_read;

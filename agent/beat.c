@@ -33,6 +33,7 @@
  * node back and the other agent would do the same, thousands of times a second; so a
  * conflict waits, 0.5 s doubling to 10 s, from the first wait again after 2 min without one.
  */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -86,11 +87,11 @@ struct agent_ack {
 /* Reads a failed worker's error file once (errfile.h). Holds a->mu. */
 static void agent_worker_error(struct worker *w)
 {
-    if (w->err_read || !w->err_file || (w->proc.exit_code == 0 && w->proc.sig == 0))
+    if (w->err_read || w->gen_fd < 0 || (w->proc.exit_code == 0 && w->proc.sig == 0))
         return;
     w->err_read = 1;
     struct ddp_err e;
-    int rc = errfile_read(w->err_file, &w->err, &e);
+    int rc = errfile_read(w->gen_fd, w->err_name, w->err_file, &w->err, &e);
     if (rc && rc != DDP_ENOTFOUND)
         log_warn("worker job=%s rank=%d: its error file is not taken: %s", w->job_id, w->rank,
                  e.msg);
@@ -148,7 +149,11 @@ static json_t *agent_beat_body(struct agent *a, int wait_ms, struct agent_ack **
             if (!w->proc.exited) {
                 int64_t last = w->started_wall_ms;
                 struct stat st;
-                if (stat(w->hb_file, &st) == 0) {
+                /* the heartbeat by name in the folder the agent opened, never through a
+                 * link (the folder is the job's) */
+                if (w->gen_fd >= 0 &&
+                    fstatat(w->gen_fd, w->hb_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode)) {
                     int64_t m = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
                     if (m > last)
                         last = m;

@@ -72,17 +72,25 @@ int errfile_parse(const char *text, struct errfile **out, struct ddp_err *err)
     return 0;
 }
 
-int errfile_read(const char *path, struct errfile **out, struct ddp_err *err)
+int errfile_read(int dir_fd, const char *name, const char *path, struct errfile **out,
+                 struct ddp_err *err)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return errno == ENOENT ? DDP_ENOTFOUND
-                               : err_set(err, DDP_EIO, "%s: %s", path, strerror(errno));
+                               : err_set(err, DDP_EIO, "%s: %s", path,
+                                         errno == ELOOP ? "a symbolic link" : strerror(errno));
     struct stat st;
     int rc = 0;
     char *text = NULL;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         rc = err_set(err, DDP_EINVAL, "%s: not a regular file", path);
+        goto out;
+    }
+    /* A second link may be one the job made to a file that is not its own. */
+    if (st.st_nlink != 1) {
+        rc = err_set(err, DDP_EINVAL, "%s: %ld links to that file, a worker's has one", path,
+                     (long)st.st_nlink);
         goto out;
     }
     if (st.st_size > ERRFILE_MAX) {

@@ -7,8 +7,9 @@
  *                "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1733090000"}}}
  *
  * (a "message" that is a plain string is taken too). The file belongs to the job's account:
- * it is opened without following links, must be a regular file of at most ERRFILE_MAX bytes,
- * and is read once, after the worker exited.
+ * it is opened by name in a folder the agent opened itself, without following links, must be
+ * a regular file of one link and at most ERRFILE_MAX bytes, and is read once, after the
+ * worker exited.
  */
 #ifndef DDP_AGENT_ERRFILE_H
 #define DDP_AGENT_ERRFILE_H
@@ -25,10 +26,12 @@ struct errfile {
     int64_t timestamp; /* seconds since the epoch of the error, 0 unknown */
 };
 
-/* Reads and parses path. 0 with *out (caller frees with errfile_free), DDP_ENOTFOUND when
- * there is no file, or another code with err saying why (not a regular file, too big, not
- * the expected JSON). */
-int errfile_read(const char *path, struct errfile **out, struct ddp_err *err);
+/* Reads and parses the file name in the folder dir_fd (AT_FDCWD: the current one); path is
+ * its full name, for messages only. 0 with *out (caller frees with errfile_free),
+ * DDP_ENOTFOUND when there is no file, or another code with err saying why (a link, not a
+ * regular file of one link, too big, not the expected JSON). */
+int errfile_read(int dir_fd, const char *name, const char *path, struct errfile **out,
+                 struct ddp_err *err);
 /* Parses text (for tests and errfile_read). */
 int errfile_parse(const char *text, struct errfile **out, struct ddp_err *err);
 void errfile_free(struct errfile *e);

@@ -72,7 +72,7 @@ static struct worker *agent_worker_new(struct agent *a, const struct assign *as,
     w->notice_s = as->preempt_grace_s;
     w->ctl_fd = -1;
     w->gpus = 0;
-    w->out_fd = w->met_fd = w->log_fd = -1;
+    w->out_fd = w->met_fd = w->log_fd = w->gen_fd = -1;
     w->started_wall_ms = time_wall_ms();
     w->prefix = xasprintf("[rank %d] ", w->rank);
     /* Pieces of a long line leave room for the prefix: ddpd keeps LOGSHIP_LINE_MAX bytes. */
@@ -90,8 +90,12 @@ void agent_worker_free(struct worker *w)
     if (!w)
         return;
     free(w->job_id);
+    if (w->gen_fd >= 0)
+        close(w->gen_fd);
     free(w->hb_file);
+    free(w->hb_name);
     free(w->err_file);
+    free(w->err_name);
     errfile_free(w->err);
     free(w->prefix);
     logship_queue_release(&w->logs);
@@ -322,8 +326,10 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     memset(&acct, 0, sizeof(acct));
     int per_user = cfg->isolation == USERMAP_PER_USER;
 
-    w->hb_file = xasprintf("%s/rank-%d.heartbeat", gen_dir, w->rank);
-    w->err_file = xasprintf("%s/rank-%d.error.json", gen_dir, w->rank);
+    w->hb_name = xasprintf("rank-%d.heartbeat", w->rank);
+    w->err_name = xasprintf("rank-%d.error.json", w->rank);
+    w->hb_file = xasprintf("%s/%s", gen_dir, w->hb_name);
+    w->err_file = xasprintf("%s/%s", gen_dir, w->err_name);
     /* The account before anything is made for it: a user without one runs nothing here. */
     if (per_user && usermap_resolve(cfg->user_map, as->owner, cfg->name, &acct, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
@@ -394,7 +400,8 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     w->out_fd = out[0];
     w->met_fd = met[0];
     w->ctl_fd = ctl[1];
-    out[0] = met[0] = ctl[1] = -1;
+    w->gen_fd = gen_fd;
+    out[0] = met[0] = ctl[1] = gen_fd = -1;
     agent_note_change(a);
     if (per_user)
         log_info("started worker job=%s generation=%" PRId64

@@ -235,6 +235,29 @@ def test_agent_runas_jobs_run_as_their_owners_accounts():
             want = ("ddp-agent: cannot run '/bin/true': cannot enter working dir '%s' as nobody "
                     "(uid %d): permission denied" % (closed, nobody.pw_uid))
             assert "exited 127" in done["reason"] and want in done["reason"], done["reason"]
+
+            # 5. alice's job moves its generation's folder away and puts a link to a folder
+            # of root's in its place, whose error file the agent (root) would read and ship
+            # to her: it reads in the folder it opened at the start, where her job left none.
+            decoy = os.path.join(c.tmp, "decoy")
+            os.makedirs(decoy)
+            os.chmod(decoy, 0o700)
+            with open(os.path.join(decoy, "rank-0.error.json"), "w") as f:
+                f.write('{"message": "root-only-text"}')
+            os.chmod(os.path.join(decoy, "rank-0.error.json"), 0o600)
+            swap = ("import os, sys\n"
+                    "g = os.path.dirname(os.environ['TORCHELASTIC_ERROR_FILE'])\n"
+                    "os.rename(g, g + '.moved')\n"
+                    "os.symlink(sys.argv[1], g)\n"
+                    "sys.exit(3)\n")
+            js = submit_as(c, tok["alice"], {"command": [PY, "-c", swap, decoy],
+                                             "max_restarts": 0})
+            done = c.wait_state(js, ("SUCCEEDED", "FAILED", "CANCELLED"), timeout=60)
+            assert done["state"] == "FAILED", done
+            gen = os.path.join(work, "jobs", js, "gen-1")
+            assert os.path.islink(gen), "the job did not swap its folder: %s" % done["reason"]
+            assert "exited 3" in done["reason"], done["reason"]
+            assert "root-only-text" not in done["reason"], done["reason"]
             stop_agent(c)
         except BaseException:
             dump(c)

@@ -1,7 +1,9 @@
 /*
  * test_errfile.c - a failed worker's TORCHELASTIC_ERROR_FILE (agent/errfile.c): torch's
  * @record shape, a plain message, the innermost frame and the timestamp; a link, a FIFO, a
- * file too big and one without a message are refused; no file is DDP_ENOTFOUND.
+ * file of two links, a file too big and one without a message are refused; no file is
+ * DDP_ENOTFOUND; the file is read in the folder opened first even when its path is made to
+ * lead elsewhere.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -60,15 +63,21 @@ static void test_errfile_read_refuses_what_is_not_a_small_regular_file(void **st
     assert_int_equal(fs_write_atomic(big, pad, ERRFILE_MAX + 1, 0600, NULL), 0);
     struct errfile *e = NULL;
     struct ddp_err err;
-    assert_int_equal(errfile_read(good, &e, &err), 0);
+    assert_int_equal(errfile_read(AT_FDCWD, good, good, &e, &err), 0);
     assert_string_equal(e->message, "RuntimeError: x");
     errfile_free(e);
-    assert_int_equal(errfile_read(none, &e, &err), DDP_ENOTFOUND);
-    assert_int_not_equal(errfile_read(link, &e, &err), 0); /* never follows a link */
-    assert_int_equal(errfile_read(fifo, &e, &err), DDP_EINVAL);
+    assert_int_equal(errfile_read(AT_FDCWD, none, none, &e, &err), DDP_ENOTFOUND);
+    assert_int_equal(errfile_read(AT_FDCWD, link, link, &e, &err), DDP_EIO);
+    assert_non_null(strstr(err.msg, "a symbolic link"));
+    assert_int_equal(errfile_read(AT_FDCWD, fifo, fifo, &e, &err), DDP_EINVAL);
     assert_non_null(strstr(err.msg, "not a regular file"));
-    assert_int_equal(errfile_read(big, &e, &err), DDP_EINVAL);
+    assert_int_equal(errfile_read(AT_FDCWD, big, big, &e, &err), DDP_EINVAL);
     assert_non_null(strstr(err.msg, "at most"));
+    char *twin = xasprintf("%s/twin.json", dir);
+    assert_int_equal(linkat(AT_FDCWD, good, AT_FDCWD, twin, 0), 0); /* a second name for the file */
+    assert_int_equal(errfile_read(AT_FDCWD, good, good, &e, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "2 links"));
+    free(twin);
     fs_remove_tree(dir, NULL);
     free(pad);
     free(good);
@@ -78,11 +87,46 @@ static void test_errfile_read_refuses_what_is_not_a_small_regular_file(void **st
     free(none);
 }
 
+/* The agent opens the generation's folder when the worker starts; a job that then moves the
+ * folder away and puts a link to another folder in its place does not redirect the read. */
+static void test_errfile_read_in_the_folder_opened_first(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ddp-test-errfile-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *gen = xasprintf("%s/gen-1", dir), *moved = xasprintf("%s/gen-1.moved", dir);
+    char *other = xasprintf("%s/other", dir);
+    assert_int_equal(mkdir(gen, 0700), 0);
+    assert_int_equal(mkdir(other, 0700), 0);
+    char *mine = xasprintf("%s/rank-0.error.json", gen);
+    char *theirs = xasprintf("%s/rank-0.error.json", other);
+    const char *a = "{\"message\": \"mine\"}", *b = "{\"message\": \"not the job's\"}";
+    assert_int_equal(fs_write_atomic(mine, a, strlen(a), 0600, NULL), 0);
+    assert_int_equal(fs_write_atomic(theirs, b, strlen(b), 0600, NULL), 0);
+    int gen_fd = open(gen, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    assert_true(gen_fd >= 0);
+    assert_int_equal(rename(gen, moved), 0);
+    assert_int_equal(symlink(other, gen), 0);
+    struct errfile *e = NULL;
+    struct ddp_err err;
+    assert_int_equal(errfile_read(gen_fd, "rank-0.error.json", mine, &e, &err), 0);
+    assert_string_equal(e->message, "mine");
+    errfile_free(e);
+    close(gen_fd);
+    fs_remove_tree(dir, NULL);
+    free(gen);
+    free(moved);
+    free(other);
+    free(mine);
+    free(theirs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errfile_torch_record_shape),
         cmocka_unit_test(test_errfile_read_refuses_what_is_not_a_small_regular_file),
+        cmocka_unit_test(test_errfile_read_in_the_folder_opened_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
