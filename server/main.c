@@ -397,7 +397,7 @@ int main(int argc, char **argv)
     long max_conn = 16384, max_conn_ip = 512, idle_s = 10, max_prio = 0, job_ttl = 0;
     double suspect_timeout = 1.0;
     int suspect_given = 0;
-    int level = LOG_INFO;
+    int level = -1; /* --log-level, or -1: DDP_LOG_LEVEL else info (log_init) */
     struct ddp_err err = {0};
     int status = 1, o;
     char host[256];
@@ -597,7 +597,8 @@ int main(int argc, char **argv)
         err_set(&err, DDP_EINVAL, "--tls-cert and --tls-key go together");
         goto usage;
     }
-    log_init("ddpd", (enum log_level)level);
+    if (level >= 0) /* the flag wins over DDP_LOG_LEVEL, as in the agent */
+        log_set_level((enum log_level)level);
 
     sigset_t sigs;
     sigemptyset(&sigs);

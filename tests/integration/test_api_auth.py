@@ -125,6 +125,23 @@ def test_auth_tokens_next_to_db_and_help():
         c.stop()
 
 
+def test_auth_log_level_flag_wins_over_the_environment():
+    """--log-level is the level even where DDP_LOG_LEVEL says another (as for the agent);
+    DDP_LOG_LEVEL alone still sets it."""
+    for env, flag, quiet in (("debug", ["--log-level", "error"], True),
+                             ("error", [], True), ("info", [], False)):
+        c = Cluster(node_timeout=300)
+        try:
+            c.ddpd = c._spawn([os.path.join(BIN, "ddpd"), "--listen", "127.0.0.1:%d" % c.port,
+                               "--db", os.path.join(c.tmp, "x.db")] + flag, "ddpd.log",
+                              env={"DDP_LOG_LEVEL": env})
+            wait_for("ddpd /healthz", c._healthy, timeout=20)
+            log = c.log("ddpd.log")
+            assert (" INFO " not in log and " DEBUG " not in log) == quiet, (env, flag, log)
+        finally:
+            c.stop()
+
+
 def test_auth_weak_token_files_refused():
     """A token file holding one byte, or a link, stops ddpd at start with a message naming the
     file; a token file others may read starts it with a warning naming the chmod."""

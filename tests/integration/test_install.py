@@ -1,7 +1,8 @@
 """cmake --install for real, into a temporary prefix, and what a user of the package does with
 it: a C program built against `pkg-config --cflags --libs ddp` (shared) and `pkg-config
 --static` (static libddp.a) that calls libddp (rng.h, ckpt.h and common/err.h through them),
-run; the man pages rendered without a warning (man -l, else groff); the bash completion
+run; the man pages rendered without a warning (man -l, else groff), each naming every flag
+its program's --help (and ddpctl's commands' --help) names; the bash completion
 loaded (and zsh's, where zsh is installed); every installed binary's --version; the systemd
 units naming the installed daemons; the binaries' RUNPATH reaching the installed lib folder
 (where the optional GPU libraries go)."""
@@ -169,6 +170,34 @@ def check_man(prefix):
             assert name.upper() in r.stdout and "NAME" in r.stdout, (page, r.stdout[:300])
 
 
+# The flags a program's --help names that its man page does not: the page is the one a user
+# reads, so a flag added to --help and not to the page is a failure here.
+CTL_COMMANDS = ("submit", "list", "status", "cancel", "delete", "update", "logs", "nodes",
+                "users", "groups", "cluster", "whoami", "watch", "wait")
+# Flags a --help names that are another program's (submit's help names ddpd's limit).
+NOT_OWN = {"--max-user-priority"}
+
+
+def check_man_flags(prefix):
+    pages = {"ddpd": "share/man/man8/ddpd.8", "ddp-agent": "share/man/man8/ddp-agent.8",
+             "ddp-worker": "share/man/man1/ddp-worker.1", "ddpctl": "share/man/man1/ddpctl.1"}
+    progs = {"ddpd": "sbin/ddpd", "ddp-agent": "sbin/ddp-agent", "ddp-worker": "bin/ddp-worker",
+             "ddpctl": "bin/ddpctl"}
+    for name, page in pages.items():
+        with open(os.path.join(prefix, page)) as f:
+            text = f.read().replace("\\-", "-")
+        helps = [[]] + ([[c] for c in CTL_COMMANDS] if name == "ddpctl" else [])
+        for args in helps:
+            r = run([os.path.join(prefix, progs[name])] + args + ["--help"], timeout=30)
+            assert r.returncode == 0, (name, args, r.returncode, r.stderr)
+            flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", r.stdout + r.stderr))
+            assert len(flags) >= 2, (name, args, r.stdout[:300])
+            missing = sorted(f for f in flags - NOT_OWN
+                             if not re.search(re.escape(f) + r"(?![a-z0-9-])", text))
+            assert not missing, "%s: %s --help names %s, which the man page %s does not" % (
+                name, " ".join(args), ", ".join(missing), page)
+
+
 def check_completion(prefix):
     bash_file = os.path.join(prefix, "share/bash-completion/completions/ddpctl")
     r = must(["bash", "-c", "source %s && complete -p ddpctl" % bash_file])
@@ -210,6 +239,7 @@ def test_install():
         libdir, _ = check_layout(prefix)
         check_pkgconfig(prefix, libdir, tmp)
         check_man(prefix)
+        check_man_flags(prefix)
         check_completion(prefix)
         check_versions(prefix)
     finally:

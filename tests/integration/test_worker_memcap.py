@@ -1,7 +1,7 @@
 """--sharding full trains, at W = 4, a model that --sharding none cannot train under the same
 per-rank memory cap: each rank runs in a memory cgroup of its own capped at CAP_MIB (cgroup
 v2's memory.max, or v1's memory.limit_in_bytes with the swap limit alongside). The model,
-gpt:12-4-384-32 with AdamW (21.4 M parameters), needs 16 bytes a parameter (342 MiB) per rank
+gpt:12-4-384-32 with AdamW (21.4 M parameters), needs 16 bytes a parameter (342 MB = 327 MiB) per rank
 unsharded, a quarter of that plus the units in flight sharded over 4 (bench/fsdp measures
 both). none must be killed by the cap (a rank killed, the cgroup's OOM count raised, the
 other ranks exiting as peer lost, 6, which the agent re-forms on); full must finish its steps and report. Skips, saying so, where no memory cgroup can be made (not
