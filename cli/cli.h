@@ -129,11 +129,12 @@ int cli_call(struct cli *cli, const char *method, const char *path, const json_t
 int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
                  const json_t *body, json_t **answer, struct ddp_err *err);
 
-/* Like cli_job_call, but while ddpd is unreachable (DDP_EUNAVAIL / DDP_ETIMEOUT) it retries
- * every second up to CLI_UNREACHABLE_MAX_MS in all, saying so once on stderr. Used by the
- * commands that follow a job. */
-int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix, json_t **answer,
-                         struct ddp_err *err);
+/* Like cli_job_call (a GET), but while ddpd is unreachable (DDP_EUNAVAIL / DDP_ETIMEOUT) it
+ * retries every second up to CLI_UNREACHABLE_MAX_MS in all, saying so once on stderr. Used by
+ * the commands that follow a job. deadline_ms (time_deadline_ms; -1 none) bounds the tries
+ * and each request's own timeout too: a command's --timeout holds while ddpd is away. */
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
+                         int64_t deadline_ms, json_t **answer, struct ddp_err *err);
 
 /* The terminal itself, for ddpctl's own control sequences; stdout when it is none. */
 extern FILE *cli_term;

@@ -48,6 +48,7 @@ struct logs_state {
     int64_t after;
     int64_t last_gen; /* generation of the last printed line, 0 before the first */
     int warned_dropped;
+    int printed_page; /* -o json: a page was printed (an empty one only as the first) */
 };
 
 /* Prints one answer's lines that are newer than st->after; returns how many it printed. */
@@ -56,8 +57,10 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
 {
     json_t *lines = json_object_get(page, "lines");
     size_t n = json_array_size(lines);
-    if (cli->json && (n > 0 || st->after == 0))
+    if (cli->json && (n > 0 || !st->printed_page)) {
         cli_print_json_line(page);
+        st->printed_page = 1;
+    }
     int64_t dropped = cli_int(page, "dropped", 0);
     if (dropped > 0 && !st->warned_dropped && !cli->json) {
         fprintf(stderr, "ddpctl: %lld older lines were dropped by ddpd's per-job cap\n",
@@ -171,7 +174,7 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         if (c == 'f') {
             follow = 1;
         } else if (c == O_RANK) {
-            if (args_parse_long("--rank", optarg, 0, INT_MAX, &rank, &err) < 0) {
+            if (args_parse_long("--rank", optarg, 0, 1 << 20, &rank, &err) < 0) {
                 rc = cli_usage_error(cmd, "%s", err.msg);
                 goto out;
             }
@@ -224,7 +227,7 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
                                                      (long long)st.after, CLI_LOGS_PAGE, rank_q);
         json_decref(page);
         page = NULL;
-        int r = follow ? cli_job_call_patient(cli, id, suffix, &page, &err)
+        int r = follow ? cli_job_call_patient(cli, id, suffix, -1, &page, &err)
                        : cli_job_call(cli, "GET", id, suffix, NULL, &page, &err);
         free(suffix);
         if (r < 0) {
@@ -244,7 +247,7 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             break;
         json_decref(job);
         job = NULL;
-        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
+        if (cli_job_call_patient(cli, id, NULL, -1, &job, &err) < 0) {
             rc = cli_fail(cli, &err);
             goto out;
         }
@@ -452,7 +455,7 @@ static int watch_fetch(struct cli *cli, struct watch *w, const char *kind, int64
 {
     char *suffix = xasprintf("/%s?after=%lld", kind, (long long)*after);
     json_t *ans = NULL;
-    int rc = cli_job_call_patient(cli, w->id, suffix, &ans, err);
+    int rc = cli_job_call_patient(cli, w->id, suffix, -1, &ans, err);
     free(suffix);
     if (rc < 0)
         return rc;
@@ -536,7 +539,7 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         /* The job before the streams: see the end-of-follow rule at the top. */
         json_decref(job);
         job = NULL;
-        if (cli_job_call_patient(cli, w.id, NULL, &job, &err) < 0)
+        if (cli_job_call_patient(cli, w.id, NULL, -1, &job, &err) < 0)
             goto fail;
         int final = cli_state_final(cli_str(job, "state", NULL));
         json_t *events = NULL, *metrics = NULL;

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -25,21 +26,42 @@
 /* Bounds of the list command: pages of this size, at most this many pages. */
 #define CLI_LIST_PAGE      100
 #define CLI_LIST_MAX_PAGES 100
-/* How many of the newest events status shows. */
-#define CLI_STATUS_EVENTS 10
+/* How many of the newest events status shows; pages of events it reads at most to find
+ * them (ddpd answers at most 10,000 events a page, oldest first). */
+#define CLI_STATUS_EVENTS      10
+#define CLI_STATUS_EVENT_PAGES 100
 
-/* The absolute form of path (relative to the current directory); caller frees. */
+/*
+ * The absolute form of path, relative to the current directory as the shell names it ($PWD
+ * where that is this directory, else getcwd()), without resolving links: the path goes to
+ * other nodes, where a link of this one (/home -> /export/home) may not lead where it does
+ * here but the name the user typed does. "." is the directory itself, "./x" is x. NULL when
+ * the current directory cannot be found; caller frees.
+ */
 static char *cli_absolute(const char *path)
 {
-    char *real = realpath(path, NULL);
-    if (real)
-        return real;
     if (path[0] == '/')
         return xstrdup(path);
     char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof(cwd)))
-        return NULL;
-    return xasprintf("%s/%s", cwd, path);
+    const char *base = getenv("PWD");
+    struct stat a, b;
+    if (!base || base[0] != '/' || stat(base, &a) != 0 || stat(".", &b) != 0 ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        if (!getcwd(cwd, sizeof(cwd)))
+            return NULL;
+        base = cwd;
+    }
+    while (path[0] == '.' && path[1] == '/') {
+        path += 2;
+        while (path[0] == '/')
+            path++;
+    }
+    size_t n = strlen(base);
+    while (n > 1 && base[n - 1] == '/')
+        n--;
+    if (path[0] == '\0' || strcmp(path, ".") == 0)
+        return xstrndup(base, n);
+    return xasprintf("%.*s/%s", (int)n, base, path);
 }
 
 /* Sets key K to V in obj for a "K=V" argument; -1 when it is not one (no '=' or no K). */
@@ -189,6 +211,11 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             break;
         case O_WORKDIR:
+            if (!*optarg) {
+                rc = cli_usage_error(cmd, "--workdir: empty (leave it out for the job's own "
+                                          "folder on each node)");
+                goto out;
+            }
             free(workdir);
             workdir = cli_absolute(optarg);
             if (!workdir) {
@@ -197,6 +224,11 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             break;
         case O_CKPT:
+            if (!*optarg) {
+                rc = cli_usage_error(cmd, "--checkpoint-dir: empty (leave it out for the "
+                                          "job's own folder on each node)");
+                goto out;
+            }
             free(ckpt);
             ckpt = cli_absolute(optarg);
             if (!ckpt) {
@@ -592,6 +624,56 @@ static void cli_status_print(const json_t *job, const json_t *ev)
 /* Which of the per-job commands runs: status (GET) or cancel (POST :cancel). */
 enum cli_each { CLI_EACH_STATUS, CLI_EACH_CANCEL };
 
+/* 1 when a call's code says ddpd is not there (refused, or no answer in time): the calls
+ * on the other jobs of the command would fail the same way, each after its timeout. */
+static int cli_unreachable(int code)
+{
+    return code == DDP_EUNAVAIL || code == DDP_ETIMEOUT;
+}
+
+/*
+ * The events of job id as {"events": [...]}, read on with ?after= until a page comes back
+ * empty (bounded): an answer holds the oldest events after its seq, so a job with more than a
+ * page of them would show old ones as its newest. Only the newest CLI_STATUS_EVENTS are kept
+ * (one page more than those is kept while reading, so the newest are always whole).
+ */
+static int cli_job_events_newest(struct cli *cli, const char *id, json_t **out, struct ddp_err *err)
+{
+    json_t *keep = json_array();
+    int64_t after = 0;
+    int rc = 0;
+    for (int page = 0; page < CLI_STATUS_EVENT_PAGES; page++) {
+        char *suffix = xasprintf("/events?after=%lld", (long long)after);
+        json_t *ans = NULL;
+        rc = cli_job_call(cli, "GET", id, suffix, NULL, &ans, err);
+        free(suffix);
+        if (rc < 0)
+            break;
+        json_t *events = json_object_get(ans, "events");
+        size_t n = json_array_size(events);
+        if (n == 0) {
+            json_decref(ans);
+            break;
+        }
+        /* +1: one more than shown, so that the title can say "newest 10" */
+        for (size_t i = n > CLI_STATUS_EVENTS + 1 ? n - CLI_STATUS_EVENTS - 1 : 0; i < n; i++)
+            json_array_append(keep, json_array_get(events, i));
+        while (json_array_size(keep) > CLI_STATUS_EVENTS + 1)
+            json_array_remove(keep, 0);
+        int64_t last = cli_int(json_array_get(events, n - 1), "seq", after);
+        json_decref(ans);
+        if (last <= after)
+            break; /* a page that does not move on ends the reading */
+        after = last;
+    }
+    if (rc < 0) {
+        json_decref(keep);
+        return rc;
+    }
+    *out = json_pack("{s:o}", "events", keep);
+    return 0;
+}
+
 /* status and cancel on JOB...: each job apart, a failed one named on stderr while the others
  * go on; exit 1 when any failed. -o json: one job's answer as it came, several as
  * {"jobs": [...], "failed": [{"id", "error"}]}. */
@@ -617,10 +699,10 @@ static int cli_each_job(struct cli *cli, const struct cli_cmd *cmd, int argc, ch
                     ? cli_job_call(cli, "GET", id, NULL, NULL, &job, &err)
                     : cli_job_call(cli, "POST", id, ":cancel", NULL, &job, &err);
         if (r == 0 && what == CLI_EACH_STATUS && !cli->json)
-            r = cli_job_call(cli, "GET", id, "/events", NULL, &ev, &err);
+            r = cli_job_events_newest(cli, id, &ev, &err);
         if (r < 0) {
             json_decref(job);
-            if (r == DDP_EUNAVAIL) { /* no ddpd: the same for the rest, said once */
+            if (cli_unreachable(r)) { /* no ddpd: the same for the rest, said once */
                 cli_fail(cli, &err);
                 for (; i < argc; i++)
                     json_array_append_new(failed,
@@ -694,10 +776,15 @@ int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
     for (int i = optind; i < argc; i++) {
         const char *id = argv[i];
         json_t *job = NULL;
-        if (cli_job_call(cli, "DELETE", id, NULL, NULL, &job, &err) < 0) {
-            if (!cli->json)
-                cli_fail(cli, &err);
-            json_array_append_new(failed, json_pack("{s:s, s:s}", "id", id, "error", err.msg));
+        int r = cli_job_call(cli, "DELETE", id, NULL, NULL, &job, &err);
+        if (r < 0) {
+            cli_fail(cli, &err);
+            /* no ddpd: the same for the rest, said once */
+            for (int k = i; k < (cli_unreachable(r) ? argc : i + 1); k++)
+                json_array_append_new(failed,
+                                      json_pack("{s:s, s:s}", "id", argv[k], "error", err.msg));
+            if (cli_unreachable(r))
+                break;
             continue;
         }
         if (!cli->json)
@@ -769,8 +856,13 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         time_sleep_ms(left < CLI_POLL_MS ? left : CLI_POLL_MS);
         json_decref(job);
         job = NULL;
-        if (cli_job_call_patient(cli, id, NULL, &job, &err) < 0) {
-            rc = cli_fail(cli, &err);
+        if (cli_job_call_patient(cli, id, NULL, deadline, &job, &err) < 0) {
+            if (time_left_ms(deadline) <= 0)
+                rc = cli_failf("timed out after %ld s waiting for job %s (ddpd did not answer: "
+                               "%s)",
+                               timeout_s, id, err.msg);
+            else
+                rc = cli_fail(cli, &err);
             goto out;
         }
     }

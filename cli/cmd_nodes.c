@@ -58,12 +58,11 @@ static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const cha
     return rc;
 }
 
+/* nodes remove NAME: argv[optind + 1] is the name (checked by the caller). */
 static int cmd_nodes_remove(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
-    if (optind + 1 >= argc)
-        return cli_usage_error(cmd, "remove: missing the node name");
-    if (optind + 2 < argc)
-        return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
+    (void)cmd;
+    (void)argc;
     const char *name = argv[optind + 1];
     int rc = cli_connect(cli);
     if (rc != CLI_OK)
@@ -116,16 +115,24 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         }
         reason = optarg;
     }
-    if (optind < argc && strcmp(argv[optind], "remove") == 0)
-        return cmd_nodes_remove(cli, cmd, argc, argv);
-    if (optind < argc &&
-        (strcmp(argv[optind], "cordon") == 0 || strcmp(argv[optind], "drain") == 0 ||
-         strcmp(argv[optind], "uncordon") == 0)) {
+    const char *verb = optind < argc ? argv[optind] : NULL;
+    int remove = verb && strcmp(verb, "remove") == 0;
+    int admin = verb && (strcmp(verb, "cordon") == 0 || strcmp(verb, "drain") == 0 ||
+                         strcmp(verb, "uncordon") == 0);
+    if (remove || admin) {
+        /* A flag the verb does not take is refused, not dropped. */
+        if (no_headers)
+            return cli_usage_error(cmd, "--no-headers goes with the node list");
+        if (reason && strcmp(verb, "cordon") != 0 && strcmp(verb, "drain") != 0)
+            return cli_usage_error(cmd, "--reason goes with cordon and drain");
         if (optind + 1 >= argc)
-            return cli_usage_error(cmd, "%s: missing the node name", argv[optind]);
+            return cli_usage_error(cmd, "%s: missing the node name", verb);
+        if (!*argv[optind + 1])
+            return cli_usage_error(cmd, "%s: the node name is empty", verb);
         if (optind + 2 < argc)
             return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
-        return cmd_nodes_admin(cli, cmd, argv[optind], argv[optind + 1], reason);
+        return remove ? cmd_nodes_remove(cli, cmd, argc, argv)
+                      : cmd_nodes_admin(cli, cmd, verb, argv[optind + 1], reason);
     }
     if (reason) {
         rc = cli_usage_error(cmd, "--reason goes with cordon and drain");

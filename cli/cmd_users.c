@@ -3,9 +3,12 @@
  * (their groups' quotas, /v1/groups) and `ddpctl whoami` (GET /v1/me). A new token is written to a file of mode 0600, never printed: the answer that
  * made it is the only copy ddpd ever hands out.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -13,23 +16,102 @@
 #include "common/fsutil.h"
 #include "common/xalloc.h"
 
-/* Writes the token of answer ans to path (mode 0600) and says so. */
-static int cli_users_keep_token(const json_t *ans, const char *name, const char *path)
+/*
+ * The file a new token goes to, made before ddpd is asked: a temporary file of mode 0600
+ * beside path, renamed over path once the token is in it. A path where no file can be made
+ * (no such folder, no right to write there) so fails before the user is made or the old
+ * token dies; after the answer only a full disk can still lose the token.
+ */
+struct token_out {
+    const char *path;
+    char *tmp; /* owned; NULL once renamed or removed */
+    int fd;
+};
+
+static int token_out_open(struct token_out *t, const char *path)
+{
+    t->path = path;
+    t->tmp = xasprintf("%s.XXXXXX", path);
+    t->fd = mkstemp(t->tmp);
+    if (t->fd < 0) {
+        int e = errno;
+        free(t->tmp);
+        t->tmp = NULL;
+        return cli_failf("cannot write a token to %s: %s (nothing was asked of ddpd)", path,
+                         strerror(e));
+    }
+    if (fchmod(t->fd, 0600) != 0) { /* mkstemp's mode, said out loud */
+        int e = errno;
+        close(t->fd);
+        t->fd = -1;
+        unlink(t->tmp);
+        free(t->tmp);
+        t->tmp = NULL;
+        return cli_failf("cannot make %s mode 0600: %s (nothing was asked of ddpd)", path,
+                         strerror(e));
+    }
+    return CLI_OK;
+}
+
+/* Removes the temporary file where it is still there. */
+static void token_out_drop(struct token_out *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    if (t->tmp)
+        unlink(t->tmp);
+    free(t->tmp);
+    t->tmp = NULL;
+}
+
+/* Writes the token of answer ans into t, renames it over t->path, and says so (the user
+ * and the file as JSON with -o json; never the token). */
+static int cli_users_keep_token(struct cli *cli, const json_t *ans, const char *name,
+                                struct token_out *t)
 {
     const char *tok = cli_str(ans, "token", NULL);
     if (!tok)
         return cli_failf("ddpd's answer carries no token");
     char *line = xasprintf("%s\n", tok);
-    struct ddp_err err;
-    int rc = fs_write_atomic(path, line, strlen(line), 0600, &err);
+    size_t len = strlen(line), off = 0;
+    int e = 0;
+    while (off < len && !e) {
+        ssize_t n = write(t->fd, line + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            e = errno;
+        else
+            off += (size_t)n;
+    }
     free(line);
-    if (rc != 0)
-        return cli_failf("cannot write the token of %s: %s (the token is lost: rotate it again "
-                         "with 'ddpctl users rotate-token %s --token-out F')",
-                         name, err.msg, name);
+    if (!e && fsync(t->fd) != 0)
+        e = errno;
+    if (!e && close(t->fd) != 0)
+        e = errno;
+    t->fd = -1;
+    if (!e && rename(t->tmp, t->path) != 0)
+        e = errno;
+    if (e)
+        return cli_failf("cannot write the token of %s to %s: %s (the token is lost: an admin "
+                         "can make another with 'ddpctl users rotate-token %s --token-out F')",
+                         name, t->path, strerror(e), name);
+    free(t->tmp);
+    t->tmp = NULL;
+    struct ddp_err err;
+    if (fs_sync_dir_of(t->path, &err) < 0)
+        fprintf(stderr, "ddpctl: warning: %s\n", err.msg);
+    if (cli->json) {
+        json_t *o =
+            json_pack("{s:O?, s:s}", "user", json_object_get(ans, "user"), "token_file", t->path);
+        cli_print_json(o);
+        json_decref(o);
+        return CLI_OK;
+    }
     printf("token of %s written to %s (mode 0600); hand it over and use it with "
            "'ddpctl --token-file %s'\n",
-           name, path, path);
+           name, t->path, t->path);
     return CLI_OK;
 }
 
@@ -72,6 +154,7 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     int rc = CLI_OK;
     json_t *ans = NULL, *body = NULL;
     char *path = NULL, *esc = NULL, *out_default = NULL;
+    struct token_out tout = {.path = NULL, .tmp = NULL, .fd = -1};
     struct ddp_err err;
     for (;;) {
         int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
@@ -122,6 +205,8 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     rc = cli_connect(cli);
     if (rc != CLI_OK)
         goto out;
+    if ((add || rotate) && (rc = token_out_open(&tout, token_out)) != CLI_OK)
+        goto out;
     int r;
     if (list) {
         r = cli_call(cli, "GET", "/v1/users", NULL, &ans, &err);
@@ -156,7 +241,7 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         goto out;
     }
     if (add || rotate)
-        rc = cli_users_keep_token(ans, name, token_out);
+        rc = cli_users_keep_token(cli, ans, name, &tout);
     else if (cli->json)
         cli_print_json(ans);
     else if (list)
@@ -171,6 +256,7 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     else
         printf("removed user %s (its jobs stay, owned by it)\n", name);
 out:
+    token_out_drop(&tout);
     json_decref(ans);
     json_decref(body);
     free(path);

@@ -15,6 +15,7 @@
  * and stdout only carries the command's answer (so `-o json` output is always parseable).
  */
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -25,11 +26,11 @@
 #include "common/fsutil.h"
 #include "common/httpc.h"
 #include "common/srvlist.h"
+#include "common/log.h"
 #include "common/timeutil.h"
+#include "common/tokenfile.h"
 #include "common/xalloc.h"
 #include "ddp_version.h"
-
-#define CLI_MAX_TOKEN_FILE 4096
 
 static const struct cli_cmd cli_cmds[] = {
     {"submit",
@@ -110,7 +111,8 @@ static const struct cli_cmd cli_cmds[] = {
      "  -o name        the node names only, one a line; -o wide: with REGISTERED, LABELS\n",
      cmd_nodes},
     {"users",
-     "users list | add NAME [--role R] [--group G] [--token-out F] | set NAME [--role R] "
+     "users list | add NAME [--role R] [--max-slots N] [--group G] [--token-out F] | set NAME "
+     "[--role R] "
      "[--max-slots N] [--group G] | remove NAME | rotate-token NAME [--token-out F]",
      "manage users and their tokens (admin; rotate-token also for yourself)",
      "  --role R        admin, user (default) or viewer (reads every job, changes none)\n"
@@ -370,29 +372,32 @@ int cli_connect(struct cli *cli)
     srvlist_release(&list);
     cli_set_str(&cli->server, server);
 
+    /* The token travels in an Authorization header: each source is held to tokenfile.h's
+     * rules (a regular file, no space or control character, 16 bytes at least), so that a
+     * second line in a file is refused, not sent as a header of its own. */
     const char *env_token = getenv("DDP_TOKEN");
+    struct ddp_err err;
     if (cli->token_file_opt) {
-        char *text = NULL;
-        struct ddp_err err;
-        if (fs_read_all(cli->token_file_opt, CLI_MAX_TOKEN_FILE, &text, NULL, &err) < 0)
-            return cli_failf("cannot read token file %s: %s", cli->token_file_opt, err.msg);
-        cli->token = cli_trim_dup(text);
-        free(text);
+        if (token_file_read(cli->token_file_opt, "user", &cli->token, &err) < 0)
+            return cli_failf("cannot use --token-file %s: %s", cli->token_file_opt, err.msg);
         cli->token_from = xasprintf("--token-file %s", cli->token_file_opt);
     } else if (env_token && *env_token) {
         cli->token = cli_trim_dup(env_token);
+        if (token_check(cli->token, strlen(cli->token), "user", "$DDP_TOKEN", &err) < 0)
+            return cli_failf("%s", err.msg);
         cli->token_from = xstrdup("$DDP_TOKEN");
     } else {
         const char *home = getenv("DDP_HOME");
         char *path = xasprintf("%s/user.token", home && *home ? home : "./.ddp");
-        char *text = NULL;
-        /* Missing is fine (no token); ddpd's 401 then leads to the hint of cli_fail. */
-        if (fs_read_all(path, CLI_MAX_TOKEN_FILE, &text, NULL, NULL) == 0) {
-            cli->token = cli_trim_dup(text);
-            cli->token_from = xstrdup(path);
-        }
-        free(text);
-        free(path);
+        /* Missing is fine (no token); ddpd's 401 then leads to the hint of cli_fail. A file
+         * that is there but cannot be used is said. */
+        int rc = token_file_read(path, "user", &cli->token, &err);
+        if (rc == 0)
+            cli->token_from = path;
+        else
+            free(path);
+        if (rc < 0 && rc != DDP_ENOTFOUND)
+            return cli_failf("cannot use the user token file: %s", err.msg);
     }
     cli->http = httpc_new(cli->server, cli->token);
     return 0;
@@ -400,11 +405,13 @@ int cli_connect(struct cli *cli)
 
 /* ---- calls ---------------------------------------------------------------------------- */
 
-int cli_call(struct cli *cli, const char *method, const char *path, const json_t *body,
-             json_t **answer, struct ddp_err *err)
+/* cli_call under a timeout of its own. */
+static int cli_call_within(struct cli *cli, const char *method, const char *path,
+                           const json_t *body, long timeout_ms, json_t **answer,
+                           struct ddp_err *err)
 {
     json_t *ans = NULL;
-    int rc = httpc_call(cli->http, method, path, body, CLI_REQUEST_TIMEOUT_MS, &ans, err);
+    int rc = httpc_call(cli->http, method, path, body, timeout_ms, &ans, err);
     if (rc < 0)
         return rc;
     if (!ans || !json_is_object(ans)) {
@@ -418,12 +425,20 @@ int cli_call(struct cli *cli, const char *method, const char *path, const json_t
     return 0;
 }
 
-int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
-                 const json_t *body, json_t **answer, struct ddp_err *err)
+int cli_call(struct cli *cli, const char *method, const char *path, const json_t *body,
+             json_t **answer, struct ddp_err *err)
+{
+    return cli_call_within(cli, method, path, body, CLI_REQUEST_TIMEOUT_MS, answer, err);
+}
+
+/* cli_job_call under a timeout of its own. */
+static int cli_job_call_within(struct cli *cli, const char *method, const char *job_id,
+                               const char *suffix, const json_t *body, long timeout_ms,
+                               json_t **answer, struct ddp_err *err)
 {
     char *id = cli_escape(job_id);
     char *path = xasprintf("/v1/jobs/%s%s", id, suffix ? suffix : "");
-    int rc = cli_call(cli, method, path, body, answer, err);
+    int rc = cli_call_within(cli, method, path, body, timeout_ms, answer, err);
     if (rc == DDP_ENOTFOUND)
         err_set(err, rc, "job %s not found", job_id);
     free(path);
@@ -431,26 +446,39 @@ int cli_job_call(struct cli *cli, const char *method, const char *job_id, const 
     return rc;
 }
 
-int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix, json_t **answer,
-                         struct ddp_err *err)
+int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
+                 const json_t *body, json_t **answer, struct ddp_err *err)
 {
-    int64_t start = time_mono_ms();
+    return cli_job_call_within(cli, method, job_id, suffix, body, CLI_REQUEST_TIMEOUT_MS, answer,
+                               err);
+}
+
+int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix,
+                         int64_t deadline_ms, json_t **answer, struct ddp_err *err)
+{
+    int64_t until = time_deadline_ms(CLI_UNREACHABLE_MAX_MS);
+    if (deadline_ms >= 0 && deadline_ms < until)
+        until = deadline_ms;
     int warned = 0;
     for (;;) {
-        int rc = cli_job_call(cli, "GET", job_id, suffix, NULL, answer, err);
+        int64_t left = time_left_ms(until);
+        long timeout =
+            left < CLI_REQUEST_TIMEOUT_MS ? (long)(left > 0 ? left : 1) : CLI_REQUEST_TIMEOUT_MS;
+        int rc = cli_job_call_within(cli, "GET", job_id, suffix, NULL, timeout, answer, err);
         if (rc != DDP_EUNAVAIL && rc != DDP_ETIMEOUT) {
             if (warned && rc == 0)
                 fprintf(stderr, "ddpctl: ddpd answers again\n");
             return rc;
         }
-        if (time_mono_ms() - start >= CLI_UNREACHABLE_MAX_MS)
+        left = time_left_ms(until);
+        if (left <= 0)
             return rc;
         if (!warned) {
-            fprintf(stderr, "ddpctl: %s; retrying for up to %d s\n", err->msg,
-                    CLI_UNREACHABLE_MAX_MS / 1000);
+            fprintf(stderr, "ddpctl: %s; retrying for up to %lld s\n", err->msg,
+                    (long long)((left + 999) / 1000));
             warned = 1;
         }
-        time_sleep_ms(1000);
+        time_sleep_ms(left < 1000 ? left : 1000);
     }
 }
 
@@ -470,6 +498,7 @@ int main(int argc, char **argv)
     int rc = CLI_OK;
     const struct cli_cmd *cmd = NULL;
 
+    log_init("ddpctl", LOG_INFO); /* tokenfile.h warns of a token file others may read */
     cli_term_protect();
     opterr = 0;
     for (;;) {
@@ -518,7 +547,14 @@ int main(int argc, char **argv)
     optind = 0; /* full re-initialisation of getopt for the command's own options */
     rc = cmd->run(&cli, cmd, cargc, cargv);
 out:
-    fflush(stdout);
+    /* What a script reads from stdout (a job id of submit --parsable) that did not reach it
+     * is a failure, not a success with nothing said. */
+    int out_errno = fflush(stdout) != 0 ? errno : 0;
+    if ((out_errno || ferror(stdout)) && rc == CLI_OK) {
+        fprintf(stderr, "ddpctl: cannot write the output: %s\n",
+                strerror(out_errno ? out_errno : EIO));
+        rc = CLI_FAIL;
+    }
     fflush(stderr);
     httpc_free(cli.http);
     free(cli.server);

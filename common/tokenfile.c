@@ -10,6 +10,24 @@
 #include "common/fsutil.h"
 #include "common/log.h"
 
+int token_check(const char *text, size_t len, const char *what, const char *where,
+                struct ddp_err *err)
+{
+    if (len == 0)
+        return err_set(err, DDP_EINVAL, "%s token in %s is empty", what, where);
+    if (len < TOKEN_MIN_LEN)
+        return err_set(err, DDP_EINVAL, "%s token in %s is %zu bytes: at least %d", what, where,
+                       len, TOKEN_MIN_LEN);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (ch <= ' ' || ch == 0x7f)
+            return err_set(err, DDP_EINVAL,
+                           "%s token in %s holds a space or control character at byte %zu", what,
+                           where, i);
+    }
+    return 0;
+}
+
 int token_file_read(const char *path, const char *what, char **out, struct ddp_err *err)
 {
     char *text = NULL;
@@ -27,13 +45,8 @@ int token_file_read(const char *path, const char *what, char **out, struct ddp_e
                      "%s token in %s is %zu bytes: at least %d (delete the file and ddpd makes "
                      "one of 64 hex digits)",
                      what, path, len, TOKEN_MIN_LEN);
-    for (size_t i = 0; !rc && i < len; i++) {
-        unsigned char ch = (unsigned char)text[i];
-        if (ch <= ' ' || ch == 0x7f)
-            rc = err_set(err, DDP_EINVAL,
-                         "%s token in %s holds a space or control character at byte %zu", what,
-                         path, i);
-    }
+    else
+        rc = token_check(text, len, what, path, err);
     if (rc) {
         free(text);
         return rc;

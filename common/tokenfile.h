@@ -5,6 +5,8 @@
 #ifndef DDP_COMMON_TOKENFILE_H
 #define DDP_COMMON_TOKENFILE_H
 
+#include <stddef.h>
+
 #include "common/err.h"
 
 /* Shortest token accepted: ddpd makes 64 hex digits; 16 bytes is far below that already. */
@@ -22,5 +24,10 @@
  * frees) holds the token.
  */
 int token_file_read(const char *path, const char *what, char **out, struct ddp_err *err);
+/* The rules above for a token held elsewhere (an environment variable: where names it):
+ * text[0..len) must be at least TOKEN_MIN_LEN bytes without a space or control character.
+ * 0, or DDP_EINVAL naming what and where. */
+int token_check(const char *text, size_t len, const char *what, const char *where,
+                struct ddp_err *err);
 
 #endif

@@ -14,6 +14,7 @@ HTTP and with the real ddpctl:
 - --max-jobs-per-user answers 429 naming the flag;
 - a user token survives a restart of ddpd (only its hash is stored).
 """
+import json
 import os
 import re
 import sqlite3
@@ -247,6 +248,26 @@ def test_users_with_ddpctl():
         assert r.rc == 0, r
         ev = Api(c).events(ja)
         assert any("cancelled by alice" in e["reason"] for e in ev), ev
+        # A --token-out where no file can be made fails before ddpd is asked: no user made,
+        # no token rotated (alice's own rotation could not be undone by her).
+        nowhere = os.path.join(c.tmp, "no-such-folder", "t.token")
+        r = ctl(c, "users", "add", "walt", "--token-out", nowhere)
+        assert r.rc == 1 and "cannot write a token to %s" % nowhere in r.err and \
+            "nothing was asked of ddpd" in r.err, r
+        assert "walt" not in [u["name"] for u in Api(c).get("/v1/users").json["users"]]
+        r = ctl(c, "users", "rotate-token", "alice", "--token-out", nowhere, env=env_a)
+        assert r.rc == 1 and "nothing was asked of ddpd" in r.err, r
+        r = ctl(c, "whoami", env=env_a)
+        assert r.rc == 0 and "alice" in r.out, r
+        # -o json: the user and the file, never the token; no temporary file left beside it
+        wout = os.path.join(c.tmp, "walt.token")
+        r = ctl(c, "-o", "json", "users", "add", "walt", "--token-out", wout)
+        assert r.rc == 0, r
+        j = json.loads(r.out)
+        assert j["token_file"] == wout and j["user"]["name"] == "walt" and "token" not in j, j
+        assert stat.S_IMODE(os.stat(wout).st_mode) == 0o600
+        assert sorted(f for f in os.listdir(c.tmp) if f.startswith("walt.token")) == \
+            ["walt.token"], os.listdir(c.tmp)
         # rotate: the old token stops working, the new one works; alice may rotate her own
         r = ctl(c, "users", "rotate-token", "alice", "--token-out", out, env=env_a)
         assert r.rc == 0, r

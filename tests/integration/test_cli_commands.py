@@ -5,13 +5,16 @@ submit / list / status / cancel in table and json form, the json parsed and comp
 what ddpd stored, and submit --idempotency-key (the same key: the same job)."""
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_sim  # noqa: E402
 from api_sim import Api, cluster  # noqa: E402
-from cli_util import assert_usage, ctl, ctl_env  # noqa: E402
+from cli_util import CTL, Background, assert_usage, ctl, ctl_env  # noqa: E402
 from cluster import free_port  # noqa: E402
 
 COMMANDS = ["submit", "list", "status", "cancel", "logs", "nodes", "watch", "wait"]
@@ -50,6 +53,14 @@ def test_cli_usage_errors_and_help():
     assert_usage(ctl(None, "list", "--state", "DONE"), "list [--state S]")
     assert_usage(ctl(None, "list", "extra"), "list")
     assert_usage(ctl(None, "nodes", "extra"), "nodes")
+    # A flag the node verb does not take is refused, not dropped; an empty name is refused.
+    for args, msg in ((["remove", ""], "remove: the node name is empty"),
+                      (["remove", "n1", "--reason", "x"], "--reason goes with cordon and drain"),
+                      (["uncordon", "n1", "--reason", "x"], "--reason goes with cordon and drain"),
+                      (["--no-headers", "cordon", "n1"], "--no-headers goes with the node list")):
+        r = ctl(None, "nodes", *args)
+        assert_usage(r, "nodes")
+        assert msg in r.err, (args, r)
     assert_usage(ctl(None, "logs", "j-1", "--rank", "-1"), "logs JOB")
     assert_usage(ctl(None, "logs", "j-1", "--rank"), "logs JOB")
     assert_usage(ctl(None, "wait", "j-1", "--timeout", "soon"), "wait JOB")
@@ -70,12 +81,46 @@ def test_cli_unreachable_ddpd():
     # Several jobs and no ddpd: said once, not once a job.
     r = ctl(None, "--server", url, "cancel", "j-1", "j-2", "j-3")
     assert r.rc == 1 and r.err.count(want) == 1 and "3 of 3 jobs not cancelled" in r.err, r
+    r = ctl(None, "--server", url, "delete", "j-1", "j-2", "j-3")
+    assert r.rc == 1 and r.err.count(want) == 1 and "3 of 3 jobs not deleted" in r.err, r
     # DDP_SERVER is used when there is no flag; the flag wins over it.
     r = ctl(None, "nodes", env=ctl_env(None, extra={"DDP_SERVER": url}))
     assert r.rc == 1 and want in r.err, r
     r = ctl(None, "--server", url + "/", "nodes",
             env=ctl_env(None, extra={"DDP_SERVER": "http://127.0.0.1:1"}))
     assert r.rc == 1 and want in r.err, r
+
+
+def test_cli_wait_timeout_holds_while_ddpd_is_away():
+    """wait --timeout S ends about S s after it started even when ddpd stops answering on
+    the way (each request's own timeout is cut to what is left); and status of several jobs
+    of a ddpd that does not answer waits for one timeout, not one per job."""
+    with cluster(node_timeout=300) as c:
+        r = ctl(c, "submit", "--parsable", "--", "/bin/true")  # no agent: stays PENDING
+        assert r.rc == 0, r
+        job = r.out.strip()
+        t0 = time.monotonic()
+        w = Background(c, "wait", job, "--timeout", "3")
+        try:
+            time.sleep(1)  # past wait's first call, which is not patient
+            c.ddpd.send_signal(signal.SIGSTOP)
+            r = w.finish(timeout=30)
+            took = time.monotonic() - t0
+        finally:
+            c.ddpd.send_signal(signal.SIGCONT)
+            w.kill()
+        assert r.rc == 1 and "timed out after 3 s waiting for job %s" % job in r.err, r
+        assert took < 8, "wait --timeout 3 took %.1f s" % took
+        c.ddpd.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            r = ctl(c, "status", job, "j-98", "j-99", timeout=90)
+            took = time.monotonic() - t0
+        finally:
+            c.ddpd.send_signal(signal.SIGCONT)
+        assert r.rc == 1 and r.err.count("timed out") == 1 and \
+            "3 of 3 jobs not shown" in r.err, r
+        assert took < 30, "status of 3 jobs took %.1f s" % took
 
 
 def test_cli_tokens():
@@ -102,13 +147,54 @@ def test_cli_tokens():
         assert r.rc == 0, r
         r = ctl(c, "list", env=ctl_env(c, home=False, extra={"DDP_TOKEN": c.user_token}))
         assert r.rc == 0, r
-        r = ctl(c, "list", env=ctl_env(c, extra={"DDP_TOKEN": "wrong"}))
+        r = ctl(c, "list", env=ctl_env(c, extra={"DDP_TOKEN": "wrong" * 8}))
         assert r.rc == 1 and "$DDP_TOKEN was refused" in r.err, r
+        # A token that is not one is refused here, naming where it came from, before any
+        # call: a second line would otherwise travel as a header of its own.
+        for tok, part in (("wrong", "user token in $DDP_TOKEN is 5 bytes: at least 16"),
+                          (c.user_token + "\r\nX-Extra: 1",
+                           "user token in $DDP_TOKEN holds a space or control character at "
+                           "byte %d" % len(c.user_token))):
+            r = ctl(c, "list", env=ctl_env(c, extra={"DDP_TOKEN": tok}))
+            assert r.rc == 1 and part in r.err, (tok, r)
+        two = os.path.join(c.tmp, "two-lines")
+        empty = os.path.join(c.tmp, "empty")
+        fifo = os.path.join(c.tmp, "fifo")
+        with open(two, "w") as f:
+            f.write(c.user_token + "\nX-Extra: 1\n")
+        open(empty, "w").close()
+        os.mkfifo(fifo)
+        for f, part in ((two, "holds a space or control character at byte %d"
+                         % len(c.user_token)),
+                        (empty, "user token file %s is empty" % empty),
+                        (fifo, "%s is a FIFO" % fifo)):
+            os.chmod(f, 0o600)
+            r = ctl(c, "--token-file", f, "list", timeout=20)
+            assert r.rc == 1 and "cannot use --token-file %s: " % f in r.err and part in r.err, \
+                (f, r)
+        # One that others may read is used, with a warning naming the chmod.
+        os.chmod(tf, 0o644)
+        r = ctl(c, "--token-file", tf, "list", home=False)
+        assert r.rc == 0 and "mode 0644" in r.err and "chmod 600 %s" % tf in r.err, r
+        # The default file, there but not usable: said, not taken for "no token".
+        odd = os.path.join(c.tmp, "odd-home")
+        os.makedirs(os.path.join(odd, "user.token"))
+        r = ctl(c, "list", env=ctl_env(c, home=False, extra={"DDP_HOME": odd}))
+        assert r.rc == 1 and "cannot use the user token file: %s/user.token is a folder" % odd \
+            in r.err, r
         # The agent token is the wrong one for ddpctl: 403 and a hint.
         r = ctl(c, "--token-file", os.path.join(c.home, "agent.token"), "list")
         assert r.rc == 1 and "user token" in r.err, r
-        r = ctl(c, "--token-file", os.path.join(c.tmp, "missing"), "list")
-        assert r.rc == 1 and "cannot read token file" in r.err, r
+        missing = os.path.join(c.tmp, "missing")
+        r = ctl(c, "--token-file", missing, "list")
+        assert r.rc == 1 and "cannot use --token-file %s: open %s: No such file" % (
+            missing, missing) in r.err, r
+        # Output that cannot be written (a full disk) is a failure, not exit 0.
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([CTL, "-o", "json", "list"], stdout=full, stderr=subprocess.PIPE,
+                               text=True, env=ctl_env(c), timeout=60)
+        assert p.returncode == 1 and "cannot write the output: No space left on device" in \
+            p.stderr, (p.returncode, p.stderr)
 
 
 def test_cli_submit_list_status_cancel():
@@ -209,6 +295,33 @@ def test_cli_submit_list_status_cancel():
         rows = [ln.split() for ln in r.out.splitlines()]
         assert rows[0][-1] == "ISOLATION", r
         assert {row[0]: row[-1] for row in rows[1:]} == {"n-per": "per-user", "n-old": "-"}, r
+
+
+def test_cli_submit_paths_keep_links():
+    """--workdir and --checkpoint-dir are made absolute against the directory as the shell
+    names it ($PWD), links kept: the path goes to other nodes, where this node's link may not
+    lead where it does here. An empty one is a usage error."""
+    with cluster(node_timeout=300) as c:
+        real = os.path.join(c.tmp, "real")
+        link = os.path.join(c.tmp, "link")
+        os.makedirs(real)
+        os.symlink(real, link)
+        env = ctl_env(c, extra={"PWD": link})
+        r = ctl(c, "-o", "json", "submit", "--workdir", ".", "--checkpoint-dir", "./ck", "--",
+                "/bin/true", env=env, cwd=link)
+        assert r.rc == 0, r
+        spec = json.loads(r.out)["spec"]
+        assert (spec["workdir"], spec["checkpoint_dir"]) == (link, os.path.join(link, "ck")), \
+            spec
+        # A $PWD that is not the current directory is not taken.
+        env = ctl_env(c, extra={"PWD": c.tmp})
+        r = ctl(c, "-o", "json", "submit", "--workdir", "sub", "--", "/bin/true", env=env,
+                cwd=link)
+        assert r.rc == 0 and json.loads(r.out)["spec"]["workdir"] == \
+            os.path.join(os.path.realpath(real), "sub"), r
+        for flag in ("--workdir", "--checkpoint-dir"):
+            r = ctl(c, "submit", flag, "", "--", "/bin/true")
+            assert r.rc == 2 and "%s: empty" % flag in r.err, r
 
 
 def test_cli_output_habits():

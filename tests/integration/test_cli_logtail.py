@@ -5,6 +5,7 @@ and the usage errors of --tail (exit 2, the message names the flag)."""
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api_sim  # noqa: E402
@@ -30,11 +31,32 @@ def test_cli_logs_tail_usage_errors():
             r = ctl(None, "logs", "j-1", *args)
             assert_usage(r, "logs JOB")
             assert ("ddpctl logs: " + msg) in r.err, (args, r)
+    # --rank to ddpd's bound (docs/api.md: 0..1048576), a usage error beyond it
+    r = ctl(None, "logs", "j-1", "--rank", "1048577")
+    assert_usage(r, "logs JOB")
+    assert "--rank: 1048577 is out of range [0, 1048576]" in r.err, r
     r = ctl(None, "logs", "j-1", "--tail")
     assert_usage(r, "logs JOB")
     assert "option '--tail' needs a value" in r.err, r
     h = ctl(None, "logs", "--help")
     assert h.rc == 0 and "--tail N" in h.out and "logs JOB [--rank R] [--tail N] [-f]" in h.out, h
+
+
+def test_cli_logs_follow_json_prints_one_empty_page():
+    """-o json logs -f of a job without lines yet prints one empty page, not one a poll."""
+    with cluster(node_timeout=300) as c:
+        r = ctl(c, "submit", "--parsable", "--", "/bin/true")  # no node: stays PENDING
+        assert r.rc == 0, r
+        jid = r.out.strip()
+        follow = Background(c, "-o", "json", "logs", jid, "-f")
+        try:
+            time.sleep(2.2)  # four polls or so
+            assert ctl(c, "cancel", jid).rc == 0
+            r = follow.finish(timeout=30)
+        finally:
+            follow.kill()
+        pages = [json.loads(ln) for ln in r.out.splitlines()]
+        assert r.rc == 0 and pages == [{"lines": [], "next": 0, "dropped": 0}], r
 
 
 def test_cli_logs_tail_and_follow():
