@@ -235,10 +235,12 @@ int rdzv_open(const char *master_addr, int master_port, int rank, int world_size
     for (;;) {
         if ((ret = connect_store(r, timeout_ms, deadline, err)) < 0)
             goto out;
+        r->broken = 0; /* a new connection: the break of the one before is not its own */
         ret = hello(r, secret, deadline, err);
         if (ret != DDP_EPEER || time_left_ms(deadline) == 0)
             break;
-        close(r->fd); /* closed before any answer: connect again */
+        if (r->fd >= 0) /* closed before any answer: connect again */
+            close(r->fd);
         r->fd = -1;
         backoff_sleep(&bo, deadline);
     }

@@ -10,11 +10,13 @@
  *     plus one round trip, and its stream never goes out of step; a client that gives up
  *     mid-request marks its connection broken and fails every later call (rdzv.c).
  *  2. Every size is bounded: keys RDZV_KEY_MAX, values RDZV_VALUE_MAX, frames
- *     RDZV_FRAME_MAX (rdzv_wire.h), RDZV_CONN_MAX connections, RDZV_KEYS_MAX keys,
+ *     RDZV_FRAME_MAX (rdzv_wire.h), world + RDZV_STRANGERS_MAX connections (every rank
+ *     holds one for the generation's life, and RDZV_STRANGERS_MAX more may be on their
+ *     way to a hello), RDZV_KEYS_MAX keys,
  *     RDZV_BYTES_MAX bytes held. A peer that breaks a bound, sends garbage or a wrong secret
  *     is answered (where it can be) and dropped; one that says nothing is dropped after
  *     RDZV_HELLO_WAIT_MS. Before its hello a connection may send at most
- *     RDZV_HELLO_FRAME_MAX bytes; when RDZV_CONN_MAX are open, a newcomer evicts the oldest
+ *     RDZV_HELLO_FRAME_MAX bytes; when all those are open, a newcomer evicts the oldest
  *     connection that has not said hello (so silent connections cannot lock ranks out).
  *     A connection's replies are bounded too: no further request of it is decoded while a
  *     reply is still unsent (a peer that sends and never reads stops being read).
@@ -48,7 +50,7 @@
 #include "libddp/net.h"
 #include "libddp/rdzv_wire.h"
 
-#define RDZV_CONN_MAX      1024
+#define RDZV_STRANGERS_MAX 1024
 #define RDZV_KEYS_MAX      65536
 #define RDZV_BYTES_MAX     ((size_t)256 << 20) /* keys + values held, all together */
 #define RDZV_HELLO_WAIT_MS 10000               /* a connection must say hello within this */
@@ -93,6 +95,7 @@ struct rdzv_server {
     int live;             /* ranks 1..W-1 in state 1; guarded by mu */
     struct sconn *conns;
     int nconns;
+    int conn_max; /* world + RDZV_STRANGERS_MAX */
     struct kv *kvs;
     size_t nkv, kv_cap;
     size_t kv_bytes; /* keys + values held */
@@ -480,7 +483,7 @@ static void accept_all(struct rdzv_server *s)
                 continue;
             break;
         }
-        if (s->nconns >= RDZV_CONN_MAX && evict_oldest_stranger(s) != 0) {
+        if (s->nconns >= s->conn_max && evict_oldest_stranger(s) != 0) {
             close(fd); /* every connection is a rank's: a newcomer has no place */
             continue;
         }
@@ -497,7 +500,7 @@ static void accept_all(struct rdzv_server *s)
 static void *server_main(void *arg)
 {
     struct rdzv_server *s = arg;
-    struct pollfd *pfd = xcalloc(RDZV_CONN_MAX + 2, sizeof(*pfd));
+    struct pollfd *pfd = xcalloc((size_t)s->conn_max + 2, sizeof(*pfd));
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int stop = s->stop;
@@ -608,7 +611,8 @@ int rdzv_server_start(const char *host, int port, int world, const char *secret,
     s->world = world;
     memcpy(s->secret, secret, strlen(secret) + 1);
     s->state = xcalloc((size_t)world, 1);
-    s->conns = xcalloc(RDZV_CONN_MAX, sizeof(*s->conns));
+    s->conn_max = world + RDZV_STRANGERS_MAX;
+    s->conns = xcalloc((size_t)s->conn_max, sizeof(*s->conns));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) < 0) {

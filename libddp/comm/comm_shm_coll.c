@@ -101,14 +101,20 @@ static void slice(size_t n, int L, int k, size_t *off, size_t *len)
     *len = b - a;
 }
 
-/* Starts round R: waits until this rank's buffer is free, then records the description. */
+/*
+ * Starts round R: waits until this rank's buffer is free, then records the description.
+ * The count of rounds is 64 bits (the first SHM_NBUF rounds wait for nothing: that test must
+ * not wrap with the 32-bit counters, which go round in about 2^32 rounds, weeks of a long
+ * training run); the counters posted compare modulo 2^32 (comm_shm.c).
+ */
 static int round_begin(struct shm_group *g, uint32_t *round, int *half, const struct shm_desc *d,
                        const char *what, struct ddp_err *err)
 {
-    uint32_t r = ++g->round;
-    int h = (int)(r % SHM_NBUF);
-    if (r > SHM_NBUF) {
-        int ret = shm_wait_all(g, C_DONE, r - SHM_NBUF, what, err);
+    uint64_t r64 = ++g->round;
+    uint32_t r = (uint32_t)r64;
+    int h = (int)(r64 % SHM_NBUF);
+    if (r64 > SHM_NBUF) {
+        int ret = shm_wait_all(g, C_DONE, (uint32_t)(r64 - SHM_NBUF), what, err);
         if (ret < 0)
             return ret;
     }
@@ -116,6 +122,22 @@ static int round_begin(struct shm_group *g, uint32_t *round, int *half, const st
     *round = r;
     *half = h;
     return 0;
+}
+
+/*
+ * Ends round r: posts done, and brings the arrive and reduced counters that this round did
+ * not post (a broadcast receiver's arrive, every round's reduced but a sliced all-reduce's)
+ * up to r. Counters compare modulo 2^32, so one left behind for 2^31 rounds would read as
+ * ahead of the round a later wait asks for; no wait in this round reads them (every member
+ * runs the same kind of round), and a later one asks for a later round.
+ */
+static void round_end(struct shm_group *g, uint32_t r)
+{
+    struct shm_ctl *me = &g->ctl[g->lr];
+    for (int which = C_ARRIVE; which <= C_REDUCED; which++)
+        if (atomic_load_explicit(&me->ctr[which], memory_order_relaxed) != r)
+            atomic_store_explicit(&me->ctr[which], r, memory_order_release);
+    shm_post(g, C_DONE, r);
 }
 
 /* Member k's data of the piece at off: its slot h, or its part of region rg at roff. */
@@ -218,13 +240,13 @@ int shm_allreduce(struct shm_group *g, void *buf, size_t count, enum comm_dtype 
                 }
             }
         }
-        shm_post(g, C_DONE, r);
+        round_end(g, r);
         off += n;
     }
     /* The others read this rank's part until their last piece is done: only then may the
      * caller write it again. */
     if (rg)
-        return shm_wait_all(g, C_DONE, g->round, what, err);
+        return shm_wait_all(g, C_DONE, (uint32_t)g->round, what, err);
     return 0;
 }
 
@@ -251,7 +273,7 @@ int shm_broadcast(struct shm_group *g, void *buf, size_t bytes, int root_local, 
                 return ret;
             memcpy(p + off, shm_slot(g, root_local, h), n);
         }
-        shm_post(g, C_DONE, r);
+        round_end(g, r);
         off += n;
     }
     return 0;
@@ -295,7 +317,7 @@ static int registered_sharded(struct shm_group *g, const struct shm_region *rg, 
     }
     if (reduce)
         sum_in_rank_order(t, dst, g->srcs, g->L, sb);
-    shm_post(g, C_DONE, r);
+    round_end(g, r);
     return shm_wait_all(g, C_DONE, r, what, err);
 }
 
@@ -360,7 +382,7 @@ int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t co
             g->srcs[k] = shm_slot(g, k, h) + (size_t)g->lr * sub;
         }
         sum_in_rank_order(t, dst + off, g->srcs, g->L, n);
-        shm_post(g, C_DONE, r);
+        round_end(g, r);
         off += n;
     }
     return 0;
@@ -400,7 +422,7 @@ int shm_allgather(struct shm_group *g, const void *in, void *out, size_t count, 
                 return ret;
             memcpy(dst + (size_t)k * sb + off, shm_slot(g, k, h), n);
         }
-        shm_post(g, C_DONE, r);
+        round_end(g, r);
         off += n;
     }
     return 0;

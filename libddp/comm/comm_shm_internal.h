@@ -117,7 +117,7 @@ struct shm_group {
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     char *slots;
-    uint32_t round;
+    uint64_t round;          /* rounds so far; the counters carry its low 32 bits */
     int fault, fault_silent; /* the rank the last error of this rank blamed, -1 none */
     int unlinked;
     int64_t last_liveness;

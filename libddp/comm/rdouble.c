@@ -29,6 +29,7 @@
 #include "common/timeutil.h"
 #include "common/xalloc.h"
 #include "libddp/comm/comm_cpu_internal.h"
+#include "libddp/comm/comm_shm.h"
 #include "libddp/comm/fault.h"
 #include "libddp/comm/peer.h"
 #include "libddp/comm/vecadd.h"
@@ -43,7 +44,7 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
     struct rd_hdr theirs;
     size_t sdone = to >= 0 ? 0 : hsz + len, rdone = from >= 0 ? 0 : hsz + len;
     int sfd = to >= 0 ? cpu->rd_fd[to] : -1, rfd = from >= 0 ? cpu->rd_fd[from] : -1;
-    int64_t last = time_mono_ms();
+    int64_t last = time_mono_ms(), beat = -1;
     while (sdone < hsz + len || rdone < hsz + len) {
         int progress = 0;
         if (sdone < hsz + len) {
@@ -85,6 +86,10 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
         }
         int64_t now = time_mono_ms();
         if (progress) {
+            /* this host's members wait on the leader (hierarchical layout), as in ring.c */
+            if (now != beat)
+                shm_heartbeat(cpu->shm);
+            beat = now;
             last = now;
             continue;
         }

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,8 +280,8 @@ static int raw_request(int fd, const unsigned char *body, uint32_t len)
 static void test_rdzv_silent_connections_evicted(void **state)
 {
     (void)state;
-    /* 1,100 silent connections (over the store's 1,024) on the client side and up to 1,024
-     * on the server's, in this one process. */
+    /* 1,100 silent connections (over the store's world + 1,024 = 1,026) on the client side
+     * and up to 1,026 on the server's, in this one process. */
     struct rlimit rl;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
     if (rl.rlim_cur < 2400) {
@@ -592,6 +593,60 @@ static void test_rdzv_store_listens_on_master_addr(void **state)
     }
 }
 
+struct open_args {
+    int port;
+    int rc;
+    struct rdzv *r;
+    struct ddp_err err;
+};
+
+static void *open_rank1(void *p)
+{
+    struct open_args *a = p;
+    a->rc = rdzv_open("127.0.0.1", a->port, 1, 2, "s", 10000, &a->r, &a->err);
+    return NULL;
+}
+
+/* A store that closes a rank's connection before answering its hello (full of strangers, or
+ * restarting): the rank connects again and joins the store that then answers. */
+static void test_rdzv_reconnects_after_a_connection_closed_before_hello(void **state)
+{
+    (void)state;
+    int port = 0;
+    int fake = hold_port("127.0.0.1", &port);
+    assert_true(fake >= 0);
+    assert_int_equal(listen(fake, 4), 0);
+    struct open_args a = {.port = port, .rc = 1, .r = NULL};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, open_rank1, &a), 0);
+    /* The first connection is taken and closed without an answer. */
+    struct pollfd pfd = {.fd = fake, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 5000), 1);
+    int c = accept(fake, NULL, NULL);
+    assert_true(c >= 0);
+    char buf[256];
+    pfd.fd = c;
+    assert_int_equal(poll(&pfd, 1, 5000), 1); /* its hello */
+    assert_true(read(c, buf, sizeof(buf)) > 0);
+    close(c);
+    close(fake);
+    /* Now the real store on that port. */
+    struct rdzv *r0 = NULL;
+    struct ddp_err err;
+    assert_int_equal(rdzv_open("127.0.0.1", port, 0, 2, "s", 10000, &r0, &err), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (a.rc != 0)
+        fail_msg("rank 1 did not join after its first connection was closed: %s", a.err.msg);
+    assert_int_equal(rdzv_set(a.r, "k", "v", 1, &err), 0);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(rdzv_get(r0, "k", 1000, &v, &len, &err), 0);
+    assert_int_equal(len, 1);
+    free(v);
+    rdzv_close(a.r);
+    rdzv_close(r0);
+}
+
 static void test_rdzv_unreachable_times_out(void **state)
 {
     (void)state;
@@ -900,6 +955,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rdzv_requests_never_read_stay_bounded),
         cmocka_unit_test(test_rdzv_port_in_use),
         cmocka_unit_test(test_rdzv_store_listens_on_master_addr),
+        cmocka_unit_test(test_rdzv_reconnects_after_a_connection_closed_before_hello),
         cmocka_unit_test(test_rdzv_unreachable_times_out),
         cmocka_unit_test(test_rdzv_rank0_close_waits_for_others),
         cmocka_unit_test(test_rdzv_rank0_close_is_bounded),

@@ -15,8 +15,12 @@
  *
  * Failure: a peer that dies or stays silent longer than opts.timeout_ms turns every pending
  * and later call into DDP_EPEER (message names the peer: "peer rank 2 (10.0.0.2:41233) lost:
- * connection reset") or DDP_ETIMEOUT; never a hang. After an error the comm is unusable
- * except for comm_free().
+ * connection reset") or DDP_ETIMEOUT; never a hang. The timeout bounds silence, not the
+ * length of a collective: it restarts whenever the peer waited on moves data (or, for the
+ * ranks of a host waiting on their leader, whenever the leader moves data on its links), so
+ * a large collective on a slow but live network is not cut off, and a peer that trickles a
+ * byte within every timeout_ms keeps it going. After an error the comm is unusable except
+ * for comm_free().
  */
 #ifndef DDP_COMM_H
 #define DDP_COMM_H
@@ -30,7 +34,7 @@
 enum comm_dtype { COMM_F32 = 0, COMM_F64 = 1 };
 
 struct comm_opts {
-    int64_t timeout_ms;     /* per collective; 60000 by default */
+    int64_t timeout_ms;     /* silence a peer may keep (above); 60000 by default */
     size_t chunk_bytes;     /* pipelining chunk of the ring; 0 = backend default */
     const char *local_addr; /* address peers reach this rank at, and its ports listen on ("" =
                              * MASTER_ADDR's route) */
