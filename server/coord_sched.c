@@ -516,6 +516,17 @@ void coord_schedule(struct coord *c, int64_t now)
     for (size_t i = 0; i < c->nlive; i++)
         if (c->live[i]->preempted_by && coord_draining(c->live[i]))
             preempt_draining = 1;
+    /* A job is making room only while a job it preempted still drains: once they are gone
+     * and it did not start (a higher priority took the room), it may preempt again. */
+    for (size_t i = 0; i < nq; i++) {
+        if (!q[i]->preempting)
+            continue;
+        int draining = 0;
+        for (size_t m = 0; m < c->nlive && !draining; m++)
+            draining = c->live[m]->preempted_by == q[i]->id && coord_draining(c->live[m]);
+        if (!draining)
+            q[i]->preempting = 0;
+    }
     for (size_t i = 0; i < nq; i++) {
         struct job *j = q[i];
         int64_t wait = j->st.state == JOB_RESTARTING ? j->ended_at + coord_backoff_ms(j) - now : 0;

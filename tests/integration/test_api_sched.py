@@ -201,6 +201,35 @@ def test_crash_loop_backs_off():
         assert gaps[0] < 1.0 and gaps[1] >= 0.9 and gaps[2] >= 1.9, gaps
 
 
+def test_preemption_tries_again_when_its_room_was_taken():
+    """H (priority 10) preempts a job; while that one drains, X (priority 20) comes and takes
+    the room when it is free. H preempts again (the other low job) instead of waiting behind
+    a priority-0 job for ever."""
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        na, nb = SimNode(api, "na", slots=1), SimNode(api, "nb", slots=1, address="127.0.0.2")
+        nodes = {"na": na, "nb": nb}
+        na.register()
+        nb.register()
+        low = [api.submit({"command": ["w"], "name": "low%d" % i}) for i in (1, 2)]
+        for j in low:
+            api.wait_state(j["id"], "RUNNING", poke=lambda: beat_all([na, nb]))
+        h = api.submit({"command": ["w"], "name": "h", "priority": 10, "grace_period_s": 1})
+        victim = wait_for("h preempts a low job", lambda: next(
+            (j for j in low if any("preempted for %s" % h["id"] in e["reason"]
+                                   for e in api.events(j["id"]))), None), timeout=20)
+        where = api.job(victim["id"])["nodes"][0]["name"]
+        other = "na" if where == "nb" else "nb"
+        x = api.submit({"command": ["w"], "name": "x", "priority": 20})
+        # the victim's node reports its workers gone; x, the higher, takes it
+        api.wait_state(x["id"], "RUNNING", poke=lambda: beat_all([na, nb]))
+        assert api.job(x["id"])["nodes"][0]["name"] == where
+        # h makes room again, on the other node (its low job is preempted in turn)
+        j = api.wait_state(h["id"], "RUNNING", poke=lambda: beat_all([na, nb]), timeout=30)
+        assert j["nodes"][0]["name"] == other, j
+        assert nodes[other].assignment(h["id"]) is not None
+
+
 def test_preemption_shrinks_a_real_job_and_it_grows_back():
     """Real agents and ddp-workers: a low-priority 1:3 job trains on 3 nodes; a high-priority
     2-node job arrives: the low one shrinks to 1 node (no restart charged) and trains on from
