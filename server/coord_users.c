@@ -233,6 +233,29 @@ static char *coord_user_token_text(struct coord *c, const struct user *u, const 
     return s;
 }
 
+/*
+ * The jobs kept for owner (only those not ended with live): how many, and the first ids in
+ * ids ("j-3, j-7, ..."). Jobs belong to a name, so these decide what a removal or a new
+ * user of that name may do. Holds c->mu.
+ */
+static size_t coord_jobs_named(struct coord *c, const char *owner, int live, char *ids, size_t size)
+{
+    size_t n = 0, off = 0;
+    ids[0] = '\0';
+    for (size_t i = 0; i < c->njobs; i++) {
+        const struct job *j = c->jobs[i];
+        if (!j || strcmp(j->owner, owner) != 0 || (live && jobstate_is_terminal(j->st.state)))
+            continue;
+        if (n < 5 && off < size)
+            off += (size_t)snprintf(ids + off, size - off, "%sj-%lld", n ? ", " : "",
+                                    (long long)j->id);
+        else if (n == 5 && off < size)
+            off += (size_t)snprintf(ids + off, size - off, ", ...");
+        n++;
+    }
+    return n;
+}
+
 int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
                    struct ddp_err *err)
 {
@@ -265,8 +288,17 @@ int coord_user_add(struct coord *c, const json_t *body, int64_t now, char **out,
     auth_hash(token, u.hash);
     pthread_mutex_lock(&c->mu);
     u.created_at = coord_wall(c, now);
+    char ids[96];
+    size_t kept = 0;
     if (coord_user_index(c, name) >= 0)
         rc = err_set(err, DDP_EEXIST, "user %s already exists", name);
+    else if ((kept = coord_jobs_named(c, name, 0, ids, sizeof(ids))) > 0)
+        /* jobs belong to a name: a new user of it would read and cancel a removed one's */
+        rc = err_set(err, DDP_EEXIST,
+                     "the name %s still owns %zu job%s of a removed user (%s): a new user of "
+                     "that name would see them; delete them first (ddpctl delete) or choose "
+                     "another name",
+                     name, kept, kept == 1 ? "" : "s", ids);
     else if (c->nusers >= USERS_MAX)
         rc = err_set(err, DDP_ELIMIT, "at most %d users", USERS_MAX);
     else
@@ -299,10 +331,17 @@ int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_
     struct ddp_err e;
     pthread_mutex_lock(&c->mu);
     int i = coord_user_index(c, name);
+    char ids[96];
+    size_t live = 0;
     if (i < 0) {
         rc = err_set(err, DDP_ENOTFOUND, "user %.64s not found", name);
     } else if (coord_last_admin(c, i)) {
         rc = err_set(err, DDP_EPRECOND, "user %s is the last admin; add another admin first", name);
+    } else if ((live = coord_jobs_named(c, name, 1, ids, sizeof(ids))) > 0) {
+        /* as Slurm's sacctmgr: its jobs would run on without a user, out of every quota */
+        rc = err_set(err, DDP_EPRECOND,
+                     "user %s has %zu job%s not ended (%s): cancel %s first (ddpctl cancel)", name,
+                     live, live == 1 ? "" : "s", ids, live == 1 ? "it" : "them");
     } else if (coord_txn_run(c, coord_user_delete, c->users[i].name, &e) != 0) {
         log_error("cannot remove user %s: %s", name, e.msg);
         rc = err_set(err, DDP_EINTERNAL, "cannot remove the user: %s", e.msg);
@@ -310,7 +349,7 @@ int coord_user_remove(struct coord *c, const char *name, char **out, struct ddp_
         json_t *o = json_pack("{s:o}", "user", coord_user_json(c, &c->users[i]));
         *out = jsonx_dumps(o);
         json_decref(o);
-        log_info("user removed name=%s (its jobs keep running, still owned by it)", name);
+        log_info("user removed name=%s (its ended jobs stay, still owned by it)", name);
         memmove(&c->users[i], &c->users[i + 1], (c->nusers - (size_t)i - 1) * sizeof(*c->users));
         c->nusers--;
     }

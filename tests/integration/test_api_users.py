@@ -294,6 +294,25 @@ def test_users_with_ddpctl():
         r = ctl(c, "--token-file", out, "whoami", home=False)
         assert r.rc == 1, r
         assert Api(c).job(ja)["owner"] == "alice"
+        # jobs belong to a name: a new alice would read the removed one's, so the name is
+        # refused while they are kept (delete them, or take another name)
+        r = ctl(c, "users", "add", "alice", "--token-out", out)
+        assert r.rc == 1 and "the name alice still owns 1 job of a removed user (%s)" % ja \
+            in r.err, r
+        assert ctl(c, "delete", ja).rc == 0
+        r = ctl(c, "users", "add", "alice", "--token-out", out)
+        assert r.rc == 0, r
+        # a user whose jobs have not ended is not removed (they would run on out of every
+        # quota): cancel them first
+        env_new = ctl_env(c, home=False, extra={"DDP_TOKEN": open(out).read().strip()})
+        r = ctl(c, "submit", "--parsable", "--", "true", env=env_new)
+        assert r.rc == 0, r
+        jn = r.out.strip()
+        r = ctl(c, "users", "remove", "alice")
+        assert r.rc == 1 and "user alice has 1 job not ended (%s): cancel it first" % jn \
+            in r.err, r
+        assert ctl(c, "cancel", jn).rc == 0
+        assert ctl(c, "users", "remove", "alice").rc == 0
 
 
 def test_node_credentials_and_caps():
