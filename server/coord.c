@@ -86,7 +86,7 @@ int coord_submit(struct coord *c, const json_t *body, const struct principal *wh
     snprintf(j->owner, sizeof(j->owner), "%s", owner);
     if (request_id)
         j->request_id = xstrdup(request_id);
-    if (rand_hex(j->token, 16) != 0) {
+    if (rand_hex(j->token, JOB_TOKEN_BYTES) != 0) {
         rc = err_set(err, DDP_EINTERNAL, "no randomness for the job token");
         goto out;
     }

@@ -107,11 +107,17 @@ struct mark {
     int64_t disk_seq; /* last_seq as last committed (0: none); see coord_beat.c */
 };
 
+/* Random bytes of a job generation's token (256 bits, as every credential). */
+#define JOB_TOKEN_BYTES 32
+
 struct job {
     int64_t id;
     struct job_spec spec;
     char *spec_text;
-    char token[33];
+    /* DDP_JOB_TOKEN of the current generation, JOB_TOKEN_BYTES random bytes in hex: drawn
+     * again at each start (coord_start), so a worker left of an earlier generation cannot
+     * join a later one's rendezvous store */
+    char token[2 * JOB_TOKEN_BYTES + 1];
     char owner[AUTH_NAME_MAX + 1];
     char *request_id; /* the submit's Idempotency-Key, or NULL; owned */
     int64_t created_at;

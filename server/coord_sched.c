@@ -18,6 +18,7 @@
 
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/randutil.h"
 #include "common/xalloc.h"
 #include "server/sched.h"
 
@@ -286,9 +287,19 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax,
     if (!next.started_at)
         next.started_at = coord_wall(c, now);
     free(pl.idx);
+    /* a token of the generation's own (coord_internal.h) */
+    char was[sizeof(j->token)];
+    memcpy(was, j->token, sizeof(was));
+    if (rand_hex(j->token, JOB_TOKEN_BYTES) != 0) {
+        log_error("job j-%lld: no randomness for its generation's token", (long long)j->id);
+        free(next.pl);
+        return DDP_EINTERNAL;
+    }
     rc = coord_commit(c, j, &next, now, NULL);
-    if (rc)
+    if (rc) {
+        memcpy(j->token, was, sizeof(was));
         return rc;
+    }
     free(j->rank_exit);
     j->fail_reason[0] = '\0';
     j->fail_prio = CAUSE_NONE;

@@ -212,10 +212,15 @@ def test_jobs_exit_restart_and_fail():
         job = api.submit({"command": ["w"], "nproc_per_node": 2, "max_restarts": 1})
         x = wait_assigned(job["id"], [n])[0]
         assert x["generation"] == 1 and x["restart_count"] == 0, x
+        token1 = x["job_token"]
         api.wait_state(job["id"], "RUNNING", poke=n.beat)
         n.exit_workers(job["id"], 1, ranks=[1])
         x = wait_assigned(job["id"], [n], generation=2)[0]
         assert x["restart_count"] == 1 and x["max_restarts"] == 1, x
+        # each generation its own token (256 bits): a worker left of generation 1 cannot
+        # join generation 2's store
+        assert all(len(t) == 64 and int(t, 16) >= 0 for t in (token1, x["job_token"])), x
+        assert x["job_token"] != token1
         j = api.wait_state(job["id"], "RUNNING", poke=n.beat)
         assert j["generation"] == 2 and j["restarts"] == 1, j
         ev = api.events(job["id"])
