@@ -298,6 +298,11 @@ def test_errors_query_and_nul():
             ("POST", "/v1/jobs/%s:cancel?force=1" % job["id"], "unknown query parameter 'force'"),
             ("GET", "/v1/jobs?" + "&".join("p%d=1" % i for i in range(17)),
              "more than 16 query parameters"),
+            # a name cut inside a UTF-8 character (63 bytes then an e-acute) is still named,
+            # the broken byte as \xNN, not lost to a bare "invalid argument"
+            ("GET", "/v1/jobs?" + "a" * 63 + "%C3%A9=1", "unknown query parameter '" +
+             "a" * 63 + "\\xc3'"),
+            ("GET", "/v1/jobs?st%C3%A9=1", "unknown query parameter 'st\u00e9'"),
         ]
         before = db_dump(c)
         for method, path, part in cases:
