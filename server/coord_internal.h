@@ -359,9 +359,20 @@ int coord_users_load(struct coord *c, struct ddp_err *err);
 /* The quota of owner (0: none, also for a user since removed). */
 /* Slots the live jobs of owner hold now (coord_entry_holds()). */
 int64_t coord_slots_of(struct coord *c, const char *owner);
-/* The quotas of owner and of its group with the slots held now (sched.h); *group is the
+/*
+ * The slots the live jobs of each user and each group hold, counted once for a scheduling
+ * pass (coord_schedule) instead of once for each job it looks at (with thousands of queued
+ * jobs that was quadratic, under c->mu). coord_tally_add counts a job the pass started.
+ * Valid while c->mu is held and users and groups do not change; freed by coord_tally_free.
+ */
+struct quota_tally;
+struct quota_tally *coord_tally_new(struct coord *c);
+void coord_tally_add(struct coord *c, struct quota_tally *t, const char *owner, int64_t slots);
+void coord_tally_free(struct quota_tally *t);
+/* The quotas of owner and of its group with the slots t counts held (sched.h); *group is the
  * group's name ("" for none), borrowed from the model. */
-void coord_quota_of(struct coord *c, const char *owner, struct sched_quota *q, const char **group);
+void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *owner,
+                    struct sched_quota *q, const char **group);
 
 /* coord_retain.c */
 /* Makes c->jobs reach id upto, with NULL for the ids that have no job (deleted). */

@@ -524,9 +524,16 @@ void coord_schedule(struct coord *c, int64_t now)
     }
     qsort(q, nq, sizeof(*q), coord_queue_cmp);
     int pos = 0, preempt_draining = 0;
-    for (size_t i = 0; i < c->nlive; i++)
+    /* the lowest priority running: a job at or below it has no one to preempt, so the scan
+     * for victims (over every live job) is skipped for it */
+    int low_running = INT_MAX;
+    for (size_t i = 0; i < c->nlive; i++) {
         if (c->live[i]->preempted_by && coord_draining(c->live[i]))
             preempt_draining = 1;
+        if (c->live[i]->st.state == JOB_RUNNING && c->live[i]->spec.priority < low_running)
+            low_running = c->live[i]->spec.priority;
+    }
+    struct quota_tally *tally = coord_tally_new(c);
     /* A job is making room only while a job it preempted still drains: once they are gone
      * and it did not start (a higher priority took the room), it may preempt again. */
     for (size_t i = 0; i < nq; i++) {
@@ -553,7 +560,7 @@ void coord_schedule(struct coord *c, int64_t now)
         struct sched_quota qt;
         const char *grp;
         int bound;
-        coord_quota_of(c, j->owner, &qt, &grp);
+        coord_quota_of(c, tally, j->owner, &qt, &grp);
         int fit = sched_quota_nodes(&qt, j->spec.nproc, nmax, &bound);
         if (fit < j->spec.nmin) {
             pos++;
@@ -599,6 +606,7 @@ void coord_schedule(struct coord *c, int64_t now)
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");
             j->preempting = 0;
+            coord_tally_add(c, tally, j->owner, (int64_t)j->st.npl * j->spec.nproc);
             continue;
         }
         /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
@@ -613,7 +621,7 @@ void coord_schedule(struct coord *c, int64_t now)
         /* One preemption at a time: while victims drain, nothing more is stopped. */
         int making_room = preempt_draining || j->preempting;
         if (!making_room && open < j->spec.nmin && all < j->spec.nmin &&
-            coord_preempt_for(c, j, &k, reserved, off, now) > 0)
+            j->spec.priority > low_running && coord_preempt_for(c, j, &k, reserved, off, now) > 0)
             preempt_draining = making_room = 1;
         if (all >= j->spec.nmin && open < j->spec.nmin)
             coord_wait_set(j, "Priority", pos,
@@ -649,7 +657,7 @@ void coord_schedule(struct coord *c, int64_t now)
             continue; /* finishing: do not disturb */
         struct sched_quota qt;
         const char *grp;
-        coord_quota_of(c, j->owner, &qt, &grp);
+        coord_quota_of(c, tally, j->owner, &qt, &grp);
         if (sched_quota_nodes(&qt, j->spec.nproc, 1, NULL) < 1)
             continue; /* growing would pass its owner's quota, or its group's */
         struct sched_job sj = coord_sched_job(j, j->spec.nmax);
@@ -671,6 +679,7 @@ void coord_schedule(struct coord *c, int64_t now)
             break;
         }
     }
+    coord_tally_free(tally);
     coord_cand_release(&k);
 }
 

@@ -546,25 +546,96 @@ int coord_group_put(struct coord *c, const char *name, const json_t *body, int64
     return rc;
 }
 
-void coord_quota_of(struct coord *c, const char *owner, struct sched_quota *q, const char **group)
+struct tally_user {
+    const char *name; /* borrowed from c->users */
+    int idx;          /* in c->users */
+};
+
+struct quota_tally {
+    struct tally_user *by_name; /* c->nusers entries, sorted by name */
+    size_t n;
+    int64_t *held;       /* per c->users index */
+    int64_t *group_held; /* per c->groups index */
+};
+
+static int tally_user_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct tally_user *)a)->name, ((const struct tally_user *)b)->name);
+}
+
+/* owner's index in c->users through t, or -1. */
+static int tally_user_index(const struct quota_tally *t, const char *owner)
+{
+    struct tally_user key = {.name = owner, .idx = -1};
+    const struct tally_user *u = bsearch(&key, t->by_name, t->n, sizeof(*u), tally_user_cmp);
+    return u ? u->idx : -1;
+}
+
+struct quota_tally *coord_tally_new(struct coord *c)
+{
+    struct quota_tally *t = xcalloc(1, sizeof(*t));
+    t->n = c->nusers;
+    t->by_name = xcalloc(t->n + 1, sizeof(*t->by_name));
+    for (size_t i = 0; i < t->n; i++)
+        t->by_name[i] = (struct tally_user){.name = c->users[i].name, .idx = (int)i};
+    qsort(t->by_name, t->n, sizeof(*t->by_name), tally_user_cmp);
+    t->held = xcalloc(t->n + 1, sizeof(*t->held));
+    t->group_held = xcalloc(c->ngroups + 1, sizeof(*t->group_held));
+    for (size_t i = 0; i < c->nlive; i++) {
+        const struct job *j = c->live[i];
+        int ui = tally_user_index(t, j->owner);
+        if (ui < 0)
+            continue;
+        for (int p = 0; p < j->st.npl; p++)
+            if (coord_entry_holds(j, &j->st.pl[p]))
+                t->held[ui] += j->spec.nproc;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        int gi = c->users[i].group[0] ? coord_group_index(c, c->users[i].group) : -1;
+        if (gi >= 0)
+            t->group_held[gi] += t->held[i];
+    }
+    return t;
+}
+
+void coord_tally_add(struct coord *c, struct quota_tally *t, const char *owner, int64_t slots)
+{
+    int ui = tally_user_index(t, owner);
+    if (ui < 0)
+        return;
+    t->held[ui] += slots;
+    int gi = c->users[ui].group[0] ? coord_group_index(c, c->users[ui].group) : -1;
+    if (gi >= 0)
+        t->group_held[gi] += slots;
+}
+
+void coord_tally_free(struct quota_tally *t)
+{
+    if (!t)
+        return;
+    free(t->by_name);
+    free(t->held);
+    free(t->group_held);
+    free(t);
+}
+
+void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *owner,
+                    struct sched_quota *q, const char **group)
 {
     memset(q, 0, sizeof(*q));
     *group = "";
-    int i = coord_user_index(c, owner);
+    int i = tally_user_index(t, owner);
     if (i < 0)
         return;
     q->user_max = c->users[i].max_slots;
-    if (q->user_max > 0)
-        q->user_held = coord_slots_of(c, owner);
+    q->user_held = t->held[i];
     const char *g = c->users[i].group;
     int gi = *g ? coord_group_index(c, g) : -1;
     if (gi < 0 || c->groups[gi].max_slots <= 0)
         return;
     *group = c->groups[gi].name;
     q->group_max = c->groups[gi].max_slots;
-    for (size_t k = 0; k < c->nusers; k++)
-        if (strcmp(c->users[k].group, g) == 0)
-            q->group_held += coord_slots_of(c, c->users[k].name);
+    q->group_held = t->group_held[gi];
 }
 
 int64_t coord_slots_of(struct coord *c, const char *owner)
