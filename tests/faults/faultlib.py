@@ -20,7 +20,6 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
 
-import cluster  # noqa: E402
 from cluster import BIN, Cluster, isolation_args, port_range, wait_for, pid_alive  # noqa: E402,F401
 from netns import Net  # noqa: E402
 

@@ -25,7 +25,6 @@ Skips (exit 77) only when python3-yaml or python3-jsonschema is missing; without
 systemd-analyze the systemd part says so and is skipped.
 """
 import copy
-import fnmatch
 import glob
 import json
 import os

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 
-from worker_util import WORKER, Checks, Ranks, free_port, run_ok, tempdir
+from worker_util import WORKER, Checks, Ranks, tempdir
 
 TIMEOUT_S = 8
 

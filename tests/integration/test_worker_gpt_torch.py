@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from worker_util import WORKER, Checks, run_ok, tempdir
+from worker_util import Checks, run_ok, tempdir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORTUNES = "/usr/share/games/fortunes"
