@@ -53,6 +53,20 @@
 
 static void coord_tick_locked(struct coord *c, int64_t now);
 
+/* 1 when job j's spec is the spec a repeated submit sent (spec), but for its priority: an
+ * admin may change that after the submit (coord_update_job), and a client that sends its
+ * submit again after a lost answer must still get its job, not a 409. */
+static int coord_same_submit(const struct job *j, const json_t *spec)
+{
+    json_t *a = json_deep_copy(j->spec.json), *b = json_deep_copy(spec);
+    json_object_del(a, "priority");
+    json_object_del(b, "priority");
+    int same = json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    return same;
+}
+
 /* The job of owner submitted with request_id, or NULL. */
 static struct job *coord_job_by_request(struct coord *c, const char *owner, const char *request_id)
 {
@@ -93,7 +107,7 @@ int coord_submit(struct coord *c, const json_t *body, const struct principal *wh
     pthread_mutex_lock(&c->mu);
     if (request_id) {
         struct job *was = coord_job_by_request(c, owner, request_id);
-        if (was && strcmp(was->spec_text, j->spec_text) != 0) {
+        if (was && !coord_same_submit(was, j->spec.json)) {
             rc = err_set(err, DDP_EEXIST,
                          "Idempotency-Key '%.128s' was used for job j-%lld with another spec; "
                          "use a new key for a new job",

@@ -389,6 +389,11 @@ def test_idempotent_submit():
         g = api.post("/v1/jobs", spec, headers=key)
         assert g.status == 200 and g.json["id"] == a.json["id"], g
         assert len(api.all_jobs()) == 1, api.all_jobs()
+        # an admin's priority change in between does not turn the client's retry into a 409
+        assert api.request("PATCH", "/v1/jobs/" + a.json["id"], {"priority": 5}).status == 200
+        h = api.post("/v1/jobs", spec, headers=key)
+        assert h.status == 200 and h.json["id"] == a.json["id"] and \
+            h.json["spec"]["priority"] == 5, h
 
 
 if __name__ == "__main__":
