@@ -88,7 +88,7 @@ static int cli_users_keep_token(struct cli *cli, const json_t *ans, const char *
     free(line);
     if (!e && fsync(t->fd) != 0)
         e = errno;
-    if (!e && close(t->fd) != 0)
+    if (close(t->fd) != 0 && !e)
         e = errno;
     t->fd = -1;
     if (!e && rename(t->tmp, t->path) != 0)
