@@ -307,31 +307,6 @@ static void coord_batch_fail(struct coord *c, struct data_batch *d, const char *
     coord_batch_release(d);
 }
 
-static int coord_gone_delete_txn(struct coord *c, void *ctx, struct ddp_err *e)
-{
-    return store_job_delete(c->store, *(const int64_t *)ctx, e);
-}
-
-/* After batch d was stored: a job deleted while d was on its way to the store (taken from
- * c->open, not yet written: coord_batch_forget_job could not reach it) had rows stored after
- * its delete; they are deleted again here, so none outlives its job. Holds c->mu. */
-static void coord_batch_sweep_gone(struct coord *c, const struct data_batch *d)
-{
-    int64_t last = 0;
-    for (size_t i = 0; i < d->n; i++) {
-        int64_t id = d->rows[i].job;
-        if (id == last || coord_job(c, id))
-            continue;
-        last = id;
-        struct ddp_err e;
-        if (coord_txn_run(c, coord_gone_delete_txn, &id, &e) != 0)
-            log_warn_limited(1000,
-                             "job j-%lld was deleted while its last lines were stored; "
-                             "they stay: %s",
-                             (long long)id, e.msg);
-    }
-}
-
 /* The leader's part: takes the open batch, commits it without c->mu (under c->store_mu)
  * and settles it, and the open batch prepared on top of it when it failed. Called and
  * returns with c->mu held, c->open set and c->flush NULL. */
@@ -346,7 +321,6 @@ static void coord_batch_flush(struct coord *c)
     pthread_mutex_lock(&c->mu);
     if (!rc) {
         coord_batch_committed(c, take);
-        coord_batch_sweep_gone(c, take);
         take->state = BATCH_DONE;
         coord_batch_release(take);
     } else {
@@ -404,23 +378,6 @@ int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, 
     if (--mine->refs == 0)
         free(mine);
     return rc;
-}
-
-void coord_batch_forget_job(struct coord *c, int64_t id)
-{
-    struct data_batch *d = c->open;
-    if (!d)
-        return;
-    size_t k = 0;
-    for (size_t i = 0; i < d->n; i++) {
-        if (d->rows[i].job == id) {
-            free(d->rows[i].text);
-            json_decref(d->rows[i].metrics);
-        } else {
-            d->rows[k++] = d->rows[i];
-        }
-    }
-    d->n = k; /* may be 0: its waiting beats still settle it, as a commit of nothing */
 }
 
 /* Clears the drains of node ni for jobs whose old workers the beat no longer reports

@@ -200,8 +200,7 @@ struct coord {
     pthread_mutex_t mu;
     pthread_mutex_t store_mu; /* the SQLite connection; taken after mu, or alone */
     pthread_cond_t data_cond; /* with mu: heartbeat data batches, see coord_beat_data */
-    struct data_batch *open;  /* the batch that takes new rows, or NULL (empty only after
-                               * coord_batch_forget_job) */
+    struct data_batch *open;  /* the batch that takes new rows (never empty), or NULL */
     struct data_batch *flush; /* the batch a leader commits now, or NULL */
     struct store *store;
     pthread_mutex_t health_mu;         /* the four below; taken inside store_mu, or alone */
@@ -341,10 +340,6 @@ void coord_batch_release(struct data_batch *d);
 /* Stores the logs and metrics of node ni's beat b (only for ranks ni holds). */
 int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now,
                     struct ddp_err *err);
-/* Drops the rows of job id from the open batch (not yet being written): a job deleted while
- * a beat's rows for it waited there would get them stored after its delete, for good (no
- * later delete or sweep reads them). Holds c->mu. */
-void coord_batch_forget_job(struct coord *c, int64_t id);
 /* Counts and warns (rate-limited) about an item of node ni's beat for a rank it does not
  * hold in j. */
 void coord_beat_refused(struct coord *c, int ni, const struct job *j, const char *what);

@@ -68,7 +68,6 @@ static int coord_job_drop(struct coord *c, struct job *j, struct ddp_err *err)
             c->live[k++] = c->live[i];
     c->nlive = k;
     c->jobs[j->id - 1] = NULL;
-    coord_batch_forget_job(c, j->id);
     coord_job_free(j);
     return 0;
 }
