@@ -61,6 +61,8 @@ static char *cli_absolute(const char *path)
         n--;
     if (path[0] == '\0' || strcmp(path, ".") == 0)
         return xstrndup(base, n);
+    if (n == 1) /* the root folder: "/x", not "//x" */
+        return xasprintf("/%s", path);
     return xasprintf("%.*s/%s", (int)n, base, path);
 }
 

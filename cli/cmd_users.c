@@ -31,6 +31,12 @@ struct token_out {
 static int token_out_open(struct token_out *t, const char *path)
 {
     t->path = path;
+    /* what the rename after the answer would fail on is refused now */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return cli_failf("cannot write a token to %s: it is there and not a regular file "
+                         "(nothing was asked of ddpd)",
+                         path);
     t->tmp = xasprintf("%s.XXXXXX", path);
     t->fd = mkstemp(t->tmp);
     if (t->fd < 0) {
@@ -91,8 +97,17 @@ static int cli_users_keep_token(struct cli *cli, const json_t *ans, const char *
     if (close(t->fd) != 0 && !e)
         e = errno;
     t->fd = -1;
+    int written = !e;
     if (!e && rename(t->tmp, t->path) != 0)
         e = errno;
+    if (e && written) {
+        /* the token is whole in the temporary file: keep it there and say so */
+        int rc = cli_failf("cannot rename %s to %s: %s; the token of %s is in %s (mode 0600)",
+                           t->tmp, t->path, strerror(e), name, t->tmp);
+        free(t->tmp);
+        t->tmp = NULL; /* not removed by token_out_drop */
+        return rc;
+    }
     if (e)
         return cli_failf("cannot write the token of %s to %s: %s (the token is lost: an admin "
                          "can make another with 'ddpctl users rotate-token %s --token-out F')",

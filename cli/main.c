@@ -378,7 +378,13 @@ int cli_connect(struct cli *cli)
     const char *env_token = getenv("DDP_TOKEN");
     struct ddp_err err;
     if (cli->token_file_opt) {
-        if (token_file_read(cli->token_file_opt, "user", &cli->token, &err) < 0)
+        /* ddpctl runs as its user, with nothing to guard: a link (a Kubernetes secret's file,
+         * a link into a shared folder) is followed to the file it names, which is then held
+         * to the rules */
+        char *real = realpath(cli->token_file_opt, NULL);
+        int rc = token_file_read(real ? real : cli->token_file_opt, "user", &cli->token, &err);
+        free(real);
+        if (rc < 0)
             return cli_failf("cannot use --token-file %s: %s", cli->token_file_opt, err.msg);
         cli->token_from = xasprintf("--token-file %s", cli->token_file_opt);
     } else if (env_token && *env_token) {
@@ -391,7 +397,9 @@ int cli_connect(struct cli *cli)
         char *path = xasprintf("%s/user.token", home && *home ? home : "./.ddp");
         /* Missing is fine (no token); ddpd's 401 then leads to the hint of cli_fail. A file
          * that is there but cannot be used is said. */
-        int rc = token_file_read(path, "user", &cli->token, &err);
+        char *real = realpath(path, NULL);
+        int rc = token_file_read(real ? real : path, "user", &cli->token, &err);
+        free(real);
         if (rc == 0)
             cli->token_from = path;
         else
@@ -462,8 +470,9 @@ int cli_job_call_patient(struct cli *cli, const char *job_id, const char *suffix
     int warned = 0;
     for (;;) {
         int64_t left = time_left_ms(until);
-        long timeout =
-            left < CLI_REQUEST_TIMEOUT_MS ? (long)(left > 0 ? left : 1) : CLI_REQUEST_TIMEOUT_MS;
+        /* at least a second: a last poll at the deadline still gets its answer */
+        long timeout = left < CLI_REQUEST_TIMEOUT_MS ? (long)(left > 1000 ? left : 1000)
+                                                     : CLI_REQUEST_TIMEOUT_MS;
         int rc = cli_job_call_within(cli, "GET", job_id, suffix, NULL, timeout, answer, err);
         if (rc != DDP_EUNAVAIL && rc != DDP_ETIMEOUT) {
             if (warned && rc == 0)

@@ -602,6 +602,9 @@ void coord_schedule(struct coord *c, int64_t now)
         for (size_t n = 0; n < k.n; n++)
             if (reserved[n] > j->spec.priority || off[n])
                 k.sn[n].free_slots = saved[n];
+        if (rc == DDP_EINTERNAL)
+            continue; /* it fit but could not be recorded (logged): the next pass tries again,
+                       * with no reservation or preemption made for it now */
         if (rc == 0) {
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");

@@ -257,6 +257,10 @@ def test_users_with_ddpctl():
         assert "walt" not in [u["name"] for u in Api(c).get("/v1/users").json["users"]]
         r = ctl(c, "users", "rotate-token", "alice", "--token-out", nowhere, env=env_a)
         assert r.rc == 1 and "nothing was asked of ddpd" in r.err, r
+        # a folder where the file should go: the rename after the answer would fail
+        r = ctl(c, "users", "rotate-token", "alice", "--token-out", c.tmp, env=env_a)
+        assert r.rc == 1 and "it is there and not a regular file (nothing was asked of ddpd)" \
+            in r.err, r
         r = ctl(c, "whoami", env=env_a)
         assert r.rc == 0 and "alice" in r.out, r
         # -o json: the user and the file, never the token; no temporary file left beside it

@@ -172,6 +172,11 @@ def test_cli_tokens():
             r = ctl(c, "--token-file", f, "list", timeout=20)
             assert r.rc == 1 and "cannot use --token-file %s: " % f in r.err and part in r.err, \
                 (f, r)
+        # A link is followed (a Kubernetes secret's file is one), to a file held to the rules.
+        ln = os.path.join(c.tmp, "tok-link")
+        os.symlink(tf, ln)
+        r = ctl(c, "--token-file", ln, "list", home=False)
+        assert r.rc == 0, r
         # One that others may read is used, with a warning naming the chmod.
         os.chmod(tf, 0o644)
         r = ctl(c, "--token-file", tf, "list", home=False)
@@ -322,6 +327,9 @@ def test_cli_submit_paths_keep_links():
         for flag in ("--workdir", "--checkpoint-dir"):
             r = ctl(c, "submit", flag, "", "--", "/bin/true")
             assert r.rc == 2 and "%s: empty" % flag in r.err, r
+        r = ctl(c, "-o", "json", "submit", "--workdir", "x", "--", "/bin/true",
+                env=ctl_env(c, extra={"PWD": "/"}), cwd="/")
+        assert r.rc == 0 and json.loads(r.out)["spec"]["workdir"] == "/x", r
 
 
 def test_cli_output_habits():
