@@ -356,9 +356,6 @@ void coord_nodes_expire(struct coord *c, int64_t now);
 
 /* coord_users.c */
 int coord_users_load(struct coord *c, struct ddp_err *err);
-/* The quota of owner (0: none, also for a user since removed). */
-/* Slots the live jobs of owner hold now (coord_entry_holds()). */
-int64_t coord_slots_of(struct coord *c, const char *owner);
 /*
  * The slots the live jobs of each user and each group hold, counted once for a scheduling
  * pass (coord_schedule) instead of once for each job it looks at (with thousands of queued

@@ -433,119 +433,6 @@ int coord_user_update(struct coord *c, const char *name, const json_t *body, int
     return rc;
 }
 
-static json_t *coord_group_json(struct coord *c, const char *name, int64_t max_slots)
-{
-    json_t *members = json_array();
-    int64_t used = 0;
-    for (size_t i = 0; i < c->nusers; i++)
-        if (strcmp(c->users[i].group, name) == 0) {
-            json_array_append_new(members, json_string(c->users[i].name));
-            used += coord_slots_of(c, c->users[i].name);
-        }
-    return json_pack("{s:s, s:I, s:I, s:o}", "name", name, "max_slots", (json_int_t)max_slots,
-                     "slots_used", (json_int_t)used, "users", members);
-}
-
-/* 1 when some user names group name, or it has a row. */
-static int coord_group_known(struct coord *c, const char *name)
-{
-    if (coord_group_index(c, name) >= 0)
-        return 1;
-    for (size_t i = 0; i < c->nusers; i++)
-        if (strcmp(c->users[i].group, name) == 0)
-            return 1;
-    return 0;
-}
-
-int coord_groups_list(struct coord *c, char **out, struct ddp_err *err)
-{
-    (void)err;
-    json_t *arr = json_array();
-    pthread_mutex_lock(&c->mu);
-    /* the groups with a quota, then those only named by users (no limit), each once */
-    for (size_t i = 0; i < c->ngroups; i++)
-        json_array_append_new(arr, coord_group_json(c, c->groups[i].name, c->groups[i].max_slots));
-    for (size_t i = 0; i < c->nusers; i++) {
-        const char *g = c->users[i].group;
-        int seen = !*g || coord_group_index(c, g) >= 0;
-        for (size_t k = 0; !seen && k < i; k++)
-            seen = strcmp(c->users[k].group, g) == 0;
-        if (!seen)
-            json_array_append_new(arr, coord_group_json(c, g, 0));
-    }
-    pthread_mutex_unlock(&c->mu);
-    json_t *o = json_pack("{s:o}", "groups", arr);
-    *out = jsonx_dumps(o);
-    json_decref(o);
-    return 0;
-}
-
-int coord_group_get(struct coord *c, const char *name, char **out, struct ddp_err *err)
-{
-    int rc = 0;
-    pthread_mutex_lock(&c->mu);
-    int gi = coord_group_index(c, name);
-    if (!coord_group_known(c, name)) {
-        rc = err_set(err, DDP_ENOTFOUND, "group %.64s not found", name);
-    } else {
-        json_t *o = json_pack("{s:o}", "group",
-                              coord_group_json(c, name, gi >= 0 ? c->groups[gi].max_slots : 0));
-        *out = jsonx_dumps(o);
-        json_decref(o);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-struct coord_group_row {
-    const char *name;
-    int64_t max_slots;
-};
-
-static int coord_group_write(struct coord *c, void *ctx, struct ddp_err *e)
-{
-    const struct coord_group_row *g = ctx;
-    return store_group_put(c->store, g->name, g->max_slots, e);
-}
-
-int coord_group_put(struct coord *c, const char *name, const json_t *body, int64_t now, char **out,
-                    struct ddp_err *err)
-{
-    static const char *const keys[] = {"max_slots", NULL};
-    int64_t max_slots = 0;
-    int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
-    if (!rc)
-        rc = jsonx_check_keys(body, keys, NULL, err);
-    if (!rc)
-        rc = jsonx_get_int(body, "max_slots", 1, 0, 1 << 30, &max_slots, err);
-    if (rc)
-        return rc;
-    struct ddp_err e;
-    pthread_mutex_lock(&c->mu);
-    int gi = coord_group_index(c, name);
-    struct coord_group_row row = {name, max_slots};
-    if (gi < 0 && c->ngroups >= GROUPS_MAX) {
-        rc = err_set(err, DDP_ELIMIT, "at most %d groups", GROUPS_MAX);
-    } else if (coord_txn_run(c, coord_group_write, &row, &e) != 0) {
-        log_error("cannot record group %s: %s", name, e.msg);
-        rc = err_set(err, DDP_EINTERNAL, "cannot record the group: %s", e.msg);
-    } else {
-        if (gi < 0) {
-            XGROW(c->groups, c->ngroups + 1, c->capgroups, 8);
-            gi = (int)c->ngroups++;
-            snprintf(c->groups[gi].name, sizeof(c->groups[gi].name), "%s", name);
-        }
-        c->groups[gi].max_slots = max_slots;
-        json_t *o = json_pack("{s:o}", "group", coord_group_json(c, name, max_slots));
-        *out = jsonx_dumps(o);
-        json_decref(o);
-        log_info("group changed name=%s max_slots=%lld", name, (long long)max_slots);
-        coord_schedule(c, now); /* a raised quota may start waiting jobs */
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
 struct tally_user {
     const char *name; /* borrowed from c->users */
     int idx;          /* in c->users */
@@ -619,6 +506,128 @@ void coord_tally_free(struct quota_tally *t)
     free(t);
 }
 
+/* Group name as JSON, its slots used counted by t (for c's users as they are now). */
+static json_t *coord_group_json(struct coord *c, const struct quota_tally *t, const char *name,
+                                int64_t max_slots)
+{
+    json_t *members = json_array();
+    int64_t used = 0;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (strcmp(c->users[i].group, name) == 0) {
+            json_array_append_new(members, json_string(c->users[i].name));
+            used += t->held[i];
+        }
+    return json_pack("{s:s, s:I, s:I, s:o}", "name", name, "max_slots", (json_int_t)max_slots,
+                     "slots_used", (json_int_t)used, "users", members);
+}
+
+/* 1 when some user names group name, or it has a row. */
+static int coord_group_known(struct coord *c, const char *name)
+{
+    if (coord_group_index(c, name) >= 0)
+        return 1;
+    for (size_t i = 0; i < c->nusers; i++)
+        if (strcmp(c->users[i].group, name) == 0)
+            return 1;
+    return 0;
+}
+
+int coord_groups_list(struct coord *c, char **out, struct ddp_err *err)
+{
+    (void)err;
+    json_t *arr = json_array();
+    pthread_mutex_lock(&c->mu);
+    struct quota_tally *t = coord_tally_new(c);
+    /* the groups with a quota, then those only named by users (no limit), each once */
+    for (size_t i = 0; i < c->ngroups; i++)
+        json_array_append_new(arr,
+                              coord_group_json(c, t, c->groups[i].name, c->groups[i].max_slots));
+    for (size_t i = 0; i < c->nusers; i++) {
+        const char *g = c->users[i].group;
+        int seen = !*g || coord_group_index(c, g) >= 0;
+        for (size_t k = 0; !seen && k < i; k++)
+            seen = strcmp(c->users[k].group, g) == 0;
+        if (!seen)
+            json_array_append_new(arr, coord_group_json(c, t, g, 0));
+    }
+    coord_tally_free(t);
+    pthread_mutex_unlock(&c->mu);
+    json_t *o = json_pack("{s:o}", "groups", arr);
+    *out = jsonx_dumps(o);
+    json_decref(o);
+    return 0;
+}
+
+int coord_group_get(struct coord *c, const char *name, char **out, struct ddp_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    int gi = coord_group_index(c, name);
+    if (!coord_group_known(c, name)) {
+        rc = err_set(err, DDP_ENOTFOUND, "group %.64s not found", name);
+    } else {
+        struct quota_tally *t = coord_tally_new(c);
+        json_t *o = json_pack("{s:o}", "group",
+                              coord_group_json(c, t, name, gi >= 0 ? c->groups[gi].max_slots : 0));
+        coord_tally_free(t);
+        *out = jsonx_dumps(o);
+        json_decref(o);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+struct coord_group_row {
+    const char *name;
+    int64_t max_slots;
+};
+
+static int coord_group_write(struct coord *c, void *ctx, struct ddp_err *e)
+{
+    const struct coord_group_row *g = ctx;
+    return store_group_put(c->store, g->name, g->max_slots, e);
+}
+
+int coord_group_put(struct coord *c, const char *name, const json_t *body, int64_t now, char **out,
+                    struct ddp_err *err)
+{
+    static const char *const keys[] = {"max_slots", NULL};
+    int64_t max_slots = 0;
+    int rc = json_is_object(body) ? 0 : err_set(err, DDP_EINVAL, "body must be a JSON object");
+    if (!rc)
+        rc = jsonx_check_keys(body, keys, NULL, err);
+    if (!rc)
+        rc = jsonx_get_int(body, "max_slots", 1, 0, 1 << 30, &max_slots, err);
+    if (rc)
+        return rc;
+    struct ddp_err e;
+    pthread_mutex_lock(&c->mu);
+    int gi = coord_group_index(c, name);
+    struct coord_group_row row = {name, max_slots};
+    if (gi < 0 && c->ngroups >= GROUPS_MAX) {
+        rc = err_set(err, DDP_ELIMIT, "at most %d groups", GROUPS_MAX);
+    } else if (coord_txn_run(c, coord_group_write, &row, &e) != 0) {
+        log_error("cannot record group %s: %s", name, e.msg);
+        rc = err_set(err, DDP_EINTERNAL, "cannot record the group: %s", e.msg);
+    } else {
+        if (gi < 0) {
+            XGROW(c->groups, c->ngroups + 1, c->capgroups, 8);
+            gi = (int)c->ngroups++;
+            snprintf(c->groups[gi].name, sizeof(c->groups[gi].name), "%s", name);
+        }
+        c->groups[gi].max_slots = max_slots;
+        struct quota_tally *t = coord_tally_new(c);
+        json_t *o = json_pack("{s:o}", "group", coord_group_json(c, t, name, max_slots));
+        coord_tally_free(t);
+        *out = jsonx_dumps(o);
+        json_decref(o);
+        log_info("group changed name=%s max_slots=%lld", name, (long long)max_slots);
+        coord_schedule(c, now); /* a raised quota may start waiting jobs */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *owner,
                     struct sched_quota *q, const char **group)
 {
@@ -636,20 +645,6 @@ void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *ow
     *group = c->groups[gi].name;
     q->group_max = c->groups[gi].max_slots;
     q->group_held = t->group_held[gi];
-}
-
-int64_t coord_slots_of(struct coord *c, const char *owner)
-{
-    int64_t n = 0;
-    for (size_t i = 0; i < c->nlive; i++) {
-        const struct job *j = c->live[i];
-        if (strcmp(j->owner, owner) != 0)
-            continue;
-        for (int p = 0; p < j->st.npl; p++)
-            if (coord_entry_holds(j, &j->st.pl[p]))
-                n += j->spec.nproc;
-    }
-    return n;
 }
 
 int coord_job_access(struct coord *c, int64_t id, const struct principal *who, int act,

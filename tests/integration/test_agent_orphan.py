@@ -6,6 +6,7 @@ still wanted them, restarts from its checkpoint. The same when ddpd's address an
 beat with an error (a server that answers 500 in its place): an answer that is not 200
 confirms nothing."""
 import os
+import subprocess
 import sys
 import time
 
@@ -31,28 +32,39 @@ while time.monotonic() < end:
 ORPHAN_S = 3
 
 
+def start_two_workers(c):
+    """An agent with --orphan-timeout ORPHAN_S and a RUNNING job of 2 workers on it;
+    returns (job id, the workers' pid folder, their pids)."""
+    c.start_agent("node-a", slots=2, extra=["--orphan-timeout", str(ORPHAN_S)])
+    c.wait_nodes_ready(["node-a"])
+    out = os.path.join(c.tmp, "pids")
+    os.makedirs(out)
+    job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
+                    "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
+    pids = [ps[0] for ps in wait_pid_files(out, 2)]
+    c.wait_state(job["id"], "RUNNING", timeout=30)
+    return job["id"], out, pids
+
+
+def wait_given_up(c, pids, t0, since):
+    """Waits (bounded) until the agent gave the workers up and they are gone, which must
+    be no sooner than the orphan timeout after t0."""
+    wait_for("the agent gives its workers up",
+             lambda: "stopping 2 workers whose job cannot be confirmed"
+             in c.log("agent-node-a.log"), timeout=ORPHAN_S + 15)
+    wait_for("both workers gone", lambda: not any(pid_alive(p) for p in pids),
+             timeout=2 + 10)
+    gone = time.monotonic() - t0
+    print("workers gone %.1f s after %s (orphan timeout %d s)" % (gone, since, ORPHAN_S))
+    assert gone >= ORPHAN_S - 0.5, gone
+
+
 def test_agent_stops_orphaned_workers():
     with cluster(node_timeout=3) as c:
-        c.start_agent("node-a", slots=2, extra=["--orphan-timeout", str(ORPHAN_S)])
-        c.wait_nodes_ready(["node-a"])
-        out = os.path.join(c.tmp, "pids")
-        os.makedirs(out)
-        job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
-                        "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
-        jid = job["id"]
-        pids = [ps[0] for ps in wait_pid_files(out, 2)]
-        c.wait_state(jid, "RUNNING", timeout=30)
-
+        jid, out, pids = start_two_workers(c)
         t0 = time.monotonic()
         c.kill_ddpd()
-        wait_for("the agent gives its workers up",
-                 lambda: "stopping 2 workers whose job cannot be confirmed"
-                 in c.log("agent-node-a.log"), timeout=ORPHAN_S + 15)
-        wait_for("both workers gone", lambda: not any(pid_alive(p) for p in pids),
-                 timeout=2 + 10)
-        gone = time.monotonic() - t0
-        print("workers gone %.1f s after ddpd went away (orphan timeout %d s)" % (gone, ORPHAN_S))
-        assert gone >= ORPHAN_S - 0.5, gone
+        wait_given_up(c, pids, t0, "ddpd went away")
 
         for f in os.listdir(out):
             os.unlink(os.path.join(out, f))
@@ -94,29 +106,12 @@ srv.serve_forever()
 def test_agent_stops_workers_when_ddpd_answers_only_errors():
     """An answer is not a confirmation: with ddpd's address answering every beat 500, the
     agent gives its workers up after --orphan-timeout, as when nothing answers."""
-    import subprocess
     with cluster(node_timeout=3) as c:
-        c.start_agent("node-a", slots=2, extra=["--orphan-timeout", str(ORPHAN_S)])
-        c.wait_nodes_ready(["node-a"])
-        out = os.path.join(c.tmp, "pids")
-        os.makedirs(out)
-        job = c.submit({"command": [PY, "-c", WORKER, out], "nnodes": "1",
-                        "nproc_per_node": 2, "max_restarts": 1, "grace_period_s": 2})
-        pids = [ps[0] for ps in wait_pid_files(out, 2)]
-        c.wait_state(job["id"], "RUNNING", timeout=30)
+        _, _, pids = start_two_workers(c)
         c.kill_ddpd()
         errors = subprocess.Popen([PY, "-c", ERRORS, str(c.port)])
         try:
-            t0 = time.monotonic()
-            wait_for("the agent gives its workers up",
-                     lambda: "stopping 2 workers whose job cannot be confirmed"
-                     in c.log("agent-node-a.log"), timeout=ORPHAN_S + 15)
-            wait_for("both workers gone", lambda: not any(pid_alive(p) for p in pids),
-                     timeout=2 + 10)
-            gone = time.monotonic() - t0
-            print("workers gone %.1f s after ddpd began answering 500 (orphan timeout %d s)"
-                  % (gone, ORPHAN_S))
-            assert gone >= ORPHAN_S - 0.5, gone
+            wait_given_up(c, pids, time.monotonic(), "ddpd began answering 500")
         finally:
             errors.kill()
             errors.wait(timeout=10)
