@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 void logship_split_init(struct logship_splitter *s, size_t max)
@@ -77,39 +78,6 @@ void logship_split_flush(struct logship_splitter *s, logship_emit_fn emit, void 
     s->len = 0;
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if invalid. */
-static size_t logship_utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    size_t len;
-    unsigned int cp;
-    if (c < 0x80)
-        return c ? 1 : 0;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 char *logship_clean(const char *prefix, const char *line, size_t len)
 {
     size_t plen = prefix ? strlen(prefix) : 0;
@@ -121,7 +89,7 @@ char *logship_clean(const char *prefix, const char *line, size_t len)
     const unsigned char *p = (const unsigned char *)line;
     size_t o = plen;
     for (size_t i = 0; i < len;) {
-        size_t k = logship_utf8_len(p + i, len - i);
+        size_t k = utf8_char_len(p + i, len - i);
         if (k == 0) {
             out[o++] = '?';
             i++;

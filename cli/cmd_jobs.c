@@ -323,6 +323,17 @@ static int cli_unreachable(int code)
     return code == DDP_EUNAVAIL || code == DDP_ETIMEOUT;
 }
 
+/* Records in failed that the call on argv[i] failed with code (err); when ddpd is unreachable,
+ * the jobs after it too, with the same error, and returns 1: stop asking. */
+static int cli_jobs_failed(json_t *failed, int code, const struct ddp_err *err, int i, int argc,
+                           char **argv)
+{
+    int rest = cli_unreachable(code);
+    for (int k = i; k < (rest ? argc : i + 1); k++)
+        json_array_append_new(failed, json_pack("{s:s, s:s}", "id", argv[k], "error", err->msg));
+    return rest;
+}
+
 /*
  * The events of job id as {"events": [...]}, read on with ?after= until a page comes back
  * empty (bounded): an answer holds the oldest events after its seq, so a job with more than a
@@ -394,15 +405,12 @@ static int cli_each_job(struct cli *cli, const struct cli_cmd *cmd, int argc, ch
             r = cli_job_events_newest(cli, id, &ev, &err);
         if (r < 0) {
             json_decref(job);
-            if (cli_unreachable(r)) { /* no ddpd: the same for the rest, said once */
+            if (cli_unreachable(r)) /* no ddpd: the same for the rest, said once */
                 cli_fail(cli, &err);
-                for (; i < argc; i++)
-                    json_array_append_new(failed,
-                                          json_pack("{s:s, s:s}", "id", argv[i], "error", err.msg));
+            else
+                cli_job_fail(cli, id, &err, n > 1);
+            if (cli_jobs_failed(failed, r, &err, i, argc, argv))
                 break;
-            }
-            cli_job_fail(cli, id, &err, n > 1);
-            json_array_append_new(failed, json_pack("{s:s, s:s}", "id", id, "error", err.msg));
             continue;
         }
         if (cli->json) {
@@ -471,12 +479,8 @@ int cmd_delete(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         int r = cli_job_call(cli, "DELETE", id, NULL, NULL, &job, &err);
         if (r < 0) {
             cli_fail(cli, &err);
-            /* no ddpd: the same for the rest, said once */
-            for (int k = i; k < (cli_unreachable(r) ? argc : i + 1); k++)
-                json_array_append_new(failed,
-                                      json_pack("{s:s, s:s}", "id", argv[k], "error", err.msg));
-            if (cli_unreachable(r))
-                break;
+            if (cli_jobs_failed(failed, r, &err, i, argc, argv))
+                break; /* no ddpd: the same for the rest, said once */
             continue;
         }
         if (!cli->json)

@@ -30,8 +30,8 @@ static void cli_format_labels(const json_t *labels, char *buf, size_t size)
 }
 
 /* ddpctl nodes cordon|drain|uncordon NAME [--reason TEXT]: POST /v1/nodes/NAME:ACTION. */
-static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const char *action,
-                           const char *name, const char *reason)
+static int cmd_nodes_admin(struct cli *cli, const char *action, const char *name,
+                           const char *reason)
 {
     int rc = cli_connect(cli);
     if (rc != CLI_OK)
@@ -41,7 +41,6 @@ static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const cha
     json_t *body = reason ? json_pack("{s:s}", "reason", reason) : json_object();
     json_t *ans = NULL;
     struct ddp_err err;
-    (void)cmd;
     if (cli_call(cli, "POST", path, body, &ans, &err) < 0)
         rc = cli_fail(cli, &err);
     else if (cli->json)
@@ -58,12 +57,9 @@ static int cmd_nodes_admin(struct cli *cli, const struct cli_cmd *cmd, const cha
     return rc;
 }
 
-/* nodes remove NAME: argv[optind + 1] is the name (checked by the caller). */
-static int cmd_nodes_remove(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
+/* nodes remove NAME (checked by the caller). */
+static int cmd_nodes_remove(struct cli *cli, const char *name)
 {
-    (void)cmd;
-    (void)argc;
-    const char *name = argv[optind + 1];
     int rc = cli_connect(cli);
     if (rc != CLI_OK)
         return rc;
@@ -117,26 +113,24 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     }
     const char *verb = optind < argc ? argv[optind] : NULL;
     int remove = verb && strcmp(verb, "remove") == 0;
-    int admin = verb && (strcmp(verb, "cordon") == 0 || strcmp(verb, "drain") == 0 ||
-                         strcmp(verb, "uncordon") == 0);
+    int noted = verb && (strcmp(verb, "cordon") == 0 || strcmp(verb, "drain") == 0);
+    int admin = noted || (verb && strcmp(verb, "uncordon") == 0);
+    /* A flag the verb does not take is refused, not dropped. */
+    if (reason && !noted) {
+        rc = cli_usage_error(cmd, "--reason goes with cordon and drain");
+        goto out;
+    }
     if (remove || admin) {
-        /* A flag the verb does not take is refused, not dropped. */
         if (no_headers)
             return cli_usage_error(cmd, "--no-headers goes with the node list");
-        if (reason && strcmp(verb, "cordon") != 0 && strcmp(verb, "drain") != 0)
-            return cli_usage_error(cmd, "--reason goes with cordon and drain");
         if (optind + 1 >= argc)
             return cli_usage_error(cmd, "%s: missing the node name", verb);
         if (!*argv[optind + 1])
             return cli_usage_error(cmd, "%s: the node name is empty", verb);
         if (optind + 2 < argc)
             return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
-        return remove ? cmd_nodes_remove(cli, cmd, argc, argv)
-                      : cmd_nodes_admin(cli, cmd, verb, argv[optind + 1], reason);
-    }
-    if (reason) {
-        rc = cli_usage_error(cmd, "--reason goes with cordon and drain");
-        goto out;
+        return remove ? cmd_nodes_remove(cli, argv[optind + 1])
+                      : cmd_nodes_admin(cli, verb, argv[optind + 1], reason);
     }
     if (optind < argc) {
         rc = cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);

@@ -357,6 +357,17 @@ static char *cli_trim_dup(const char *s)
     return xstrndup(s, n);
 }
 
+/* The user token in file path (token_file_read). ddpctl runs as its user, with nothing to
+ * guard: a link (a Kubernetes secret's file, a link into a shared folder) is followed to the
+ * file it names, which is then held to the rules. */
+static int cli_read_token(const char *path, char **token, struct ddp_err *err)
+{
+    char *real = realpath(path, NULL);
+    int rc = token_file_read(real ? real : path, "user", token, err);
+    free(real);
+    return rc;
+}
+
 int cli_connect(struct cli *cli)
 {
     const char *env_server = getenv("DDP_SERVER");
@@ -378,13 +389,7 @@ int cli_connect(struct cli *cli)
     const char *env_token = getenv("DDP_TOKEN");
     struct ddp_err err;
     if (cli->token_file_opt) {
-        /* ddpctl runs as its user, with nothing to guard: a link (a Kubernetes secret's file,
-         * a link into a shared folder) is followed to the file it names, which is then held
-         * to the rules */
-        char *real = realpath(cli->token_file_opt, NULL);
-        int rc = token_file_read(real ? real : cli->token_file_opt, "user", &cli->token, &err);
-        free(real);
-        if (rc < 0)
+        if (cli_read_token(cli->token_file_opt, &cli->token, &err) < 0)
             return cli_failf("cannot use --token-file %s: %s", cli->token_file_opt, err.msg);
         cli->token_from = xasprintf("--token-file %s", cli->token_file_opt);
     } else if (env_token && *env_token) {
@@ -397,9 +402,7 @@ int cli_connect(struct cli *cli)
         char *path = xasprintf("%s/user.token", home && *home ? home : "./.ddp");
         /* Missing is fine (no token); ddpd's 401 then leads to the hint of cli_fail. A file
          * that is there but cannot be used is said. */
-        char *real = realpath(path, NULL);
-        int rc = token_file_read(real ? real : path, "user", &cli->token, &err);
-        free(real);
+        int rc = cli_read_token(path, &cli->token, &err);
         if (rc == 0)
             cli->token_from = path;
         else

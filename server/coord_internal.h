@@ -359,16 +359,18 @@ int coord_users_load(struct coord *c, struct ddp_err *err);
 /*
  * The slots the live jobs of each user and each group hold, counted once for a scheduling
  * pass (coord_schedule) instead of once for each job it looks at (with thousands of queued
- * jobs that was quadratic, under c->mu). coord_tally_add counts a job the pass started.
- * Valid while c->mu is held and users and groups do not change; freed by coord_tally_free.
+ * jobs that was quadratic, under c->mu). coord_tally_add counts a job the pass started (t may
+ * be NULL: nothing to count yet). Valid while c->mu is held and users and groups do not
+ * change; freed by coord_tally_free.
  */
 struct quota_tally;
 struct quota_tally *coord_tally_new(struct coord *c);
-void coord_tally_add(struct coord *c, struct quota_tally *t, const char *owner, int64_t slots);
+void coord_tally_add(struct coord *c, struct quota_tally *t, const struct job *j);
 void coord_tally_free(struct quota_tally *t);
-/* The quotas of owner and of its group with the slots t counts held (sched.h); *group is the
- * group's name ("" for none), borrowed from the model. */
-void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *owner,
+/* The quotas of owner and of its group (sched.h), with the slots held counted by *t, which
+ * is made (coord_tally_new) the first time a quota applies; *group is the group's name ("" for
+ * none), borrowed from the model. */
+void coord_quota_of(struct coord *c, struct quota_tally **t, const char *owner,
                     struct sched_quota *q, const char **group);
 
 /* coord_retain.c */

@@ -240,6 +240,15 @@ static void coord_cand_release(struct cand *k)
     free(k->sn);
 }
 
+/* 1 while a job j preempted still drains. */
+static int coord_victims_draining(struct coord *c, const struct job *j)
+{
+    for (size_t i = 0; i < c->nlive; i++)
+        if (c->live[i]->preempted_by == j->id && coord_draining(c->live[i]))
+            return 1;
+    return 0;
+}
+
 /* Tries to start the next generation of j on the candidates, on at most nmax nodes (its
  * quota may allow fewer than the spec's MAX); updates them on success. */
 static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax, int64_t now)
@@ -533,18 +542,7 @@ void coord_schedule(struct coord *c, int64_t now)
         if (c->live[i]->st.state == JOB_RUNNING && c->live[i]->spec.priority < low_running)
             low_running = c->live[i]->spec.priority;
     }
-    struct quota_tally *tally = coord_tally_new(c);
-    /* A job is making room only while a job it preempted still drains: once they are gone
-     * and it did not start (a higher priority took the room), it may preempt again. */
-    for (size_t i = 0; i < nq; i++) {
-        if (!q[i]->preempting)
-            continue;
-        int draining = 0;
-        for (size_t m = 0; m < c->nlive && !draining; m++)
-            draining = c->live[m]->preempted_by == q[i]->id && coord_draining(c->live[m]);
-        if (!draining)
-            q[i]->preempting = 0;
-    }
+    struct quota_tally *tally = NULL; /* made by coord_quota_of when a quota applies */
     for (size_t i = 0; i < nq; i++) {
         struct job *j = q[i];
         int64_t wait = j->st.state == JOB_RESTARTING ? j->ended_at + coord_backoff_ms(j) - now : 0;
@@ -560,7 +558,7 @@ void coord_schedule(struct coord *c, int64_t now)
         struct sched_quota qt;
         const char *grp;
         int bound;
-        coord_quota_of(c, tally, j->owner, &qt, &grp);
+        coord_quota_of(c, &tally, j->owner, &qt, &grp);
         int fit = sched_quota_nodes(&qt, j->spec.nproc, nmax, &bound);
         if (fit < j->spec.nmin) {
             pos++;
@@ -609,7 +607,7 @@ void coord_schedule(struct coord *c, int64_t now)
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");
             j->preempting = 0;
-            coord_tally_add(c, tally, j->owner, (int64_t)j->st.npl * j->spec.nproc);
+            coord_tally_add(c, tally, j);
             continue;
         }
         /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
@@ -621,6 +619,10 @@ void coord_schedule(struct coord *c, int64_t now)
         char gneed[160];
         coord_gpu_need(j, gneed, sizeof(gneed));
         pos++;
+        /* A job is making room only while a job it preempted still drains: once they are
+         * gone and it did not start (a higher priority took the room), it may preempt again. */
+        if (j->preempting && !coord_victims_draining(c, j))
+            j->preempting = 0;
         /* One preemption at a time: while victims drain, nothing more is stopped. */
         int making_room = preempt_draining || j->preempting;
         if (!making_room && open < j->spec.nmin && all < j->spec.nmin &&
@@ -660,7 +662,7 @@ void coord_schedule(struct coord *c, int64_t now)
             continue; /* finishing: do not disturb */
         struct sched_quota qt;
         const char *grp;
-        coord_quota_of(c, tally, j->owner, &qt, &grp);
+        coord_quota_of(c, &tally, j->owner, &qt, &grp);
         if (sched_quota_nodes(&qt, j->spec.nproc, 1, NULL) < 1)
             continue; /* growing would pass its owner's quota, or its group's */
         struct sched_job sj = coord_sched_job(j, j->spec.nmax);

@@ -242,8 +242,11 @@ static size_t coord_jobs_named(struct coord *c, const char *owner, int live, cha
 {
     size_t n = 0, off = 0;
     ids[0] = '\0';
-    for (size_t i = 0; i < c->njobs; i++) {
-        const struct job *j = c->jobs[i];
+    /* jobs not ended are all in c->live */
+    struct job **all = live ? c->live : c->jobs;
+    size_t count = live ? c->nlive : c->njobs;
+    for (size_t i = 0; i < count; i++) {
+        const struct job *j = all[i];
         if (!j || strcmp(j->owner, owner) != 0 || (live && jobstate_is_terminal(j->st.state)))
             continue;
         if (n < 5 && off < size)
@@ -458,6 +461,16 @@ static int tally_user_index(const struct quota_tally *t, const char *owner)
     return u ? u->idx : -1;
 }
 
+/* The slots job j holds now (coord_entry_holds). */
+static int64_t tally_job_slots(const struct job *j)
+{
+    int64_t n = 0;
+    for (int p = 0; p < j->st.npl; p++)
+        if (coord_entry_holds(j, &j->st.pl[p]))
+            n += j->spec.nproc;
+    return n;
+}
+
 struct quota_tally *coord_tally_new(struct coord *c)
 {
     struct quota_tally *t = xcalloc(1, sizeof(*t));
@@ -471,11 +484,8 @@ struct quota_tally *coord_tally_new(struct coord *c)
     for (size_t i = 0; i < c->nlive; i++) {
         const struct job *j = c->live[i];
         int ui = tally_user_index(t, j->owner);
-        if (ui < 0)
-            continue;
-        for (int p = 0; p < j->st.npl; p++)
-            if (coord_entry_holds(j, &j->st.pl[p]))
-                t->held[ui] += j->spec.nproc;
+        if (ui >= 0)
+            t->held[ui] += tally_job_slots(j);
     }
     for (size_t i = 0; i < t->n; i++) {
         int gi = c->users[i].group[0] ? coord_group_index(c, c->users[i].group) : -1;
@@ -485,11 +495,12 @@ struct quota_tally *coord_tally_new(struct coord *c)
     return t;
 }
 
-void coord_tally_add(struct coord *c, struct quota_tally *t, const char *owner, int64_t slots)
+void coord_tally_add(struct coord *c, struct quota_tally *t, const struct job *j)
 {
-    int ui = tally_user_index(t, owner);
+    int ui = t ? tally_user_index(t, j->owner) : -1;
     if (ui < 0)
         return;
+    int64_t slots = tally_job_slots(j);
     t->held[ui] += slots;
     int gi = c->users[ui].group[0] ? coord_group_index(c, c->users[ui].group) : -1;
     if (gi >= 0)
@@ -628,23 +639,28 @@ int coord_group_put(struct coord *c, const char *name, const json_t *body, int64
     return rc;
 }
 
-void coord_quota_of(struct coord *c, const struct quota_tally *t, const char *owner,
+void coord_quota_of(struct coord *c, struct quota_tally **t, const char *owner,
                     struct sched_quota *q, const char **group)
 {
     memset(q, 0, sizeof(*q));
     *group = "";
-    int i = tally_user_index(t, owner);
+    int i = coord_user_index(c, owner);
     if (i < 0)
         return;
     q->user_max = c->users[i].max_slots;
-    q->user_held = t->held[i];
     const char *g = c->users[i].group;
     int gi = *g ? coord_group_index(c, g) : -1;
-    if (gi < 0 || c->groups[gi].max_slots <= 0)
-        return;
-    *group = c->groups[gi].name;
-    q->group_max = c->groups[gi].max_slots;
-    q->group_held = t->group_held[gi];
+    if (gi >= 0 && c->groups[gi].max_slots > 0) {
+        *group = c->groups[gi].name;
+        q->group_max = c->groups[gi].max_slots;
+    }
+    if (q->user_max <= 0 && q->group_max <= 0)
+        return; /* no quota: what is held does not matter, and nothing is counted */
+    if (!*t)
+        *t = coord_tally_new(c);
+    q->user_held = (*t)->held[i];
+    if (q->group_max > 0)
+        q->group_held = (*t)->group_held[gi];
 }
 
 int coord_job_access(struct coord *c, int64_t id, const struct principal *who, int act,

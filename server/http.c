@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 #include "server/coord.h"
 #include "server/gate.h"
@@ -267,37 +268,15 @@ void api_reply_json(struct api_req *r, int status, char *text)
     r->content_type = "application/json";
 }
 
-/* Length of the well-formed UTF-8 character at s (RFC 3629: no overlong form, no surrogate,
- * at most U+10FFFF), or 0 when the bytes there are not one. */
-static size_t utf8_char_len(const unsigned char *s)
-{
-    unsigned char b = s[0];
-    if (b < 0x80)
-        return 1;
-    size_t n = b >= 0xC2 && b <= 0xDF   ? 2
-               : b >= 0xE0 && b <= 0xEF ? 3
-               : b >= 0xF0 && b <= 0xF4 ? 4
-                                        : 0;
-    if (!n)
-        return 0;
-    unsigned char lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
-    unsigned char hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return n;
-}
-
 /* in with every byte that does not belong to a well-formed UTF-8 character written as \xNN
  * (a message cut inside a character, a name the client sent in another encoding), into out
  * (size bytes, NUL-terminated). */
 static void utf8_safe(const char *in, char *out, size_t size)
 {
     size_t o = 0;
+    const unsigned char *end = (const unsigned char *)in + strlen(in);
     for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < size;) {
-        size_t n = utf8_char_len(p);
+        size_t n = utf8_char_len(p, (size_t)(end - p));
         if (n) {
             if (o + n >= size)
                 break;
