@@ -3,12 +3,10 @@
  * (their groups' quotas, /v1/groups) and `ddpctl whoami` (GET /v1/me). A new token is written to a file of mode 0600, never printed: the answer that
  * made it is the only copy ddpd ever hands out.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -17,106 +15,50 @@
 #include "common/xalloc.h"
 
 /*
- * The file a new token goes to, made before ddpd is asked: a temporary file of mode 0600
- * beside path, renamed over path once the token is in it. A path where no file can be made
- * (no such folder, no right to write there) so fails before the user is made or the old
- * token dies; after the answer only a full disk can still lose the token.
+ * The file a new token goes to is made before ddpd is asked (fs_atomic_open: a temporary
+ * file of mode 0600 beside path, renamed over path once the token is in it). A path where no
+ * file can be made (no such folder, no right to write there, a folder in its place) so fails
+ * before the user is made or the old token dies.
  */
-struct token_out {
-    const char *path;
-    char *tmp; /* owned; NULL once renamed or removed */
-    int fd;
-};
-
-static int token_out_open(struct token_out *t, const char *path)
+static int token_out_open(struct fs_atomic *t, const char *path)
 {
-    t->path = path;
     /* what the rename after the answer would fail on is refused now */
     struct stat st;
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return cli_failf("cannot write a token to %s: it is there and not a regular file "
                          "(nothing was asked of ddpd)",
                          path);
-    t->tmp = xasprintf("%s.XXXXXX", path);
-    t->fd = mkstemp(t->tmp);
-    if (t->fd < 0) {
-        int e = errno;
-        free(t->tmp);
-        t->tmp = NULL;
+    struct ddp_err err;
+    if (fs_atomic_open(t, path, 0600, &err) < 0)
         return cli_failf("cannot write a token to %s: %s (nothing was asked of ddpd)", path,
-                         strerror(e));
-    }
-    if (fchmod(t->fd, 0600) != 0) { /* mkstemp's mode, said out loud */
-        int e = errno;
-        close(t->fd);
-        t->fd = -1;
-        unlink(t->tmp);
-        free(t->tmp);
-        t->tmp = NULL;
-        return cli_failf("cannot make %s mode 0600: %s (nothing was asked of ddpd)", path,
-                         strerror(e));
-    }
+                         err.msg);
     return CLI_OK;
-}
-
-/* Removes the temporary file where it is still there. */
-static void token_out_drop(struct token_out *t)
-{
-    if (t->fd >= 0)
-        close(t->fd);
-    t->fd = -1;
-    if (t->tmp)
-        unlink(t->tmp);
-    free(t->tmp);
-    t->tmp = NULL;
 }
 
 /* Writes the token of answer ans into t, renames it over t->path, and says so (the user
  * and the file as JSON with -o json; never the token). */
 static int cli_users_keep_token(struct cli *cli, const json_t *ans, const char *name,
-                                struct token_out *t)
+                                struct fs_atomic *t)
 {
     const char *tok = cli_str(ans, "token", NULL);
     if (!tok)
         return cli_failf("ddpd's answer carries no token");
     char *line = xasprintf("%s\n", tok);
-    size_t len = strlen(line), off = 0;
-    int e = 0;
-    while (off < len && !e) {
-        ssize_t n = write(t->fd, line + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            e = errno;
-        else
-            off += (size_t)n;
-    }
-    free(line);
-    if (!e && fsync(t->fd) != 0)
-        e = errno;
-    if (close(t->fd) != 0 && !e)
-        e = errno;
-    t->fd = -1;
-    int written = !e;
-    if (!e && rename(t->tmp, t->path) != 0)
-        e = errno;
-    if (e && written) {
-        /* the token is whole in the temporary file: keep it there and say so */
-        int rc = cli_failf("cannot rename %s to %s: %s; the token of %s is in %s (mode 0600)",
-                           t->tmp, t->path, strerror(e), name, t->tmp);
-        free(t->tmp);
-        t->tmp = NULL; /* not removed by token_out_drop */
-        return rc;
-    }
-    if (e)
-        return cli_failf("cannot write the token of %s to %s: %s (the token is lost: an admin "
-                         "can make another with 'ddpctl users rotate-token %s --token-out F')",
-                         name, t->path, strerror(e), name);
-    free(t->tmp);
-    t->tmp = NULL;
     struct ddp_err err;
-    if (fs_sync_dir_of(t->path, &err) < 0)
+    int rc = fs_atomic_commit(t, line, strlen(line), &err);
+    free(line);
+    if (rc < 0 && t->done) /* renamed: only the folder's fsync failed */
         fprintf(stderr, "ddpctl: warning: %s\n", err.msg);
+    else if (rc < 0 && t->written) {
+        /* the token is whole in the temporary file: keep it there and say so */
+        rc = cli_failf("cannot write the token of %s: %s; it is in %s (mode 0600)", name, err.msg,
+                       t->tmp);
+        t->done = 1; /* not removed by fs_atomic_abort */
+        return rc;
+    } else if (rc < 0)
+        return cli_failf("cannot write the token of %s: %s (the token is lost: an admin can make "
+                         "another with 'ddpctl users rotate-token %s --token-out F')",
+                         name, err.msg, name);
     if (cli->json) {
         json_t *o =
             json_pack("{s:O?, s:s}", "user", json_object_get(ans, "user"), "token_file", t->path);
@@ -169,7 +111,7 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     int rc = CLI_OK;
     json_t *ans = NULL, *body = NULL;
     char *path = NULL, *esc = NULL, *out_default = NULL;
-    struct token_out tout = {.path = NULL, .tmp = NULL, .fd = -1};
+    struct fs_atomic tout = {.path = NULL, .tmp = "", .fd = -1};
     struct ddp_err err;
     for (;;) {
         int c = getopt_long(argc, argv, ":" CLI_COMMON_SHORTOPTS, longopts, NULL);
@@ -271,7 +213,7 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     else
         printf("removed user %s (its jobs stay, owned by it)\n", name);
 out:
-    token_out_drop(&tout);
+    fs_atomic_abort(&tout);
     json_decref(ans);
     json_decref(body);
     free(path);

@@ -37,53 +37,77 @@ int fs_sync_dir_of(const char *path, struct ddp_err *err)
     return rc;
 }
 
-int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
-                    struct ddp_err *err)
+int fs_atomic_open(struct fs_atomic *a, const char *path, mode_t mode, struct ddp_err *err)
 {
-    char tmp[PATH_MAX];
-    int n = snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
+    a->path = path;
+    a->fd = -1;
+    a->written = a->done = 0;
+    a->tmp[0] = '\0';
+    int n = snprintf(a->tmp, sizeof(a->tmp), "%s.tmp.XXXXXX", path);
+    if (n < 0 || (size_t)n >= sizeof(a->tmp)) {
+        a->tmp[0] = '\0';
         return err_set(err, DDP_EINVAL, "path too long: %s", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
+    }
+    a->fd = mkostemp(a->tmp, O_CLOEXEC);
+    if (a->fd < 0) {
+        a->tmp[0] = '\0';
         return err_set(err, DDP_EIO, "create temp file for %s: %s", path, strerror(errno));
-    int rc = 0;
+    }
+    if (fchmod(a->fd, mode) != 0) {
+        int rc = err_set(err, DDP_EIO, "chmod %s: %s", a->tmp, strerror(errno));
+        fs_atomic_abort(a);
+        return rc;
+    }
+    return 0;
+}
+
+int fs_atomic_commit(struct fs_atomic *a, const void *data, size_t len, struct ddp_err *err)
+{
     const char *p = data;
     size_t left = len;
     while (left > 0) {
-        ssize_t w = write(fd, p, left);
+        ssize_t w = write(a->fd, p, left);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            rc = err_set(err, DDP_EIO, "write %s: %s", tmp, strerror(errno));
-            goto fail;
+            return err_set(err, DDP_EIO, "write %s: %s", a->tmp, strerror(errno));
         }
         p += w;
         left -= (size_t)w;
     }
-    if (fchmod(fd, mode) != 0) {
-        rc = err_set(err, DDP_EIO, "chmod %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (fsync(fd) != 0) {
-        rc = err_set(err, DDP_EIO, "fsync %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rc = err_set(err, DDP_EIO, "close %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = err_set(err, DDP_EIO, "rename %s to %s: %s", tmp, path, strerror(errno));
-        goto fail;
-    }
-    return fs_sync_dir_of(path, err);
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+    if (fsync(a->fd) != 0)
+        return err_set(err, DDP_EIO, "fsync %s: %s", a->tmp, strerror(errno));
+    int fd = a->fd;
+    a->fd = -1;
+    if (close(fd) != 0)
+        return err_set(err, DDP_EIO, "close %s: %s", a->tmp, strerror(errno));
+    a->written = 1;
+    if (rename(a->tmp, a->path) != 0)
+        return err_set(err, DDP_EIO, "rename %s to %s: %s", a->tmp, a->path, strerror(errno));
+    a->done = 1;
+    return fs_sync_dir_of(a->path, err);
+}
+
+void fs_atomic_abort(struct fs_atomic *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+    if (a->tmp[0] && !a->done)
+        unlink(a->tmp);
+    a->tmp[0] = '\0';
+}
+
+int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
+                    struct ddp_err *err)
+{
+    struct fs_atomic a;
+    int rc = fs_atomic_open(&a, path, mode, err);
+    if (rc)
+        return rc;
+    rc = fs_atomic_commit(&a, data, len, err);
+    if (rc && !a.done)
+        fs_atomic_abort(&a);
     return rc;
 }
 

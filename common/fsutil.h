@@ -5,6 +5,7 @@
 #ifndef DDP_COMMON_FSUTIL_H
 #define DDP_COMMON_FSUTIL_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -15,6 +16,25 @@
  * temp file is left. */
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
                     struct ddp_err *err);
+
+/*
+ * fs_write_atomic in steps, for a caller that must know the file can be made before it has
+ * what goes in it: fs_atomic_open makes the temp file beside path (mode bits), and
+ * fs_atomic_commit writes data into it, fsyncs, renames it over path and fsyncs the folder.
+ * A failed commit leaves the temp file (a->written says whether all of data is in it, as
+ * when only the rename failed); fs_atomic_abort removes it and closes what is open (safe to
+ * call after a commit, successful or not). path is borrowed until then.
+ */
+struct fs_atomic {
+    const char *path;
+    char tmp[PATH_MAX];
+    int fd;      /* -1 once closed */
+    int written; /* data fsynced and closed into tmp */
+    int done;    /* renamed over path: nothing to remove */
+};
+int fs_atomic_open(struct fs_atomic *a, const char *path, mode_t mode, struct ddp_err *err);
+int fs_atomic_commit(struct fs_atomic *a, const void *data, size_t len, struct ddp_err *err);
+void fs_atomic_abort(struct fs_atomic *a);
 
 /* Reads all of path into a new NUL-terminated buffer (caller frees) and its length into
  * *len (may be NULL). Fails with DDP_ETOOBIG past max bytes, DDP_ENOTFOUND if missing. */
