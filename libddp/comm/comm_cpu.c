@@ -648,7 +648,7 @@ static int cpu_init(struct comm *c, struct rdzv *r, struct ddp_err *err)
     int ret = 0;
     struct cpu *cpu = xcalloc(1, sizeof(*cpu));
     cpu->send_fd = cpu->recv_fd = -1;
-    cpu->notice = fault_notice(-1, 0);
+    cpu->notice = fault_notice(-1, FAULT_LOST);
     cpu->wait_peer = -1;
     pthread_mutex_init(&cpu->mu, NULL);
     pthread_cond_init(&cpu->cv_work, NULL);

@@ -93,9 +93,12 @@ static int abort_error(struct shm_group *g, struct ddp_err *err)
     memcpy(msg, g->hdr->abort_msg, sizeof(msg));
     msg[sizeof(msg) - 1] = '\0';
     int by = (int)a - 1;
-    int code = g->hdr->abort_code == DDP_ETIMEOUT ? DDP_ETIMEOUT : DDP_EPEER;
+    /* A timeout or a collective mismatch stays what it was; anything else lost the rank. */
+    int code = g->hdr->abort_code;
+    if (code != DDP_ETIMEOUT && code != DDP_EINTERNAL)
+        code = DDP_EPEER;
     g->fault = g->hdr->abort_rank;
-    g->fault_silent = code == DDP_ETIMEOUT;
+    g->fault_code = code;
     return err_set(err, code, "%s (reported by rank %d over shared memory)", msg,
                    by >= 0 && by < g->L ? g->members[by] : -1);
 }
@@ -106,11 +109,11 @@ void shm_heartbeat(struct shm_group *g)
         atomic_fetch_add_explicit(&g->ctl[g->lr].beat, 1, memory_order_relaxed);
 }
 
-int shm_fault(const struct shm_group *g, int *silent)
+int shm_fault(const struct shm_group *g, int *code)
 {
     if (!g)
         return -1;
-    *silent = g->fault_silent;
+    *code = g->fault_code;
     return g->fault;
 }
 
@@ -144,7 +147,7 @@ static int check_peers(struct shm_group *g, int waited, const char *what, struct
         return abort_error(g, err);
     if (atomic_load(&g->ctl[waited].gone)) {
         g->fault = g->members[waited];
-        g->fault_silent = 0;
+        g->fault_code = DDP_EPEER;
         return err_set(err, DDP_EPEER,
                        "peer rank %d (same host) lost during %s: it closed its comm",
                        g->members[waited], what);
@@ -156,7 +159,7 @@ static int check_peers(struct shm_group *g, int waited, const char *what, struct
     int32_t pid = atomic_load(&g->ctl[waited].pid);
     if (pid_dead(pid)) {
         g->fault = g->members[waited];
-        g->fault_silent = 0;
+        g->fault_code = DDP_EPEER;
         return err_set(err, DDP_EPEER,
                        "peer rank %d (same host, pid %d) lost during %s: process gone",
                        g->members[waited], (int)pid, what);
@@ -210,7 +213,7 @@ int shm_wait_one(struct shm_group *g, int k, int which, uint32_t round, const ch
         }
         if (time_mono_ms() >= deadline) {
             g->fault = g->members[k];
-            g->fault_silent = 1;
+            g->fault_code = DDP_ETIMEOUT;
             return err_set(err, DDP_ETIMEOUT,
                            "peer rank %d (same host) silent for %" PRId64 " ms during %s",
                            g->members[k], g->timeout_ms, what);
@@ -238,6 +241,9 @@ int shm_check_desc(struct shm_group *g, int k, int half, const struct shm_desc *
     if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes &&
         d->roff == mine->roff)
         return 0;
+    /* The notice names this rank as the finder (fault.h: FAULT_MISMATCH). */
+    g->fault = g->members[g->lr];
+    g->fault_code = DDP_EINTERNAL;
     if (d->seq == mine->seq && d->kind == mine->kind && d->bytes == mine->bytes)
         return err_set(err, DDP_EINTERNAL,
                        "collective mismatch with rank %d (same host): in %s seq %" PRIu64

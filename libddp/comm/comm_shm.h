@@ -8,8 +8,9 @@
  * one thread at a time (the comm thread, or a caller running a blocking collective inline),
  * and every rank of the group calls the same operations in the same order. Every wait is
  * bounded by the timeout; a local peer that died (its pid gone or a zombie), closed its
- * comm, or aborted turns the call into DDP_EPEER naming it, a silent one into DDP_ETIMEOUT.
- * Not part of libddp's public API. Implemented by comm_shm.c (the segment), comm_shm_coll.c
+ * comm, or aborted turns the call into DDP_EPEER naming it, a silent one into DDP_ETIMEOUT,
+ * and a collective mismatch (a member issued another collective) into DDP_EINTERNAL on every
+ * member. Not part of libddp's public API. Implemented by comm_shm.c (the segment), comm_shm_coll.c
  * (the collectives) and comm_shm_region.c (registered buffers).
  */
 #ifndef DDP_LIBDDP_COMM_SHM_H
@@ -101,10 +102,11 @@ void shm_abort(struct shm_group *g, const struct ddp_err *e, int fault);
  * their waits on it do not time out while it makes progress. Cheap; accepts NULL. */
 void shm_heartbeat(struct shm_group *g);
 
-/* The global rank the last failed call blamed (-1: none, unknown, or the call succeeded);
- * *silent = it timed out rather than died. The CPU backend passes it on to the ring as its
- * failure notice. */
-int shm_fault(const struct shm_group *g, int *silent);
+/* The global rank the last failed call blamed (-1: none, unknown, or the call succeeded),
+ * with *code its kind of failure: DDP_EPEER (died), DDP_ETIMEOUT (silent) or DDP_EINTERNAL
+ * (the rank named found a collective mismatch). The CPU backend passes it on to the ring as
+ * its failure notice. */
+int shm_fault(const struct shm_group *g, int *code);
 
 /* The shm_open name of the segment for this layout (what shm_group_open uses; tests create
  * a stale one with it). Reads DDP_JOB_ID and DDP_GENERATION from the environment. */

@@ -117,8 +117,9 @@ struct shm_group {
     struct shm_hdr *hdr;
     struct shm_ctl *ctl;
     char *slots;
-    uint64_t round;          /* rounds so far; the counters carry its low 32 bits */
-    int fault, fault_silent; /* the rank the last error of this rank blamed, -1 none */
+    uint64_t round; /* rounds so far; the counters carry its low 32 bits */
+    int fault;      /* the rank the last error of this rank blamed (or found a mismatch), -1 none */
+    int fault_code; /* its DDP_E* code: DDP_EPEER, DDP_ETIMEOUT, or DDP_EINTERNAL (a mismatch) */
     int unlinked;
     int64_t last_liveness;
     int64_t spin_ns; /* wait: spin this long before yielding (0 when oversubscribed) */

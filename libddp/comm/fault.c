@@ -4,21 +4,22 @@
  * really at fault.
  *
  * A notice names the rank at fault by its global rank (not its ring index: in a
- * hierarchical ring the fault may be a non-leader behind a leader), and whether it was
- * silent (timed out) rather than lost. The first error of a comm is sticky: the rank that
- * saw it sends its notice to both ring neighbours - to the right as TCP urgent data on
+ * hierarchical ring the fault may be a non-leader behind a leader) and the kind of fault:
+ * lost, silent (timed out), or a collective mismatch (then the rank named is the one that
+ * found it, whose log has the two collectives). The first error of a comm is sticky: the
+ * rank that saw it sends its notice to both ring neighbours - to the right as TCP urgent data on
  * send_fd, to the left in-band on recv_fd's unused reverse direction - and to every
  * recursive-doubling partner as a header with magic ABORT_MAGIC, then shuts the sockets
  * down, so the neighbours fail at once, name the rank at fault, and pass the notice on.
  *
- * A notice is 32 bits: the global rank at fault in bits 0-30 (all ones: not known), bit 31
- * set when it was silent rather than lost, so every rank a comm can have fits. On the wire
+ * A notice is 32 bits: the global rank in bits 0-29 (all ones: not known; a comm has at
+ * most 65535 ranks), bit 30 set for a mismatch, bit 31 for silence. On the wire
  * (in host byte order: every rank of a job runs the same build):
  *  - to the left neighbour: the 4 bytes in-band on recv_fd's reverse direction, which
  *    carries nothing else after the set-up;
  *  - to the right neighbour: TCP urgent data is one byte, so one urgent byte on send_fd
- *    (the short form: the rank when below 0x7f, else 0x7f, | 0x80 when silent), then the 4
- *    bytes in-band right behind the urgent mark. The receiver drops what precedes the mark
+ *    (the short form: the rank when below 0x3f, else 0x3f, | 0x40 for a mismatch, | 0x80
+ *    when silent), then the 4 bytes in-band right behind the urgent mark. The receiver drops what precedes the mark
  *    (the failed collective's data) and reads them; when they do not come within
  *    NOTICE_WAIT_MS (the sender's buffer was full) it keeps the short form;
  *  - to a recursive-doubling partner: the 4 bytes as the kind of a header with magic
@@ -44,18 +45,21 @@
 #include "libddp/comm/comm_shm.h"
 #include "libddp/comm/fault.h"
 
-#define NOTICE_UNKNOWN 0x7fffffffu
-#define NOTICE_SILENT  0x80000000u
+#define NOTICE_UNKNOWN  0x3fffffffu
+#define NOTICE_MISMATCH 0x40000000u
+#define NOTICE_SILENT   0x80000000u
 /* The urgent byte's short form. */
-#define NOTICE_BYTE_UNKNOWN 0x7f
-#define NOTICE_BYTE_SILENT  0x80
+#define NOTICE_BYTE_UNKNOWN  0x3f
+#define NOTICE_BYTE_MISMATCH 0x40
+#define NOTICE_BYTE_SILENT   0x80
 /* How long a receiver waits for the 4 bytes behind the urgent mark. */
 #define NOTICE_WAIT_MS 1000
 
-uint32_t fault_notice(int rank, int silent)
+uint32_t fault_notice(int rank, enum fault_kind kind)
 {
     uint32_t r = rank >= 0 ? (uint32_t)rank & NOTICE_UNKNOWN : NOTICE_UNKNOWN;
-    return r | (silent ? NOTICE_SILENT : 0);
+    return r | (kind == FAULT_SILENT ? NOTICE_SILENT : 0) |
+           (kind == FAULT_MISMATCH ? NOTICE_MISMATCH : 0);
 }
 
 int fault_notice_rank(uint32_t n)
@@ -63,22 +67,34 @@ int fault_notice_rank(uint32_t n)
     return (n & NOTICE_UNKNOWN) == NOTICE_UNKNOWN ? -1 : (int)(n & NOTICE_UNKNOWN);
 }
 
-int fault_notice_silent(uint32_t n)
+enum fault_kind fault_notice_kind(uint32_t n)
 {
-    return (n & NOTICE_SILENT) != 0;
+    return (n & NOTICE_MISMATCH) ? FAULT_MISMATCH : (n & NOTICE_SILENT) ? FAULT_SILENT : FAULT_LOST;
+}
+
+enum fault_kind fault_kind_of(int code)
+{
+    return code == DDP_ETIMEOUT    ? FAULT_SILENT
+           : code == DDP_EINTERNAL ? FAULT_MISMATCH
+                                   : FAULT_LOST;
 }
 
 static uint8_t short_form(uint32_t n)
 {
     int r = fault_notice_rank(n);
+    enum fault_kind k = fault_notice_kind(n);
     uint8_t b = r >= 0 && r < NOTICE_BYTE_UNKNOWN ? (uint8_t)r : NOTICE_BYTE_UNKNOWN;
-    return (uint8_t)(b | (fault_notice_silent(n) ? NOTICE_BYTE_SILENT : 0));
+    return (uint8_t)(b | (k == FAULT_SILENT ? NOTICE_BYTE_SILENT : 0) |
+                     (k == FAULT_MISMATCH ? NOTICE_BYTE_MISMATCH : 0));
 }
 
 static uint32_t from_short_form(uint8_t b)
 {
     int r = b & NOTICE_BYTE_UNKNOWN;
-    return fault_notice(r == NOTICE_BYTE_UNKNOWN ? -1 : r, (b & NOTICE_BYTE_SILENT) != 0);
+    enum fault_kind k = (b & NOTICE_BYTE_MISMATCH) ? FAULT_MISMATCH
+                        : (b & NOTICE_BYTE_SILENT) ? FAULT_SILENT
+                                                   : FAULT_LOST;
+    return fault_notice(r == NOTICE_BYTE_UNKNOWN ? -1 : r, k);
 }
 
 /* After urgent byte b was read from fd: the notice behind the urgent mark (what precedes the
@@ -146,7 +162,7 @@ int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what
                     struct ddp_err *err)
 {
     struct cpu *cpu = c->impl;
-    cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 0);
+    cpu->notice = fault_notice(cpu_global_rank(cpu, peer), FAULT_LOST);
     return err_set(err, DDP_EPEER, "peer rank %d (%s) lost during %s: %s",
                    cpu_global_rank(cpu, peer), name, what, net_errno_text(e));
 }
@@ -157,6 +173,14 @@ int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name,
     struct cpu *cpu = c->impl;
     cpu->notice = b;
     int rank = fault_notice_rank(b);
+    enum fault_kind kind = fault_notice_kind(b);
+    if (kind == FAULT_MISMATCH)
+        /* No rank's data is lost: the program issued different collectives. Every rank fails
+         * with the finder's kind of error, so none of them reads as a dead peer. */
+        return err_set(err, DDP_EINTERNAL,
+                       "collective mismatch during %s: rank %d found it (its log names both "
+                       "collectives; reported by rank %d)",
+                       what, rank, cpu_global_rank(cpu, via));
     if (rank < 0)
         return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
                        cpu_global_rank(cpu, via), via_name, what);
@@ -164,7 +188,7 @@ int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name,
         /* A neighbour timed out on this rank, which was itself waiting on wait_peer: in a
          * stalled ring that one is the better suspect; pass it on. */
         int peer = cpu->wait_peer;
-        cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 1);
+        cpu->notice = fault_notice(cpu_global_rank(cpu, peer), FAULT_SILENT);
         return err_set(err, DDP_ETIMEOUT,
                        "peer rank %d (%s) silent for %" PRId64 " ms during %s (rank %d timed "
                        "out on this rank while this rank waited for it)",
@@ -173,11 +197,11 @@ int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name,
                        what, cpu_global_rank(cpu, via));
     }
     if (rank == c->rank)
-        return err_set(err, fault_notice_silent(b) ? DDP_ETIMEOUT : DDP_EPEER,
+        return err_set(err, kind == FAULT_SILENT ? DDP_ETIMEOUT : DDP_EPEER,
                        "rank %d (%s) gave up on this rank during %s (it was %s)",
                        cpu_global_rank(cpu, via), via_name, what,
-                       fault_notice_silent(b) ? "silent" : "unreachable");
-    if (fault_notice_silent(b))
+                       kind == FAULT_SILENT ? "silent" : "unreachable");
+    if (kind == FAULT_SILENT)
         return err_set(err, DDP_ETIMEOUT,
                        "peer rank %d silent for %" PRId64 " ms during %s (reported by rank %d)",
                        rank, c->opts.timeout_ms, what, cpu_global_rank(cpu, via));
@@ -228,10 +252,10 @@ void fault_abort_ring(struct comm *c, const struct ddp_err *e)
     struct cpu *cpu = c->impl;
     /* A failure the shared memory saw names its rank at fault in the ring's notice; one the
      * ring saw names the ring's in the segment. */
-    int silent = 0;
-    int fault = shm_fault(cpu->shm, &silent);
+    int code = 0;
+    int fault = shm_fault(cpu->shm, &code);
     if (fault >= 0)
-        cpu->notice = fault_notice(fault, silent);
+        cpu->notice = fault_notice(fault, fault_kind_of(code));
     else
         fault = fault_notice_rank(cpu->notice);
     shm_abort(cpu->shm, e, fault);

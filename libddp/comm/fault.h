@@ -14,12 +14,22 @@
 #include "common/err.h"
 #include "libddp/comm/comm_internal.h"
 
-/* The notice naming global rank `rank` (< 0: unknown), silent = it timed out rather than
- * died. Its format and how it travels: fault.c. */
-uint32_t fault_notice(int rank, int silent);
-/* The rank a notice names (-1: unknown), and whether it says silent. */
+/* What a notice says of the rank it names. */
+enum fault_kind {
+    FAULT_LOST,     /* died, or its connection broke */
+    FAULT_SILENT,   /* timed out */
+    FAULT_MISMATCH, /* found a collective mismatch (it is the finder, not a culprit) */
+};
+
+/* The notice naming global rank `rank` (< 0: unknown) with `kind`. Its format and how it
+ * travels: fault.c. */
+uint32_t fault_notice(int rank, enum fault_kind kind);
+/* The rank a notice names (-1: unknown), and its kind. */
 int fault_notice_rank(uint32_t n);
-int fault_notice_silent(uint32_t n);
+enum fault_kind fault_notice_kind(uint32_t n);
+/* The kind a failure of DDP error `code` is: DDP_ETIMEOUT silent, DDP_EINTERNAL (what a
+ * collective mismatch is) a mismatch, any other lost. */
+enum fault_kind fault_kind_of(int code);
 
 /* Ring index `peer` (named `name`) was lost during `what` (e = errno, 0 for EOF). */
 int fault_peer_lost(struct comm *c, int peer, const char *name, const char *what, int e,

@@ -70,7 +70,7 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
                     return fault_from_notice(c, theirs.kind, from, "recursive doubling",
                                              "all-reduce", err);
                 if (rdone == hsz && memcmp(&theirs, mine, hsz) != 0) {
-                    cpu->notice = fault_notice(-1, 0);
+                    cpu->notice = fault_notice(c->rank, FAULT_MISMATCH);
                     return err_set(err, DDP_EINTERNAL,
                                    "collective mismatch with rank %d: it issued kind %u seq "
                                    "%" PRIu64 " of %" PRIu64 " bytes, this rank kind %u seq "
@@ -97,7 +97,7 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
         int waited = rdone < hsz + len ? from : to;
         cpu->wait_peer = waited;
         if (left_ms <= 0) {
-            cpu->notice = fault_notice(cpu_global_rank(cpu, waited), 1);
+            cpu->notice = fault_notice(cpu_global_rank(cpu, waited), FAULT_SILENT);
             return err_set(err, DDP_ETIMEOUT,
                            "peer rank %d silent for %" PRId64
                            " ms during all-reduce (recursive doubling)",
@@ -108,7 +108,7 @@ static int rd_xchg(struct comm *c, int to, const void *sbuf, int from, void *rbu
             {.fd = rdone < hsz + len ? rfd : -1, .events = POLLIN},
         };
         if (poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms) < 0 && errno != EINTR) {
-            cpu->notice = fault_notice(-1, 0);
+            cpu->notice = fault_notice(-1, FAULT_LOST);
             return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
         }
     }

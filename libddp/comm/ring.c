@@ -293,7 +293,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                                         theirs.aux != mine->aux || theirs.seq != mine->seq ||
                                         theirs.bytes != mine->bytes);
                     if (bad) {
-                        cpu->notice = fault_notice(-1, 0);
+                        cpu->notice = fault_notice(c->rank, FAULT_MISMATCH);
                         return err_set(err, DDP_EINTERNAL,
                                        "collective mismatch with rank %d (%s): it issued kind %u "
                                        "aux %u seq %" PRIu64 " of %" PRIu64
@@ -343,7 +343,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         if (left_ms <= 0) {
             int peer = !recv_done ? cpu->left : cpu->right;
             const char *name = !recv_done ? cpu->left_name : cpu->right_name;
-            cpu->notice = fault_notice(cpu_global_rank(cpu, peer), 1);
+            cpu->notice = fault_notice(cpu_global_rank(cpu, peer), FAULT_SILENT);
             return err_set(err, DDP_ETIMEOUT,
                            "peer rank %d (%s) silent for %" PRId64 " ms during %s",
                            cpu_global_rank(cpu, peer), name, c->opts.timeout_ms, p->what);
@@ -359,7 +359,7 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
         pfd[1].revents = 0;
         int pn = poll(pfd, 2, left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms);
         if (pn < 0 && errno != EINTR) {
-            cpu->notice = fault_notice(-1, 0);
+            cpu->notice = fault_notice(-1, FAULT_LOST);
             return err_set(err, DDP_EIO, "poll: %s", strerror(errno));
         }
         if (pn > 0 && (pfd[0].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {

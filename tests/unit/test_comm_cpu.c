@@ -350,7 +350,8 @@ static void test_comm_cpu_sharded_small_chunks_and_w5_w8(void **state)
 }
 
 /* Rank 1 issues an all-gather where the others issue a reduce-scatter of the same bytes:
- * a loud error on every rank, fast, never mixed data. */
+ * a collective mismatch on every rank (the finder's notice tells the others), fast, never
+ * mixed data. */
 static int sharded_mismatch_body(struct ring_job *job, int rank, struct comm *c,
                                  struct ddp_err *err)
 {
@@ -371,14 +372,9 @@ static void test_comm_cpu_sharded_mismatch_detected(void **state)
     job.body = sharded_mismatch_body;
     int64_t t0 = time_mono_ms();
     run_ring(&job);
-    int mismatch = 0;
-    for (int i = 0; i < 3; i++) {
-        if (job.rc[i] != DDP_EINTERNAL && job.rc[i] != DDP_EPEER)
-            fail_msg("rank %d: %d '%s', want a mismatch or a lost peer", i, job.rc[i], job.msg[i]);
-        if (job.rc[i] == DDP_EINTERNAL && strstr(job.msg[i], "mismatch"))
-            mismatch++;
-    }
-    assert_true(mismatch >= 1);
+    for (int i = 0; i < 3; i++)
+        if (job.rc[i] != DDP_EINTERNAL || !strstr(job.msg[i], "collective mismatch"))
+            fail_msg("rank %d: %d '%s', want a collective mismatch", i, job.rc[i], job.msg[i]);
     assert_true(time_mono_ms() - t0 < 10000);
 }
 
@@ -678,7 +674,8 @@ static void test_comm_cpu_backend_selection(void **state)
     assert_int_equal(comm_new("cpu", NULL, 2, 2, NULL, &c, &err), DDP_EINVAL);
 }
 
-/* Rank 1 issues a different count than the others: a loud error, never mixed data. */
+/* Rank 1 issues a different count than the others: a collective mismatch on every rank,
+ * never mixed data, and never "peer lost" (which would blame a live rank's node). */
 static int mismatch_body(struct ring_job *job, int rank, struct comm *c, struct ddp_err *err)
 {
     (void)job;
@@ -696,13 +693,9 @@ static void test_comm_cpu_mismatch_detected(void **state)
     job.body = mismatch_body;
     int64_t t0 = time_mono_ms();
     run_ring(&job);
-    int mismatch = 0;
-    for (int i = 0; i < 3; i++) {
-        assert_true(job.rc[i] == DDP_EINTERNAL || job.rc[i] == DDP_EPEER);
-        if (job.rc[i] == DDP_EINTERNAL && strstr(job.msg[i], "mismatch"))
-            mismatch++;
-    }
-    assert_true(mismatch >= 1);
+    for (int i = 0; i < 3; i++)
+        if (job.rc[i] != DDP_EINTERNAL || !strstr(job.msg[i], "collective mismatch"))
+            fail_msg("rank %d: %d '%s', want a collective mismatch", i, job.rc[i], job.msg[i]);
     assert_true(time_mono_ms() - t0 < 10000); /* failed fast, not by the timeout */
 }
 
@@ -956,7 +949,7 @@ static void test_comm_cpu_notice_names_high_rank(void **state)
     assert_int_equal(send(to_right, data, sizeof(data), 0), (ssize_t)sizeof(data));
     struct ddp_err e, er, el;
     err_set(&e, DDP_EPEER, "peer rank 200 lost during all-reduce: connection reset");
-    cpu.notice = fault_notice(200, 0);
+    cpu.notice = fault_notice(200, FAULT_LOST);
     fault_abort_ring(&c, &e);
 
     /* The right neighbour: an urgent notice, found the way the ring finds it. */
@@ -973,11 +966,14 @@ static void test_comm_cpu_notice_names_high_rank(void **state)
     assert_int_equal(rc, DDP_EPEER);
     if (!strstr(el.msg, "peer rank 200 lost"))
         fail_msg("left neighbour: '%s' does not name rank 200", el.msg);
-    /* Silent, and the largest rank a comm can have. */
-    uint32_t n = fault_notice(65534, 1);
-    assert_int_equal(fault_notice_rank(n), 65534);
-    assert_true(fault_notice_silent(n));
-    assert_int_equal(fault_notice_rank(fault_notice(-1, 0)), -1);
+    /* Every kind, up to the largest rank a comm can have. */
+    const int ranks[] = {0, 62, 63, 65534, -1};
+    for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++)
+        for (int k = FAULT_LOST; k <= FAULT_MISMATCH; k++) {
+            uint32_t n = fault_notice(ranks[i], (enum fault_kind)k);
+            assert_int_equal(fault_notice_rank(n), ranks[i]);
+            assert_int_equal(fault_notice_kind(n), k);
+        }
     close(to_right);
     close(right_in);
     close(left_out);

@@ -6,6 +6,7 @@
  * FIFO issue; hierarchical layouts simulated with DDP_COMM_HOST_ID (two "hosts" in one
  * machine); two concurrent jobs; a SIGKILLed peer (DDP_EPEER, not a timeout) and a
  * SIGSTOPped one (DDP_ETIMEOUT naming it); a stale segment from a "crash" is replaced;
+ * a collective mismatch reported as one on every rank of every layout;
  * registered buffers (comm_alloc_buffer) shared and reduced in place; reduce-scatter and
  * all-gather (testutil_sharded_sweep) on every layout, with a killed and a stopped peer; no
  * segment is left in /dev/shm after close.
@@ -540,6 +541,52 @@ static void test_comm_shm_hierarchical_stopped_peer(void **state)
     munmap(j.b, sizeof(struct board));
 }
 
+/* The last rank issues one element more than the others (j->few: 64 doubles, else 4096). */
+static int mismatch_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
+{
+    double x[4097] = {0};
+    size_t n = j->few ? 64 : 4096;
+    int rc = comm_allreduce(c, x, rank == j->world - 1 ? n + 1 : n, COMM_F64, err);
+    return rc == 0 ? err_set(err, DDP_EINTERNAL, "a mismatched all-reduce succeeded") : rc;
+}
+
+/* A collective mismatch is a mismatch on every rank, whichever transport carried the news
+ * (shared memory, the leaders' ring, recursive doubling): DDP_EINTERNAL saying so, fast, and
+ * never "peer lost", which would blame a live rank's node. */
+static void test_comm_shm_mismatch_on_every_rank(void **state)
+{
+    (void)state;
+    static const char *const one[] = {"a", "a", "a"};
+    static const char *const two[] = {"a", "a", "b", "b"};
+    static const char *const apart[] = {"a", "b", "c"};
+    const struct {
+        const char *note;
+        int world, few;
+        const char *const *hosts;
+    } cases[] = {{"shm", 3, 0, one},
+                 {"hier", 4, 0, two},
+                 {"hier small", 4, 1, two},
+                 {"tcp", 3, 0, apart},
+                 {"tcp recursive doubling", 3, 1, apart}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct job j = {.world = cases[k].world,
+                        .few = cases[k].few,
+                        .host_ids = cases[k].hosts,
+                        .timeout_ms = 600000,
+                        .body = mismatch_body,
+                        .b = board_new()};
+        int64_t t0 = time_mono_ms();
+        run_job(&j, 60000);
+        for (int i = 0; i < j.world; i++)
+            if (j.b->rc[i] != DDP_EINTERNAL || !strstr(j.b->msg[i], "collective mismatch"))
+                fail_msg("%s rank %d: got %d (%s), expected a collective mismatch", cases[k].note,
+                         i, j.b->rc[i], j.b->msg[i]);
+        assert_true(time_mono_ms() - t0 < 60000);
+        expect_no_segments(&j);
+        munmap(j.b, sizeof(struct board));
+    }
+}
+
 static int two_sums_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
 {
     double x[100];
@@ -902,6 +949,7 @@ int main(void)
         cmocka_unit_test(test_comm_shm_killed_peer),
         cmocka_unit_test(test_comm_shm_stopped_peer_times_out),
         cmocka_unit_test(test_comm_shm_hierarchical_stopped_peer),
+        cmocka_unit_test(test_comm_shm_mismatch_on_every_rank),
         cmocka_unit_test(test_comm_shm_stale_segment_cleaned),
         cmocka_unit_test(test_comm_shm_force_tcp_env),
         cmocka_unit_test(test_comm_shm_ring_setup_error_names_rank),

@@ -19,8 +19,9 @@
  * length of a collective: it restarts whenever the peer waited on moves data (or, for the
  * ranks of a host waiting on their leader, whenever the leader moves data on its links), so
  * a large collective on a slow but live network is not cut off, and a peer that trickles a
- * byte within every timeout_ms keeps it going. After an error the comm is unusable except
- * for comm_free().
+ * byte within every timeout_ms keeps it going. Ranks that issue different collectives (kind,
+ * count, order) get DDP_EINTERNAL "collective mismatch" on every rank, never mixed data.
+ * After an error the comm is unusable except for comm_free().
  */
 #ifndef DDP_COMM_H
 #define DDP_COMM_H
