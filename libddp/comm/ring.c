@@ -276,15 +276,14 @@ static int ring_run(struct comm *c, const struct plan *p, const struct coll_hdr 
                     room = len - rready;
                 }
             }
+            /* Before every read: a read that starts at an urgent mark (the left neighbour's
+             * failure notice, sent after this rank had read all there was, or right where a
+             * read ended) reads past it, and the notice would be lost in the data. */
+            int nret = fault_urgent_notice(c, p->what, err);
+            if (nret < 0)
+                return nret;
             ssize_t n = recv(cpu->recv_fd, dst, room, MSG_DONTWAIT);
-            if (n > 0 && (size_t)n < room) {
-                /* A short read: the buffer ran dry, or the read stopped at an urgent mark
-                 * (the left neighbour's failure notice), which the next read would skip. */
-                int nret = fault_urgent_notice(c, p->what, err);
-                if (nret < 0)
-                    return nret;
-            }
-            if (n > 0) {
+            if (n > 0) { /* a read stops at a mark: the check above finds it next time */
                 progress = 1;
                 if (rhdr < hsz) {
                     rhdr += (size_t)n;
