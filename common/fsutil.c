@@ -16,25 +16,36 @@
 
 #include "common/xalloc.h"
 
-int fs_sync_dir_of(const char *path, struct ddp_err *err)
+/* fsyncs the folder holding path; 0, or -1 with errno set and *what "open" or "fsync". */
+static int sync_parent(const char *path, char *dir, size_t size, const char **what)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", path);
+    snprintf(dir, size, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash)
-        snprintf(dir, sizeof(dir), ".");
+        snprintf(dir, size, ".");
     else if (slash == dir)
         dir[1] = '\0';
     else
         *slash = '\0';
+    *what = "open";
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return err_set(err, DDP_EIO, "open folder %s: %s", dir, strerror(errno));
-    int rc = 0;
-    if (fsync(fd) != 0)
-        rc = err_set(err, DDP_EIO, "fsync folder %s: %s", dir, strerror(errno));
+        return -1;
+    *what = "fsync";
+    int rc = fsync(fd);
+    int e = errno;
     close(fd);
-    return rc;
+    errno = e;
+    return rc == 0 ? 0 : -1;
+}
+
+int fs_sync_dir_of(const char *path, struct ddp_err *err)
+{
+    char dir[PATH_MAX];
+    const char *what = "";
+    if (sync_parent(path, dir, sizeof(dir), &what) != 0)
+        return err_set(err, DDP_EIO, "%s folder %s: %s", what, dir, strerror(errno));
+    return 0;
 }
 
 int fs_atomic_open(struct fs_atomic *a, const char *path, mode_t mode, struct ddp_err *err)
@@ -124,40 +135,10 @@ static const char *fs_kind(mode_t m)
     return "not a regular file";
 }
 
-int fs_read_regular(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
+/* Reads fd (path names it in errors) whole, at most max bytes; closes fd. */
+static int read_fd(int fd, const char *path, size_t max, char **out, size_t *len,
+                   struct ddp_err *err)
 {
-    /* O_NOFOLLOW: a link is refused, never followed; O_NONBLOCK: opening a FIFO does not wait
-     * for a writer. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ELOOP)
-            return err_set(err, DDP_EINVAL, "%s is a symbolic link, not a regular file", path);
-        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
-                       strerror(errno));
-    }
-    struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) != 0) {
-        rc = err_set(err, DDP_EIO, "stat %s: %s", path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        rc = err_set(err, DDP_EINVAL, "%s is %s", path, fs_kind(st.st_mode));
-    } else if ((uint64_t)st.st_size > (uint64_t)max) {
-        rc = err_set(err, DDP_ETOOBIG, "%s is %lld bytes, more than %zu", path,
-                     (long long)st.st_size, max);
-    }
-    close(fd);
-    if (rc)
-        return rc;
-    /* Regular and small enough: read it (a file that grows meanwhile is still cut at max). */
-    return fs_read_all(path, max, out, len, err);
-}
-
-int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
-                       strerror(errno));
     size_t cap = 4096, used = 0;
     char *buf = xmalloc(cap + 1);
     int rc = 0;
@@ -199,6 +180,57 @@ fail:
     return rc;
 }
 
+int fs_read_regular(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
+{
+    /* O_NOFOLLOW: a link is refused, never followed; O_NONBLOCK: opening a FIFO does not wait
+     * for a writer. The file checked is the file read: no second open by name. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            return err_set(err, DDP_EINVAL, "%s is a symbolic link, not a regular file", path);
+        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
+                       strerror(errno));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = err_set(err, DDP_EIO, "stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = err_set(err, DDP_EINVAL, "%s is %s", path, fs_kind(st.st_mode));
+    } else if ((uint64_t)st.st_size > (uint64_t)max) {
+        rc = err_set(err, DDP_ETOOBIG, "%s is %lld bytes, more than %zu", path,
+                     (long long)st.st_size, max);
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    /* Regular and small enough: read it (a file that grows meanwhile is still cut at max). */
+    return read_fd(fd, path, max, out, len, err);
+}
+
+int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, errno == ENOENT ? DDP_ENOTFOUND : DDP_EIO, "open %s: %s", path,
+                       strerror(errno));
+    return read_fd(fd, path, max, out, len, err);
+}
+
+/* mkdir of one component; a folder it made is made durable in its parent (one this user may
+ * not read cannot be synced, and is not: the folder exists either way). */
+static int mkdir_one(const char *path, mode_t mode, struct ddp_err *err)
+{
+    if (mkdir(path, mode) != 0)
+        return errno == EEXIST ? 0 : err_set(err, DDP_EIO, "mkdir %s: %s", path, strerror(errno));
+    char dir[PATH_MAX];
+    const char *what = "";
+    if (sync_parent(path, dir, sizeof(dir), &what) != 0 && errno != EACCES)
+        return err_set(err, DDP_EIO, "%s folder %s: %s", what, dir, strerror(errno));
+    return 0;
+}
+
 int fs_mkdir_p(const char *path, mode_t mode, struct ddp_err *err)
 {
     char buf[PATH_MAX];
@@ -209,12 +241,14 @@ int fs_mkdir_p(const char *path, mode_t mode, struct ddp_err *err)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return err_set(err, DDP_EIO, "mkdir %s: %s", buf, strerror(errno));
+        int rc = mkdir_one(buf, mode, err);
+        if (rc)
+            return rc;
         *p = '/';
     }
-    if (mkdir(buf, mode) != 0 && errno != EEXIST)
-        return err_set(err, DDP_EIO, "mkdir %s: %s", buf, strerror(errno));
+    int rc = mkdir_one(buf, mode, err);
+    if (rc)
+        return rc;
     struct stat st;
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
         return err_set(err, DDP_EIO, "%s is not a folder", buf);

@@ -41,10 +41,11 @@ void fs_atomic_abort(struct fs_atomic *a);
 int fs_read_all(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err);
 /* As fs_read_all, for a file that must be a regular file of at most max bytes: a symbolic
  * link, a FIFO, a device or a folder is refused (DDP_EINVAL, naming what it is) without
- * blocking or reading from it, and a size past max is DDP_ETOOBIG before anything is read. */
+ * blocking or reading from it, and a size past max is DDP_ETOOBIG before anything is read.
+ * The file checked is the one read (one open). */
 int fs_read_regular(const char *path, size_t max, char **out, size_t *len, struct ddp_err *err);
 
-/* mkdir -p with mode for the folders it creates. */
+/* mkdir -p with mode for the folders it creates, each fsynced into its parent. */
 int fs_mkdir_p(const char *path, mode_t mode, struct ddp_err *err);
 
 /* fsyncs the folder holding path (after a rename or a create). */

@@ -353,6 +353,11 @@ static int parse_name(const char *name, uint32_t *epoch)
     }
     if (digits < 6 || strcmp(p, ".bin") != 0 || v > UINT32_MAX)
         return -1;
+    /* Only the name ckpt_path writes: "ckpt-0000003.bin" is not epoch 3's file. */
+    char canon[32];
+    snprintf(canon, sizeof(canon), "ckpt-%06u.bin", (unsigned)v);
+    if (strcmp(canon, name) != 0)
+        return -1;
     *epoch = (uint32_t)v;
     return 0;
 }
@@ -391,33 +396,6 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
     *out = e;
     *n = cnt;
     return 0;
-}
-
-int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err)
-{
-    int rc = fs_mkdir_p(dir, 0755, err);
-    if (rc)
-        return rc;
-    char *path = ckpt_path(dir, epoch);
-    uint32_t *epochs = NULL;
-    size_t n = 0;
-    rc = fs_write_atomic(path, buf, len, 0644, err);
-    if (rc)
-        goto out;
-    rc = list_epochs(dir, &epochs, &n, err);
-    if (rc)
-        goto out;
-    /* Keep the newest CKPT_KEEP (epochs[] is newest first). */
-    for (size_t i = CKPT_KEEP; i < n; i++) {
-        char *old = ckpt_path(dir, epochs[i]);
-        if (unlink(old) != 0 && errno != ENOENT)
-            log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
-        free(old);
-    }
-out:
-    free(epochs);
-    free(path);
-    return rc;
 }
 
 /* The longest header of either version: version 1's with CKPT_MAX_LAYERS layers. */
@@ -461,6 +439,83 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
     for (uint32_t i = 0; i <= nlayers; i++)
         meta->widths[i] = le_get32(h + CKPT_FIXED_HDR + 4 * i);
     return 0;
+}
+
+/* Whether two headers name the same model (spec and parameter count, or MLP widths). */
+static int same_model(const struct ckpt_meta *a, const struct ckpt_meta *b)
+{
+    if (a->model[0] || b->model[0])
+        return strcmp(a->model, b->model) == 0 && a->nparams == b->nparams;
+    if (a->nlayers != b->nlayers)
+        return 0;
+    for (int i = 0; i <= a->nlayers && i <= CKPT_MAX_LAYERS; i++)
+        if (a->widths[i] != b->widths[i])
+            return 0;
+    return 1;
+}
+
+int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err)
+{
+    int rc = fs_mkdir_p(dir, 0755, err);
+    if (rc)
+        return rc;
+    char *path = ckpt_path(dir, epoch);
+    uint32_t *epochs = NULL;
+    size_t n = 0;
+    rc = fs_write_atomic(path, buf, len, 0644, err);
+    if (rc)
+        goto out;
+    rc = list_epochs(dir, &epochs, &n, err);
+    if (rc)
+        goto out;
+    /* Keep the newest CKPT_KEEP of this model's not newer than the one written (epochs[] is
+     * newest first), the one written among them. A newer file (another run's, or another
+     * model's in a reused folder) neither removes the one written nor counts; another
+     * model's file is never removed. */
+    struct ckpt_view mine;
+    struct ddp_err de;
+    if (ckpt_decode(buf, len, path, &mine, &de) != 0)
+        goto out; /* not a checkpoint: nothing is known to be old */
+    size_t kept = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (epochs[i] >= epoch)
+            continue;
+        char *old = ckpt_path(dir, epochs[i]);
+        struct ckpt_meta m;
+        if (peek_model(old, &m) == 0 && same_model(&m, &mine.meta) && ++kept > CKPT_KEEP &&
+            unlink(old) != 0 && errno != ENOENT)
+            log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
+        free(old);
+    }
+out:
+    free(epochs);
+    free(path);
+    return rc;
+}
+
+int ckpt_remove_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *t = strstr(de->d_name, ".bin.tmp.");
+        struct stat st;
+        if (strncmp(de->d_name, "ckpt-", 5) != 0 || !t || strchr(t + 9, '/') ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) != 0) {
+            log_warn("cannot remove %s/%s, left by a save cut short: %s", dir, de->d_name,
+                     strerror(errno));
+            continue;
+        }
+        log_info("removed %s/%s, left by a save cut short", dir, de->d_name);
+        removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 int ckpt_find_newest(const char *dir, const int *widths, int nwidths, uint8_t **buf, size_t *len,

@@ -377,13 +377,19 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
     rc = list_names(dir, &names, &n, err);
     if (rc)
         return rc;
-    /* The distinct (epoch, pos) checkpoints, newest first; files of the ones past CKPT_KEEP
-     * go. Only older ones than the one written: a stale newer file never removes it. */
-    struct shard_name *keys = xmalloc((n ? n : 1) * sizeof(*keys));
+    /* The distinct (epoch, pos) checkpoints not newer than the one written, newest first;
+     * files of the ones past CKPT_KEEP of them go. A newer key (a save cut short before a
+     * resume from an older one, or another run's) counts for nothing: it neither removes the
+     * one written nor pushes the last complete one before it out. */
+    struct shard_name mine = {.epoch = epoch, .pos = pos};
+    struct shard_name *keys = xmalloc((n + 1) * sizeof(*keys));
     size_t nk = 0;
+    keys[nk++] = mine;
     for (size_t i = 0; i < n; i++) {
         struct shard_name f;
         (void)parse_name(names[i], &f);
+        if (cmp_key_desc(&f, &mine) < 0)
+            continue; /* newer than the one written */
         int seen = 0;
         for (size_t j = 0; j < nk && !seen; j++)
             seen = keys[j].epoch == f.epoch && keys[j].pos == f.pos;
@@ -392,7 +398,6 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
     }
     if (nk > 1)
         qsort(keys, nk, sizeof(*keys), cmp_key_desc);
-    struct shard_name mine = {.epoch = epoch, .pos = pos};
     for (size_t i = 0; nk > CKPT_KEEP && i < n; i++) {
         struct shard_name f;
         (void)parse_name(names[i], &f);

@@ -23,8 +23,8 @@
 #include "common/xalloc.h"
 #include "ddp/ddp.h"
 
-/* Step 1: this rank's newest valid checkpoint and its position in the next epoch, or
- * epoch 0 with *buf NULL. */
+/* Step 1: this rank's newest valid checkpoint and its position in the next epoch, or *buf
+ * NULL. */
 static void find_local(const char *dir, const struct ckpt_id *id, uint8_t **buf, size_t *len,
                        uint32_t *epoch, uint32_t *pos)
 {
@@ -43,24 +43,29 @@ static void find_local(const char *dir, const struct ckpt_id *id, uint8_t **buf,
         *pos = v.meta.epoch_pos;
 }
 
-/* Step 2 (invariant 2): the newest (epoch, position) in v (epochs in v[0..n), positions in
- * v[n..2n)) newer than (after_epoch, after_pos), and its lowest rank; -1 when there is none. */
+/* Step 2 (invariant 2): the newest (epoch, position) in v (1 + epoch in v[0..n), 0 where a
+ * rank has none: a checkpoint written mid-way through the first epoch is epoch 0; positions
+ * in v[n..2n)) newer than (after_epoch, after_pos) ((0, 0): any), and its lowest rank; -1
+ * when there is none. */
 static int choose_owner(const double *v, int n, uint32_t after_epoch, uint32_t after_pos,
                         uint32_t *best)
 {
-    int owner = -1;
-    double best_pos = -1.0;
+    int owner = -1, any = after_epoch == 0 && after_pos == 0;
+    double best_ep = -1.0, best_pos = -1.0;
     *best = 0;
     for (int i = 0; i < n; i++) {
-        if (v[i] <= 0.0 || v[i] < (double)after_epoch ||
-            (v[i] == (double)after_epoch && v[n + i] <= (double)after_pos))
+        double ep = v[i] - 1.0, pos = v[n + i];
+        if (v[i] <= 0.0 || (!any && (ep < (double)after_epoch ||
+                                     (ep == (double)after_epoch && pos <= (double)after_pos))))
             continue;
-        if (v[i] > (double)*best || (v[i] == (double)*best && v[n + i] > best_pos)) {
-            *best = (uint32_t)v[i];
-            best_pos = v[n + i];
+        if (ep > best_ep || (ep == best_ep && pos > best_pos)) {
+            best_ep = ep;
+            best_pos = pos;
             owner = i;
         }
     }
+    if (owner >= 0)
+        *best = (uint32_t)best_ep;
     return owner;
 }
 
@@ -85,8 +90,10 @@ int ddp_resume_id_newer(struct ddp_group *g, const char *dir, const struct ckpt_
     size_t len = 0;
     uint32_t local_epoch = 0, local_pos = 0;
     double *epochs = xcalloc(2 * (size_t)g->world_size, sizeof(double));
+    if (dir && dir[0] && g->env.local_rank == 0)
+        (void)ckpt_remove_temps(dir); /* no rank saves before this resume ends */
     find_local(dir, id, &buf, &len, &local_epoch, &local_pos);
-    epochs[g->rank] = (double)local_epoch;
+    epochs[g->rank] = buf ? 1.0 + (double)local_epoch : 0.0;
     epochs[g->world_size + g->rank] = (double)local_pos;
     int rc = ddp_allreduce_f64(g, epochs, 2 * (size_t)g->world_size, err);
     if (rc)
@@ -119,7 +126,7 @@ int ddp_resume_id_newer(struct ddp_group *g, const char *dir, const struct ckpt_
              v.meta.epoch, owner, (unsigned long long)v.meta.step, v.meta.epoch_pos);
     /* Step 4. */
     if (dir && dir[0] && g->env.local_rank == 0 &&
-        (local_epoch != best || local_pos != v.meta.epoch_pos)) {
+        (epochs[g->rank] == 0.0 || local_epoch != best || local_pos != v.meta.epoch_pos)) {
         struct ddp_err e;
         if (ckpt_save(dir, best, buf, len, &e) != 0)
             log_warn("cannot keep a replica of checkpoint %u: %s", best, e.msg);

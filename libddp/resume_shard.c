@@ -102,6 +102,28 @@ int ddp_shard_copy_keeper(const struct ddp_group *g)
     return g->keeper ? g->keeper[g->rank] : -1;
 }
 
+/* The longest file a shard of the checkpoint whose shard `buf` is can be: shard 0's, which
+ * holds the most valid floats (the last shards are short by up to W - 1 floats a unit, the
+ * header is the same for all). len + that difference; a buf that does not decode (it was
+ * encoded here) bounds nothing more. */
+static size_t copy_bound(const uint8_t *buf, size_t len, int W)
+{
+    struct ckpt_shard_view v;
+    struct ddp_err e;
+    if (ckpt_shard_decode(buf, len, "this rank's shard", &v, &e) != 0)
+        return len;
+    uint64_t *lens = xcalloc(v.nunits, sizeof(*lens));
+    for (uint32_t i = 0; i < v.nunits; i++)
+        lens[i] = ckpt_shard_unit_len(&v, i);
+    size_t most = ckpt_shard_valid_floats(lens, v.nunits, W, 0);
+    size_t mine = ckpt_shard_valid_floats(lens, v.nunits, W, (int)v.shard);
+    free(lens);
+    if (most == SIZE_MAX || mine == SIZE_MAX || most < mine)
+        return len;
+    int k = v.meta.state_arrays > 1 ? v.meta.state_arrays : 1;
+    return len + (size_t)(1 + k) * 4 * (most - mine);
+}
+
 int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err)
 {
@@ -111,6 +133,7 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
                 : 0;
     struct ddp_err ce;
     int rc = W > 1 ? pairs_setup(g, &ce) : 0;
+    size_t bound = W > 1 ? copy_bound(buf, len, W) : len;
     /* In k order (a pair's two ranks meet in it: the smallest k not done has both there). */
     for (int k = 0; rc == 0 && W > 1 && k < W; k++) {
         if (!g->pairs[k])
@@ -118,10 +141,8 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         int mine = g->rank == k;
         uint8_t *b = mine ? (uint8_t *)buf : NULL;
         size_t l = mine ? len : 0;
-        /* Invariant 2: the shards of one checkpoint split the same units evenly, so their
-         * files differ at most by the header's variable parts; anything longer is refused
-         * before it is allocated. */
-        size_t bound = len + CKPT_MAX_MODEL + 8 * (size_t)CKPT_SHARD_MAX_UNITS + 256;
+        /* Invariant 2: the shards of one checkpoint split the same units evenly, so no file
+         * is longer than shard 0's; anything longer is refused before it is allocated. */
         rc = ddp_comm_broadcast_bytes(g->pairs[k], 0, bound, &b, &l, &ce);
         if (rc == 0 && !mine && has_dir) {
             struct ddp_err se;
@@ -185,11 +206,11 @@ int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ck
     int rc = ddp_allreduce_f64(g, cand, nv, err);
     if (rc)
         goto fail;
-    /* Distinct candidates of all ranks, newest first (epoch 0 slots are empty). */
+    /* Distinct candidates of all ranks, newest first (slots of world 0 are empty). */
     size_t nc = 0;
     for (size_t i = 0; i < (size_t)W * CAND_PER_RANK; i++) {
         double *c = cand + 3 * i;
-        if (c[0] <= 0.0 || c[2] < 1.0 || c[2] > CKPT_SHARD_MAX_WORLD)
+        if (c[2] < 1.0 || c[2] > CKPT_SHARD_MAX_WORLD) /* empty (a mid-epoch 0 is a key) */
             continue;
         int seen = 0;
         for (size_t j = 0; j < nc && !seen; j++)

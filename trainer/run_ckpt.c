@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/exitcodes.h"
+#include "common/log.h"
 #include "ddp/resume.h"
 #include "ddp/resume_shard.h"
 
@@ -53,6 +54,15 @@ static int resume_exit_code(int rc)
 /* The position a resumed checkpoint's meta gives the run. */
 static void take_position(struct run *r, const struct ckpt_meta *m)
 {
+    /* The shuffle and dropout draws come from --seed: with another one the run goes on,
+     * but not as the one that wrote the checkpoint would have (mid-epoch, the rest of the
+     * epoch is another order: some samples twice, some not at all). Said, not refused, as
+     * any other changed hyperparameter. */
+    if (m->seed != r->o->seed && r->g->rank == 0)
+        log_warn("the checkpoint was trained with --seed %llu, this run has --seed %llu: the "
+                 "data order%s and the dropout draws from here on differ from that run's",
+                 (unsigned long long)m->seed, (unsigned long long)r->o->seed,
+                 m->epoch_pos ? " (also of the rest of this epoch)" : "");
     r->start_epoch = m->epoch;
     r->start_pos = m->epoch_pos;
     r->step = m->step;
@@ -82,7 +92,7 @@ int run_resume(struct run *r, struct ddp_err *err)
         ddp_resume_shard_release(&sr);
         return resume_exit_code(rc);
     }
-    if (res.epoch > 0) {
+    if (res.owner >= 0) {
         ckpt_copy_arrays(&res.view, mi->ops->params(mi), mi->ops->momentum(mi));
         take_position(r, &res.view.meta);
         sr.found = 0; /* the whole one is newer */

@@ -6,6 +6,7 @@
     bit-identical to an uninterrupted run;
   - SIGUSR1 sent from outside to rank 3 only, once the first checkpoint exists: the ranks
     agree, all exit 10 at one step, and the resume is bit-identical again;
+  - the notice in the first epoch (step 20): epoch 0's checkpoint, taken up on restart;
   - the notice during an epoch's last step: the epoch's own checkpoint is the one (position
     0), exit 10, bit-identical resume;
   - a mid-epoch checkpoint resumed at another world size (2 ranks on 1 node) trains on to
@@ -91,6 +92,19 @@ def main():
         first = [l for l in outs[0].splitlines() if l.startswith("epoch ")]
         c.check("self: the first epoch line after the resume is epoch 2 (%s)" % first[:1],
                 bool(first) and first[0].startswith("epoch 2/%d " % EPOCHS))
+
+        # the notice in the first epoch: its checkpoint is epoch 0's (ckpt-000000.bin at
+        # position 20 * 32 * 4), and the restart takes it up instead of starting over
+        d = dirs(work, "first")
+        with Ranks(work, 4, ARGS + ["--notice-at-step", "20"], nodes=2, ckpt_dirs=d,
+                   tag="first") as rk:
+            noticed(c, rk, "first", 20)
+        for nd in d:
+            c.check("first: %s holds ckpt-000000.bin (%s)" % (os.path.basename(nd),
+                                                              sorted(os.listdir(nd))),
+                    sorted(os.listdir(nd)) == ["ckpt-000000.bin"])
+        m, _, _ = restart(c, work, "first", d, 20, final)
+        c.check("first: position 2560 of epoch 1", m is not None and int(m.group(3)) == 2560)
 
         d = dirs(work, "ext")
         with Ranks(work, 4, ARGS, nodes=2, ckpt_dirs=d, tag="ext") as rk:

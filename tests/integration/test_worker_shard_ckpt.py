@@ -16,7 +16,8 @@ shared folder: 2 nodes x 2 ranks, each node its own checkpoint dir.
 - A corrupt shard is skipped for its copy on the other node; a shard lost on both nodes
   makes the checkpoint incomplete, and the run does not take it.
 - A preemption notice mid-epoch: every rank writes its shard at that step, exits 10, and the
-  resume continues at the next step, bit-identical to a straight run.
+  resume continues at the next step, bit-identical to a straight run; in the first epoch
+  too (shards of epoch 0).
 - hybrid: each node writes its copy's shards, none travels; resumed on 2 nodes and on 1.
 - One rank resumes 4 ranks' shards whole; the whole-state checkpoint it then writes is newer
   than the shards and wins over them.
@@ -198,6 +199,21 @@ def preempted(c, work):
             "from a sharded checkpoint of 4 ranks (step 30, epoch_pos 96)" in errs[0],
             errs[0][-400:])
     c.check("the preempted and resumed run == straight, bit for bit",
+            read_floats(out) == read_floats(straight))
+    # the notice in the first epoch: shards of epoch 0, which the restart takes up
+    d = [work + "/pre0-a", work + "/pre0-b"]
+    with Ranks(work, 4, gpt(work, "full", 4) + ["--epochs", "2", "--notice-at-step", "5"],
+               nodes=2, ckpt_dirs=d, tag="pre0") as rk:
+        codes = rk.wait(120)
+    c.check("preempted at step 5 (epoch 1): every rank exits 10 (%s)" % codes, codes == [10] * 4)
+    first = sorted(os.path.basename(p) for p in glob.glob(d[0] + "/ckpt-000000-pos-*-shard-*"))
+    c.check("each node holds the 4 shards of epoch 0 (%s)" % first, len(first) == 4)
+    out = work + "/pre0-resumed.bin"
+    _, errs = run_ok(work, 4, gpt(work, "full", 4) + ["--epochs", "2", "--dump-params", out],
+                     nodes=2, ckpt_dirs=d, tag="pre0-resumed")
+    c.check("resumed in the first epoch from the shards (step 5)",
+            "from a sharded checkpoint of 4 ranks (step 5, epoch_pos" in errs[0], errs[0][-400:])
+    c.check("preempted in the first epoch and resumed == straight, bit for bit",
             read_floats(out) == read_floats(straight))
 
 

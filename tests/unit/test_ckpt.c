@@ -1,6 +1,7 @@
 /*
  * test_ckpt.c - checkpoint format: round trip, every corrupted byte and every truncation
- * detected, keep-newest-two, and the newest-valid scan that skips a corrupt file.
+ * detected, keep-newest-two (and only its own, in a reused folder), the removal of a cut
+ * save's temporary files, and the newest-valid scan that skips a corrupt file.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -258,6 +259,83 @@ static void test_ckpt_keeps_newest_two(void **state)
     assert_true(exists(dir, 4));
 }
 
+/* A reused folder: another model's checkpoints of later epochs (9, 10) and a stray
+ * "ckpt-0000002.bin" (7 digits: no name ckpt_save writes). The new run's saves keep what
+ * they wrote and their newest two, and never touch the other files. */
+static void test_ckpt_keeps_own_in_reused_folder(void **state)
+{
+    (void)state;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/reused", tmpdir);
+    struct ddp_err err;
+    assert_int_equal(fs_mkdir_p(dir, 0755, &err), 0);
+    for (uint32_t e = 9; e <= 10; e++) {
+        struct ckpt_meta m;
+        make_meta(&m, e);
+        m.widths[1] = 5; /* another model */
+        m.nparams = 3 * 5 + 5 + 5 * 2 + 2;
+        float p[32], mo[32];
+        make_arrays(p, mo, 32, 1.0f);
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(ckpt_encode(&m, p, mo, &buf, &len, &err), 0);
+        assert_int_equal(ckpt_save(dir, e, buf, len, &err), 0);
+        free(buf);
+    }
+    char stray[600];
+    snprintf(stray, sizeof(stray), "%s/ckpt-0000002.bin", dir);
+    assert_int_equal(fs_write_atomic(stray, "x", 1, 0644, &err), 0);
+    save_epoch(dir, 1);
+    assert_true(exists(dir, 1));
+    save_epoch(dir, 2);
+    save_epoch(dir, 3);
+    assert_false(exists(dir, 1));
+    assert_true(exists(dir, 2));
+    assert_true(exists(dir, 3));
+    assert_true(exists(dir, 9));
+    assert_true(exists(dir, 10));
+    struct stat st;
+    assert_int_equal(stat(stray, &st), 0);
+    /* The newest of this model is found past the other model's later files. */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint32_t epoch = 0;
+    const int widths[] = {3, 4, 2};
+    assert_int_equal(ckpt_find_newest(dir, widths, 3, &buf, &len, &epoch, &err), 0);
+    assert_int_equal(epoch, 3);
+    free(buf);
+}
+
+/* Temporary files of saves cut short go; anything else stays. */
+static void test_ckpt_remove_temps(void **state)
+{
+    (void)state;
+    char dir[512], path[600];
+    snprintf(dir, sizeof(dir), "%s/temps", tmpdir);
+    struct ddp_err err;
+    assert_int_equal(fs_mkdir_p(dir, 0755, &err), 0);
+    save_epoch(dir, 1);
+    const char *gone[] = {"ckpt-000002.bin.tmp.AbC123",
+                          "ckpt-000002-pos-96-shard-0001-of-0002.bin.tmp.x1Y2z3"};
+    const char *kept[] = {"notes.bin.tmp.AbC123", "ckpt-000003.bin"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
+        assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+        snprintf(path, sizeof(path), "%s/%s", dir, kept[i]);
+        assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+    }
+    assert_int_equal(ckpt_remove_temps(dir), 2);
+    struct stat st;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
+        assert_int_not_equal(stat(path, &st), 0);
+        snprintf(path, sizeof(path), "%s/%s", dir, kept[i]);
+        assert_int_equal(stat(path, &st), 0);
+    }
+    assert_true(exists(dir, 1));
+    assert_int_equal(ckpt_remove_temps("/nonexistent/ddp-test"), 0);
+}
+
 static void test_ckpt_find_newest_skips_corrupt(void **state)
 {
     (void)state;
@@ -381,6 +459,8 @@ int main(void)
         cmocka_unit_test(test_ckpt_mid_epoch_round_trip),
         cmocka_unit_test(test_ckpt_detects_every_flip_and_truncation),
         cmocka_unit_test(test_ckpt_keeps_newest_two),
+        cmocka_unit_test(test_ckpt_keeps_own_in_reused_folder),
+        cmocka_unit_test(test_ckpt_remove_temps),
         cmocka_unit_test(test_ckpt_spec_round_trip),
         cmocka_unit_test(test_ckpt_find_newest_skips_corrupt),
         cmocka_unit_test(test_ckpt_find_newest_regular_files_only),

@@ -294,6 +294,26 @@ static void test_keeps_newest_two_epochs(void **state)
     save(dir, 2, 2, 0); /* older than the two kept: still kept, being the one written */
     assert_true(exists(dir, 2, 0, 2));
     assert_true(exists(dir, 9, 0, 2));
+    /* A save cut short at (5, 1000), a resume from (5, 0), a save at (5, 600): the newer
+     * stale key does not count, so (5, 0), the last complete one, stays beside (5, 600). */
+    snprintf(dir, sizeof(dir), "%s/keep/stale", tmpdir);
+    meta_pos = 0;
+    save(dir, 4, 2, 0);
+    save(dir, 4, 2, 1);
+    save(dir, 5, 2, 0);
+    save(dir, 5, 2, 1);
+    meta_pos = 1000;
+    save(dir, 5, 2, 0);
+    meta_pos = 600;
+    save(dir, 5, 2, 0);
+    assert_true(exists(dir, 5, 0, 2));
+    meta_pos = 1000;
+    assert_true(exists(dir, 5, 0, 2));
+    meta_pos = 0;
+    assert_true(exists(dir, 5, 0, 2));
+    assert_true(exists(dir, 5, 1, 2));
+    assert_false(exists(dir, 4, 0, 2)); /* the third key back goes, every shard of it */
+    assert_false(exists(dir, 4, 1, 2));
     meta_pos = 96;
 }
 

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,7 +167,7 @@ static int child(struct job *j, int rank, int port)
             j->b->owner[rank] = res.owner;
             j->b->len[rank] = res.len;
             j->b->digest[rank] = res.buf ? digest_of(res.buf, res.len) : 0;
-            if (res.epoch > 0 && res.view.meta.epoch != res.epoch)
+            if (res.owner >= 0 && res.view.meta.epoch != res.epoch)
                 rc = err_set(&err, DDP_EINTERNAL, "view says epoch %u, not %u", res.view.meta.epoch,
                              res.epoch);
             ddp_resume_release(&res);
@@ -315,6 +316,27 @@ static void test_resume_mid_epoch_is_newer(void **state)
     job_free(j);
 }
 
+/* A checkpoint written mid-way through the first epoch (a preemption notice in epoch 1:
+ * epoch 0, position 352) is one: every rank resumes from it, and none starts over. Rank 0
+ * (LOCAL_RANK 0 of its node) also finds the temporary file of a save cut short and removes
+ * it. */
+static void test_resume_first_epoch_mid_save(void **state)
+{
+    (void)state;
+    struct job *j = job_new(3, 0);
+    put_ckpt(j->dirs[1], 0, 11);
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s/ckpt-000001.bin.tmp.AbC123", j->dirs[0]);
+    struct ddp_err err;
+    assert_int_equal(fs_write_atomic(tmp, "partial", 7, 0644, &err), 0);
+    run_job(j);
+    expect_agreed(j, 0, 1, 11);
+    assert_true(file_digest(j->dirs[0], 0) == ckpt_digest(0, 11));
+    struct stat st;
+    assert_int_not_equal(stat(tmp, &st), 0);
+    job_free(j);
+}
+
 /* Rank 0's newest file (epoch 3) is corrupt: it offers epoch 2, and the group resumes from
  * the newest readable epoch, 2, from rank 0 (the lowest holder). */
 static void test_resume_skips_corrupt(void **state)
@@ -410,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_resume_lowest_owner_one_node),
         cmocka_unit_test(test_resume_skips_corrupt),
         cmocka_unit_test(test_resume_mid_epoch_is_newer),
+        cmocka_unit_test(test_resume_first_epoch_mid_save),
         cmocka_unit_test(test_resume_replica_replaces_corrupt),
         cmocka_unit_test(test_resume_none),
         cmocka_unit_test(test_resume_single_process),

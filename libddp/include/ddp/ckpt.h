@@ -125,8 +125,17 @@ void ckpt_id_describe(const struct ckpt_id *id, char *buf, size_t size);
 char *ckpt_path(const char *dir, uint32_t epoch);
 
 /* Writes buf as epoch's checkpoint in dir (created if missing) atomically, then removes
- * all but the newest CKPT_KEEP checkpoints. DDP_EIO names the file. */
+ * this model's checkpoints older than the newest CKPT_KEEP of those not newer than epoch (the
+ * one written counts). A newer file, or one of another model, is never removed nor counted:
+ * a reused folder's other files cannot make a save delete what it wrote. DDP_EIO names the
+ * file. */
 int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err);
+
+/* Removes the temporary files a save cut short left in dir ("ckpt-*.bin.tmp.*": a rank
+ * killed while writing, whole or sharded); run before a generation's first save, when no
+ * rank of the job writes. Returns how many were removed (each logged); a folder that cannot
+ * be read removes none. */
+int ckpt_remove_temps(const char *dir);
 
 /*
  * Finds the newest valid checkpoint in dir that fits widths: files are tried newest first;

@@ -109,7 +109,8 @@ size_t ckpt_shard_floats(const uint64_t *lens, uint32_t nunits, int world);
 char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world);
 
 /* Writes buf as that file in dir (created if missing) atomically, then removes the shard
- * files older than both the newest CKPT_KEEP (epoch, pos) and the one written. DDP_EIO names
+ * files of the (epoch, pos) keys past the newest CKPT_KEEP of those not newer than the one
+ * written (the one written counts; a newer key is never counted nor removed). DDP_EIO names
  * the file. */
 int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world,
                     const uint8_t *buf, size_t len, struct ddp_err *err);
