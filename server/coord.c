@@ -774,10 +774,7 @@ int coord_storage_failed(struct coord *c)
 
 int coord_retired(struct coord *c)
 {
-    pthread_mutex_lock(&c->store_mu);
-    int r = c->retired;
-    pthread_mutex_unlock(&c->store_mu);
-    return r;
+    return atomic_load(&c->retired); /* no lock: a transaction may hold store_mu for long */
 }
 
 int coord_open(const char *db_path, const struct coord_opts *opts, int64_t now, struct coord **out,

@@ -14,6 +14,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -214,7 +215,8 @@ struct coord {
     int64_t wall_offset; /* wall ms = now + wall_offset */
     uint64_t version_base;
     int shutting_down;
-    int retired;           /* coord_retire(): every later transaction refused (under store_mu) */
+    _Atomic int retired;   /* coord_retire(): every later transaction refused (set under
+                            * store_mu; read without it by coord_retired(), gate_enter()) */
     int storage_failed;    /* retired because the own node's disk failed (under store_mu) */
     int nodes_stale;       /* some node's row_stale is set (coord_flush_nodes()) */
     struct job **jobs;     /* by id - 1; NULL for a deleted id (coord_retain.c) */

@@ -52,8 +52,8 @@ static void coord_health_note(struct coord *c, int rc, const struct ddp_err *e)
     pthread_mutex_unlock(&c->health_mu);
 }
 
-/* Set by coord_txn_run() in the thread whose transaction a retired coordinator refused
- * before it began (coord_take_refusal()). */
+/* Set by coord_txn_run() in the thread whose transaction was refused before it began: by a
+ * retired coordinator, a store that does not lead, or the fence (coord_take_refusal()). */
 static _Thread_local int coord_refused;
 
 int coord_take_refusal(void)
@@ -81,8 +81,13 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
                          "coordinator writes nothing more",
                          (long long)c->opts.fence_epoch, (long long)epoch);
     }
+    /* Refused before anything was done: the store's node does not lead (BEGIN), or another
+     * replica led since (the fence); the HTTP layer answers not_leader. */
+    if (rc == DDP_EUNAVAIL)
+        coord_refused = 1;
     if (!rc)
         rc = fn(c, ctx, e);
+    int committing = !rc;
     if (!rc)
         rc = store_commit(c->store, e);
     /* A replica's own disk failing (full, I/O errors) fails every write it leads while
@@ -99,9 +104,18 @@ int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e
         store_rollback(c->store);
     /* A replicated store (no file) answering UNAVAILABLE: its node lost the leadership, or
      * the connection to it; nothing more is written through this coordinator, which the
-     * replica's next tick replaces (server/main.c). */
-    if (rc == DDP_EUNAVAIL && (c->db_path == NULL || c->opts.fence_epoch))
+     * replica's next tick replaces (server/main.c). So does a failure whose outcome is not
+     * known: a COMMIT that timed out or broke may still be applied by Raft, and memory,
+     * rolled back here, would no longer be the store (the next submit would reuse the job
+     * id and fail on its events for ever); the new coordinator loads what was committed. */
+    int replicated = c->db_path == NULL || c->opts.fence_epoch;
+    if (replicated && (rc == DDP_EUNAVAIL || rc == DDP_ETIMEOUT || (rc && committing))) {
+        if (rc != DDP_EUNAVAIL)
+            log_warn("storage: %s: the outcome is not known; this coordinator stops and the "
+                     "next one loads the store",
+                     e->msg);
         c->retired = 1;
+    }
     coord_health_note(c, rc, e);
     pthread_mutex_unlock(&c->store_mu);
     return rc;

@@ -293,8 +293,10 @@ int dqc_roundtrip(struct dqclient *c, const char *what, const char *sql, int wan
         rc = read_all(c->fd, h, sizeof h, time_deadline_ms(c->opts.timeout_ms));
     if (rc != 0) {
         dqc_drop(c);
-        return err_set(err, rc, "dqlite %s: %s%s%s%s: %s", node, what, sql ? " \"" : "", q,
-                       sql ? "\"" : "", rc == DDP_ETIMEOUT ? "timed out" : "connection lost");
+        /* a lost connection is DDP_EUNAVAIL (dqclient.h), a timeout stays one */
+        return err_set(err, rc == DDP_ETIMEOUT ? rc : DDP_EUNAVAIL, "dqlite %s: %s%s%s%s: %s", node,
+                       what, sql ? " \"" : "", q, sql ? "\"" : "",
+                       rc == DDP_ETIMEOUT ? "timed out" : "connection lost");
     }
     dqwire_header_decode(h, &hd);
     if ((uint64_t)hd.words * 8 > DQCLIENT_MAX_BODY) {
@@ -309,7 +311,7 @@ int dqc_roundtrip(struct dqclient *c, const char *what, const char *sql, int wan
         rc = read_all(c->fd, c->in.data, len, time_deadline_ms(c->opts.timeout_ms));
     if (rc != 0) {
         dqc_drop(c);
-        return err_set(err, rc, "dqlite %s: %s: %s", node, what,
+        return err_set(err, rc == DDP_ETIMEOUT ? rc : DDP_EUNAVAIL, "dqlite %s: %s: %s", node, what,
                        rc == DDP_ETIMEOUT ? "timed out" : "connection lost");
     }
     c->in.len = len;

@@ -57,12 +57,18 @@ struct coord *gate_enter(struct gate *g, enum gate_role *role, char *leader, siz
 {
     pthread_mutex_lock(&g->mu);
     struct coord *c = g->active.c;
+    /* A leader's coordinator that retired itself (its store said "not leader", a fence or
+     * a commit of unknown outcome) is stale until the main thread replaces it: none answers,
+     * and no leader is known (not a redirect to this same replica). */
+    int stale = c && g->role == GATE_LEADER && coord_retired(c);
+    if (stale)
+        c = NULL;
     if (c)
         g->active.inside++;
     if (role)
-        *role = g->role;
+        *role = stale ? GATE_CANDIDATE : g->role;
     if (leader && size)
-        snprintf(leader, size, "%s", g->leader);
+        snprintf(leader, size, "%s", stale ? "" : g->leader);
     pthread_mutex_unlock(&g->mu);
     return c;
 }

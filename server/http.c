@@ -774,7 +774,10 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
         api_req_release(&r);
         r.static_out = NULL;
         r.content_type = NULL;
-        gate_role(s->gate, hc->leader, sizeof(hc->leader));
+        /* Until the main thread replaces the retired coordinator, the gate still names this
+         * replica: no leader is known then (a 307 to itself would loop). */
+        if (gate_role(s->gate, hc->leader, sizeof(hc->leader)) == GATE_LEADER)
+            hc->leader[0] = '\0';
         http_not_leader(&r, hc, &location);
         enum MHD_Result ret = http_send(conn, &r, route, hc);
         free(location);

@@ -147,7 +147,8 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
         /* The own node does not answer: after three polls in a row, stop leading (its writes
          * would fail anyway). */
         log_warn_limited(2000, "cluster: asking the dqlite node who leads: %s", err.msg);
-        if (++cl->probe_failures < 3)
+        /* A coordinator that retired itself is replaced at once, probe or not. */
+        if (++cl->probe_failures < 3 && !(cl->leading && coord_retired(cl->leading)))
             return;
         self = 0;
         leader[0] = '\0';
@@ -216,7 +217,9 @@ static void ddpd_cluster_step(struct ddpd_cluster *cl)
     if (self)
         return;
     if (cl->leading) {
-        log_warn("cluster: this replica lost the leadership%s%s: its coordinator stops",
+        log_warn("cluster: %s%s%s: its coordinator stops",
+                 cl->probe_failures >= 3 ? "the own dqlite node does not answer"
+                                         : "this replica lost the leadership",
                  leader[0] ? "; the leader is " : "", leader);
         cl->leading = NULL;
     }
@@ -704,6 +707,7 @@ int main(int argc, char **argv)
         if (cluster) {
             ddpd_cluster_step(&cl);
             if (cl.give_up) {
+                replica_forgo_hand_over(rep); /* it just failed: the stop elects */
                 err_set(&err, DDP_EUNAVAIL,
                         "cluster: this replica leads but can neither serve (see above) nor hand "
                         "the leadership over: ddpd stops, so that the other replicas elect a "

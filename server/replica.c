@@ -80,6 +80,7 @@ struct replica {
     struct dqclient *fence;
     int64_t epoch;
     struct dqclient *look; /* the leader's URL lookups (main thread only; no r->mu wait) */
+    int no_hand_over;      /* replica_stop() stops without a hand-over (main thread only) */
 };
 
 #ifdef DDP_HAVE_DQLITE
@@ -266,6 +267,7 @@ int replica_start(const struct replica_opts *o, struct replica **out, struct ddp
              r->raft_address, r->data_dir,
              r->latency_ms > 0 ? "" : " (dqlite's default timers: election timeout 3 s)");
     if (o->njoin > 0 && replica_join(r, o->join, o->njoin, err) != 0) {
+        r->no_hand_over = 1; /* a node that could not join leads nothing */
         replica_stop(r);
         return DDP_EUNAVAIL;
     }
@@ -346,7 +348,25 @@ static int replica_others_elect(struct replica *r, struct dqclient *c)
     return up >= voters / 2 + 1;
 }
 
-int replica_hand_over(struct replica *r)
+/* The voters c's node lists, or -1 when it cannot tell. */
+static int replica_voters(struct dqclient *c)
+{
+    struct dqclient_server s[DQCLIENT_MAX_NODES];
+    size_t n = 0;
+    struct ddp_err e;
+    if (dqclient_cluster(c, s, DQCLIENT_MAX_NODES, &n, &e) != 0)
+        return -1;
+    int voters = 0;
+    for (size_t i = 0; i < n; i++)
+        voters += s[i].role == DQWIRE_VOTER;
+    return voters;
+}
+
+/* replica_hand_over; stopping: for replica_stop(), where the node goes whatever happens, so a
+ * failed transfer needs no look at whether the others can elect (they will, an election
+ * timeout later, or the cluster had no quorum without this node anyway), and a node that is
+ * the only voter has no one to hand over to. */
+static int hand_over(struct replica *r, int stopping)
 {
     uint64_t id = 0;
     char addr[DQCLIENT_ADDR_MAX] = "";
@@ -367,12 +387,24 @@ int replica_hand_over(struct replica *r)
         .timeout_ms = 2 * replica_election_ms(r) + 1000, .leader_timeout_ms = 1000, .pinned = 1};
     struct dqclient *c = NULL;
     rc = dqclient_open(&self, 1, REPLICA_DB, &o, &c, &e);
+    if (rc == 0 && stopping && replica_voters(c) == 1) {
+        log_info("cluster: this node, the only voter, stops: no one to hand the leadership to");
+        dqclient_close(c);
+        return 0;
+    }
     if (rc == 0)
         rc = dqclient_transfer(c, 0, &e);
     if (rc == 0) {
         log_info("cluster: leadership handed over");
         dqclient_close(c);
         return 0;
+    }
+    if (stopping) {
+        log_warn("cluster: the leadership was not handed over before this node stops (%s): the "
+                 "other voters elect a leader after an election timeout (%lld ms)",
+                 e.msg, (long long)replica_election_ms(r));
+        dqclient_close(c);
+        return rc;
     }
     log_warn("cluster: could not hand the leadership over: %s", e.msg);
     /* lost to an election meanwhile: nothing left to hand over */
@@ -386,11 +418,22 @@ int replica_hand_over(struct replica *r)
     dqclient_close(c);
     if (!others) {
         log_warn("cluster: the other voters that answer are no majority without this node: it "
-                 "stays up rather than take the quorum away, and starts its coordinator "
-                 "again once its disk takes writes");
+                 "stays up rather than take the quorum away, and leads again when it can "
+                 "serve");
         return REPLICA_HAND_OVER_STAY;
     }
     return rc;
+}
+
+int replica_hand_over(struct replica *r)
+{
+    return hand_over(r, 0);
+}
+
+void replica_forgo_hand_over(struct replica *r)
+{
+    if (r)
+        r->no_hand_over = 1;
 }
 
 void replica_stop(struct replica *r)
@@ -399,7 +442,8 @@ void replica_stop(struct replica *r)
         return;
 #ifdef DDP_HAVE_DQLITE
     if (r->node) {
-        replica_hand_over(r);
+        if (!r->no_hand_over)
+            (void)hand_over(r, 1); /* each outcome is logged; the node stops either way */
         pthread_mutex_lock(&r->mu);
         dqclient_close(r->dq);
         r->dq = NULL;

@@ -48,8 +48,9 @@ int replica_start(const struct replica_opts *o, struct replica **out, struct ddp
  * its data folder to the other survivors, start them all. */
 int replica_recover(uint64_t node_id, const char *raft_address, const char *data_dir,
                     const uint64_t *ids, const char *const *addrs, size_t n, struct ddp_err *err);
-/* Hands the leadership to another voter when this node holds it (a graceful stop, so the
- * others need not wait an election timeout), then stops the node and frees; accepts NULL. */
+/* Hands the leadership to another voter when this node holds it and is not the only voter
+ * (a graceful stop, so the others need not wait an election timeout; a failed transfer is a
+ * warning, the node stops anyway), then stops the node and frees; accepts NULL. */
 void replica_stop(struct replica *r);
 
 /* Asks this node who leads: *self 1 when this replica does, else 0 with leader (size bytes)
@@ -74,6 +75,9 @@ int64_t replica_epoch(const struct replica *r);
  * others able to elect once this node stops. Each outcome is logged. */
 #define REPLICA_HAND_OVER_STAY 1
 int replica_hand_over(struct replica *r);
+/* replica_stop() then stops the node without trying a hand-over (one just failed: ddpd gives
+ * up leading, and a second transfer would only delay the election that the stop starts). */
+void replica_forgo_hand_over(struct replica *r);
 
 /* Adds node_id, raft_address and advertise to o (the /healthz answer). */
 void replica_describe(struct replica *r, json_t *o);

@@ -1,5 +1,5 @@
 /*
- * store_dqlite.c - the store's dqlite backend (`ddpd --cluster`, to come): the ops of
+ * store_dqlite.c - the store's dqlite backend (`ddpd --cluster`): the ops of
  * store_internal.h over one dqclient connection to the cluster's leader, each of store.c's
  * statements prepared on it.
  *
@@ -12,6 +12,10 @@
  *      connection. A lost connection is found again (reconnect, every statement prepared
  *      anew) only at a step with no transaction open, so a statement never runs on a new
  *      leader outside the transaction its caller began on the old one.
+ *   3. A statement runs only on the connection it was prepared on: where a PREPARE fails
+ *      (a "not leader" during a flap leaves the connection up), unprepared stays set and the
+ *      next call prepares every statement again, so none runs with a NULL handle or one of
+ *      the old connection.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +40,7 @@ struct dqlite_be {
     struct dqclient *c;
     struct dq_stmt s[ST_COUNT];
     int in_tx;
+    int unprepared; /* invariant 3: some statement failed to prepare on this connection */
 };
 
 static void dq_reset(void *be, int w)
@@ -65,20 +70,28 @@ static int dq_prepare_one(struct dqlite_be *b, int w, struct ddp_err *err)
     return rc;
 }
 
-/* A connection is there, or found again when no transaction is open (invariant 2). */
+/* A connection is there, or found again when no transaction is open (invariant 2), with
+ * every statement prepared on it (invariant 3). */
 static int dq_ensure(struct dqlite_be *b, struct ddp_err *err)
 {
-    if (dqclient_connected(b->c))
+    if (dqclient_connected(b->c) && !b->unprepared)
         return 0;
-    if (b->in_tx)
-        return err_set(err, DDP_EUNAVAIL,
-                       "dqlite: connection lost inside a transaction: roll back and retry");
-    int rc = dqclient_reconnect(b->c, err);
-    for (int w = 0; rc == 0 && w < ST_COUNT; w++) {
-        if (b->s[w].sql != NULL)
-            rc = dq_prepare_one(b, w, err);
+    if (!dqclient_connected(b->c)) {
+        if (b->in_tx)
+            return err_set(err, DDP_EUNAVAIL,
+                           "dqlite: connection lost inside a transaction: roll back and retry");
+        int rc = dqclient_reconnect(b->c, err);
+        if (rc)
+            return rc;
+        b->unprepared = 1;
     }
-    return rc;
+    for (int w = 0; w < ST_COUNT; w++) {
+        int rc = b->s[w].sql != NULL ? dq_prepare_one(b, w, err) : 0;
+        if (rc)
+            return rc; /* still unprepared: the next call prepares again */
+    }
+    b->unprepared = 0;
+    return 0;
 }
 
 /* Keeps in_tx (invariant 2) after a run of sql: a BEGIN that succeeded opens, a COMMIT that
@@ -120,7 +133,10 @@ static int dq_prepare(void *be, int w, const char *sql, struct ddp_err *err)
     b->s[w].sql = sql;
     b->s[w].query = strncasecmp(sql, "SELECT", 6) == 0 || strncasecmp(sql, "PRAGMA", 6) == 0;
     dq_reset(b, w);
-    return dq_prepare_one(b, w, err);
+    int rc = dq_prepare_one(b, w, err);
+    if (rc)
+        b->unprepared = 1;
+    return rc;
 }
 
 static void dq_bind(struct dqlite_be *b, int w, int i, struct dqwire_value v)
