@@ -229,6 +229,7 @@ out:
         assign_release(&a.desired[i]);
     free(a.desired);
     agent_notices_clear(&a);
+    agent_cgroup_drains_free(&a);
     free(a.beat_path);
     free(a.cred_path);
     explicit_bzero(a.credential, sizeof(a.credential));

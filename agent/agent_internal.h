@@ -95,6 +95,13 @@ struct agent_notice {
     int grace_s;
 };
 
+/* A (job, generation) whose cgroup waits to be emptied (agent_cgroup_done). */
+struct agent_drain {
+    char *job_id; /* owned */
+    int64_t generation;
+    int busy; /* the I/O thread empties it now */
+};
+
 struct agent {
     const struct agent_config *cfg;
     char incarnation[33];
@@ -121,7 +128,7 @@ struct agent {
     int refused_bodies;      /* beats refused with 400/413 in a row */
     int shutting_down;
     int done;
-    int64_t last_answer_ms; /* monotonic time of ddpd's last answer (any status) */
+    int64_t last_answer_ms; /* monotonic time of ddpd's last beat answered 200 (agent_beat) */
     int orphaned;           /* the orphan timeout fired; cleared by the next answer */
     uint64_t gpu_busy;      /* bit i: GPU i (cfg->gpu_ids[i]) is held by a worker (gpus.h) */
     int wake[2];            /* wakes the I/O thread */
@@ -133,6 +140,11 @@ struct agent {
     char credential[AGENT_CRED_MAX];
     char *cred_path;
     struct cgroup *cg; /* job cgroups; set before the threads start and never changed */
+    /* (job, generation)s whose last worker here exited: their cgroups are emptied by the I/O
+     * thread outside mu (agent_cgroup_drain), since that may wait up to CGROUP_DRAIN_MS for
+     * what dies slowly, and no beat may wait for it. Under mu. */
+    struct agent_drain *drains;
+    size_t ndrains, capdrains;
 };
 
 /* ---- agent.c: helpers of every thread ----------------------------------------------- */
@@ -176,10 +188,17 @@ void agent_on_stop_signal(struct agent *a, int signo);
 /* Stops the running workers once ddpd has not answered for cfg->orphan_timeout_s. Holds
  * a->mu. */
 void agent_check_orphaned(struct agent *a, int64_t now);
-/* Once no worker of (job_id, generation) runs any more: kills what is left in its cgroup
- * and removes it (bounded by CGROUP_DRAIN_MS), logging what it killed or why it could not.
- * job_id is borrowed. Holds a->mu. */
+/* Once no worker of (job_id, generation) runs any more: queues its cgroup for
+ * agent_cgroup_drain() and wakes the I/O thread. job_id is borrowed. Holds a->mu. */
 void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation);
+/* 1 while (job_id, generation)'s cgroup is queued or being emptied: no worker of it starts
+ * meanwhile (cgroup.h: never create and kill one job's cgroup at once). Holds a->mu. */
+int agent_cgroup_draining(const struct agent *a, const char *job_id, int64_t generation);
+/* The I/O thread, without a->mu: kills what is left in each queued cgroup and removes it
+ * (bounded by CGROUP_DRAIN_MS each), logging what it killed or why it could not. */
+void agent_cgroup_drain(struct agent *a);
+/* Frees the queue (after the threads are joined). */
+void agent_cgroup_drains_free(struct agent *a);
 
 /* ---- io.c: the I/O thread ------------------------------------------------------------- */
 

@@ -331,6 +331,12 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
     if (rc < 0) {
         res = BEAT_UNREACHABLE;
     } else if (status == 200) {
+        /* The orphan clock: only a beat answered 200 confirms the running workers; an error
+         * answer (a removed node's 401, a replica answering 500, a duplicate's 409) does not,
+         * or such a node would keep its workers while ddpd re-formed the job. Set here, under
+         * the lock the answer is taken in, so no orphan check sees it stale in between. */
+        a->last_answer_ms = time_mono_ms();
+        a->orphaned = 0;
         for (size_t i = 0; i < nacks; i++) {
             struct worker *w = agent_worker_by_id(a, acks[i].worker_id);
             if (!w)
@@ -485,10 +491,6 @@ void *agent_report_main(void *arg)
         if (r != BEAT_OK)
             log_debug("report beat failed: %s", err.msg);
         pthread_mutex_lock(&a->mu);
-        if (r == BEAT_OK) { /* only a beat ddpd took confirms the workers (the orphan clock) */
-            a->last_answer_ms = time_mono_ms();
-            a->orphaned = 0;
-        }
     }
     pthread_mutex_unlock(&a->mu);
     httpc_free(h);
@@ -549,16 +551,7 @@ void agent_heartbeat_loop(struct agent *a)
         enum beat_result r =
             registered ? agent_beat(a, h, 1, &quick, &err) : agent_register(a, h, &err);
         if (r != BEAT_UNREACHABLE) {
-            /* The orphan clock: only a beat answered 200 confirms the running workers; an
-             * error answer (a removed node's 401, a replica answering 500, a duplicate's 409)
-             * does not, or such a node would keep its workers while ddpd re-formed the job */
-            if (r == BEAT_OK && registered) {
-                pthread_mutex_lock(&a->mu);
-                a->last_answer_ms = time_mono_ms();
-                a->orphaned = 0;
-                pthread_mutex_unlock(&a->mu);
-            }
-            /* Which of ddpd's addresses answers (httpc.h: the sticky one) */
+            /* (a beat answered 200 has set the orphan clock: agent_beat) Which of ddpd's addresses answers (httpc.h: the sticky one) */
             if (strcmp(answered, httpc_base_url(h)) != 0) {
                 if (answered[0])
                     log_info("ddpd answers at server=%s now (was %s)", httpc_base_url(h), answered);

@@ -2,8 +2,8 @@
  * io.c - the agent's I/O thread: reads the workers' output and metrics pipes into their
  * splitters (and the local rank log), reaps children through the signalfd (workers and, as
  * subreaper, adopted orphans), drives each stopping worker's SIGTERM -> SIGKILL deadline,
- * kills a job's cgroup once its last worker here was reaped, handles SIGTERM/SIGINT, and
- * frees forgotten workers.
+ * kills a job's cgroup once its last worker here was reaped (without a->mu: a drain may
+ * wait for what dies slowly), handles SIGTERM/SIGINT, and frees forgotten workers.
  *
  * Thread: only the I/O thread (agent_io_main) runs this file, apart from agent_close_fds(),
  * which agent_run() also calls after joining it.
@@ -185,6 +185,7 @@ void *agent_io_main(void *arg)
             a->done = 1;
             pthread_cond_broadcast(&a->cond);
             pthread_mutex_unlock(&a->mu);
+            agent_cgroup_drain(a);
             break;
         }
         size_t need = 2 + 2 * a->nworkers; /* wake pipe, signalfd, two pipes a worker */
@@ -207,7 +208,12 @@ void *agent_io_main(void *arg)
                 pfd[n++] = (struct pollfd){.fd = w->met_fd, .events = POLLIN};
             }
         }
+        int drain = a->ndrains > 0;
         pthread_mutex_unlock(&a->mu);
+        if (drain) {
+            agent_cgroup_drain(a); /* unlocked: it may wait for what dies slowly */
+            continue;
+        }
 
         int r = poll(pfd, n, (int)timeout);
         if (r < 0 && errno != EINTR) {

@@ -455,18 +455,79 @@ void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation)
         if (!o->proc.exited && o->generation == generation && strcmp(o->job_id, job_id) == 0)
             return; /* another rank of it still runs here */
     }
-    struct ddp_err err;
-    err_clear(&err);
-    size_t found = 0;
-    int64_t t0 = time_mono_ms();
-    if (cgroup_job_kill(a->cg, job_id, generation, &found, &err) < 0)
-        log_warn("cannot empty the cgroup of job=%s generation=%" PRId64
-                 " (the next sweep tries again): %s",
-                 job_id, generation, err.msg);
-    else if (found > 0)
-        log_info("killed %zu processes left in the cgroup of job=%s generation=%" PRId64
-                 " in %" PRId64 " ms",
-                 found, job_id, generation, time_mono_ms() - t0);
+    for (size_t i = 0; i < a->ndrains; i++)
+        if (a->drains[i].generation == generation && !a->drains[i].busy &&
+            strcmp(a->drains[i].job_id, job_id) == 0)
+            return; /* queued already */
+    XGROW(a->drains, a->ndrains + 1, a->capdrains, 4);
+    a->drains[a->ndrains++] =
+        (struct agent_drain){.job_id = xstrdup(job_id), .generation = generation, .busy = 0};
+    agent_wake_io(a);
+}
+
+int agent_cgroup_draining(const struct agent *a, const char *job_id, int64_t generation)
+{
+    for (size_t i = 0; i < a->ndrains; i++)
+        if (a->drains[i].generation == generation && strcmp(a->drains[i].job_id, job_id) == 0)
+            return 1;
+    return 0;
+}
+
+void agent_cgroup_drain(struct agent *a)
+{
+    pthread_mutex_lock(&a->mu);
+    size_t n = a->ndrains;
+    struct agent_drain *mine = n ? xcalloc(n, sizeof(*mine)) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (a->drains[i].busy)
+            continue;
+        a->drains[i].busy = 1;
+        mine[k].job_id = xstrdup(a->drains[i].job_id);
+        mine[k++].generation = a->drains[i].generation;
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < k; i++) {
+        struct ddp_err err;
+        err_clear(&err);
+        size_t found = 0;
+        int64_t t0 = time_mono_ms();
+        if (cgroup_job_kill(a->cg, mine[i].job_id, mine[i].generation, &found, &err) < 0)
+            log_warn("cannot empty the cgroup of job=%s generation=%" PRId64
+                     " (the next sweep tries again): %s",
+                     mine[i].job_id, mine[i].generation, err.msg);
+        else if (found > 0)
+            log_info("killed %zu processes left in the cgroup of job=%s generation=%" PRId64
+                     " in %" PRId64 " ms",
+                     found, mine[i].job_id, mine[i].generation, time_mono_ms() - t0);
+    }
+    if (k == 0) {
+        free(mine);
+        return;
+    }
+    pthread_mutex_lock(&a->mu);
+    size_t j = 0;
+    for (size_t i = 0; i < a->ndrains; i++) {
+        if (a->drains[i].busy) {
+            free(a->drains[i].job_id);
+            continue;
+        }
+        a->drains[j++] = a->drains[i];
+    }
+    a->ndrains = j;
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < k; i++)
+        free(mine[i].job_id);
+    free(mine);
+}
+
+void agent_cgroup_drains_free(struct agent *a)
+{
+    for (size_t i = 0; i < a->ndrains; i++)
+        free(a->drains[i].job_id);
+    free(a->drains);
+    a->drains = NULL;
+    a->ndrains = a->capdrains = 0;
 }
 
 /* The notice of the last answer for w's (job, generation), or NULL. Holds a->mu. */
@@ -573,7 +634,10 @@ void agent_reconcile(struct agent *a)
         struct worker *w = act->op == RECON_START ? NULL : hw[act->index];
         switch (act->op) {
         case RECON_START:
-            agent_start_worker(a, &a->desired[act->index], act->local_rank);
+            /* a generation whose cgroup is being emptied starts after (the next answer) */
+            if (!agent_cgroup_draining(a, a->desired[act->index].job_id,
+                                       a->desired[act->index].generation))
+                agent_start_worker(a, &a->desired[act->index], act->local_rank);
             break;
         case RECON_STOP: {
             const struct agent_notice *nt = agent_notice_of(a, w);
@@ -625,23 +689,26 @@ void agent_on_stop_signal(struct agent *a, int signo)
 /*
  * A node cut off from ddpd cannot know whether its jobs still want its workers: ddpd has
  * likely declared it LOST and re-formed the jobs elsewhere, so two copies of a rank would
- * train (and write the same checkpoints). After cfg->orphan_timeout_s without any answer the
- * agent stops its running workers (with their grace). It keeps the desired set, so they are
+ * train (and write the same checkpoints). After cfg->orphan_timeout_s without a beat answered
+ * 200 (at least three heartbeat intervals: ddpd holds a quiet beat up to one, so answers of a
+ * healthy link come an interval apart) the agent stops its running workers (with their grace). It keeps the desired set, so they are
  * not started again; their exits are reported when ddpd answers again, and ddpd, if it still
  * wanted them, restarts the job from its checkpoint. Holds a->mu.
  */
 void agent_check_orphaned(struct agent *a, int64_t now)
 {
     int64_t limit = (int64_t)a->cfg->orphan_timeout_s * 1000;
+    if (limit > 0 && limit < 3 * (int64_t)a->interval_ms)
+        limit = 3 * (int64_t)a->interval_ms;
     if (limit <= 0 || a->orphaned || a->shutting_down || now - a->last_answer_ms < limit)
         return;
     size_t running = agent_running_count(a);
     a->orphaned = 1;
     if (running == 0)
         return;
-    log_warn("no heartbeat taken by ddpd for %d s: stopping %zu workers whose job cannot be "
+    log_warn("no heartbeat taken by ddpd for %.1f s: stopping %zu workers whose job cannot be "
              "confirmed",
-             a->cfg->orphan_timeout_s, running);
+             (double)limit / 1000.0, running);
     for (size_t i = 0; i < a->nworkers; i++) {
         struct worker *w = a->workers[i];
         if (!w->proc.exited && !w->proc.stopping)
