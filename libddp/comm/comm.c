@@ -111,6 +111,9 @@ out:
 int comm_alloc_buffer(struct comm *c, size_t bytes, void **out, struct ddp_err *err)
 {
     *out = NULL;
+    /* no size arithmetic below (rounding, a region's stride and mapping) may wrap */
+    if (bytes > SIZE_MAX / 4)
+        return err_set(err, DDP_ETOOBIG, "cannot allocate %zu bytes", bytes);
     if (c && c->ops->alloc_buffer) {
         int ret = c->ops->alloc_buffer(c, bytes, out, err);
         if (ret < 0)

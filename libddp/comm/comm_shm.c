@@ -204,8 +204,16 @@ int shm_wait_one(struct shm_group *g, int k, int which, uint32_t round, const ch
         if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round))
             return 0;
         int ret = check_peers(g, k, what, err);
-        if (ret < 0)
+        if (ret < 0) {
+            /* k may have posted the round and then left (closed its comm or exited: the
+             * final barrier of a run) between the load above and the check; its post came
+             * first (its gone flag and its exit follow it), so the wait succeeded. */
+            if (reached(atomic_load_explicit(&c->ctr[which], memory_order_acquire), round)) {
+                g->fault = -1;
+                return 0;
+            }
             return ret;
+        }
         uint32_t nb = atomic_load_explicit(&c->beat, memory_order_relaxed);
         if (nb != beat) {
             beat = nb;

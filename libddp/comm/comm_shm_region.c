@@ -43,6 +43,10 @@ int shm_region_alloc(struct shm_group *g, size_t bytes, void **out, struct ddp_e
         return 0;
     if (g->nregions == SHM_MAX_REGIONS)
         return 0;
+    /* the mapping (header + L parts) must not wrap: too large stays private (and fails
+     * there, naming the size) */
+    if (bytes > (SIZE_MAX - SHM_REGION_HDR) / (size_t)g->L - 8192)
+        return 0;
     char name[80];
     snprintf(name, sizeof(name), "%s-r%u", g->name, g->nalloc);
     uint64_t seq = UINT64_MAX - g->nalloc;

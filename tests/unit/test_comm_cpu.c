@@ -668,6 +668,10 @@ static void test_comm_cpu_backend_selection(void **state)
 #endif
     comm_free(c);
     c = NULL;
+    /* a size whose rounding would wrap is refused, not a 64-byte block */
+    void *huge = NULL;
+    assert_int_equal(comm_alloc_buffer(NULL, SIZE_MAX - 10, &huge, &err), DDP_ETOOBIG);
+    assert_null(huge);
     assert_int_equal(comm_new("mpi", NULL, 0, 1, NULL, &c, &err), DDP_EINVAL);
     assert_null(c);
     assert_int_equal(comm_new("cpu", NULL, 0, 2, NULL, &c, &err), DDP_EINVAL);
