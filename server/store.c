@@ -102,7 +102,8 @@ static const char *const store_sql[ST_COUNT] = {
     [ST_LOAD_JOBS] = "SELECT id, name, spec, state, generation, restarts, world_size, "
                      "master_addr, master_port, nodes, last_metrics, reason, created_at, "
                      "started_at, finished_at, job_token, log_seq, metric_seq, event_seq, "
-                     "end_kind, end_reason, owner, request_id FROM jobs ORDER BY id",
+                     "end_kind, end_reason, owner, request_id FROM jobs WHERE id > ?1 "
+                     "ORDER BY id LIMIT ?2",
     [ST_LOAD_NODES] = "SELECT name, address, slots, port_lo, port_hi, incarnation, state, "
                       "registered_at, last_heartbeat, credential_hash, admin_state, admin_reason, "
                       "labels "
@@ -499,11 +500,14 @@ int store_user_delete(struct store *st, const char *name, struct ddp_err *err)
     return store_step_done(st, ST_USER_DELETE, err);
 }
 
-int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err)
+/* One page of store_load_jobs(): every row to fn; *after the last id, *rows the count, *r the
+ * last step's result. */
+static int store_load_jobs_page(struct store *st, store_job_fn fn, void *ctx, int64_t *after,
+                                int64_t *rows, int *r, struct ddp_err *err)
 {
     int s = ST_LOAD_JOBS;
-    int rc = 0, r;
-    while ((r = q_step(st, s, err)) == 1) {
+    int rc = 0;
+    while ((*r = q_step(st, s, err)) == 1) {
         struct store_job j = {
             .id = q_col_int(st, s, 0),
             .name = q_col_text(st, s, 1),
@@ -529,13 +533,34 @@ int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err
             .owner = q_col_text(st, s, 21),
             .request_id = q_col_text(st, s, 22),
         };
+        *after = j.id;
+        (*rows)++;
         rc = fn(ctx, &j);
         if (rc)
             break;
     }
+    q_reset(st, s);
+    return rc;
+}
+
+/* Jobs a page of the load: a replicated store answers a query in one result of at most
+ * DQCLIENT_MAX_RESULT (64 MiB), and a spec may be up to HTTP_BODY_MAX (1 MiB), so a page of
+ * 32 rows always fits however many jobs the store keeps. */
+#define STORE_LOAD_PAGE 32
+
+int store_load_jobs(struct store *st, store_job_fn fn, void *ctx, struct ddp_err *err)
+{
+    int s = ST_LOAD_JOBS;
+    int rc = 0, r = 0;
+    int64_t after = 0, rows = STORE_LOAD_PAGE;
+    while (!rc && r >= 0 && rows == STORE_LOAD_PAGE) {
+        rows = 0;
+        q_int(st, s, 1, after);
+        q_int(st, s, 2, STORE_LOAD_PAGE);
+        rc = store_load_jobs_page(st, fn, ctx, &after, &rows, &r, err);
+    }
     if (!rc && r < 0)
         rc = r;
-    q_reset(st, s);
     return rc;
 }
 

@@ -189,6 +189,37 @@ static void test_store_durable_across_reopen(void **state)
     store_close(st);
 }
 
+/* The load pages through the jobs (32 a page): 96 rows, a multiple of the page, and 97
+ * come back whole and in id order. */
+static int on_job_in_order(void *ctx, const struct store_job *j)
+{
+    int64_t *last = ctx;
+    if (j->id != *last + 1)
+        return -1;
+    *last = j->id;
+    return 0;
+}
+
+static void test_store_load_pages(void **state)
+{
+    struct fixture *f = *state;
+    struct store *st = NULL;
+    struct ddp_err e;
+    assert_int_equal(store_open(f->db, &st, &e), 0);
+    for (int64_t id = 1; id <= 97; id++) {
+        struct store_job j = job_row(id, "SUCCEEDED");
+        assert_int_equal(store_begin(st, &e), 0);
+        assert_int_equal(store_job_put(st, &j, &e), 0);
+        assert_int_equal(store_commit(st, &e), 0);
+        if (id == 96 || id == 97) {
+            int64_t last = 0;
+            assert_int_equal(store_load_jobs(st, on_job_in_order, &last, &e), 0);
+            assert_int_equal(last, id);
+        }
+    }
+    store_close(st);
+}
+
 static void test_store_trim_and_last_lines(void **state)
 {
     struct fixture *f = *state;
@@ -345,6 +376,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_store_migrates_fresh_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_durable_across_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_load_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_trim_and_last_lines, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_job_put_keeps_data_columns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_store_job_delete, setup, teardown),
