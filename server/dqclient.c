@@ -191,6 +191,14 @@ static int read_all(int fd, void *p, size_t n, int64_t deadline)
     return 0;
 }
 
+/* The deadline of one phase of a roundtrip (the write, the header, the body): timeout_ms
+ * from now, but never past c->cap (a search's or a probe's own bound). */
+static int64_t phase_deadline(const struct dqclient *c)
+{
+    int64_t d = time_deadline_ms(c->opts.timeout_ms);
+    return c->cap > 0 && c->cap < d ? c->cap : d;
+}
+
 /* --- building requests: the first append error sticks in out_rc ------------------- */
 
 void dqc_out_begin(struct dqclient *c, uint8_t type, size_t *start)
@@ -286,11 +294,11 @@ int dqc_roundtrip(struct dqclient *c, const char *what, const char *sql, int wan
         return err_set(err, DDP_EUNAVAIL, "dqlite: %s%s%s%s: not connected (reconnect first)", what,
                        sql ? " \"" : "", q, sql ? "\"" : "");
     }
-    int64_t deadline = time_deadline_ms(c->opts.timeout_ms);
+    int64_t deadline = phase_deadline(c);
     rc = write_all(c->fd, c->out.data, c->out.len, deadline);
     buf_reset(&c->out);
     if (rc == 0)
-        rc = read_all(c->fd, h, sizeof h, time_deadline_ms(c->opts.timeout_ms));
+        rc = read_all(c->fd, h, sizeof h, phase_deadline(c));
     if (rc != 0) {
         dqc_drop(c);
         /* a lost connection is DDP_EUNAVAIL (dqclient.h), a timeout stays one */
@@ -308,7 +316,7 @@ int dqc_roundtrip(struct dqclient *c, const char *what, const char *sql, int wan
     size_t len = (size_t)hd.words * 8;
     rc = buf_reserve(&c->in, len);
     if (rc == 0)
-        rc = read_all(c->fd, c->in.data, len, time_deadline_ms(c->opts.timeout_ms));
+        rc = read_all(c->fd, c->in.data, len, phase_deadline(c));
     if (rc != 0) {
         dqc_drop(c);
         return err_set(err, rc == DDP_ETIMEOUT ? rc : DDP_EUNAVAIL, "dqlite %s: %s: %s", node, what,
@@ -380,7 +388,9 @@ static int try_node(struct dqclient *c, const char *addr, int64_t deadline, int 
     if (rc != 0)
         return rc;
     snprintf(c->node, sizeof c->node, "%s", addr);
+    c->cap = deadline; /* the search's bound covers the question too */
     rc = ask_leader(c, 1, &id, next, size, err);
+    c->cap = 0;
     if (rc != 0) {
         dqc_drop(c);
         return rc;
@@ -504,6 +514,7 @@ int dqclient_leader_of(const char *addr, const struct dqclient_opts *opts, uint6
         c.opts.timeout_ms = DEFAULT_TIMEOUT_MS;
     buf_init_max(&c.out, DQCLIENT_MAX_BODY);
     buf_init_max(&c.in, DQCLIENT_MAX_BODY);
+    c.cap = time_deadline_ms(c.opts.timeout_ms); /* the whole probe, as dqclient.h says */
     int rc = dqclient_tcp_connect(addr, c.opts.timeout_ms, &c.fd, err);
     if (rc == 0) {
         snprintf(c.node, sizeof c.node, "%s", addr);

@@ -28,6 +28,8 @@ struct dqclient {
     struct buf out; /* the request being sent (at most DQCLIENT_MAX_BODY) */
     int out_rc;     /* the first error appending to out, reported by roundtrip() */
     struct buf in;  /* the body of the last answer */
+    int64_t cap;    /* monotonic ms no phase of a roundtrip waits past; 0 none (a search, a
+                     * probe: dqclient_leader_of, try_node) */
 };
 
 struct dqclient_stmt {

@@ -40,11 +40,14 @@
 #include "server/dqclient.h"
 #include "server/store.h"
 
-#define REPLICA_DB              "ddp"
-#define REPLICA_JOIN_MS         30000
-#define REPLICA_PROBE_MS        500  /* the LEADER probe of the own node, each poll */
-#define REPLICA_SIDE_MS         1000 /* each call of the side connection */
-#define REPLICA_LOOKUP_MS       500  /* between two reads of the leader's URL */
+#define REPLICA_DB        "ddp"
+#define REPLICA_JOIN_MS   30000
+#define REPLICA_PROBE_MS  500  /* the LEADER probe of the own node, each poll */
+#define REPLICA_SIDE_MS   1000 /* each call of the side connection */
+#define REPLICA_LOOKUP_MS 500  /* between two reads of the leader's URL */
+#define REPLICA_REFRESH_MS \
+    5000 /* a URL known is read again this often (the leader
+                                      * may rewrite it after a follower read its old one) */
 #define REPLICA_URL_MAX         512
 #define REPLICA_RAFT_CONNECT_MS 2000  /* a raft connection to a peer (a libuv pool thread waits) */
 #define REPLICA_RAFT_WARN_MS    10000 /* the least time between two warnings of a failed one */
@@ -508,9 +511,12 @@ int replica_poll(struct replica *r, int *self, char *leader, size_t size, struct
         return 0;
     }
     int64_t now = time_mono_ms();
-    if (id != r->leader_id || (!r->leader_url[0] && now - r->lookup_at >= REPLICA_LOOKUP_MS)) {
+    int other = id != r->leader_id;
+    int64_t every = r->leader_url[0] ? REPLICA_REFRESH_MS : REPLICA_LOOKUP_MS;
+    if (other || now - r->lookup_at >= every) {
         r->leader_id = id;
-        r->leader_url[0] = '\0';
+        if (other)
+            r->leader_url[0] = '\0'; /* a refresh that fails keeps the URL it had */
         r->lookup_at = now;
         struct ddp_err e;
         rc = replica_lookup(r, id, &e);
@@ -654,11 +660,22 @@ int replica_members(struct replica *r, json_t **out, struct ddp_err *err)
     return 0;
 }
 
+/* After a side-connection call failed with rc: 1 when it was a "not leader" answer (the
+ * connection is up, on a node that led before: nothing was done) and the connection found
+ * the new leader, so the caller may send the call once more. Holds r->mu. */
+static int replica_side_moved(struct replica *r, int rc, struct ddp_err *err)
+{
+    return rc == DDP_EUNAVAIL && r->dq && dqclient_connected(r->dq) &&
+           dqclient_reconnect(r->dq, err) == 0;
+}
+
 int replica_add(struct replica *r, uint64_t id, const char *address, struct ddp_err *err)
 {
     pthread_mutex_lock(&r->mu);
     int rc = replica_side(r, err);
     if (rc == 0)
+        rc = dqclient_add(r->dq, id, address, err);
+    if (replica_side_moved(r, rc, err))
         rc = dqclient_add(r->dq, id, address, err);
     if (rc == 0)
         rc = dqclient_assign(r->dq, id, DQWIRE_VOTER, err);
@@ -676,6 +693,8 @@ int replica_remove(struct replica *r, uint64_t id, struct ddp_err *err)
     pthread_mutex_lock(&r->mu);
     int rc = replica_side(r, err);
     if (rc == 0)
+        rc = dqclient_remove(r->dq, id, err);
+    if (replica_side_moved(r, rc, err))
         rc = dqclient_remove(r->dq, id, err);
     if (rc == 0) {
         struct dqwire_value p = dqclient_int((int64_t)id);
