@@ -20,7 +20,10 @@
 #include "ddp/comm.h"
 #include "ddp/ddp.h"
 
-#define CAND_PER_RANK (2 * CKPT_KEEP)
+/* A folder keeps CKPT_KEEP keys at or before its newest save, and newer stale ones (a save
+ * cut short before a resume from an older key) until the run passes them; at several world
+ * sizes a key appears once each. Room for that, so a complete checkpoint is not crowded out. */
+#define CAND_PER_RANK (4 * CKPT_KEEP)
 
 /* The largest file a shard of model id can be. */
 static size_t max_file(const struct ckpt_id *id)

@@ -536,6 +536,9 @@ static int replica_raise_epoch(struct replica *r, struct ddp_err *err)
 {
     struct dqclient_rows *rows = NULL;
     int rc = dqclient_exec(r->fence, replica_epoch_sql, NULL, 0, NULL, err);
+    /* The raise and its read-back in one transaction: a tenure of another replica in
+     * between would otherwise give this one that tenure's epoch. */
+    int began = rc == 0 && (rc = dqclient_exec(r->fence, "BEGIN", NULL, 0, NULL, err)) == 0;
     if (rc == 0)
         rc = dqclient_exec(r->fence,
                            "INSERT INTO ddp_epoch (id, epoch) VALUES (1, 1) ON CONFLICT(id) DO "
@@ -544,8 +547,15 @@ static int replica_raise_epoch(struct replica *r, struct ddp_err *err)
     if (rc == 0)
         rc = dqclient_query(r->fence, "SELECT epoch FROM ddp_epoch WHERE id = 1", NULL, 0, &rows,
                             err);
-    if (rc != 0)
+    if (rc == 0)
+        rc = dqclient_exec(r->fence, "COMMIT", NULL, 0, NULL, err);
+    if (rc != 0) {
+        struct ddp_err e;
+        if (began && dqclient_connected(r->fence))
+            (void)dqclient_exec(r->fence, "ROLLBACK", NULL, 0, NULL, &e);
+        dqclient_rows_free(rows);
         return rc;
+    }
     int ok = rows->nrows == 1 && rows->ncols == 1 && rows->vals[0].type == DQWIRE_INTEGER;
     r->epoch = ok ? rows->vals[0].i : 0;
     dqclient_rows_free(rows);
