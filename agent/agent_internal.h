@@ -191,9 +191,11 @@ void agent_check_orphaned(struct agent *a, int64_t now);
 /* Once no worker of (job_id, generation) runs any more: queues its cgroup for
  * agent_cgroup_drain() and wakes the I/O thread. job_id is borrowed. Holds a->mu. */
 void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation);
-/* 1 while (job_id, generation)'s cgroup is queued or being emptied: no worker of it starts
- * meanwhile (cgroup.h: never create and kill one job's cgroup at once). Holds a->mu. */
-int agent_cgroup_draining(const struct agent *a, const char *job_id, int64_t generation);
+/* 1 while a cgroup is queued or being emptied: no worker starts meanwhile, as none did
+ * while the drain held the lock (what is left may hold a GPU, a port, a file; cgroup.h:
+ * never create and kill one job's cgroup at once); the drain's end asks for a beat, whose
+ * answer starts them. Holds a->mu. */
+int agent_cgroup_draining(const struct agent *a);
 /* The I/O thread, without a->mu: kills what is left in each queued cgroup and removes it
  * (bounded by CGROUP_DRAIN_MS each), logging what it killed or why it could not. */
 void agent_cgroup_drain(struct agent *a);

@@ -25,7 +25,7 @@
  * Threads: a struct cgroup does not change after cgroup_open(); every other function only
  * reads it and works on the file system, so any thread may call them. Two threads must not
  * create and kill the same job's cgroup at once (the agent creates under a->mu, and starts
- * no worker of a (job, generation) whose cgroup its I/O thread is emptying: worker.c).
+ * no worker while its I/O thread empties a cgroup: worker.c).
  */
 #ifndef DDP_AGENT_CGROUP_H
 #define DDP_AGENT_CGROUP_H

@@ -465,12 +465,9 @@ void agent_cgroup_done(struct agent *a, const char *job_id, int64_t generation)
     agent_wake_io(a);
 }
 
-int agent_cgroup_draining(const struct agent *a, const char *job_id, int64_t generation)
+int agent_cgroup_draining(const struct agent *a)
 {
-    for (size_t i = 0; i < a->ndrains; i++)
-        if (a->drains[i].generation == generation && strcmp(a->drains[i].job_id, job_id) == 0)
-            return 1;
-    return 0;
+    return a->ndrains > 0;
 }
 
 void agent_cgroup_drain(struct agent *a)
@@ -515,6 +512,9 @@ void agent_cgroup_drain(struct agent *a)
         a->drains[j++] = a->drains[i];
     }
     a->ndrains = j;
+    /* starts deferred meanwhile (agent_reconcile) come with the answer to the beat this
+     * asks for */
+    agent_note_change(a);
     pthread_mutex_unlock(&a->mu);
     for (size_t i = 0; i < k; i++)
         free(mine[i].job_id);
@@ -634,9 +634,9 @@ void agent_reconcile(struct agent *a)
         struct worker *w = act->op == RECON_START ? NULL : hw[act->index];
         switch (act->op) {
         case RECON_START:
-            /* a generation whose cgroup is being emptied starts after (the next answer) */
-            if (!agent_cgroup_draining(a, a->desired[act->index].job_id,
-                                       a->desired[act->index].generation))
+            /* While a cgroup is being emptied, what is left in it may still hold a GPU, a
+             * port or a file: no worker starts until it is empty (the next answer). */
+            if (!agent_cgroup_draining(a))
                 agent_start_worker(a, &a->desired[act->index], act->local_rank);
             break;
         case RECON_STOP: {

@@ -370,26 +370,27 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
     char *path = ckpt_shard_path(dir, epoch, pos, k, world);
     rc = fs_write_atomic(path, buf, len, 0644, err);
     free(path);
-    if (rc)
-        return rc;
+    return rc;
+}
+
+int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, struct ddp_err *err)
+{
     char **names = NULL;
     size_t n = 0;
-    rc = list_names(dir, &names, &n, err);
+    int rc = list_names(dir, &names, &n, err);
     if (rc)
         return rc;
-    /* The distinct (epoch, pos) checkpoints not newer than the one written, newest first;
-     * files of the ones past CKPT_KEEP of them go. A newer key (a save cut short before a
-     * resume from an older one, or another run's) counts for nothing: it neither removes the
-     * one written nor pushes the last complete one before it out. */
-    struct shard_name mine = {.epoch = epoch, .pos = pos};
-    struct shard_name *keys = xmalloc((n + 1) * sizeof(*keys));
+    /* The distinct (epoch, pos) keys older than the complete one, newest first: the first
+     * CKPT_KEEP - 1 of them stay beside it. A newer key is a save cut short (the group had
+     * resumed from an older one): never complete, it goes too. */
+    struct shard_name done = {.epoch = epoch, .pos = pos};
+    struct shard_name *keys = xmalloc((n ? n : 1) * sizeof(*keys));
     size_t nk = 0;
-    keys[nk++] = mine;
     for (size_t i = 0; i < n; i++) {
         struct shard_name f;
         (void)parse_name(names[i], &f);
-        if (cmp_key_desc(&f, &mine) < 0)
-            continue; /* newer than the one written */
+        if (cmp_key_desc(&f, &done) <= 0)
+            continue; /* the complete one, or newer */
         int seen = 0;
         for (size_t j = 0; j < nk && !seen; j++)
             seen = keys[j].epoch == f.epoch && keys[j].pos == f.pos;
@@ -398,11 +399,12 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
     }
     if (nk > 1)
         qsort(keys, nk, sizeof(*keys), cmp_key_desc);
-    for (size_t i = 0; nk > CKPT_KEEP && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         struct shard_name f;
         (void)parse_name(names[i], &f);
-        if (cmp_key_desc(&f, &keys[CKPT_KEEP - 1]) <= 0 || cmp_key_desc(&f, &mine) <= 0)
-            continue; /* among the newest kept, or not older than the one written */
+        int c = cmp_key_desc(&f, &done);
+        if (c == 0 || (c > 0 && (nk < CKPT_KEEP || cmp_key_desc(&f, &keys[CKPT_KEEP - 2]) <= 0)))
+            continue; /* the complete one, or among the older ones kept */
         char *old = xasprintf("%s/%s", dir, names[i]);
         if (unlink(old) != 0 && errno != ENOENT)
             log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));

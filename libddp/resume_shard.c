@@ -162,6 +162,16 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         *err = ce;
         return rc;
     }
+    /* Complete only when every rank wrote its file and every copy landed: then, and only
+     * then, each folder drops what is older (and what a save cut short left newer). */
+    double failed = first != 0;
+    if (W > 1 && (rc = ddp_allreduce_f64(g, &failed, 1, &ce)) != 0) {
+        *err = ce;
+        return rc;
+    }
+    struct ddp_err pe;
+    if (failed == 0.0 && has_dir && ckpt_shard_prune(dir, epoch, pos, &pe) != 0)
+        log_warn("cannot prune old sharded checkpoints: %s", pe.msg);
     return first;
 }
 

@@ -256,15 +256,26 @@ static int exists(const char *dir, uint32_t epoch, int k, int world)
     return ok;
 }
 
+/* A save writes; only a checkpoint the group confirmed complete prunes. */
+static void prune(const char *dir, uint32_t epoch, uint32_t pos)
+{
+    struct ddp_err err;
+    assert_int_equal(ckpt_shard_prune(dir, epoch, pos, &err), 0);
+}
+
 static void test_keeps_newest_two_epochs(void **state)
 {
     (void)state;
     char dir[512];
     snprintf(dir, sizeof(dir), "%s/keep/x", tmpdir);
-    for (uint32_t e = 1; e <= 3; e++)
+    for (uint32_t e = 1; e <= 3; e++) {
         for (int k = 0; k < 2; k++)
             save(dir, e, 2, k);
-    save(dir, 3, 4, 3); /* epoch 3 at another world size is the same epoch */
+        assert_true(exists(dir, 1, 0, 2)); /* written: nothing goes before the prune */
+        prune(dir, e, meta_pos);
+    }
+    save(dir, 3, 4, 3); /* epoch 3 at another world size is the same key */
+    prune(dir, 3, meta_pos);
     for (int k = 0; k < 2; k++) {
         assert_false(exists(dir, 1, k, 2));
         assert_true(exists(dir, 2, k, 2));
@@ -276,44 +287,59 @@ static void test_keeps_newest_two_epochs(void **state)
     struct ddp_err err;
     assert_int_equal(fs_write_atomic(whole_path, "x", 1, 0644, &err), 0);
     save(dir, 4, 2, 0);
+    save(dir, 4, 2, 1);
+    prune(dir, 4, meta_pos);
     struct stat st;
     assert_int_equal(stat(whole_path, &st), 0);
     assert_false(exists(dir, 2, 0, 2));
     free(whole_path);
-    /* a mid-epoch checkpoint sits beside its epoch's end instead of over it, and a stale
-     * newer file never makes a save remove the file it wrote */
+    /* a mid-epoch checkpoint sits beside its epoch's end instead of over it */
     snprintf(dir, sizeof(dir), "%s/keep/pos", tmpdir);
     meta_pos = 0;
     save(dir, 3, 2, 0);
     meta_pos = 96;
     save(dir, 3, 2, 0);
+    prune(dir, 3, 96);
     assert_true(exists(dir, 3, 0, 2));
     meta_pos = 0;
     assert_true(exists(dir, 3, 0, 2));
-    save(dir, 9, 2, 0); /* stale, newer */
-    save(dir, 2, 2, 0); /* older than the two kept: still kept, being the one written */
-    assert_true(exists(dir, 2, 0, 2));
-    assert_true(exists(dir, 9, 0, 2));
-    /* A save cut short at (5, 1000), a resume from (5, 0), a save at (5, 600): the newer
-     * stale key does not count, so (5, 0), the last complete one, stays beside (5, 600). */
+    /* A save cut short at (5, 1000), a resume from (5, 0), saves at (5, 600) and (6, 0)
+     * that are cut short too: the last complete one, (5, 0), stays through all of them. Once
+     * (6, 0) is complete it stays with the one key before it (stale or not: the complete one
+     * is what a resume takes), and the rest go. */
     snprintf(dir, sizeof(dir), "%s/keep/stale", tmpdir);
     meta_pos = 0;
     save(dir, 4, 2, 0);
     save(dir, 4, 2, 1);
     save(dir, 5, 2, 0);
     save(dir, 5, 2, 1);
+    prune(dir, 5, 0);
     meta_pos = 1000;
     save(dir, 5, 2, 0);
     meta_pos = 600;
     save(dir, 5, 2, 0);
-    assert_true(exists(dir, 5, 0, 2));
-    meta_pos = 1000;
-    assert_true(exists(dir, 5, 0, 2));
     meta_pos = 0;
+    save(dir, 6, 2, 0);
     assert_true(exists(dir, 5, 0, 2));
     assert_true(exists(dir, 5, 1, 2));
-    assert_false(exists(dir, 4, 0, 2)); /* the third key back goes, every shard of it */
-    assert_false(exists(dir, 4, 1, 2));
+    assert_true(exists(dir, 4, 0, 2));
+    save(dir, 6, 2, 1);
+    prune(dir, 6, 0);
+    assert_true(exists(dir, 6, 0, 2));
+    assert_true(exists(dir, 6, 1, 2));
+    assert_false(exists(dir, 5, 0, 2));
+    assert_false(exists(dir, 5, 1, 2));
+    assert_false(exists(dir, 4, 0, 2));
+    meta_pos = 1000;
+    assert_true(exists(dir, 5, 0, 2));
+    meta_pos = 600;
+    assert_false(exists(dir, 5, 0, 2));
+    /* a stale newer key goes once an older one is confirmed complete */
+    meta_pos = 0;
+    save(dir, 9, 2, 0);
+    prune(dir, 6, 0);
+    assert_false(exists(dir, 9, 0, 2));
+    assert_true(exists(dir, 6, 0, 2));
     meta_pos = 96;
 }
 

@@ -38,7 +38,8 @@
  * the crc matches. Files are named ckpt-<epoch, 6 digits>-pos-<epoch_pos>-shard-<k, 4>-of-<W,
  * 4>.bin beside the whole-state checkpoints (whose names they never match): a mid-epoch
  * checkpoint never overwrites its epoch's end, so a save cut short leaves the older
- * checkpoint whole. A folder keeps the files of its newest CKPT_KEEP (epoch, epoch_pos).
+ * checkpoint whole. A folder keeps the files of its newest complete (epoch, epoch_pos) and
+ * of the CKPT_KEEP - 1 keys before it (ckpt_shard_prune).
  */
 #ifndef DDP_CKPT_SHARD_H
 #define DDP_CKPT_SHARD_H
@@ -108,12 +109,16 @@ size_t ckpt_shard_floats(const uint64_t *lens, uint32_t nunits, int world);
 /* The path of shard k of world in dir at (epoch, pos) (caller frees). */
 char *ckpt_shard_path(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world);
 
-/* Writes buf as that file in dir (created if missing) atomically, then removes the shard
- * files of the (epoch, pos) keys past the newest CKPT_KEEP of those not newer than the one
- * written (the one written counts; a newer key is never counted nor removed). DDP_EIO names
- * the file. */
+/* Writes buf as that file in dir (created if missing) atomically. DDP_EIO names the file.
+ * Nothing is removed: only a checkpoint the group knows complete prunes (below). */
 int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, uint32_t world,
                     const uint8_t *buf, size_t len, struct ddp_err *err);
+
+/* After the group confirmed (epoch, pos) complete (every shard written and copied): removes
+ * dir's shard files of every other key but the newest CKPT_KEEP - 1 older ones, and those of
+ * newer keys (saves cut short before the group resumed from an older one, never complete).
+ * So a save cut short never costs the last complete checkpoint. */
+int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, struct ddp_err *err);
 
 /* One valid shard file of a folder. */
 struct ckpt_shard_file {

@@ -13,7 +13,9 @@
  *      node's ranks; each k and its keeper make a comm of their own (ddp_sub_comm), kept
  *      with the group for its later saves;
  *   3. for every shard k in order, its rank sends the file to its keeper over their comm,
- *      and the keeper writes it. On one node there is no other node and nothing is sent.
+ *      and the keeper writes it. On one node there is no other node and nothing is sent;
+ *   4. one all-reduce says whether every file and copy was written: only then is the
+ *      checkpoint complete, and each folder prunes (ckpt_shard_prune).
  * Each file crosses the network once: per checkpoint the network carries the state once, and
  * a rank receives only the shards it keeps.
  *
