@@ -24,6 +24,27 @@ static void write_metrics(int fd, const char *line)
     }
 }
 
+/* v as a JSON number with prec decimals into b, or null when it is not finite (a diverged
+ * run's NaN or inf loss, a perplexity past DBL_MAX): the line stays JSON, which the agent
+ * relays only when it parses. Said once on stderr. */
+static const char *jnum(char *b, size_t n, double v, int prec)
+{
+    static int warned;
+    if (!isfinite(v)) {
+        if (!warned)
+            log_warn("a reported value is %s (the training diverged?): reported as null",
+                     isnan(v) ? "NaN" : "infinite");
+        warned = 1;
+        snprintf(b, n, "null");
+        return b;
+    }
+    if (fabs(v) >= 1e15)
+        snprintf(b, n, "%.6e", v); /* a huge perplexity fits, and stays a JSON number */
+    else
+        snprintf(b, n, "%.*f", prec, v);
+    return b;
+}
+
 void report_classifier(const struct report_at *at, const struct report_run *run, double loss,
                        double test_acc, double samples_per_s, double secs)
 {
@@ -34,13 +55,14 @@ void report_classifier(const struct report_at *at, const struct report_run *run,
     fflush(stdout);
     if (run->metrics_fd < 0)
         return;
-    char line[512];
+    char line[512], l[32], a[32], sp[32];
     snprintf(line, sizeof(line),
-             "{\"epoch\": %u, \"epochs\": %d, \"loss\": %.4f, \"test_acc\": %.4f, "
-             "\"samples_per_s\": %.1f, \"world_size\": %d, \"generation\": %d, "
+             "{\"epoch\": %u, \"epochs\": %d, \"loss\": %s, \"test_acc\": %s, "
+             "\"samples_per_s\": %s, \"world_size\": %d, \"generation\": %d, "
              "\"time_s\": %.3f}\n",
-             at->epoch + 1, run->epochs, loss, test_acc, samples_per_s, run->world_size,
-             run->generation, secs);
+             at->epoch + 1, run->epochs, jnum(l, sizeof(l), loss, 4),
+             jnum(a, sizeof(a), test_acc, 4), jnum(sp, sizeof(sp), samples_per_s, 1),
+             run->world_size, run->generation, secs);
     write_metrics(run->metrics_fd, line);
 }
 
@@ -64,13 +86,16 @@ void report_language(const struct report_at *at, const struct report_run *run, d
     else
         snprintf(where, sizeof(where), "\"epoch\": %u, \"step\": %zu, \"steps\": %zu", at->epoch,
                  at->step, at->steps);
+    char l[32], vl[32], pp[32], nb[32], tp[32], sp[32];
     snprintf(line, sizeof(line),
              "{%s, \"epochs\": %d, \"epoch_progress\": %.4f, \"global_step\": %llu, "
-             "\"loss\": %.4f, \"val_loss\": %.4f, \"perplexity\": %.4f, "
-             "\"next_byte_acc\": %.4f, \"tokens_per_s\": %.1f, \"samples_per_s\": %.1f, "
+             "\"loss\": %s, \"val_loss\": %s, \"perplexity\": %s, "
+             "\"next_byte_acc\": %s, \"tokens_per_s\": %s, \"samples_per_s\": %s, "
              "\"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
-             where, run->epochs, at->progress, (unsigned long long)run->global_step, loss, val_loss,
-             ppl, next_byte_acc, tokens_per_s, samples_per_s, run->world_size, run->generation,
-             secs);
+             where, run->epochs, at->progress, (unsigned long long)run->global_step,
+             jnum(l, sizeof(l), loss, 4), jnum(vl, sizeof(vl), val_loss, 4),
+             jnum(pp, sizeof(pp), ppl, 4), jnum(nb, sizeof(nb), next_byte_acc, 4),
+             jnum(tp, sizeof(tp), tokens_per_s, 1), jnum(sp, sizeof(sp), samples_per_s, 1),
+             run->world_size, run->generation, secs);
     write_metrics(run->metrics_fd, line);
 }

@@ -6,7 +6,8 @@
     file and bad IDX magic (3), model width not matching the data, unknown flag, bad value
     (2); MASTER_PORT already taken on rank 0 (5); a checkpoint dir that cannot be made (7);
   - rank 0 prints the epoch line in the documented form, writes the JSON metrics line to
-    DDP_METRICS_FD, and touches DDP_HEARTBEAT_FILE.
+    DDP_METRICS_FD (JSON also when the run diverges: a NaN loss is null), and touches
+    DDP_HEARTBEAT_FILE.
 """
 import gzip
 import json
@@ -152,6 +153,26 @@ def outputs(c, work):
     c.check("metrics match the printed line",
             bool(objs) and ("loss %.4f" % objs[0]["loss"]) in lines[0])
     c.check("heartbeat file touched", os.path.exists(hb))
+    # a diverging run (lr 1000: the loss goes to NaN): every metrics line is still JSON,
+    # the values that are not finite null
+    r, w = os.pipe()
+    try:
+        code, out, err = single(["--model", "mlp:16-32-4", "--data", "synthetic:2000:16:4",
+                                 "--epochs", "2", "--lr", "1000"],
+                                env={"DDP_METRICS_FD": str(w)}, pass_fds=(w,))
+    finally:
+        os.close(w)
+    with os.fdopen(r) as f:
+        metrics = f.read()
+    try:
+        objs = [json.loads(l) for l in metrics.splitlines()]
+    except ValueError:
+        objs = None
+    c.check("diverged: exit 0, 2 metrics lines that parse as JSON (%s)" % metrics[:200],
+            code == 0 and objs is not None and len(objs) == 2, err[-500:])
+    c.check("diverged: the loss is null, said once on stderr",
+            bool(objs) and objs[-1]["loss"] is None and
+            err.count("reported as null") == 1, err[-500:])
 
 
 def main():
