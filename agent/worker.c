@@ -706,9 +706,9 @@ void agent_check_orphaned(struct agent *a, int64_t now)
     a->orphaned = 1;
     if (running == 0)
         return;
-    log_warn("no heartbeat taken by ddpd for %.1f s: stopping %zu workers whose job cannot be "
+    log_warn("no heartbeat taken by ddpd for %lld s: stopping %zu workers whose job cannot be "
              "confirmed",
-             (double)limit / 1000.0, running);
+             (long long)((limit + 999) / 1000), running);
     for (size_t i = 0; i < a->nworkers; i++) {
         struct worker *w = a->workers[i];
         if (!w->proc.exited && !w->proc.stopping)

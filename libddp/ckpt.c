@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -482,8 +483,11 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
             continue;
         char *old = ckpt_path(dir, epochs[i]);
         struct ckpt_meta m;
-        if (peek_model(old, &m) == 0 && same_model(&m, &mine.meta) && ++kept > CKPT_KEEP &&
-            unlink(old) != 0 && errno != ENOENT)
+        /* This model's past the newest kept go; so does a file whose header is no
+         * checkpoint's at all (torn, corrupt: no model's) once it is older than they are. */
+        int peek = peek_model(old, &m);
+        int goes = peek == 0 ? same_model(&m, &mine.meta) && ++kept > CKPT_KEEP : kept >= CKPT_KEEP;
+        if (goes && unlink(old) != 0 && errno != ENOENT)
             log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
         free(old);
     }
@@ -500,11 +504,15 @@ int ckpt_remove_temps(const char *dir)
         return 0;
     int removed = 0;
     struct dirent *de;
+    time_t now = time(NULL);
     while ((de = readdir(d)) != NULL) {
         const char *t = strstr(de->d_name, ".bin.tmp.");
         struct stat st;
-        if (strncmp(de->d_name, "ckpt-", 5) != 0 || !t || strchr(t + 9, '/') ||
-            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        /* Only one untouched for CKPT_TEMP_AGE_S: a writer that shares the folder (a user's
+         * --checkpoint-dir given to two jobs) keeps its temporary while it writes. */
+        if (strncmp(de->d_name, "ckpt-", 5) != 0 || !t ||
+            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            now - st.st_mtime < CKPT_TEMP_AGE_S)
             continue;
         if (unlinkat(dirfd(d), de->d_name, 0) != 0) {
             log_warn("cannot remove %s/%s, left by a save cut short: %s", dir, de->d_name,

@@ -17,7 +17,9 @@
  * (in host byte order: every rank of a job runs the same build):
  *  - to the left neighbour: the 4 bytes in-band on recv_fd's reverse direction, which
  *    carries nothing else after the set-up;
- *  - to the right neighbour: TCP urgent data is one byte, so one urgent byte on send_fd
+ *  - to the right neighbour (waiting up to NOTICE_WAIT_MS for room when the failed
+ *    collective's data filled the buffer): TCP urgent data is one byte, so one urgent byte
+ *    on send_fd
  *    (the short form: the rank when below 0x3f, else 0x3f, | 0x40 for a mismatch, | 0x80
  *    when silent), then the 4 bytes in-band right behind the urgent mark. The receiver drops what precedes the mark
  *    (the failed collective's data) and reads them; when they do not come within
@@ -174,13 +176,17 @@ int fault_from_notice(struct comm *c, uint32_t b, int via, const char *via_name,
     cpu->notice = b;
     int rank = fault_notice_rank(b);
     enum fault_kind kind = fault_notice_kind(b);
-    if (kind == FAULT_MISMATCH)
+    if (kind == FAULT_MISMATCH) {
         /* No rank's data is lost: the program issued different collectives. Every rank fails
          * with the finder's kind of error, so none of them reads as a dead peer. */
+        char finder[32] = "a rank";
+        if (rank >= 0)
+            snprintf(finder, sizeof(finder), "rank %d", rank);
         return err_set(err, DDP_EINTERNAL,
-                       "collective mismatch during %s: rank %d found it (its log names both "
+                       "collective mismatch during %s: %s found it (its log names both "
                        "collectives; reported by rank %d)",
-                       what, rank, cpu_global_rank(cpu, via));
+                       what, finder, cpu_global_rank(cpu, via));
+    }
     if (rank < 0)
         return err_set(err, DDP_EPEER, "peer rank %d (%s) aborted the %s (see its log)",
                        cpu_global_rank(cpu, via), via_name, what);
@@ -247,6 +253,31 @@ int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *e
     return fault_peer_lost(c, cpu->right, cpu->right_name, what, e, err);
 }
 
+/* Sends p (n bytes, flags: MSG_OOB or 0) on fd by the deadline, waiting for room when the
+ * socket's buffer is full (the failed collective's data filled it: the neighbour, still in
+ * its collective, reads it away); 0, or -1 when the time ran out or the socket failed. */
+static int send_within(int fd, const void *p, size_t n, int flags, int64_t deadline)
+{
+    const char *s = p;
+    while (n > 0) {
+        ssize_t k = send(fd, s, n, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            s += k;
+            n -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return -1;
+        struct pollfd pw = {.fd = fd, .events = POLLOUT};
+        int64_t left = time_left_ms(deadline);
+        if (left <= 0 || poll(&pw, 1, (int)left) <= 0 || (pw.revents & (POLLERR | POLLHUP)))
+            return -1;
+    }
+    return 0;
+}
+
 void fault_abort_ring(struct comm *c, const struct ddp_err *e)
 {
     struct cpu *cpu = c->impl;
@@ -265,8 +296,11 @@ void fault_abort_ring(struct comm *c, const struct ddp_err *e)
     }
     uint32_t n = cpu->notice;
     uint8_t b = short_form(n);
-    if (send(cpu->send_fd, &b, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT) != 1 ||
-        send(cpu->send_fd, &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(n))
+    /* Bounded by NOTICE_WAIT_MS: a full buffer (a large collective's data) delays this
+     * rank's exit by at most that, where a lost notice would name the wrong fault. */
+    int64_t deadline = time_deadline_ms(NOTICE_WAIT_MS);
+    if (send_within(cpu->send_fd, &b, 1, MSG_OOB, deadline) != 0 ||
+        send_within(cpu->send_fd, &n, sizeof(n), 0, deadline) != 0)
         log_debug("comm: rank %d: notice to the right not sent", c->rank);
     if (send(cpu->recv_fd, &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(n))
         log_debug("comm: rank %d: notice to the left not sent", c->rank);

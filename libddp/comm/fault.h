@@ -46,8 +46,9 @@ int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *e
 int fault_urgent_notice(struct comm *c, const char *what, struct ddp_err *err);
 
 /* After a failed collective (e): records it in the shared memory, tells the neighbours and
- * partners at once (best effort: a full buffer loses the notice, and then they see the end
- * of the stream) and shuts the sockets down, so they fail in turn. */
+ * partners at once (the right neighbour waited for up to NOTICE_WAIT_MS where the
+ * collective's data filled the buffer; a partner's full buffer still loses the notice, and
+ * then it sees the end of the stream) and shuts the sockets down, so they fail in turn. */
 void fault_abort_ring(struct comm *c, const struct ddp_err *e);
 
 #endif

@@ -9,10 +9,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
@@ -257,6 +259,16 @@ static void test_ckpt_keeps_newest_two(void **state)
     assert_false(exists(dir, 2));
     assert_true(exists(dir, 3));
     assert_true(exists(dir, 4));
+    /* a torn file (no checkpoint's header) older than the kept ones goes too */
+    char *torn = ckpt_path(dir, 2);
+    struct ddp_err err;
+    assert_int_equal(fs_write_atomic(torn, "torn", 4, 0644, &err), 0);
+    save_epoch(dir, 5);
+    assert_false(exists(dir, 2));
+    assert_false(exists(dir, 3));
+    assert_true(exists(dir, 4));
+    assert_true(exists(dir, 5));
+    free(torn);
 }
 
 /* A reused folder: another model's checkpoints of later epochs (9, 10) and a stray
@@ -306,7 +318,8 @@ static void test_ckpt_keeps_own_in_reused_folder(void **state)
     free(buf);
 }
 
-/* Temporary files of saves cut short go; anything else stays. */
+/* Temporary files of saves cut short go once untouched for CKPT_TEMP_AGE_S; anything else
+ * stays. */
 static void test_ckpt_remove_temps(void **state)
 {
     (void)state;
@@ -317,18 +330,28 @@ static void test_ckpt_remove_temps(void **state)
     save_epoch(dir, 1);
     const char *gone[] = {"ckpt-000002.bin.tmp.AbC123",
                           "ckpt-000002-pos-96-shard-0001-of-0002.bin.tmp.x1Y2z3"};
-    const char *kept[] = {"notes.bin.tmp.AbC123", "ckpt-000003.bin"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
-        assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+    /* another model's name, a checkpoint, and a temporary being written now */
+    const char *kept[] = {"notes.bin.tmp.AbC123", "ckpt-000003.bin", "ckpt-000004.bin.tmp.Zz9"};
+    const struct timespec old[2] = {{.tv_sec = time(NULL) - 2 * CKPT_TEMP_AGE_S},
+                                    {.tv_sec = time(NULL) - 2 * CKPT_TEMP_AGE_S}};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2) {
+            snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
+            assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+            assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+        }
         snprintf(path, sizeof(path), "%s/%s", dir, kept[i]);
         assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+        if (i < 2)
+            assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
     }
     assert_int_equal(ckpt_remove_temps(dir), 2);
     struct stat st;
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
-        assert_int_not_equal(stat(path, &st), 0);
+    for (int i = 0; i < 3; i++) {
+        if (i < 2) {
+            snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);
+            assert_int_not_equal(stat(path, &st), 0);
+        }
         snprintf(path, sizeof(path), "%s/%s", dir, kept[i]);
         assert_int_equal(stat(path, &st), 0);
     }

@@ -541,12 +541,16 @@ static void test_comm_shm_hierarchical_stopped_peer(void **state)
     munmap(j.b, sizeof(struct board));
 }
 
-/* The last rank issues one element more than the others (j->few: 64 doubles, else 4096). */
+/* The last rank issues one element more than the others (j->few 1: 64 doubles, 2: 2^20, so
+ * that the ring's data fills the socket buffers before the header is compared; else 4096). */
 static int mismatch_body(struct job *j, int rank, struct comm *c, struct ddp_err *err)
 {
-    double x[4097] = {0};
-    size_t n = j->few ? 64 : 4096;
+    size_t n = j->few == 1 ? 64 : j->few == 2 ? (size_t)1 << 20 : 4096;
+    double *x = calloc(n + 1, sizeof(double));
+    if (!x)
+        return err_set(err, DDP_EINTERNAL, "no memory");
     int rc = comm_allreduce(c, x, rank == j->world - 1 ? n + 1 : n, COMM_F64, err);
+    free(x);
     return rc == 0 ? err_set(err, DDP_EINTERNAL, "a mismatched all-reduce succeeded") : rc;
 }
 
@@ -559,18 +563,22 @@ static void test_comm_shm_mismatch_on_every_rank(void **state)
     static const char *const one[] = {"a", "a", "a"};
     static const char *const two[] = {"a", "a", "b", "b"};
     static const char *const apart[] = {"a", "b", "c"};
+    /* small 1: every all-reduce over TCP takes the ring (not recursive doubling) */
     const struct {
         const char *note;
         int world, few;
+        size_t small;
         const char *const *hosts;
-    } cases[] = {{"shm", 3, 0, one},
-                 {"hier", 4, 0, two},
-                 {"hier small", 4, 1, two},
-                 {"tcp", 3, 0, apart},
-                 {"tcp recursive doubling", 3, 1, apart}};
+    } cases[] = {{"shm", 3, 0, 0, one},
+                 {"hier ring", 4, 0, 1, two},
+                 {"hier recursive doubling", 4, 1, 0, two},
+                 {"tcp ring", 3, 0, 1, apart},
+                 {"tcp ring, 8 MiB", 3, 2, 1, apart},
+                 {"tcp recursive doubling", 3, 1, 0, apart}};
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct job j = {.world = cases[k].world,
                         .few = cases[k].few,
+                        .small = cases[k].small,
                         .host_ids = cases[k].hosts,
                         .timeout_ms = 600000,
                         .body = mismatch_body,

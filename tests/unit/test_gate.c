@@ -192,12 +192,48 @@ static void test_fence_epoch(void **state)
     free(db);
 }
 
+/* A leader's coordinator that retires itself (here the fence: another replica won) is let
+ * in by no request after that, before the main thread replaces it: no coordinator, role
+ * candidate, no leader named (a redirect to this same replica would loop). Its refused
+ * write was refused before it began: not_leader for the HTTP layer. */
+static void test_self_retired_not_entered(void **state)
+{
+    struct fx *f = *state;
+    char *db = xasprintf("%s/self.db", f->dir);
+    struct coord *c = NULL;
+    struct ddp_err e;
+    assert_int_equal(coord_open(db, NULL, 1000, &c, &e), 0);
+    coord_close(c);
+    set_epoch(db, 3);
+    struct coord_opts o = {.fence_epoch = 3};
+    assert_int_equal(coord_open(db, &o, 1000, &c, &e), 0);
+    struct gate *g = gate_new(NULL);
+    gate_lead(g, c, "http://a:1");
+    enum gate_role role;
+    char leader[64];
+    struct coord *in = gate_enter(g, &role, leader, sizeof(leader));
+    assert_ptr_equal(in, c);
+    set_epoch(db, 4);
+    (void)coord_take_refusal();
+    assert_int_not_equal(try_submit(in, NULL, 0), 0);
+    assert_true(coord_take_refusal());
+    assert_true(coord_retired(c));
+    assert_null(gate_enter(g, &role, leader, sizeof(leader)));
+    assert_int_equal(role, GATE_CANDIDATE);
+    assert_string_equal(leader, "");
+    gate_leave(g, in);
+    gate_follow(g, ""); /* the main thread's next tick */
+    gate_free(g);
+    free(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_single, setup, teardown),
         cmocka_unit_test_setup_teardown(test_roles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retire_with_requests_inside, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_self_retired_not_entered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fence_epoch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

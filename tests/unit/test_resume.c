@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
@@ -329,6 +330,9 @@ static void test_resume_first_epoch_mid_save(void **state)
     snprintf(tmp, sizeof(tmp), "%s/ckpt-000001.bin.tmp.AbC123", j->dirs[0]);
     struct ddp_err err;
     assert_int_equal(fs_write_atomic(tmp, "partial", 7, 0644, &err), 0);
+    const struct timespec old[2] = {{.tv_sec = time(NULL) - 2 * CKPT_TEMP_AGE_S},
+                                    {.tv_sec = time(NULL) - 2 * CKPT_TEMP_AGE_S}};
+    assert_int_equal(utimensat(AT_FDCWD, tmp, old, 0), 0);
     run_job(j);
     expect_agreed(j, 0, 1, 11);
     assert_true(file_digest(j->dirs[0], 0) == ckpt_digest(0, 11));

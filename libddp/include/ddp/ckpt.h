@@ -126,15 +126,17 @@ char *ckpt_path(const char *dir, uint32_t epoch);
 
 /* Writes buf as epoch's checkpoint in dir (created if missing) atomically, then removes
  * this model's checkpoints older than the newest CKPT_KEEP of those not newer than epoch (the
- * one written counts). A newer file, or one of another model, is never removed nor counted:
- * a reused folder's other files cannot make a save delete what it wrote. DDP_EIO names the
- * file. */
+ * one written counts), and older files whose header is no checkpoint's. A newer file, or one
+ * of another model, is never removed nor counted: a reused folder's other files cannot make
+ * a save delete what it wrote. DDP_EIO names the file. */
 int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /* Removes the temporary files a save cut short left in dir ("ckpt-*.bin.tmp.*": a rank
- * killed while writing, whole or sharded); run before a generation's first save, when no
- * rank of the job writes. Returns how many were removed (each logged); a folder that cannot
- * be read removes none. */
+ * killed while writing, whole or sharded) that nothing touched for CKPT_TEMP_AGE_S (another
+ * writer's, in a folder two jobs share, is kept); run before a generation's first save, when
+ * no rank of the job writes. Returns how many were removed (each logged); a folder that
+ * cannot be read removes none. */
+#define CKPT_TEMP_AGE_S 60
 int ckpt_remove_temps(const char *dir);
 
 /*
