@@ -282,7 +282,10 @@ static int load_idx_spec(const char *args, struct dataset *train, struct dataset
         *comma = '\0';
         p = comma + 1;
     }
-    if ((np != 2 && np != 4) || strchr(p, ',')) {
+    size_t commas = 0;
+    for (const char *q = args; *q; q++)
+        commas += *q == ',';
+    if ((np != 2 && np != 4) || (commas != 1 && commas != 3)) { /* idx:a,b,c,d,e: not 4 */
         rc =
             err_set(err, DDP_EINVAL,
                     "--data: want idx:IMAGES,LABELS[,TEST_IMAGES,TEST_LABELS], got 'idx:%s'", args);
@@ -352,6 +355,11 @@ int data_load(const char *spec, uint64_t seed, struct dataset *train, struct dat
         rc = load_idx_spec(spec + 4, &tr, &te, err);
     } else if (strncmp(spec, "synthetic:", 10) == 0) {
         rc = load_synthetic(spec + 10, seed, &tr, &te, err);
+    } else if (strcmp(spec, "fortunes") == 0 || strncmp(spec, "text:", 5) == 0) {
+        rc = err_set(err, DDP_EINVAL,
+                     "--data: '%s' is a text corpus, for a language model: use --model "
+                     "gpt:L-H-D-T with it",
+                     spec);
     } else {
         rc = err_set(err, DDP_EINVAL,
                      "--data: unknown data set '%s' (fashion-mnist, idx:IMAGES,LABELS or "

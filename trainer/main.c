@@ -233,15 +233,18 @@ static int apply(struct train_opts *o, const char *name, const char *val, struct
             return err_set(err, DDP_EINVAL, "--backend: want auto, cpu or nccl, got '%s'", val);
         o->backend = val;
     } else if (strcmp(name, "--checkpoint-dir") == 0) {
+        if (strlen(val) >= 1024) /* struct run's ckpt_dir */
+            return err_set(err, DDP_EINVAL, "--checkpoint-dir: %zu bytes, at most 1023",
+                           strlen(val));
         o->checkpoint_dir = val; /* "" turns checkpoints off, even with DDP_CHECKPOINT_DIR */
     } else if (strcmp(name, "--timeout") == 0) {
         rc = args_parse_double(name, val, 0.1, 86400.0, &d, err);
         if (rc == 0)
             o->timeout_s = d;
-    } else if (strcmp(name, "--trace") == 0) {
-        o->trace_path = val;
-    } else if (strcmp(name, "--dump-params") == 0) {
-        o->dump_params = val;
+    } else if (strcmp(name, "--trace") == 0 || strcmp(name, "--dump-params") == 0) {
+        if (!val[0])
+            return err_set(err, DDP_EINVAL, "%s: want a file name, got ''", name);
+        *(name[2] == 't' ? &o->trace_path : &o->dump_params) = val;
     } else if (strcmp(name, "--kill-after-epoch") == 0) {
         rc = args_parse_long(name, val, 1, 1000000, &l, err);
         if (rc == 0)
@@ -297,7 +300,12 @@ int main(int argc, char **argv)
         memcpy(name, a, nl);
         name[nl] = '\0';
         if (!is_valued(name)) {
-            fprintf(stderr, "ddp-worker: unknown flag '%s'\n%s", name, usage_text);
+            int bare = strcmp(name, "--no-overlap") == 0 || strcmp(name, "--version") == 0 ||
+                       strcmp(name, "--help") == 0 || strcmp(name, "--blas-core") == 0;
+            fprintf(stderr,
+                    bare ? "ddp-worker: %s takes no value\n%s"
+                         : "ddp-worker: unknown flag '%s'\n%s",
+                    name, usage_text);
             return DDP_EXIT_USAGE;
         }
         if (eq) {
@@ -311,6 +319,12 @@ int main(int argc, char **argv)
         }
         if (apply(&o, name, val, &err) != 0)
             return usage_error(err.msg);
+        static const char *const checked[] = {"--clip-grad-norm", "--eval-every", "--generate",
+                                              "--betas",          "--eps",        "--momentum",
+                                              "--warmup-steps"};
+        for (size_t k = 0; k < sizeof(checked) / sizeof(checked[0]); k++)
+            if (strcmp(name, checked[k]) == 0 && o.ngiven < 8)
+                o.given[o.ngiven++] = checked[k];
     }
     return train_run(&o);
 }

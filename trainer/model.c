@@ -133,6 +133,22 @@ int model_new(const int *widths, int nwidths, size_t max_batch, uint64_t seed, s
                        MODEL_MAX_LAYERS + 1);
     if (max_batch == 0 || max_batch > (1u << 20))
         return err_set(err, DDP_EINVAL, "model: batch of %zu samples", max_batch);
+    /* The activations of a batch (one buffer a layer, two scratch of the widest) beside the
+     * parameters' state: what does not fit the machine is refused here, not an abort in a
+     * malloc (widths are at most 2^24 each, the batch 2^20: no overflow). */
+    uint64_t acts = 0, widest = 0, np = 0;
+    for (int i = 0; i < nwidths; i++) {
+        widest = (uint64_t)widths[i] > widest ? (uint64_t)widths[i] : widest;
+        acts += i > 0 ? (uint64_t)widths[i] : 0;
+        np += i > 0 ? ((uint64_t)widths[i - 1] + 1) * (uint64_t)widths[i] : 0;
+    }
+    uint64_t need = ((acts + 2 * widest) * (uint64_t)max_batch + 5 * np) * sizeof(float);
+    if (need > model_memory_bytes())
+        return err_set(err, DDP_EINVAL,
+                       "--model: with batches of %zu samples (--batch-size, or the evaluation's) "
+                       "it needs %.1f GiB, more than this machine's %.1f GiB",
+                       max_batch, (double)need / 1073741824.0,
+                       (double)model_memory_bytes() / 1073741824.0);
     struct model *m = xcalloc(1, sizeof(*m));
     m->nlayers = nwidths - 1;
     m->max_batch = max_batch;

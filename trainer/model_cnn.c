@@ -237,6 +237,26 @@ int cnn_new(const struct cnn_spec *s, size_t max_batch, enum conv_impl impl, uin
         free(m);
         return rc;
     }
+    /* What a batch's activations take (each layer's output, a pool's argmax, two gradient
+     * buffers of the largest, one im2col) beside the parameters' state: refused here when it
+     * does not fit the machine, not an abort in a malloc. */
+    uint64_t need = 5 * np, big = CNN_IN_C * CNN_IN_H * CNN_IN_W;
+    for (int i = 0; i < m->nl; i++) {
+        const struct cnn_layer *l = &m->layer[i];
+        need += (uint64_t)max_batch * l->out_count * (l->kind == CNN_POOL ? 2 : 1);
+        big = l->out_count > big ? l->out_count : big;
+        if (l->kind == CNN_CONV)
+            need += conv2d_col_count(&l->conv);
+    }
+    need = (need + 2 * (uint64_t)max_batch * big) * sizeof(float);
+    if (need > model_memory_bytes()) {
+        free(m);
+        return err_set(err, DDP_EINVAL,
+                       "--model: with batches of %zu samples (--batch-size) it needs %.1f GiB, "
+                       "more than this machine's %.1f GiB",
+                       max_batch, (double)need / 1073741824.0,
+                       (double)model_memory_bytes() / 1073741824.0);
+    }
     size_t total = 0, maxout = CNN_IN_C * CNN_IN_H * CNN_IN_W, maxcol = 1;
     for (int i = 0; i < m->nl; i++) {
         struct cnn_layer *l = &m->layer[i];

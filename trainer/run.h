@@ -59,6 +59,7 @@ struct run {
     struct sharded sh; /* --sharding other than none at W > 1 */
     float **views;     /* the reducer's gradient view of each tensor */
     struct trace *trace;
+    char *trace_out, *dump_out; /* what this rank writes (trainer/outpath.h), NULL none */
     struct rng rng;
     char ckpt_dir[1024];
     double lr; /* the base lr, scaled by the world size under --lr-scale linear */

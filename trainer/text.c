@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +120,7 @@ int text_load(const char *spec, int ctx, struct dataset *train, struct dataset *
     uint8_t *tb = NULL, *vb = NULL;
     size_t tl = 0, vl = 0;
     int rc = 0;
-    char what[64] = "fortunes";
+    char what[PATH_MAX + 64] = "fortunes", vwhat[PATH_MAX + 96];
     const char *vsplit = NULL;
     if (strcmp(spec, "fortunes") == 0) {
         const char *dir = getenv("DDP_FORTUNES_DIR");
@@ -136,9 +137,11 @@ int text_load(const char *spec, int ctx, struct dataset *train, struct dataset *
         rc = data_read_file(copy, &tb, &tl, err);
         if (rc == 0 && comma)
             rc = data_read_file(comma + 1, &vb, &vl, err);
-        snprintf(what, sizeof(what), "%.60s", copy);
-        if (comma)
+        snprintf(what, sizeof(what), "%s", copy);
+        if (comma) {
             vsplit = "given";
+            snprintf(vwhat, sizeof(vwhat), "%s", comma + 1);
+        }
         free(copy);
     } else {
         return err_set(err, DDP_EINVAL,
@@ -147,6 +150,10 @@ int text_load(const char *spec, int ctx, struct dataset *train, struct dataset *
                        spec);
     }
     if (rc == 0 && !vsplit) {
+        snprintf(vwhat, sizeof(vwhat),
+                 "%s (its last %.0f%%, held out for validation: a "
+                 "text:FILE,VALID_FILE gives another)",
+                 what, 100.0 * TEXT_VALID_SHARE);
         size_t hold = (size_t)((double)tl * TEXT_VALID_SHARE);
         vb = tb + (tl - hold);
         vl = hold;
@@ -158,8 +165,7 @@ int text_load(const char *spec, int ctx, struct dataset *train, struct dataset *
     if (rc == 0)
         rc = text_windows(tb, tl, ctx, what, &tr, err);
     if (rc == 0)
-        rc = text_windows(vb, vl, ctx, vsplit ? "(validation file)" : "(validation share)", &va,
-                          err);
+        rc = text_windows(vb, vl, ctx, vwhat, &va, err);
     if (rc == 0 && info) {
         info->train_bytes = tl;
         info->valid_bytes = vl;

@@ -64,6 +64,7 @@
 #include "trainer/data.h"
 #include "ddp/ddp.h"
 #include "trainer/model_ops.h"
+#include "trainer/outpath.h"
 #include "ddp/notice.h"
 #include "ddp/reducer.h"
 #include "ddp/rng.h"
@@ -221,6 +222,8 @@ static int build_model(struct run *r, struct ddp_err *err)
     size_t max_batch = o->batch_size > TRAIN_EVAL_BATCH ? o->batch_size : TRAIN_EVAL_BATCH;
     /* The CNN's activations are large (the first conv's 25 KiB a sample): it evaluates in
      * batches of the training batch. */
+    if (train_opts_check_given(o, err) != 0)
+        return DDP_EXIT_USAGE;
     if (o->conv_given && !o->is_cnn) {
         err_set(err, DDP_EINVAL, "--conv: --model %s has no convolutions (a cnn has)",
                 o->model_spec);
@@ -315,7 +318,11 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     const struct train_opts *o = r->o;
     struct ddp_group *g = r->g;
     struct model_inst *mi = r->mi;
-    if (o->trace_path)
+    if ((o->trace_path && outpath_for("--trace", o->trace_path, g->rank, &r->trace_out, err)) ||
+        (o->dump_params &&
+         outpath_for("--dump-params", o->dump_params, g->rank, &r->dump_out, err)))
+        return DDP_EXIT_USAGE;
+    if (r->trace_out)
         r->trace = trace_new(TRAIN_TRACE_EVENTS);
     r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);
     if (sharded_by_units(o, g->world_size)) {
@@ -494,8 +501,17 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
     memset(sums, 0, sizeof(*sums));
     size_t nsteps = (r->smp.num_samples + o->batch_size - 1) / o->batch_size;
     size_t first = epoch == r->start_epoch ? r->start_pos / w : 0;
-    size_t k = first / o->batch_size;
+    /* the steps left from first (a resume at another world size starts between two of this
+     * one's steps): the last of them is step nsteps */
+    size_t left = first < r->smp.num_samples
+                      ? (r->smp.num_samples - first + o->batch_size - 1) / o->batch_size
+                      : 0;
+    size_t k = nsteps - left;
     for (size_t start = first; start < r->smp.num_samples; start += o->batch_size, k++) {
+        if (o->max_steps > 0 && r->step >= (uint64_t)o->max_steps) {
+            *stop = 1; /* resumed at or past --max-steps: no step more */
+            return DDP_EXIT_OK;
+        }
         size_t n =
             r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start : o->batch_size;
         if (sched == TRAIN_LR_WARMUP_COSINE)
@@ -520,13 +536,13 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
             if (code)
                 return code;
         }
-        if (start + n < r->smp.num_samples &&
-            (code = notice_check(r, epoch, (uint32_t)((start + n) * w), err)) != 0)
-            return code;
-        if (at_max) {
+        if (at_max) { /* done: a notice at this very step has nothing left to save for */
             *stop = 1;
             return DDP_EXIT_OK;
         }
+        if (start + n < r->smp.num_samples &&
+            (code = notice_check(r, epoch, (uint32_t)((start + n) * w), err)) != 0)
+            return code;
     }
     return DDP_EXIT_OK;
 }
@@ -706,14 +722,14 @@ static int write_outputs(struct run *r, struct ddp_err *err)
     if (r->sh.fsdp && (o->generate > 0 || o->dump_params) && fsdp_materialize(r->sh.fsdp, err) != 0)
         return ddp_exit_code_for(err->code);
     generate_text(r);
-    if (o->dump_params) {
+    if (r->dump_out) {
         if (mi->ops->sync_to_host(mi, err) != 0)
             return DDP_EXIT_DEVICE;
-        if (fs_write_atomic(o->dump_params, mi->ops->params(mi),
+        if (fs_write_atomic(r->dump_out, mi->ops->params(mi),
                             mi->ops->param_count(mi) * sizeof(float), 0644, err) != 0)
             return DDP_EXIT_FAILURE;
     }
-    if (r->trace && trace_write(r->trace, o->trace_path, err) != 0)
+    if (r->trace && trace_write(r->trace, r->trace_out, err) != 0)
         return DDP_EXIT_FAILURE;
     return DDP_EXIT_OK;
 }
@@ -722,6 +738,8 @@ static int write_outputs(struct run *r, struct ddp_err *err)
  * the model instance before the group's comm, the device's runtime after it. */
 static void teardown(struct run *r)
 {
+    free(r->trace_out);
+    free(r->dump_out);
     free(r->xb);
     free(r->yb);
     free(r->drop_keys);

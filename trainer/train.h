@@ -39,9 +39,11 @@ struct train_opts {
     double dropout;           /* --dropout: p of every dropout site of a gpt (0: none) */
     enum conv_impl conv;      /* --conv: a cnn's convolutions (trainer/conv_dnnl.h) */
     int conv_given;           /* --conv was on the command line */
-    int no_shuffle;           /* --shuffle off: every epoch in the data's order */
-    int sharding;             /* TRAIN_SHARD_*: --sharding */
-    size_t min_unit_params;   /* --min-unit-params: grad|full group hook layers into units of
+    const char *given[8];     /* the flags of train_opts_check_given() that were given */
+    int ngiven;
+    int no_shuffle;         /* --shuffle off: every epoch in the data's order */
+    int sharding;           /* TRAIN_SHARD_*: --sharding */
+    size_t min_unit_params; /* --min-unit-params: grad|full group hook layers into units of
                                * at least this many parameters (0: a unit per layer) */
     uint64_t seed;
     double bucket_cap_mb;
@@ -76,6 +78,12 @@ enum {
 };
 
 /* Fills o with ddp-worker's defaults (the main job). */
+/* Refuses (DDP_EINVAL naming it) a given flag the model or optimizer chosen would ignore:
+ * --clip-grad-norm, --eval-every, --generate, --betas and --eps other than on a gpt with
+ * AdamW (or --eval-every/--generate on a gpt), --momentum under AdamW, --warmup-steps
+ * without the warmup-cosine schedule. A flag that changes nothing is a user's mistake, said
+ * before the run rather than found after it. */
+int train_opts_check_given(const struct train_opts *o, struct ddp_err *err);
 void train_opts_default(struct train_opts *o);
 
 /* Runs the job; returns the exit code. Failures are logged once, here. When a peer is lost

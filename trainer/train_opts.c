@@ -67,3 +67,25 @@ double train_lr_at_step(double base, uint64_t step, uint64_t warmup, uint64_t to
         f = 1.0;
     return base * 0.5 * (1.0 + cos(3.14159265358979323846 * f));
 }
+
+int train_opts_check_given(const struct train_opts *o, struct ddp_err *err)
+{
+    int warmup_cosine = o->lr_schedule >= 0 ? o->lr_schedule == TRAIN_LR_WARMUP_COSINE : o->is_gpt;
+    for (int i = 0; i < o->ngiven; i++) {
+        const char *f = o->given[i];
+        const char *why = NULL;
+        if (!o->is_gpt && (strcmp(f, "--clip-grad-norm") == 0 || strcmp(f, "--eval-every") == 0 ||
+                           strcmp(f, "--generate") == 0))
+            why = "only a gpt model uses it";
+        else if (!o->adamw && (strcmp(f, "--betas") == 0 || strcmp(f, "--eps") == 0))
+            why = "only --optimizer adamw uses it";
+        else if (o->adamw && strcmp(f, "--momentum") == 0)
+            why = "AdamW has no momentum flag (its betas: --betas)";
+        else if (!warmup_cosine && strcmp(f, "--warmup-steps") == 0)
+            why = "only --lr-schedule warmup-cosine (a gpt's default) uses it";
+        if (why)
+            return err_set(err, DDP_EINVAL, "%s: %s, and this run (--model %s, %s) would ignore it",
+                           f, why, o->model_spec, o->adamw ? "adamw" : "sgd");
+    }
+    return 0;
+}

@@ -51,7 +51,7 @@ run() {
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r \
     LOCAL_WORLD_SIZE=$w GROUP_RANK=0 GROUP_WORLD_SIZE=1 OMP_NUM_THREADS=1 DDP_LOG_LEVEL=warn \
       timeout 600 "$worker" --model "$model" --data "synthetic:$n:$dim:10" --epochs 1 \
-      --batch-size "$batch" --bucket-cap-mb "$cap" --trace "$work/t$r" "${extra[@]}" \
+      --batch-size "$batch" --bucket-cap-mb "$cap" --trace "$work/t{rank}" "${extra[@]}" \
       >"$work/out$r" 2>"$work/err$r" &
     pids+=($!)
   done

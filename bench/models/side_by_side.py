@@ -76,7 +76,7 @@ def run_ours(worker, model, w, text, work, trace=None, overlap=True, sharding="n
                    WORLD_SIZE=str(w), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(w),
                    GROUP_RANK="0", GROUP_WORLD_SIZE="1", OMP_NUM_THREADS="1",
                    DDP_LOG_LEVEL="warn")
-        extra = (["--trace", "%s.%d" % (trace, r)] if trace else []) + list(extra_args)
+        extra = (["--trace", trace + ".{rank}"] if trace else []) + list(extra_args)
         if not overlap:
             extra.append("--no-overlap")
         out = open(os.path.join(work, "out%d" % r), "w")

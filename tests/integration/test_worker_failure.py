@@ -108,6 +108,29 @@ def bad_input(c, work):
             code == 7 and "a-file" in err, err[-400:])
     code, _, err = single(["--data", "mnist"])
     c.check("unknown data set: exit 2 naming --data (%d)" % code, code == 2 and "--data" in err)
+    small = ["--model", "mlp:8-4", "--data", "synthetic:64:8:4", "--epochs", "1"]
+    code, _, err = single(small + ["--clip-grad-norm", "1"])
+    c.check("a flag the model ignores: exit 2 naming it (%d)" % code,
+            code == 2 and "--clip-grad-norm" in err and "gpt" in err, err[-400:])
+    code, out, err = single(small + ["--dump-params", os.path.join(work, "no", "p.bin")])
+    c.check("--dump-params into a missing folder: exit 2 before training (%d)" % code,
+            code == 2 and "--dump-params" in err and "epoch 1" not in out, err[-400:])
+    code, _, err = single(small + ["--no-overlap=1"])
+    c.check("a flag without value given one: exit 2 saying so (%d)" % code,
+            code == 2 and "--no-overlap takes no value" in err, err[-400:])
+    code, _, err = single(["--data", "idx:a,b,c,d,e"])
+    c.check("idx: with five files: exit 2 naming --data (%d)" % code,
+            code == 2 and "idx:a,b,c,d,e" in err, err[-400:])
+    code, _, err = single(["--model", "mlp:16-1048576-2", "--data", "synthetic:100:16:2",
+                           "--batch-size", "65536"])
+    c.check("activations past the machine's memory: exit 2 naming --model (%d)" % code,
+            code == 2 and "--model" in err and "GiB" in err, err[-400:])
+    code, _, err = single(["--data", "fortunes"])
+    c.check("a text corpus for the MLP: exit 2 saying it needs a gpt (%d)" % code,
+            code == 2 and "gpt:" in err, err[-400:])
+    code, _, err = single(small + ["--epochs", "3", "--max-steps", "3", "--notice-at-step", "3"])
+    c.check("a notice at --max-steps: the run is done, exit 0 (%d)" % code, code == 0,
+            err[-400:])
 
 
 def port_in_use(c, work):

@@ -54,8 +54,8 @@ class Ranks:
                 e["DDP_CHECKPOINT_DIR"] = ckpt_dirs[r // per_node]
             if env:
                 e.update(env(r) if callable(env) else env)
-            argv = (prefix(r) if prefix else []) + [WORKER] + [a.replace("{rank}", str(r))
-                                                             for a in args]
+            # "{rank}" in --trace/--dump-params is ddp-worker's own to replace (docs/worker.md)
+            argv = (prefix(r) if prefix else []) + [WORKER] + list(args)
             out = open(self.path(r, "out"), "wb")
             err = open(self.path(r, "err"), "wb")
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=err, env=e,
