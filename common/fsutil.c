@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/xalloc.h"
@@ -64,6 +66,9 @@ int fs_atomic_open(struct fs_atomic *a, const char *path, mode_t mode, struct dd
         a->tmp[0] = '\0';
         return err_set(err, DDP_EIO, "create temp file for %s: %s", path, strerror(errno));
     }
+    /* Held until the rename: a temporary whose lock is free was left by a writer that died
+     * (fs_atomic_abandoned), which a cleaner may remove; one being written is not. */
+    (void)flock(a->fd, LOCK_EX | LOCK_NB);
     if (fchmod(a->fd, mode) != 0) {
         int rc = err_set(err, DDP_EIO, "chmod %s: %s", a->tmp, strerror(errno));
         fs_atomic_abort(a);
@@ -88,15 +93,31 @@ int fs_atomic_commit(struct fs_atomic *a, const void *data, size_t len, struct d
     }
     if (fsync(a->fd) != 0)
         return err_set(err, DDP_EIO, "fsync %s: %s", a->tmp, strerror(errno));
-    int fd = a->fd;
-    a->fd = -1;
-    if (close(fd) != 0)
-        return err_set(err, DDP_EIO, "close %s: %s", a->tmp, strerror(errno));
     a->written = 1;
+    /* Renamed while still open (and locked), closed after: no cleaner sees it unlocked. */
     if (rename(a->tmp, a->path) != 0)
         return err_set(err, DDP_EIO, "rename %s to %s: %s", a->tmp, a->path, strerror(errno));
     a->done = 1;
+    int fd = a->fd;
+    a->fd = -1;
+    if (close(fd) != 0)
+        return err_set(err, DDP_EIO, "close %s: %s", a->path, strerror(errno));
     return fs_sync_dir_of(a->path, err);
+}
+
+int fs_atomic_abandoned(int dirfd, const char *name, int min_age_s)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    int r = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && time(NULL) - st.st_mtime >= min_age_s &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (!r) {
+        close(fd);
+        return -1;
+    }
+    return fd; /* locked: the caller removes the name, then closes */
 }
 
 void fs_atomic_abort(struct fs_atomic *a)

@@ -35,6 +35,10 @@ struct fs_atomic {
 int fs_atomic_open(struct fs_atomic *a, const char *path, mode_t mode, struct ddp_err *err);
 int fs_atomic_commit(struct fs_atomic *a, const void *data, size_t len, struct ddp_err *err);
 void fs_atomic_abort(struct fs_atomic *a);
+/* Whether the temporary `name` in the folder dirfd was abandoned by its writer: a regular
+ * file untouched for min_age_s whose lock (taken by fs_atomic_open, held until the rename)
+ * is free. The locked fd (the caller unlinks the name, then closes it), else -1. */
+int fs_atomic_abandoned(int dirfd, const char *name, int min_age_s);
 
 /* Reads all of path into a new NUL-terminated buffer (caller frees) and its length into
  * *len (may be NULL). Fails with DDP_ETOOBIG past max bytes, DDP_ENOTFOUND if missing. */

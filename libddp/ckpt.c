@@ -406,19 +406,23 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
  * The model that the header of the regular file at path names, into *meta (its model,
  * nlayers, widths and nparams only), read without following a link and without reading
  * past the header: for a file too large to be a checkpoint of the wanted model, so that
- * the warning can name both. 0, or -1 when the header is not one (nothing trusted).
+ * the warning can name both. 0; -1 when the file was read and its header is none (too short,
+ * no magic: torn); -2 when it cannot be opened or is no regular file; -3 for a version or a
+ * layout this build does not read (nothing trusted).
  */
 static int peek_model(const char *path, struct ckpt_meta *meta)
 {
     uint8_t h[CKPT_MAX_HDR];
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return -2;
     struct stat st;
-    ssize_t got = -1;
+    ssize_t got = -2;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
         got = read(fd, h, sizeof(h));
     close(fd);
+    if (got < 0)
+        return -2;
     if (got < CKPT_FIXED_HDR + 4 || memcmp(h, ckpt_magic, 8) != 0)
         return -1;
     memset(meta, 0, sizeof(*meta));
@@ -433,7 +437,9 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
         meta->model[slen] = '\0';
         return strlen(meta->model) == slen ? 0 : -1;
     }
-    if (version != CKPT_VERSION || nlayers < 1 || nlayers > CKPT_MAX_LAYERS ||
+    if (version != CKPT_VERSION)
+        return -3;
+    if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS ||
         (size_t)got < CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1))
         return -1;
     meta->nlayers = (int)nlayers;
@@ -485,8 +491,12 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
         struct ckpt_meta m;
         /* This model's past the newest kept go; so does a file whose header is no
          * checkpoint's at all (torn, corrupt: no model's) once it is older than they are. */
+        /* (a file read, but too short or without the magic, is torn: -1; one that cannot
+         * be opened, or of a version this build does not read, may be another's: it stays) */
         int peek = peek_model(old, &m);
-        int goes = peek == 0 ? same_model(&m, &mine.meta) && ++kept > CKPT_KEEP : kept >= CKPT_KEEP;
+        int goes = peek == 0    ? same_model(&m, &mine.meta) && ++kept > CKPT_KEEP
+                   : peek == -1 ? kept >= CKPT_KEEP
+                                : 0;
         if (goes && unlink(old) != 0 && errno != ENOENT)
             log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
         free(old);
@@ -504,23 +514,21 @@ int ckpt_remove_temps(const char *dir)
         return 0;
     int removed = 0;
     struct dirent *de;
-    time_t now = time(NULL);
     while ((de = readdir(d)) != NULL) {
-        const char *t = strstr(de->d_name, ".bin.tmp.");
-        struct stat st;
-        /* Only one untouched for CKPT_TEMP_AGE_S: a writer that shares the folder (a user's
-         * --checkpoint-dir given to two jobs) keeps its temporary while it writes. */
-        if (strncmp(de->d_name, "ckpt-", 5) != 0 || !t ||
-            fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-            now - st.st_mtime < CKPT_TEMP_AGE_S)
+        /* Only an abandoned one: a writer that shares the folder (a user's --checkpoint-dir
+         * given to two jobs) holds its temporary's lock while it writes. */
+        int fd = -1;
+        if (strncmp(de->d_name, "ckpt-", 5) != 0 || !strstr(de->d_name, ".bin.tmp.") ||
+            (fd = fs_atomic_abandoned(dirfd(d), de->d_name, CKPT_TEMP_AGE_S)) < 0)
             continue;
-        if (unlinkat(dirfd(d), de->d_name, 0) != 0) {
+        if (unlinkat(dirfd(d), de->d_name, 0) != 0)
             log_warn("cannot remove %s/%s, left by a save cut short: %s", dir, de->d_name,
                      strerror(errno));
-            continue;
+        else {
+            log_info("removed %s/%s, left by a save cut short", dir, de->d_name);
+            removed++;
         }
-        log_info("removed %s/%s, left by a save cut short", dir, de->d_name);
-        removed++;
+        close(fd);
     }
     closedir(d);
     return removed;

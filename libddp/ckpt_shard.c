@@ -321,15 +321,6 @@ static int parse_name(const char *name, struct shard_name *out)
     return 0;
 }
 
-/* Newest (epoch, pos) first. */
-static int cmp_key_desc(const void *a, const void *b)
-{
-    const struct shard_name *x = a, *y = b;
-    if (x->epoch != y->epoch)
-        return x->epoch < y->epoch ? 1 : -1;
-    return x->pos < y->pos ? 1 : (x->pos > y->pos ? -1 : 0);
-}
-
 /* The names of dir's shard files (caller frees each and the array). */
 static int list_names(const char *dir, char ***out, size_t *n, struct ddp_err *err)
 {
@@ -373,44 +364,24 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
     return rc;
 }
 
-int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, struct ddp_err *err)
+int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, const uint32_t *prev,
+                     struct ddp_err *err)
 {
     char **names = NULL;
     size_t n = 0;
     int rc = list_names(dir, &names, &n, err);
     if (rc)
         return rc;
-    /* The distinct (epoch, pos) keys older than the complete one, newest first: the first
-     * CKPT_KEEP - 1 of them stay beside it. A newer key is a save cut short (the group had
-     * resumed from an older one): never complete, it goes too. */
-    struct shard_name done = {.epoch = epoch, .pos = pos};
-    struct shard_name *keys = xmalloc((n ? n : 1) * sizeof(*keys));
-    size_t nk = 0;
     for (size_t i = 0; i < n; i++) {
         struct shard_name f;
         (void)parse_name(names[i], &f);
-        if (cmp_key_desc(&f, &done) <= 0)
-            continue; /* the complete one, or newer */
-        int seen = 0;
-        for (size_t j = 0; j < nk && !seen; j++)
-            seen = keys[j].epoch == f.epoch && keys[j].pos == f.pos;
-        if (!seen)
-            keys[nk++] = f;
-    }
-    if (nk > 1)
-        qsort(keys, nk, sizeof(*keys), cmp_key_desc);
-    for (size_t i = 0; i < n; i++) {
-        struct shard_name f;
-        (void)parse_name(names[i], &f);
-        int c = cmp_key_desc(&f, &done);
-        if (c == 0 || (c > 0 && (nk < CKPT_KEEP || cmp_key_desc(&f, &keys[CKPT_KEEP - 2]) <= 0)))
-            continue; /* the complete one, or among the older ones kept */
+        if ((f.epoch == epoch && f.pos == pos) || (prev && f.epoch == prev[0] && f.pos == prev[1]))
+            continue; /* the complete one, and the one complete before it */
         char *old = xasprintf("%s/%s", dir, names[i]);
         if (unlink(old) != 0 && errno != ENOENT)
             log_warn("cannot remove old checkpoint %s: %s", old, strerror(errno));
         free(old);
     }
-    free(keys);
     free_names(names, n);
     return 0;
 }

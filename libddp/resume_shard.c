@@ -137,7 +137,9 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
     struct ddp_err ce;
     int rc = W > 1 ? pairs_setup(g, &ce) : 0;
     size_t bound = W > 1 ? copy_bound(buf, len, W) : len;
-    /* In k order (a pair's two ranks meet in it: the smallest k not done has both there). */
+    /* In k order (a pair's two ranks meet in it: the smallest k not done has both there).
+     * A copy refused by its keeper (not the comm failing) is this rank's failure; the
+     * loop and the all-reduce below still run, so every rank issues the same collectives. */
     for (int k = 0; rc == 0 && W > 1 && k < W; k++) {
         if (!g->pairs[k])
             continue;
@@ -147,6 +149,16 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         /* Invariant 2: the shards of one checkpoint split the same units evenly, so no file
          * is longer than shard 0's; anything longer is refused before it is allocated. */
         rc = ddp_comm_broadcast_bytes(g->pairs[k], 0, bound, &b, &l, &ce);
+        if (rc != 0 && rc != DDP_EPEER && rc != DDP_ETIMEOUT) {
+            if (!first) {
+                first = rc;
+                *err = ce;
+            }
+            rc = 0;
+            if (!mine)
+                free(b);
+            continue;
+        }
         if (rc == 0 && !mine && has_dir) {
             struct ddp_err se;
             if (ckpt_shard_save(dir, epoch, pos, (uint32_t)k, (uint32_t)W, b, l, &se) != 0 &&
@@ -162,17 +174,33 @@ int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epo
         *err = ce;
         return rc;
     }
-    /* Complete only when every rank wrote its file and every copy landed: then, and only
-     * then, each folder drops what is older (and what a save cut short left newer). */
-    double failed = first != 0;
-    if (W > 1 && (rc = ddp_allreduce_f64(g, &failed, 1, &ce)) != 0) {
+    rc = ddp_shard_checkpoint_done(g, dir, epoch, pos, first != 0, &ce);
+    if (rc) {
         *err = ce;
         return rc;
     }
-    struct ddp_err pe;
-    if (failed == 0.0 && has_dir && ckpt_shard_prune(dir, epoch, pos, &pe) != 0)
-        log_warn("cannot prune old sharded checkpoints: %s", pe.msg);
     return first;
+}
+
+int ddp_shard_checkpoint_done(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
+                              int failed, struct ddp_err *err)
+{
+    /* Complete only when every rank wrote its file and every copy landed: then, and only
+     * then, each folder drops all but it and the one complete before it. */
+    double f = failed ? 1.0 : 0.0;
+    int rc = g->world_size > 1 ? ddp_allreduce_f64(g, &f, 1, err) : 0;
+    if (rc)
+        return rc;
+    if (f != 0.0)
+        return 0;
+    uint32_t prev[2] = {g->shard_done_epoch, g->shard_done_pos};
+    struct ddp_err pe;
+    if (dir && dir[0] && ckpt_shard_prune(dir, epoch, pos, g->shard_done ? prev : NULL, &pe) != 0)
+        log_warn("cannot prune old sharded checkpoints: %s", pe.msg);
+    g->shard_done = 1;
+    g->shard_done_epoch = epoch;
+    g->shard_done_pos = pos;
+    return 0;
 }
 
 /* This rank's newest distinct (epoch, pos, world) keys, at most CAND_PER_RANK, into c. */
@@ -269,6 +297,9 @@ int ddp_resume_shard_agree(struct ddp_group *g, const char *dir, const struct ck
         out->found = 1;
         out->epoch = ep;
         out->epoch_pos = pos;
+        g->shard_done = 1; /* known complete: the next save's prune keeps it */
+        g->shard_done_epoch = ep;
+        g->shard_done_pos = pos;
         out->world = (uint32_t)W0;
         out->holder = holder;
     }

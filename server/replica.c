@@ -675,7 +675,9 @@ int replica_members(struct replica *r, json_t **out, struct ddp_err *err)
  * the new leader, so the caller may send the call once more. Holds r->mu. */
 static int replica_side_moved(struct replica *r, int rc, struct ddp_err *err)
 {
+    /* "not leader" only: after "leadership lost" the change may have been applied */
     return rc == DDP_EUNAVAIL && r->dq && dqclient_connected(r->dq) &&
+           dqclient_failure_code(r->dq) == DQWIRE_CODE_NOT_LEADER &&
            dqclient_reconnect(r->dq, err) == 0;
 }
 

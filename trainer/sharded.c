@@ -182,10 +182,18 @@ int sharded_save_shards(struct sharded *s, struct ddp_group *g, const char *dir,
     free(p);
     free(lens);
     /* hybrid: every node writes every shard of its copy, so no other copy is sent */
-    if (rc == 0 && s->cross && dir && dir[0])
-        rc = ckpt_shard_save(dir, meta->epoch, meta->epoch_pos, (uint32_t)s->unit_rank,
-                             (uint32_t)s->unit_world, buf, len, err);
-    else if (rc == 0 && !s->cross)
+    if (rc == 0 && s->cross) {
+        int wrc = dir && dir[0]
+                      ? ckpt_shard_save(dir, meta->epoch, meta->epoch_pos, (uint32_t)s->unit_rank,
+                                        (uint32_t)s->unit_world, buf, len, err)
+                      : 0;
+        struct ddp_err de;
+        rc = ddp_shard_checkpoint_done(g, dir, meta->epoch, meta->epoch_pos, wrc != 0, &de);
+        if (rc)
+            *err = de;
+        else
+            rc = wrc;
+    } else if (rc == 0 && !s->cross)
         rc = ddp_shard_checkpoint_save(g, dir, meta->epoch, meta->epoch_pos, buf, len, err);
     if (rc == 0 && g->rank == 0) {
         int keeper = s->cross ? -1 : ddp_shard_copy_keeper(g);

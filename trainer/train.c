@@ -318,10 +318,26 @@ static int setup_reducer(struct run *r, struct ddp_err *err)
     const struct train_opts *o = r->o;
     struct ddp_group *g = r->g;
     struct model_inst *mi = r->mi;
-    if ((o->trace_path && outpath_for("--trace", o->trace_path, g->rank, &r->trace_out, err)) ||
+    /* Every rank checks its own path; the ranks agree, so that all exit 2 together (one
+     * alone would leave the others to fail "peer lost", which accuses a live node). */
+    double bad =
+        (o->trace_path && outpath_for("--trace", o->trace_path, g->rank, &r->trace_out, err)) ||
         (o->dump_params &&
-         outpath_for("--dump-params", o->dump_params, g->rank, &r->dump_out, err)))
+         outpath_for("--dump-params", o->dump_params, g->rank, &r->dump_out, err));
+    int mine = bad != 0.0;
+    struct ddp_err ae;
+    if ((o->trace_path || o->dump_params) && g->world_size > 1 &&
+        ddp_allreduce_f64(g, &bad, 1, &ae) != 0) {
+        *err = ae;
+        return ddp_exit_code_for(ae.code);
+    }
+    if (bad != 0.0) {
+        if (!mine)
+            err_set(err, DDP_EINVAL,
+                    "--trace or --dump-params: another rank cannot write its file (its log "
+                    "names it)");
         return DDP_EXIT_USAGE;
+    }
     if (r->trace_out)
         r->trace = trace_new(TRAIN_TRACE_EVENTS);
     r->lr = o->lr * (o->lr_scale_linear ? (double)g->world_size : 1.0);

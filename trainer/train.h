@@ -79,10 +79,10 @@ enum {
 
 /* Fills o with ddp-worker's defaults (the main job). */
 /* Refuses (DDP_EINVAL naming it) a given flag the model or optimizer chosen would ignore:
- * --clip-grad-norm, --eval-every, --generate, --betas and --eps other than on a gpt with
- * AdamW (or --eval-every/--generate on a gpt), --momentum under AdamW, --warmup-steps
- * without the warmup-cosine schedule. A flag that changes nothing is a user's mistake, said
- * before the run rather than found after it. */
+ * --clip-grad-norm, --eval-every and --generate other than on a gpt, --betas and --eps
+ * without AdamW, --momentum with it, --warmup-steps without the warmup-cosine schedule. A
+ * flag that changes nothing is a user's mistake, said before the run rather than found
+ * after it. */
 int train_opts_check_given(const struct train_opts *o, struct ddp_err *err);
 void train_opts_default(struct train_opts *o);
 

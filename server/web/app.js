@@ -726,7 +726,7 @@
                                          xmax: xmax });
             /* A language model (ddp-worker's GPT) reports a validation loss and tokens/s,
              * at fractional epochs (every --eval-every steps): its second and third charts. */
-            var lang = lm && typeof lm.val_loss === 'number';
+            var lang = lm && 'val_loss' in lm; /* null once it diverged: still a language model */
             DdpChart.draw(charts.acc, lang
                 ? { title: 'Validation loss (nats/byte)', ylabel: 'val loss',
                     points: series(metrics, 'val_loss'), markers: markers, xmax: xmax }

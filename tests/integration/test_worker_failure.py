@@ -128,6 +128,15 @@ def bad_input(c, work):
     code, _, err = single(["--data", "fortunes"])
     c.check("a text corpus for the MLP: exit 2 saying it needs a gpt (%d)" % code,
             code == 2 and "gpt:" in err, err[-400:])
+    # one rank's --dump-params folder missing ({rank}: d0 is there, d1 is not): both ranks
+    # exit 2 together, none exits 6 blaming the other
+    os.makedirs(os.path.join(work, "d0"), exist_ok=True)
+    with Ranks(work, 2, small + ["--dump-params", os.path.join(work, "d{rank}", "p.bin"),
+                                 "--timeout", "20"], tag="outpath") as rk:
+        codes = rk.wait(60)
+        c.check("one rank cannot write its --dump-params: every rank exits 2 (%s)" % codes,
+                codes == [2, 2] and "d1" in rk.err(1) and "another rank" in rk.err(0),
+                rk.logs())
     code, _, err = single(small + ["--epochs", "3", "--max-steps", "3", "--notice-at-step", "3"])
     c.check("a notice at --max-steps: the run is done, exit 0 (%d)" % code, code == 0,
             err[-400:])

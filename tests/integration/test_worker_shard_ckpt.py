@@ -242,6 +242,14 @@ def hybrid(c, work):
     c.check("hybrid: node a lost, node b alone resumes its copy",
             "resuming after epoch 1 from a sharded checkpoint of 2 ranks" in errs[0],
             errs[0][-400:])
+    # a 3-epoch hybrid run keeps two complete checkpoints in each folder, not every epoch's
+    p = [work + "/hyb-pa", work + "/hyb-pb"]
+    run_ok(work, 4, gpt(work, "hybrid", 4) + ["--epochs", "3"], nodes=2, ckpt_dirs=p,
+           tag="hyb-prune")
+    kept = sorted(set(os.path.basename(f).split("-shard-")[0]
+                      for f in glob.glob(p[0] + "/ckpt-*-shard-*")))
+    c.check("hybrid: after 3 epochs a folder keeps epochs 2 and 3 (%s)" % kept,
+            kept == ["ckpt-000002-pos-0", "ckpt-000003-pos-0"])
 
 
 def main():

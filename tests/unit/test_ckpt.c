@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -345,8 +346,17 @@ static void test_ckpt_remove_temps(void **state)
         if (i < 2)
             assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
     }
-    assert_int_equal(ckpt_remove_temps(dir), 2);
     struct stat st;
+    /* an old temporary whose writer still holds its lock (a live writer in a shared folder) */
+    snprintf(path, sizeof(path), "%s/ckpt-000005.bin.tmp.Lk0ck1", dir);
+    assert_int_equal(fs_write_atomic(path, "x", 1, 0644, &err), 0);
+    assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+    int held = open(path, O_RDONLY | O_CLOEXEC);
+    assert_true(held >= 0);
+    assert_int_equal(flock(held, LOCK_EX), 0);
+    assert_int_equal(ckpt_remove_temps(dir), 2);
+    assert_int_equal(stat(path, &st), 0);
+    close(held);
     for (int i = 0; i < 3; i++) {
         if (i < 2) {
             snprintf(path, sizeof(path), "%s/%s", dir, gone[i]);

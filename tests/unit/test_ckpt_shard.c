@@ -256,11 +256,13 @@ static int exists(const char *dir, uint32_t epoch, int k, int world)
     return ok;
 }
 
-/* A save writes; only a checkpoint the group confirmed complete prunes. */
-static void prune(const char *dir, uint32_t epoch, uint32_t pos)
+/* A save writes; only a checkpoint the group confirmed complete prunes, keeping prev (the
+ * one complete before; pe < 0: none). */
+static void prune(const char *dir, uint32_t epoch, uint32_t pos, int pe, uint32_t pp)
 {
     struct ddp_err err;
-    assert_int_equal(ckpt_shard_prune(dir, epoch, pos, &err), 0);
+    uint32_t prev[2] = {(uint32_t)pe, pp};
+    assert_int_equal(ckpt_shard_prune(dir, epoch, pos, pe < 0 ? NULL : prev, &err), 0);
 }
 
 static void test_keeps_newest_two_epochs(void **state)
@@ -272,10 +274,10 @@ static void test_keeps_newest_two_epochs(void **state)
         for (int k = 0; k < 2; k++)
             save(dir, e, 2, k);
         assert_true(exists(dir, 1, 0, 2)); /* written: nothing goes before the prune */
-        prune(dir, e, meta_pos);
+        prune(dir, e, meta_pos, e > 1 ? (int)e - 1 : -1, meta_pos);
     }
     save(dir, 3, 4, 3); /* epoch 3 at another world size is the same key */
-    prune(dir, 3, meta_pos);
+    prune(dir, 3, meta_pos, 2, meta_pos);
     for (int k = 0; k < 2; k++) {
         assert_false(exists(dir, 1, k, 2));
         assert_true(exists(dir, 2, k, 2));
@@ -288,10 +290,11 @@ static void test_keeps_newest_two_epochs(void **state)
     assert_int_equal(fs_write_atomic(whole_path, "x", 1, 0644, &err), 0);
     save(dir, 4, 2, 0);
     save(dir, 4, 2, 1);
-    prune(dir, 4, meta_pos);
+    prune(dir, 4, meta_pos, 3, meta_pos);
     struct stat st;
     assert_int_equal(stat(whole_path, &st), 0);
     assert_false(exists(dir, 2, 0, 2));
+    assert_true(exists(dir, 3, 0, 2));
     free(whole_path);
     /* a mid-epoch checkpoint sits beside its epoch's end instead of over it */
     snprintf(dir, sizeof(dir), "%s/keep/pos", tmpdir);
@@ -299,47 +302,48 @@ static void test_keeps_newest_two_epochs(void **state)
     save(dir, 3, 2, 0);
     meta_pos = 96;
     save(dir, 3, 2, 0);
-    prune(dir, 3, 96);
+    prune(dir, 3, 96, 3, 0);
     assert_true(exists(dir, 3, 0, 2));
     meta_pos = 0;
     assert_true(exists(dir, 3, 0, 2));
-    /* A save cut short at (5, 1000), a resume from (5, 0), saves at (5, 600) and (6, 0)
-     * that are cut short too: the last complete one, (5, 0), stays through all of them. Once
-     * (6, 0) is complete it stays with the one key before it (stale or not: the complete one
-     * is what a resume takes), and the rest go. */
+    /* A save cut short at (5, 1000), a resume from (5, 0) (complete), saves at (5, 600) and
+     * (6, 0) cut short too: nothing goes. Once (7, 0) is complete, it and (5, 0), the one
+     * complete before it, stay: every cut-short key goes, older or newer. */
     snprintf(dir, sizeof(dir), "%s/keep/stale", tmpdir);
-    meta_pos = 0;
     save(dir, 4, 2, 0);
     save(dir, 4, 2, 1);
     save(dir, 5, 2, 0);
     save(dir, 5, 2, 1);
-    prune(dir, 5, 0);
+    prune(dir, 5, 0, 4, 0);
     meta_pos = 1000;
     save(dir, 5, 2, 0);
     meta_pos = 600;
     save(dir, 5, 2, 0);
     meta_pos = 0;
     save(dir, 6, 2, 0);
+    save(dir, 9, 2, 0); /* a stale newer one */
+    assert_true(exists(dir, 5, 0, 2));
+    assert_true(exists(dir, 4, 0, 2));
+    save(dir, 7, 2, 0);
+    save(dir, 7, 2, 1);
+    prune(dir, 7, 0, 5, 0);
+    assert_true(exists(dir, 7, 0, 2));
+    assert_true(exists(dir, 7, 1, 2));
     assert_true(exists(dir, 5, 0, 2));
     assert_true(exists(dir, 5, 1, 2));
-    assert_true(exists(dir, 4, 0, 2));
-    save(dir, 6, 2, 1);
-    prune(dir, 6, 0);
-    assert_true(exists(dir, 6, 0, 2));
-    assert_true(exists(dir, 6, 1, 2));
-    assert_false(exists(dir, 5, 0, 2));
-    assert_false(exists(dir, 5, 1, 2));
     assert_false(exists(dir, 4, 0, 2));
+    assert_false(exists(dir, 6, 0, 2));
+    assert_false(exists(dir, 9, 0, 2));
     meta_pos = 1000;
-    assert_true(exists(dir, 5, 0, 2));
+    assert_false(exists(dir, 5, 0, 2));
     meta_pos = 600;
     assert_false(exists(dir, 5, 0, 2));
-    /* a stale newer key goes once an older one is confirmed complete */
+    /* nothing known complete before (a fresh run): the new one alone stays */
     meta_pos = 0;
-    save(dir, 9, 2, 0);
-    prune(dir, 6, 0);
-    assert_false(exists(dir, 9, 0, 2));
-    assert_true(exists(dir, 6, 0, 2));
+    save(dir, 8, 2, 0);
+    prune(dir, 8, 0, -1, 0);
+    assert_true(exists(dir, 8, 0, 2));
+    assert_false(exists(dir, 7, 0, 2));
     meta_pos = 96;
 }
 

@@ -132,11 +132,11 @@ char *ckpt_path(const char *dir, uint32_t epoch);
 int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /* Removes the temporary files a save cut short left in dir ("ckpt-*.bin.tmp.*": a rank
- * killed while writing, whole or sharded) that nothing touched for CKPT_TEMP_AGE_S (another
- * writer's, in a folder two jobs share, is kept); run before a generation's first save, when
- * no rank of the job writes. Returns how many were removed (each logged); a folder that
- * cannot be read removes none. */
-#define CKPT_TEMP_AGE_S 60
+ * killed while writing, whole or sharded): those whose writer's lock is free and that are
+ * CKPT_TEMP_AGE_S old (fs_atomic_abandoned; another writer's, in a folder two jobs share,
+ * is kept while it writes); run before a generation's first save. Returns how many were
+ * removed (each logged); a folder that cannot be read removes none. */
+#define CKPT_TEMP_AGE_S 2
 int ckpt_remove_temps(const char *dir);
 
 /*

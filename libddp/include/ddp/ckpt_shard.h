@@ -39,7 +39,7 @@
  * 4>.bin beside the whole-state checkpoints (whose names they never match): a mid-epoch
  * checkpoint never overwrites its epoch's end, so a save cut short leaves the older
  * checkpoint whole. A folder keeps the files of its newest complete (epoch, epoch_pos) and
- * of the CKPT_KEEP - 1 keys before it (ckpt_shard_prune).
+ * of the complete one before it (ckpt_shard_prune).
  */
 #ifndef DDP_CKPT_SHARD_H
 #define DDP_CKPT_SHARD_H
@@ -115,10 +115,12 @@ int ckpt_shard_save(const char *dir, uint32_t epoch, uint32_t pos, uint32_t k, u
                     const uint8_t *buf, size_t len, struct ddp_err *err);
 
 /* After the group confirmed (epoch, pos) complete (every shard written and copied): removes
- * dir's shard files of every other key but the newest CKPT_KEEP - 1 older ones, and those of
- * newer keys (saves cut short before the group resumed from an older one, never complete).
- * So a save cut short never costs the last complete checkpoint. */
-int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, struct ddp_err *err);
+ * dir's shard files of every other key but prev ({epoch, pos} of the checkpoint the group
+ * knew complete before, NULL: none), older ones and newer ones alike (saves cut short, never
+ * complete). So a folder keeps CKPT_KEEP (2) complete checkpoints, and a save cut short
+ * never costs one. */
+int ckpt_shard_prune(const char *dir, uint32_t epoch, uint32_t pos, const uint32_t *prev,
+                     struct ddp_err *err);
 
 /* One valid shard file of a folder. */
 struct ckpt_shard_file {

@@ -44,6 +44,10 @@ struct ddp_group {
      * them, else NULL; world_size entries each, NULL before. */
     int *keeper;
     struct comm **pairs;
+    /* The last sharded checkpoint the group knows complete (resumed from, or saved and
+     * confirmed): a prune keeps it beside the new one (ddp_shard_checkpoint_done). */
+    int shard_done;
+    uint32_t shard_done_epoch, shard_done_pos;
 };
 
 /*

@@ -15,14 +15,15 @@
  *   3. for every shard k in order, its rank sends the file to its keeper over their comm,
  *      and the keeper writes it. On one node there is no other node and nothing is sent;
  *   4. one all-reduce says whether every file and copy was written: only then is the
- *      checkpoint complete, and each folder prunes (ckpt_shard_prune).
+ *      checkpoint complete, and each folder prunes (ckpt_shard_prune) all but it and the
+ *      one the group knew complete before (resumed from, or the last save confirmed).
  * Each file crosses the network once: per checkpoint the network carries the state once, and
  * a rank receives only the shards it keeps.
  *
  * Resuming (ddp_resume_shard_agree, then ddp_resume_shard_load, every rank):
  *   1. each rank lists the valid shard files of the model in its folder;
  *   2. the ranks all-reduce the checkpoints they hold (epoch, epoch_pos, world size: the
- *      newest 2 * CKPT_KEEP of each), and then, newest first, which shards of it each holds,
+ *      newest 4 * CKPT_KEEP of each), and then, newest first, which shards of it each holds,
  *      until one checkpoint has every shard somewhere: that one is chosen, each shard from
  *      the lowest rank holding it (the same choice on every rank, as in resume.h);
  *   3. (load) for every shard k its holder broadcasts the file; every rank checks it (the
@@ -56,6 +57,13 @@ int ddp_shard_keeper(const double *node, int W, int k);
  * Returns the first error of this rank: DDP_EIO naming a file it could not write (the
  * collectives still run to their end), or the collectives' (DDP_EPEER, DDP_ETIMEOUT).
  */
+/* Step 4 of a save made otherwise (hybrid: every node writes its own copy's shards, none is
+ * sent): collective, failed = this rank's write failed. When no rank failed the checkpoint is
+ * complete: dir is pruned (ckpt_shard_prune, keeping the one the group knew complete
+ * before) and the group remembers it. Returns the all-reduce's error, else 0. */
+int ddp_shard_checkpoint_done(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
+                              int failed, struct ddp_err *err);
+
 int ddp_shard_checkpoint_save(struct ddp_group *g, const char *dir, uint32_t epoch, uint32_t pos,
                               const uint8_t *buf, size_t len, struct ddp_err *err);
 
