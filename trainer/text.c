@@ -120,7 +120,7 @@ int text_load(const char *spec, int ctx, struct dataset *train, struct dataset *
     uint8_t *tb = NULL, *vb = NULL;
     size_t tl = 0, vl = 0;
     int rc = 0;
-    char what[PATH_MAX + 64] = "fortunes", vwhat[PATH_MAX + 96];
+    char what[PATH_MAX + 64] = "fortunes", vwhat[sizeof(what) + 128];
     const char *vsplit = NULL;
     if (strcmp(spec, "fortunes") == 0) {
         const char *dir = getenv("DDP_FORTUNES_DIR");
