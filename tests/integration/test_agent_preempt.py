@@ -150,6 +150,12 @@ def test_notice_ignored_stopped_after_both_graces():
                         "command": ["/bin/sleep", "1"]})
         wait_for("stubborn preempted again", lambda: c.job(low["id"])["state"] ==
                  "RESTARTING", timeout=30)
+        # the cancel must come during the notice: once an agent has given it (a cancel that
+        # reaches the agents with the preemption in one answer is a plain stop)
+        gen = c.job(low["id"])["generation"]
+        given = "preemption notice to worker job=%s generation=%d" % (low["id"], gen)
+        wait_for("the notice given", lambda: given in c.log("agent-a.log") + c.log("agent-b.log"),
+                 timeout=10)
         t1 = time.monotonic()
         c.post("/v1/jobs/%s:cancel" % low["id"])
         c.wait_state(low["id"], "CANCELLED", timeout=30)
