@@ -661,20 +661,30 @@ static void test_dqclient_store(void **state)
         struct store_job jb = job_row(id, "SUCCEEDED");
         jb.spec = big;
         /* 2 of 3 voters (one was killed), 1 MiB entries: a slow machine (ASan) may see an
-         * election meanwhile; as the coordinator does, the transaction is begun again on
-         * the new leader (the put is an upsert), at most 10 times */
+         * election meanwhile; as ddpd does (a new coordinator on the new leader), the store
+         * is opened again and the transaction begun again (the put is an upsert), at most
+         * 10 times */
         int tries = 0;
-        do {
-            rc = store_begin(st, &e);
+        for (;;) {
+            rc = st ? store_begin(st, &e) : DDP_EUNAVAIL;
             if (rc == 0)
                 rc = store_job_put(st, &jb, &e);
             if (rc == 0)
                 rc = store_commit(st, &e);
-            if (rc != 0)
+            if (rc == 0 || (rc != DDP_EUNAVAIL && rc != DDP_ETIMEOUT) || ++tries >= 10)
+                break;
+            if (st)
                 store_rollback(st);
-        } while (rc != 0 && (rc == DDP_EUNAVAIL || rc == DDP_ETIMEOUT) && ++tries < 10);
-        if (rc != 0)
+            store_close(st);
+            st = NULL;
+            time_sleep_ms(200);
+            if (store_open_dqlite(all, 3, "ddp", NULL, &st, &e) != 0)
+                st = NULL;
+        }
+        if (rc != 0) {
+            free(big);
             fail_msg("job %d of 1 MiB: %s", id, e.msg);
+        }
     }
     free(big);
     memset(&s, 0, sizeof s);
