@@ -107,6 +107,20 @@ static int cli_submit_retrying(struct cli *cli, const json_t *spec, const char *
     return rc;
 }
 
+/* --workdir / --checkpoint-dir (flag) from optarg into *out, made absolute (the agents run
+ * the job elsewhere); an empty one is a usage error. CLI_OK or the exit code. */
+static int folder_opt(const struct cli_cmd *cmd, const char *flag, char **out)
+{
+    if (!*optarg)
+        return cli_usage_error(cmd,
+                               "%s: empty (leave it out for the job's own folder on each "
+                               "node)",
+                               flag);
+    free(*out);
+    *out = cli_absolute(optarg);
+    return *out ? CLI_OK : cli_failf("cannot find the current directory");
+}
+
 int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
 {
     enum {
@@ -201,30 +215,10 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             }
             break;
         case O_WORKDIR:
-            if (!*optarg) {
-                rc = cli_usage_error(cmd, "--workdir: empty (leave it out for the job's own "
-                                          "folder on each node)");
-                goto out;
-            }
-            free(workdir);
-            workdir = cli_absolute(optarg);
-            if (!workdir) {
-                rc = cli_failf("cannot find the current directory");
-                goto out;
-            }
-            break;
         case O_CKPT:
-            if (!*optarg) {
-                rc = cli_usage_error(cmd, "--checkpoint-dir: empty (leave it out for the "
-                                          "job's own folder on each node)");
+            if ((rc = folder_opt(cmd, c == O_WORKDIR ? "--workdir" : "--checkpoint-dir",
+                                 c == O_WORKDIR ? &workdir : &ckpt)) != CLI_OK)
                 goto out;
-            }
-            free(ckpt);
-            ckpt = cli_absolute(optarg);
-            if (!ckpt) {
-                rc = cli_failf("cannot find the current directory");
-                goto out;
-            }
             break;
         case O_PREEMPT_SIGNAL:
             if (signame_parse(optarg) < 0) {

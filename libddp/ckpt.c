@@ -402,6 +402,34 @@ static int list_epochs(const char *dir, uint32_t **out, size_t *n, struct ddp_er
 /* The longest header of either version: version 1's with CKPT_MAX_LAYERS layers. */
 #define CKPT_MAX_HDR (CKPT_FIXED_HDR + 4 * (CKPT_MAX_LAYERS + 1))
 
+/* The model the first got bytes of a checkpoint at h name, as peek_model() answers for a file. */
+static int header_model(const uint8_t *h, size_t got, struct ckpt_meta *meta)
+{
+    if (got < CKPT_FIXED_HDR + 4 || memcmp(h, ckpt_magic, 8) != 0)
+        return -1;
+    memset(meta, 0, sizeof(*meta));
+    meta->nparams = le_get64(h + 72);
+    uint32_t version = le_get32(h + 8), nlayers = le_get32(h + 20);
+    if (version == CKPT_VERSION_SPEC || version == CKPT_VERSION_STATE) {
+        size_t k = version == CKPT_VERSION_STATE ? 2 : 1; /* only the spec's offset matters */
+        uint32_t slen = le_get32(h + CKPT_FIXED_HDR);
+        if (slen == 0 || slen > CKPT_MAX_MODEL || got < spec_off(k) + slen)
+            return -1;
+        memcpy(meta->model, h + spec_off(k), slen);
+        meta->model[slen] = '\0';
+        return strlen(meta->model) == slen ? 0 : -1;
+    }
+    if (version != CKPT_VERSION)
+        return -3;
+    if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS ||
+        got < CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1))
+        return -1;
+    meta->nlayers = (int)nlayers;
+    for (uint32_t i = 0; i <= nlayers; i++)
+        meta->widths[i] = le_get32(h + CKPT_FIXED_HDR + 4 * i);
+    return 0;
+}
+
 /*
  * The model that the header of the regular file at path names, into *meta (its model,
  * nlayers, widths and nparams only), read without following a link and without reading
@@ -421,31 +449,7 @@ static int peek_model(const char *path, struct ckpt_meta *meta)
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
         got = read(fd, h, sizeof(h));
     close(fd);
-    if (got < 0)
-        return -2;
-    if (got < CKPT_FIXED_HDR + 4 || memcmp(h, ckpt_magic, 8) != 0)
-        return -1;
-    memset(meta, 0, sizeof(*meta));
-    meta->nparams = le_get64(h + 72);
-    uint32_t version = le_get32(h + 8), nlayers = le_get32(h + 20);
-    if (version == CKPT_VERSION_SPEC || version == CKPT_VERSION_STATE) {
-        size_t k = version == CKPT_VERSION_STATE ? 2 : 1; /* only the spec's offset matters */
-        uint32_t slen = le_get32(h + CKPT_FIXED_HDR);
-        if (slen == 0 || slen > CKPT_MAX_MODEL || (size_t)got < spec_off(k) + slen)
-            return -1;
-        memcpy(meta->model, h + spec_off(k), slen);
-        meta->model[slen] = '\0';
-        return strlen(meta->model) == slen ? 0 : -1;
-    }
-    if (version != CKPT_VERSION)
-        return -3;
-    if (nlayers < 1 || nlayers > CKPT_MAX_LAYERS ||
-        (size_t)got < CKPT_FIXED_HDR + 4 * ((size_t)nlayers + 1))
-        return -1;
-    meta->nlayers = (int)nlayers;
-    for (uint32_t i = 0; i <= nlayers; i++)
-        meta->widths[i] = le_get32(h + CKPT_FIXED_HDR + 4 * i);
-    return 0;
+    return got < 0 ? -2 : header_model(h, (size_t)got, meta);
 }
 
 /* Whether two headers name the same model (spec and parameter count, or MLP widths). */
@@ -479,9 +483,8 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
      * newest first), the one written among them. A newer file (another run's, or another
      * model's in a reused folder) neither removes the one written nor counts; another
      * model's file is never removed. */
-    struct ckpt_view mine;
-    struct ddp_err de;
-    if (ckpt_decode(buf, len, path, &mine, &de) != 0)
+    struct ckpt_meta mine;
+    if (header_model(buf, len < CKPT_MAX_HDR ? len : CKPT_MAX_HDR, &mine) != 0)
         goto out; /* not a checkpoint: nothing is known to be old */
     size_t kept = 1;
     for (size_t i = 0; i < n; i++) {
@@ -494,7 +497,7 @@ int ckpt_save(const char *dir, uint32_t epoch, const uint8_t *buf, size_t len, s
         /* (a file read, but too short or without the magic, is torn: -1; one that cannot
          * be opened, or of a version this build does not read, may be another's: it stays) */
         int peek = peek_model(old, &m);
-        int goes = peek == 0    ? same_model(&m, &mine.meta) && ++kept > CKPT_KEEP
+        int goes = peek == 0    ? same_model(&m, &mine) && ++kept > CKPT_KEEP
                    : peek == -1 ? kept >= CKPT_KEEP
                                 : 0;
         if (goes && unlink(old) != 0 && errno != ENOENT)

@@ -370,10 +370,16 @@ int net_accept(int lfd, int64_t deadline_ms, int *fd_out, struct ddp_err *err)
 
 int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err)
 {
+    return net_send_flags(fd, buf, len, 0, deadline_ms, err);
+}
+
+int net_send_flags(int fd, const void *buf, size_t len, int flags, int64_t deadline_ms,
+                   struct ddp_err *err)
+{
     const char *p = buf;
     size_t done = 0;
     while (done < len) {
-        ssize_t n = send(fd, p + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = send(fd, p + done, len - done, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             done += (size_t)n;
             continue;

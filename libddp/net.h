@@ -66,6 +66,9 @@ int net_accept(int lfd, int64_t deadline_ms, int *fd_out, struct ddp_err *err);
 /* Sends / receives exactly len bytes on non-blocking fd before deadline_ms. A peer that
  * closes before len bytes arrive is DDP_EPEER ("connection closed by peer"). */
 int net_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err);
+/* net_send_all with send() flags (MSG_OOB: TCP urgent data). */
+int net_send_flags(int fd, const void *buf, size_t len, int flags, int64_t deadline_ms,
+                   struct ddp_err *err);
 int net_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms, struct ddp_err *err);
 
 /* The local / remote address of a connected socket as text without the port ("10.0.0.2",

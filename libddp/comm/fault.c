@@ -253,31 +253,6 @@ int fault_send_failed(struct comm *c, const char *what, int e, struct ddp_err *e
     return fault_peer_lost(c, cpu->right, cpu->right_name, what, e, err);
 }
 
-/* Sends p (n bytes, flags: MSG_OOB or 0) on fd by the deadline, waiting for room when the
- * socket's buffer is full (the failed collective's data filled it: the neighbour, still in
- * its collective, reads it away); 0, or -1 when the time ran out or the socket failed. */
-static int send_within(int fd, const void *p, size_t n, int flags, int64_t deadline)
-{
-    const char *s = p;
-    while (n > 0) {
-        ssize_t k = send(fd, s, n, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-            s += k;
-            n -= (size_t)k;
-            continue;
-        }
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-            return -1;
-        struct pollfd pw = {.fd = fd, .events = POLLOUT};
-        int64_t left = time_left_ms(deadline);
-        if (left <= 0 || poll(&pw, 1, (int)left) <= 0 || (pw.revents & (POLLERR | POLLHUP)))
-            return -1;
-    }
-    return 0;
-}
-
 void fault_abort_ring(struct comm *c, const struct ddp_err *e)
 {
     struct cpu *cpu = c->impl;
@@ -299,8 +274,9 @@ void fault_abort_ring(struct comm *c, const struct ddp_err *e)
     /* Bounded by NOTICE_WAIT_MS: a full buffer (a large collective's data) delays this
      * rank's exit by at most that, where a lost notice would name the wrong fault. */
     int64_t deadline = time_deadline_ms(NOTICE_WAIT_MS);
-    if (send_within(cpu->send_fd, &b, 1, MSG_OOB, deadline) != 0 ||
-        send_within(cpu->send_fd, &n, sizeof(n), 0, deadline) != 0)
+    struct ddp_err se;
+    if (net_send_flags(cpu->send_fd, &b, 1, MSG_OOB, deadline, &se) != 0 ||
+        net_send_flags(cpu->send_fd, &n, sizeof(n), 0, deadline, &se) != 0)
         log_debug("comm: rank %d: notice to the right not sent", c->rank);
     if (send(cpu->recv_fd, &n, sizeof(n), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(n))
         log_debug("comm: rank %d: notice to the left not sent", c->rank);
