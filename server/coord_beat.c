@@ -298,11 +298,13 @@ static void coord_batch_undo(struct coord *c, const struct data_batch *d)
     }
 }
 
-/* Settles batch d as failed with message why (its rows are freed, waiters woken later). */
-static void coord_batch_fail(struct coord *c, struct data_batch *d, const char *why)
+/* Settles batch d as failed with message why, refused when its commit was refused before it
+ * began (its rows are freed, waiters woken later). */
+static void coord_batch_fail(struct coord *c, struct data_batch *d, const char *why, int refused)
 {
     coord_batch_undo(c, d);
     d->state = BATCH_FAILED;
+    d->refused = refused;
     snprintf(d->why, sizeof(d->why), "%s", why);
     coord_batch_release(d);
 }
@@ -331,11 +333,13 @@ static void coord_batch_flush(struct coord *c)
                          "cannot store %zu log lines and metrics of heartbeats (their beats "
                          "fail, the agents send them again): %s",
                          lines, e.msg);
+        /* Refused before it began: so is the batch above it, which would have followed it. */
+        int refused = coord_refusal_seen();
         struct data_batch *above = c->open;
         c->open = NULL;
-        coord_batch_fail(c, take, e.msg);
+        coord_batch_fail(c, take, e.msg, refused);
         if (above)
-            coord_batch_fail(c, above, e.msg);
+            coord_batch_fail(c, above, e.msg, refused);
     }
     c->flush = NULL;
     pthread_cond_broadcast(&c->data_cond);
@@ -348,7 +352,8 @@ static void coord_batch_flush(struct coord *c)
  * holding its rows - or, for a beat of duplicates only, the newest batch that may hold them
  * (batches commit in order) - has settled, so a 200 always means "on disk". When that batch
  * failed (invariant 4) the beat fails with DDP_EINTERNAL, and its data is stored when the
- * agent sends it again. */
+ * agent sends it again; when that commit was refused before it began (the leadership was
+ * lost), the beat's thread is marked refused, so that it is answered not_leader. */
 int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, struct ddp_err *err)
 {
     struct data_batch d = {0};
@@ -372,9 +377,12 @@ int coord_beat_data(struct coord *c, int ni, const struct beat *b, int64_t now, 
         else
             coord_batch_flush(c);
     }
-    if (mine->state == BATCH_FAILED)
+    if (mine->state == BATCH_FAILED) {
         rc = err_set(err, DDP_EINTERNAL, "cannot store logs and metrics (send them again): %s",
                      mine->why);
+        if (mine->refused)
+            coord_refusal_mark();
+    }
     if (--mine->refs == 0)
         free(mine);
     return rc;

@@ -195,6 +195,7 @@ struct data_batch {
     int state; /* BATCH_OPEN until its commit returned (or a commit below it failed) */
     int refs;  /* beats waiting for it; the last one frees it */
     char why[DDP_ERR_MSG_MAX]; /* BATCH_FAILED: the store's message */
+    int refused;               /* BATCH_FAILED: refused before it began (the leadership was lost) */
 };
 
 struct coord {
@@ -292,6 +293,11 @@ typedef int (*coord_txn_fn)(struct coord *c, void *ctx, struct ddp_err *e);
  * c->mu (the heartbeat group commit runs it without). Every store write goes through here, so
  * it also keeps the storage health of coord_health(). */
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e);
+/* Whether a transaction of this thread was refused before it began (coord_take_refusal()
+ * without clearing it), and marking this thread so: a beat whose rows another thread's
+ * refused commit carried is refused too, and answered not_leader as that one. */
+int coord_refusal_seen(void);
+void coord_refusal_mark(void);
 /* A job's row as it will be with status *st, the event of the change (time wall), and the
  * marks of generations below marks_below dropped (0: none). */
 struct job_write {

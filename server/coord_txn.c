@@ -63,6 +63,16 @@ int coord_take_refusal(void)
     return r;
 }
 
+int coord_refusal_seen(void)
+{
+    return coord_refused;
+}
+
+void coord_refusal_mark(void)
+{
+    coord_refused = 1;
+}
+
 int coord_txn_run(struct coord *c, coord_txn_fn fn, void *ctx, struct ddp_err *e)
 {
     pthread_mutex_lock(&c->store_mu);

@@ -1812,12 +1812,15 @@ struct racer {
     struct fx *f;
     const char *node, *extra;
     int code;
+    int refused; /* coord_take_refusal() in its thread after the beat */
 };
 
 static void *racer_main(void *arg)
 {
     struct racer *r = arg;
+    (void)coord_take_refusal();
     json_decref(beat_rc(r->f, r->node, "inc-1", r->extra, &r->code));
+    r->refused = coord_take_refusal();
     return NULL;
 }
 
@@ -1856,7 +1859,7 @@ static void test_coord_failed_commit_fails_the_batch_on_top(void **state)
                      "\"lines\":[\"b1\",\"b2\"]}]";
     /* The store's mutex held: a's beat becomes the leader and waits in its commit, b's rows
      * open the next batch. Then writes fail and the commit goes on. */
-    struct racer ra = {f, "node-a", la, 0}, rb = {f, "node-b", lb, 0};
+    struct racer ra = {f, "node-a", la, 0, 0}, rb = {f, "node-b", lb, 0, 0};
     pthread_t ta, tb;
     pthread_mutex_lock(&f->c->store_mu);
     assert_int_equal(pthread_create(&ta, NULL, racer_main, &ra), 0);
@@ -1870,6 +1873,8 @@ static void test_coord_failed_commit_fails_the_batch_on_top(void **state)
     writes_fail(f, 0);
     assert_int_equal(ra.code, DDP_EINTERNAL);
     assert_int_equal(rb.code, DDP_EINTERNAL);
+    assert_int_equal(ra.refused, 0);
+    assert_int_equal(rb.refused, 0);
     pthread_mutex_lock(&f->c->mu);
     int64_t s1 = coord_job(f->c, j1)->log_seq, s2 = coord_job(f->c, j2)->log_seq;
     size_t m1 = coord_job(f->c, j1)->nmarks, m2 = coord_job(f->c, j2)->nmarks;
@@ -1888,6 +1893,43 @@ static void test_coord_failed_commit_fails_the_batch_on_top(void **state)
           "\"lines\":[\"a2\",\"a3\"]}]");
     expect_lines(f, j1, "1:a1 2:a2 3:a3");
     expect_lines(f, j2, "1:b1 2:b2");
+}
+
+/* The leadership lost while a batch commits, with a batch on top: the leader's commit is
+ * refused before it began, and so is the batch on top, though the beat waiting for it ran no
+ * transaction itself: both beats' threads are marked refused, so that both are answered
+ * not_leader (the agents go to the new leader) and not 500. A commit failing otherwise marks
+ * neither (the test above). */
+static void test_coord_refused_commit_refuses_the_batch_on_top(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    submit(f, "{\"command\":[\"w\"]}");
+    int64_t j2 = submit(f, "{\"command\":[\"w\"]}");
+    expect_state(f, j2, "RUNNING", NULL);
+    struct racer ra = {f, "node-a",
+                       "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,"
+                       "\"seq\":1,\"lines\":[\"a1\"]}]",
+                       0, 0};
+    struct racer rb = {f, "node-b",
+                       "\"logs\":[{\"job_id\":\"j-2\",\"generation\":1,\"rank\":0,"
+                       "\"seq\":1,\"lines\":[\"b1\"]}]",
+                       0, 0};
+    pthread_t ta, tb;
+    pthread_mutex_lock(&f->c->store_mu);
+    assert_int_equal(pthread_create(&ta, NULL, racer_main, &ra), 0);
+    wait_batches(f, 0);
+    assert_int_equal(pthread_create(&tb, NULL, racer_main, &rb), 0);
+    wait_batches(f, 1);
+    f->c->retired = 1; /* as coord_retire(), which takes store_mu itself */
+    pthread_mutex_unlock(&f->c->store_mu);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_int_equal(pthread_join(tb, NULL), 0);
+    assert_int_equal(ra.code, DDP_EINTERNAL);
+    assert_int_equal(rb.code, DDP_EINTERNAL);
+    assert_int_equal(ra.refused, 1);
+    assert_int_equal(rb.refused, 1);
 }
 
 /* ---- retention: delete, ids never reused, --job-ttl, the log as gzip ------------------- */
@@ -2202,6 +2244,7 @@ int main(void)
         T(test_coord_start_without_tick),
         T(test_coord_failed_data_commit_rolls_back),
         T(test_coord_failed_commit_fails_the_batch_on_top),
+        T(test_coord_refused_commit_refuses_the_batch_on_top),
         T(test_coord_failed_data_commit_still_ends_the_job),
         T(test_coord_delete_finished_only),
         T(test_coord_delete_ids_never_reused),
