@@ -81,7 +81,11 @@ int data_from_idx(const struct idx_array *images, const struct idx_array *labels
     }
     if (fixed_classes > 0)
         classes = fixed_classes;
-    struct dataset d = {.n = n, .dim = dim, .classes = classes};
+    struct dataset d = {.n = n,
+                        .dim = dim,
+                        .classes = classes,
+                        .rows = (int)images->dims[1],
+                        .cols = (int)images->dims[2]};
     d.x = xmalloc(n * dim * sizeof(float));
     d.y = xmalloc(n);
     for (size_t i = 0; i < n * dim; i++)
@@ -221,6 +225,16 @@ static void synth_fill(struct dataset *d, size_t n, size_t dim, int classes, con
     }
 }
 
+/* 0 when the test images (from file what) have the training images' shape. */
+static int same_shape(const struct dataset *test, const struct dataset *train, const char *what,
+                      struct ddp_err *err)
+{
+    if (test->rows == train->rows && test->cols == train->cols)
+        return 0;
+    return err_set(err, DDP_EINVAL, "%s: images are %dx%d, the training set's %dx%d", what,
+                   test->rows, test->cols, train->rows, train->cols);
+}
+
 static void copy_dataset(const struct dataset *src, struct dataset *dst)
 {
     *dst = *src;
@@ -304,11 +318,9 @@ static int load_idx_spec(const char *args, struct dataset *train, struct dataset
         rc = data_load_idx_pair(parts[2], parts[3], 0, test, err);
         if (rc)
             goto out;
-        if (test->dim != train->dim) {
-            rc = err_set(err, DDP_EINVAL, "%s: images are %zu features, training set has %zu",
-                         parts[2], test->dim, train->dim);
+        rc = same_shape(test, train, parts[2], err);
+        if (rc)
             goto out;
-        }
         int c = train->classes > test->classes ? train->classes : test->classes;
         train->classes = test->classes = c;
     } else {
@@ -344,9 +356,8 @@ int data_load(const char *spec, uint64_t seed, struct dataset *train, struct dat
         rc = data_load_idx_pair(paths[0], paths[1], 10, &tr, err);
         if (rc == 0)
             rc = data_load_idx_pair(paths[2], paths[3], 10, &te, err);
-        if (rc == 0 && te.dim != tr.dim)
-            rc = err_set(err, DDP_EINVAL, "%s: images are %zu features, training set has %zu",
-                         paths[2], te.dim, tr.dim);
+        if (rc == 0)
+            rc = same_shape(&te, &tr, paths[2], err);
         for (int i = 0; i < 4; i++)
             free(paths[i]);
         if (rc == 0)

@@ -21,11 +21,12 @@
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 
 struct dataset {
-    size_t n;    /* samples */
-    size_t dim;  /* features per sample */
-    int classes; /* labels are in [0, classes) */
-    float *x;    /* n * dim, row-major */
-    uint8_t *y;  /* n */
+    size_t n;       /* samples */
+    size_t dim;     /* features per sample */
+    int classes;    /* labels are in [0, classes) */
+    int rows, cols; /* images (IDX): dim = rows * cols; 0 for data with no image shape */
+    float *x;       /* n * dim, row-major */
+    uint8_t *y;     /* n */
 };
 
 /* A parsed IDX array of unsigned bytes: a view into the buffer given to data_idx_parse. */

@@ -194,6 +194,12 @@ static int load_data(struct run *r, struct ddp_err *err)
                     o->model_spec, CNN_IN_C, CNN_IN_H, CNN_IN_W, r->train.dim);
             return DDP_EXIT_USAGE;
         }
+        /* IDX images of the right size but another shape (14x56): not what the model sees */
+        if (r->train.rows && (r->train.rows != CNN_IN_H || r->train.cols != CNN_IN_W)) {
+            err_set(err, DDP_EINVAL, "--model %s: wants %dx%d images, the data's are %dx%d",
+                    o->model_spec, CNN_IN_H, CNN_IN_W, r->train.rows, r->train.cols);
+            return DDP_EXIT_USAGE;
+        }
         if (o->cnn.classes != r->train.classes) {
             err_set(err, DDP_EINVAL, "--model %s: %d outputs do not match the data's %d classes",
                     o->model_spec, o->cnn.classes, r->train.classes);

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -118,6 +119,15 @@ def bad_input(c, work):
     code, _, err = single(small + ["--no-overlap=1"])
     c.check("a flag without value given one: exit 2 saying so (%d)" % code,
             code == 2 and "--no-overlap takes no value" in err, err[-400:])
+    # 784 pixels per image, but 14x56: the CNN's 28x28 convolutions would read nonsense
+    wide, wlab = os.path.join(work, "wide-idx"), os.path.join(work, "wide-lab")
+    with open(wide, "wb") as f:
+        f.write(b"\x00\x00\x08\x03" + struct.pack(">III", 4, 14, 56) + bytes(4 * 784))
+    with open(wlab, "wb") as f:
+        f.write(b"\x00\x00\x08\x01" + struct.pack(">I", 4) + bytes([0, 1, 2, 3]))
+    code, _, err = single(["--model", "cnn:c4k3-p2-f10", "--data", "idx:%s,%s" % (wide, wlab)])
+    c.check("IDX images of 784 pixels but 14x56 for the CNN: exit 2 naming both (%d)" % code,
+            code == 2 and "--model" in err and "28x28" in err and "14x56" in err, err[-400:])
     code, _, err = single(["--data", "idx:a,b,c,d,e"])
     c.check("idx: with five files: exit 2 naming --data (%d)" % code,
             code == 2 and "idx:a,b,c,d,e" in err, err[-400:])

@@ -136,9 +136,11 @@ static void test_data_gzip_and_plain_files(void **state)
     assert_int_equal(d.n, 20);
     assert_int_equal(d.dim, 20);
     assert_int_equal(d.classes, 4);
+    assert_int_equal(d.rows, 4);
+    assert_int_equal(d.cols, 5);
     data_release(&d);
     /* idx: spec, standardized: mean about 0. */
-    char spec[512];
+    char spec[600];
     struct dataset tr, te;
     snprintf(spec, sizeof(spec), "idx:%s,%s", ip, lp);
     assert_int_equal(data_load(spec, 1, &tr, &te, &err), 0);
@@ -149,6 +151,16 @@ static void test_data_gzip_and_plain_files(void **state)
     assert_int_equal(te.n, 20);
     data_release(&tr);
     data_release(&te);
+    /* A test set of as many pixels in another shape (5x4, not 4x5): refused, naming it. */
+    char tip[128];
+    snprintf(tip, sizeof(tip), "%s/test-img", dir);
+    uint32_t tdims[3] = {20, 5, 4};
+    il = make_idx(ib, 3, tdims, 0);
+    assert_int_equal(fs_write_atomic(tip, ib, il, 0644, &err), 0);
+    snprintf(spec, sizeof(spec), "idx:%s,%s,%s,%s", ip, lp, tip, lp);
+    assert_int_equal(data_load(spec, 1, &tr, &te, &err), DDP_EINVAL);
+    assert_non_null(strstr(err.msg, "test-img"));
+    assert_non_null(strstr(err.msg, "5x4"));
     /* Missing file: DDP_ENOTFOUND naming it. */
     assert_int_equal(data_load_idx_pair(bad, lp, 0, &d, &err), DDP_ENOTFOUND);
     assert_non_null(strstr(err.msg, "missing.gz"));
