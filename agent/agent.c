@@ -228,6 +228,7 @@ out:
     for (size_t i = 0; i < a.ndesired; i++)
         assign_release(&a.desired[i]);
     free(a.desired);
+    usermap_cache_release(&a.accounts);
     agent_notices_clear(&a);
     agent_cgroup_drains_free(&a);
     free(a.beat_path);

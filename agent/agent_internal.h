@@ -30,6 +30,7 @@
 #include "agent/assign.h"
 #include "agent/logship.h"
 #include "agent/spawn.h"
+#include "agent/usermap.h"
 
 #define AGENT_LOG_QUEUE_MAX    10000        /* lines kept per worker while ddpd does not answer */
 #define AGENT_METRIC_QUEUE_MAX 1000         /* metrics lines kept per worker */
@@ -113,6 +114,9 @@ struct agent {
     uint64_t next_worker_id;
     struct assign *desired;
     size_t ndesired;
+    /* Per-user: the accounts of the desired set's owners, resolved by the beat thread
+     * before it took mu (usermap.h); agent_start_worker() reads them under mu. */
+    struct usermap_cache accounts;
     /* The notices of the last applied answer: workers of these (job, generation) that are
      * no longer desired get the notice before their stop (docs/api.md, "notices"). */
     struct agent_notice *notices;

@@ -250,9 +250,29 @@ static void agent_apply_notices(struct agent *a, const json_t *ans)
     }
 }
 
-/* Applies a 200 answer's desired set when it is not older than the applied one. Holds
- * a->mu. */
-static int agent_apply_answer(struct agent *a, const json_t *ans)
+/* Per-user: when answer ans brings a desired set other than the one applied (version
+ * had_version; -1: none), the accounts of its owners resolved into *fresh, with no lock
+ * held (NSS may wait on a directory server). Otherwise *fresh stays empty. */
+static void agent_resolve_owners(const struct agent_config *cfg, const json_t *ans,
+                                 int64_t had_version, struct usermap_cache *fresh)
+{
+    json_t *arr = json_object_get(ans, "assignments");
+    json_t *ver = json_object_get(ans, "version");
+    if (cfg->isolation != USERMAP_PER_USER || !json_is_array(arr) || !json_is_integer(ver) ||
+        json_integer_value(ver) == had_version)
+        return;
+    size_t n = json_array_size(arr);
+    const char **owners = xcalloc(n + 1, sizeof(*owners));
+    for (size_t i = 0; i < n; i++)
+        owners[i] = json_string_value(json_object_get(json_array_get(arr, i), "owner"));
+    usermap_cache_fill(fresh, cfg->user_map, cfg->name, owners, n);
+    free(owners);
+}
+
+/* Applies a 200 answer's desired set when it is not older than the applied one; when it
+ * replaces the desired set and *fresh was filled for it, the accounts are swapped in (*fresh
+ * then holds the old ones, for the caller to release outside the lock). Holds a->mu. */
+static int agent_apply_answer(struct agent *a, const json_t *ans, struct usermap_cache *fresh)
 {
     struct ddp_err err;
     err_clear(&err);
@@ -284,6 +304,11 @@ static int agent_apply_answer(struct agent *a, const json_t *ans)
         free(a->desired);
         a->desired = d;
         a->ndesired = k;
+        if (fresh->filled) {
+            struct usermap_cache old = a->accounts;
+            a->accounts = *fresh;
+            *fresh = old;
+        }
         if (version != a->version)
             log_debug("desired set version=%" PRId64 " assignments=%zu", version, k);
         a->version = version;
@@ -310,9 +335,11 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
     long status = 0;
     json_t *ans = NULL;
     enum beat_result res = BEAT_OK;
+    struct usermap_cache fresh = {0};
 
     pthread_mutex_lock(&a->mu);
     uint64_t snap = a->changes;
+    int64_t had_version = a->applied ? a->version : -1;
     int wait_ms = wait_allowed && a->applied && snap == a->changes_sent && !a->shutting_down &&
                           !agent_backlog(a)
                       ? a->interval_ms
@@ -325,6 +352,8 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
 
     int rc =
         httpc_request(h, "POST", a->beat_path, body, wait_ms + 10000L, &status, &ans, NULL, err);
+    if (rc >= 0 && status == 200)
+        agent_resolve_owners(a->cfg, ans, had_version, &fresh);
     pthread_mutex_lock(&a->mu);
     if (wait_ms > 0)
         a->polling = 0;
@@ -349,7 +378,7 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
         int reported = snap > a->changes_sent;
         if (reported)
             a->changes_sent = snap;
-        int changed = agent_apply_answer(a, ans);
+        int changed = agent_apply_answer(a, ans, &fresh);
         if (quick)
             *quick = reported || changed || agent_backlog(a);
     } else if (status == 404 || status == 409 || status == 401) {
@@ -385,6 +414,7 @@ static enum beat_result agent_beat(struct agent *a, struct httpc *h, int wait_al
         a->refused_bodies = 0;
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->mu);
+    usermap_cache_release(&fresh);
     json_decref(ans);
     json_decref(body);
     free(acks);

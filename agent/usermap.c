@@ -364,3 +364,55 @@ out:
     free(buf);
     return rc;
 }
+
+static const struct usermap_cache_entry *usermap_cache_find(const struct usermap_cache *c,
+                                                            const char *user)
+{
+    for (size_t i = 0; c && user && i < c->n; i++)
+        if (strcmp(c->v[i].user, user) == 0)
+            return &c->v[i];
+    return NULL;
+}
+
+void usermap_cache_fill(struct usermap_cache *c, const struct usermap *m, const char *node,
+                        const char *const *users, size_t n)
+{
+    usermap_cache_release(c);
+    c->v = xcalloc(n + 1, sizeof(*c->v));
+    for (size_t i = 0; i < n; i++) {
+        if (!users[i] || usermap_cache_find(c, users[i]))
+            continue;
+        struct usermap_cache_entry *e = &c->v[c->n++];
+        e->user = xstrdup(users[i]);
+        err_clear(&e->err);
+        e->rc = usermap_resolve(m, users[i], node, &e->acct, &e->err);
+    }
+    c->filled = 1;
+}
+
+int usermap_cache_resolve(const struct usermap_cache *c, const struct usermap *m, const char *user,
+                          const char *node, struct usermap_account *out, struct ddp_err *err)
+{
+    const struct usermap_cache_entry *e = usermap_cache_find(c, user);
+    if (!e)
+        return usermap_resolve(m, user, node, out, err);
+    if (e->rc < 0)
+        return err_set(err, e->rc, "%s", e->err.msg);
+    struct usermap_account a = e->acct;
+    a.name = xstrdup(e->acct.name);
+    a.home = xstrdup(e->acct.home);
+    a.groups = xmalloc((e->acct.ngroups + 1) * sizeof(gid_t));
+    memcpy(a.groups, e->acct.groups, e->acct.ngroups * sizeof(gid_t));
+    *out = a;
+    return 0;
+}
+
+void usermap_cache_release(struct usermap_cache *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->v[i].user);
+        usermap_account_release(&c->v[i].acct);
+    }
+    free(c->v);
+    memset(c, 0, sizeof(*c));
+}

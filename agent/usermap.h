@@ -105,4 +105,33 @@ int usermap_resolve(const struct usermap *m, const char *user, const char *node,
 /* Frees what usermap_resolve() stored; accepts a zeroed or NULL struct. */
 void usermap_account_release(struct usermap_account *acct);
 
+/*
+ * The accounts of a desired set's job owners, resolved ahead: NSS may wait on a directory
+ * server (LDAP, SSSD), so the agent resolves them with no lock held when an answer brings a
+ * new desired set, and starts workers under its lock from the cache. Each entry holds what
+ * usermap_resolve() gave: the account, or its error (a user without an account runs nothing,
+ * and says why at each start). A cache owns its entries; zeroed is empty.
+ */
+struct usermap_cache_entry {
+    char *user;
+    int rc;                      /* usermap_resolve()'s result: 0, or the negative code */
+    struct ddp_err err;          /* rc < 0: why */
+    struct usermap_account acct; /* rc == 0 */
+};
+struct usermap_cache {
+    struct usermap_cache_entry *v;
+    size_t n;
+    int filled; /* usermap_cache_fill() ran: the cache stands for a desired set */
+};
+/* Resolves every distinct user of users[0..n) (NULL entries skipped) into c, which it empties
+ * first. Never call it under a lock that others wait on. */
+void usermap_cache_fill(struct usermap_cache *c, const struct usermap *m, const char *node,
+                        const char *const *users, size_t n);
+/* The account of user: a copy of its cache entry (or the entry's error) when c has one, else
+ * resolved now by usermap_resolve(). The caller releases *out on success. */
+int usermap_cache_resolve(const struct usermap_cache *c, const struct usermap *m, const char *user,
+                          const char *node, struct usermap_account *out, struct ddp_err *err);
+/* Frees the entries; c is empty afterwards. */
+void usermap_cache_release(struct usermap_cache *c);
+
 #endif

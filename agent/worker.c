@@ -330,8 +330,10 @@ static void agent_start_worker(struct agent *a, const struct assign *as, int lr)
     w->err_name = xasprintf("rank-%d.error.json", w->rank);
     w->hb_file = xasprintf("%s/%s", gen_dir, w->hb_name);
     w->err_file = xasprintf("%s/%s", gen_dir, w->err_name);
-    /* The account before anything is made for it: a user without one runs nothing here. */
-    if (per_user && usermap_resolve(cfg->user_map, as->owner, cfg->name, &acct, &err) < 0) {
+    /* The account before anything is made for it: a user without one runs nothing here.
+     * From the cache the beat filled outside the lock (NSS may wait on a directory server). */
+    if (per_user &&
+        usermap_cache_resolve(&a->accounts, cfg->user_map, as->owner, cfg->name, &acct, &err) < 0) {
         agent_worker_failed(a, w, err.msg);
         goto out;
     }

@@ -258,6 +258,50 @@ static void test_usermap_resolve(void **state)
     assert_int_equal(usermap_resolve(NULL, "no-such-account-x", "n", &acct, &err), DDP_ENOTFOUND);
 }
 
+/* The cache the beat fills outside the agent's lock: each user once, errors kept as given,
+ * and a start served from it without NSS (resolving "alice" again under no map would look
+ * up an account "alice", which does not exist); a user not in it is resolved then. */
+static void test_usermap_cache(void **state)
+{
+    (void)state;
+    if (!getpwnam("nobody")) {
+        print_message("no account 'nobody' here: the account cache not tested\n");
+        return;
+    }
+    struct usermap *m = parse_ok("alice nobody\nadmin root\nghost no-such-account-x\n");
+    const char *users[] = {"alice", "ghost", NULL, "alice", "admin"};
+    struct usermap_cache c = {0};
+    usermap_cache_fill(&c, m, "node-a", users, 5);
+    assert_true(c.filled);
+    assert_int_equal(c.n, 3);
+    usermap_free(m);
+    struct usermap_account acct;
+    memset(&acct, 0, sizeof(acct));
+    struct ddp_err err;
+    err_clear(&err);
+    assert_int_equal(usermap_cache_resolve(&c, NULL, "alice", "node-a", &acct, &err), 0);
+    assert_string_equal(acct.name, "nobody");
+    assert_int_equal(usermap_cache_resolve(&c, NULL, "ghost", "node-a", &acct, &err),
+                     DDP_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "maps to 'no-such-account-x'"));
+    assert_int_equal(usermap_cache_resolve(&c, NULL, "admin", "node-a", &acct, &err), DDP_EPERM);
+    /* not in the cache: resolved now, under no map the account of the same name */
+    struct usermap_account other;
+    memset(&other, 0, sizeof(other));
+    assert_int_equal(usermap_cache_resolve(&c, NULL, "nobody", "node-a", &other, &err), 0);
+    assert_int_equal(other.uid, getpwnam("nobody")->pw_uid);
+    usermap_account_release(&other);
+    usermap_cache_fill(&c, NULL, "node-a", users, 1); /* refilled: emptied first */
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.v[0].rc, DDP_ENOTFOUND); /* no map: no account "alice" */
+    usermap_cache_release(&c);
+    assert_int_equal(c.n, 0);
+    /* the copy outlives the cache */
+    assert_string_equal(acct.name, "nobody");
+    assert_true(acct.ngroups >= 1);
+    usermap_account_release(&acct);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +310,7 @@ int main(void)
         cmocka_unit_test(test_usermap_load),
         cmocka_unit_test(test_usermap_isolation_decide),
         cmocka_unit_test(test_usermap_resolve),
+        cmocka_unit_test(test_usermap_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
