@@ -3,6 +3,8 @@
  */
 #include "common/utf8.h"
 
+#include <string.h>
+
 size_t utf8_char_len(const unsigned char *p, size_t n)
 {
     unsigned char c = p[0];
@@ -33,4 +35,21 @@ size_t utf8_char_len(const unsigned char *p, size_t n)
         (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
     return len;
+}
+
+size_t utf8_repair(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    size_t left = strlen(s), fixed = 0;
+    while (left > 0) {
+        size_t k = utf8_char_len(p, left);
+        if (!k) {
+            *p = '?';
+            k = 1;
+            fixed++;
+        }
+        p += k;
+        left -= k;
+    }
+    return fixed;
 }

@@ -11,4 +11,9 @@
  * the bytes there are not one, or p[0] is NUL. */
 size_t utf8_char_len(const unsigned char *p, size_t n);
 
+/* Makes NUL-terminated s well-formed in place: every byte that does not belong to a
+ * well-formed character becomes '?' (a text cut to a buffer's size inside a character, bytes
+ * of another encoding). The length stays. Returns the number of bytes replaced. */
+size_t utf8_repair(char *s);
+
 #endif

@@ -46,6 +46,7 @@
 
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/randutil.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
@@ -495,6 +496,7 @@ int coord_node_admin(struct coord *c, const char *name, const char *action, cons
     struct node tmp = *n;
     tmp.admin = to;
     snprintf(tmp.admin_reason, sizeof(tmp.admin_reason), "%s", to ? (reason ? reason : "") : "");
+    utf8_repair(tmp.admin_reason); /* cut to its size, maybe inside a character */
     rc = coord_put_node(c, &tmp, nodestate_is_up(n->state), n->last_beat_wall, err);
     if (rc)
         goto out;

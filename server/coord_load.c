@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 struct coord_load {
@@ -41,6 +42,7 @@ static int coord_load_node(void *ctx, const struct store_node *r)
                                                                          : NODE_SCHEDULABLE;
     snprintf(n->admin_reason, sizeof(n->admin_reason), "%s",
              r->admin_reason ? r->admin_reason : "");
+    utf8_repair(n->admin_reason);
     json_t *labels = json_loads(r->labels ? r->labels : "{}", 0, NULL);
     if (json_is_object(labels)) {
         json_decref(n->labels);
@@ -92,6 +94,9 @@ static int coord_load_job(void *ctx, const struct store_job *r)
     j->st.master_port = (int)r->master_port;
     snprintf(j->st.reason, sizeof(j->st.reason), "%s", r->reason ? r->reason : "");
     snprintf(j->st.end_reason, sizeof(j->st.end_reason), "%s", r->end_reason ? r->end_reason : "");
+    /* as coord_commit() makes them: a store written before it did may hold a cut character */
+    utf8_repair(j->st.reason);
+    utf8_repair(j->st.end_reason);
     j->st.end_kind = (int)r->end_kind;
     j->st.started_at = r->started_at;
     j->st.finished_at = r->finished_at;

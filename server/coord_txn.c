@@ -16,6 +16,7 @@
 
 #include "common/jsonx.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "common/timeutil.h"
 
 static char *coord_pl_text(struct coord *c, const struct job_node *pl, int npl)
@@ -210,6 +211,10 @@ int coord_commit(struct coord *c, struct job *j, struct job_st *next, int64_t no
                      jobstate_name(next->state));
         goto fail;
     }
+    /* Reasons quote what ranks printed and cut it to a size, maybe inside a character:
+     * stored and served as JSON strings, they must be well-formed (jansson refuses others). */
+    utf8_repair(next->reason);
+    utf8_repair(next->end_reason);
     next->event_seq = j->st.event_seq + 1;
     /* a new generation: the marks of the one before the previous go (coord_beat.c) */
     int new_gen = next->generation > j->st.generation;

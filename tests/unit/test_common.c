@@ -34,6 +34,7 @@
 #include "common/termsafe.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 static void test_common_args_long(void **state)
@@ -489,12 +490,34 @@ static void test_common_log_limited(void **state)
     assert_int_equal(unlink(path), 0);
 }
 
+/* Well-formed UTF-8: each character's length, 0 for what is not one; a repair keeps every
+ * well-formed character and makes each other byte '?' (a cut character, Latin-1, an overlong
+ * form, a surrogate). */
+static void test_common_utf8(void **state)
+{
+    (void)state;
+    const unsigned char euro[] = "\xe2\x82\xac", bad[] = "\xc0\xaf", sur[] = "\xed\xa0\x80";
+    assert_int_equal(utf8_char_len(euro, 3), 3);
+    assert_int_equal(utf8_char_len(euro, 2), 0); /* cut */
+    assert_int_equal(utf8_char_len(bad, 2), 0);  /* overlong '/' */
+    assert_int_equal(utf8_char_len(sur, 3), 0);  /* U+D800 */
+    assert_int_equal(utf8_char_len((const unsigned char *)"\xf4\x90\x80\x80", 4), 0);
+    char s[64];
+    snprintf(s, sizeof(s), "%s", "ok \xe2\x82\xac \xe9t\xe9 \xe2\x82");
+    assert_int_equal(utf8_repair(s), 4);
+    assert_string_equal(s, "ok \xe2\x82\xac ?t? ??");
+    assert_int_equal(utf8_repair(s), 0); /* well-formed now */
+    snprintf(s, sizeof(s), "%s", "");
+    assert_int_equal(utf8_repair(s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_common_args_long),
         cmocka_unit_test(test_common_args_range_and_hostport),
         cmocka_unit_test(test_common_err_table),
+        cmocka_unit_test(test_common_utf8),
         cmocka_unit_test(test_common_label_chars),
         cmocka_unit_test(test_common_signame),
         cmocka_unit_test(test_common_jsonx),

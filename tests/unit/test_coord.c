@@ -2152,6 +2152,41 @@ static void test_coord_logs_download_gzip(void **state)
     coord_log_gz_close(NULL);
 }
 
+/* A rank's last line of 100 euro signs (3 bytes each) quoted in the reason, which cuts it to
+ * 200 bytes inside a character: the reason stays well-formed UTF-8 (the cut bytes become
+ * '?'), so the job, its events and the list still serve (jansson refuses others), also
+ * after a restart of ddpd from the store. */
+static void test_coord_reason_cut_inside_a_character(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    int64_t id = submit(f, "{\"command\":[\"w\"],\"max_restarts\":0}");
+    expect_state(f, id, "RUNNING", NULL);
+    char line[301] = "", extra[1024];
+    for (int i = 0; i < 100; i++)
+        memcpy(line + 3 * i, "\xe2\x82\xac", 4); /* and the NUL */
+    char *dead = worker("j-1", 1, 0, "exited", 1);
+    snprintf(extra, sizeof(extra),
+             "\"logs\":[{\"job_id\":\"j-1\",\"generation\":1,\"rank\":0,\"seq\":1,"
+             "\"lines\":[\"%s\"]}],\"workers\":[%s]",
+             line, dead);
+    free(dead);
+    beat0(f, "node-a", extra);
+    tick(f, 100);
+    expect_state(f, id, "FAILED", "last output: '\xe2\x82\xac");
+    expect_state(f, id, "FAILED",
+                 "\xe2\x82\xac?"
+                 "?'");
+    expect_event(f, id, "FAILED",
+                 "\xe2\x82\xac?"
+                 "?'");
+    assert_int_equal(listed(f), 1);
+    reopen(f);
+    expect_state(f, id, "FAILED",
+                 "\xe2\x82\xac?"
+                 "?'");
+}
+
 /* coord_stats(): live jobs only (a cancelled one leaves), the numbers of the last metrics
  * rank 0 reported (a key that is not a number is absent), nodes with their slots used and
  * heartbeat age at the now passed in, a removed node left out. */
@@ -2206,6 +2241,7 @@ int main(void)
         T(test_coord_start_and_succeed),
         T(test_coord_stats_live_only),
         T(test_coord_failure_restarts_then_fails),
+        T(test_coord_reason_cut_inside_a_character),
         T(test_coord_drain_is_bounded),
         T(test_coord_node_lost_scales_down),
         T(test_coord_scale_up_is_not_a_restart),
