@@ -148,7 +148,6 @@ struct http_conn {
     struct buf body; /* at most HTTP_BODY_MAX bytes; released once too_big */
     size_t total;    /* bytes of body received, kept or not */
     int too_big;
-    struct principal who; /* the caller, resolved once from the headers */
     /* The coordinator this request entered the gate with (NULL: this replica does not
      * lead), held until http_completed(), and what the gate said then. */
     struct coord *coord;
@@ -457,7 +456,7 @@ static int http_auth(struct coord *c, enum route_auth need, const char *param,
  * param receives the route's {} part. Needs only the request line and headers, so the
  * handler runs it as soon as they are in, before any body is read. */
 static int http_resolve(struct api_req *r, const char *authorization, const char *bootstrap,
-                        const struct principal *known, int *route_out, char *param, size_t psize)
+                        int *route_out, char *param, size_t psize)
 {
     char allow[64] = "";
     int found = -1, path_known = 0;
@@ -499,23 +498,22 @@ static int http_resolve(struct api_req *r, const char *authorization, const char
     *route_out = found;
     /* re-match to capture the parameter of the chosen route */
     http_match(http_routes[found].pattern, r->path, param, psize);
-    if (known) {
-        r->who = *known;
-    } else if (http_auth(r->coord, http_routes[found].auth, param, authorization, bootstrap,
-                         &r->who, &e) != 0) {
+    if (http_auth(r->coord, http_routes[found].auth, param, authorization, bootstrap, &r->who,
+                  &e) != 0) {
         api_reply_err(r, &e);
         return -1;
     }
     return found;
 }
 
-/* http_dispatch(), with the caller known already (the headers' check resolved it: a
- * request's token is hashed and looked up once), or NULL to resolve it here. */
-static void http_dispatch_as(struct api_req *r, const char *authorization, const char *bootstrap,
-                             const struct principal *known, int *route_out)
+/* The credentials are checked again here, though the headers' check passed: a body may
+ * take long to come (the idle timeout restarts with each byte), and a token rotated, a
+ * user removed or demoted meanwhile opens nothing from then on (docs/security.md). */
+void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
+                   int *route_out)
 {
     char param[1024];
-    int found = http_resolve(r, authorization, bootstrap, known, route_out, param, sizeof(param));
+    int found = http_resolve(r, authorization, bootstrap, route_out, param, sizeof(param));
     if (found < 0)
         return;
     if (r->body_total > HTTP_BODY_MAX) {
@@ -528,12 +526,6 @@ static void http_dispatch_as(struct api_req *r, const char *authorization, const
     r->param = param;
     http_routes[found].fn(r);
     r->param = NULL;
-}
-
-void http_dispatch(struct api_req *r, const char *authorization, const char *bootstrap,
-                   int *route_out)
-{
-    http_dispatch_as(r, authorization, bootstrap, NULL, route_out);
 }
 
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -727,9 +719,8 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
             return ret;
         }
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-        if (http_resolve(&pre, auth, s->bootstrap_token, NULL, &route, param, sizeof(param)) < 0)
+        if (http_resolve(&pre, auth, s->bootstrap_token, &route, param, sizeof(param)) < 0)
             return http_send(conn, &pre, route, hc);
-        hc->who = pre.who;
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -764,7 +755,7 @@ static enum MHD_Result http_handler(void *cls, struct MHD_Connection *conn, cons
     int route = -1;
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     (void)coord_take_refusal();
-    http_dispatch_as(&r, auth, s->bootstrap_token, &hc->who, &route);
+    http_dispatch(&r, auth, s->bootstrap_token, &route);
     if (hc->coord && r.status >= 500 && coord_take_refusal()) {
         /* The leadership was lost during the call, whose write the retired coordinator
          * refused before it began (nothing was done): not_leader, so that the client tries

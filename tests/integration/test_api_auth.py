@@ -260,5 +260,37 @@ def test_auth_answered_before_the_body():
         assert data == b"", "answered a valid request before its body: %r" % data[:200]
 
 
+
+def test_auth_checked_again_when_the_body_is_in():
+    """The headers' check is not the last word: a token rotated (or a user removed) while the
+    body still comes opens nothing, and the call does nothing (a body may take long: the idle
+    timeout restarts with each byte)."""
+    import json
+    import socket
+    with cluster(node_timeout=300) as c:
+        api = Api(c)
+        a = api.post("/v1/users", {"name": "mallory", "role": "user"})
+        assert a.status == 201, a
+        old = a.json["token"]
+        body = json.dumps({"command": ["true"], "nnodes": "5"}).encode()
+        s = socket.create_connection(("127.0.0.1", c.port), timeout=10)
+        s.sendall(("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n"
+                   % (old, len(body))).encode())
+        s.sendall(body[:5])
+        r = api.post("/v1/users/mallory:rotate-token")
+        assert r.status == 200, r
+        s.sendall(body[5:])
+        s.settimeout(10)
+        data = s.recv(4096)
+        s.close()
+        assert data.startswith(b"HTTP/1.1 401"), data[:300]
+        jobs = api.get("/v1/jobs?all=true").json["jobs"]
+        assert not [j for j in jobs if j.get("owner") == "mallory"], jobs
+        # the new token works
+        assert api.post("/v1/jobs", {"command": ["true"], "nnodes": "5"},
+                        token=r.json["token"]).status == 201
+
+
 if __name__ == "__main__":
     api_sim.run_tests(globals())
