@@ -350,6 +350,23 @@ static void coord_wait_set(struct job *j, const char *code, int pos, const char 
     coord_job_dirty(j);
 }
 
+/* While j's victims drain, the nodes they held are kept for j: a victim whose workers are
+ * gone first must not take its slots back (it waits, RESTARTING, at a lower priority) before
+ * the others' are free and j fits. */
+static void coord_hold_for_preemptor(struct coord *c, const struct job *j, int *reserved)
+{
+    for (size_t i = 0; i < c->nlive; i++) {
+        const struct job *x = c->live[i];
+        if (x->preempted_by != j->id || x->st.state == JOB_RUNNING)
+            continue;
+        for (int p = 0; p < x->st.npl; p++) {
+            int n = x->st.pl[p].node;
+            if (n >= 0 && reserved[n] < j->spec.priority)
+                reserved[n] = j->spec.priority;
+        }
+    }
+}
+
 /* Victim order: those that can shrink (above MIN) first, then the lowest priority, then the
  * newest. */
 static int coord_victim_cmp(const void *pa, const void *pb)
@@ -394,13 +411,24 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
     qsort(v, (size_t)nv, sizeof(*v), coord_victim_cmp);
     int *gain = xcalloc(k->n + 1, sizeof(int));      /* slots freed per node by the chosen */
     int *gain_gpus = xcalloc(k->n + 1, sizeof(int)); /* and GPUs */
-    int gained = 0, chosen = 0;
-    struct job **pick = xcalloc((size_t)nv + 1, sizeof(*pick));
+    /* Who gave to a node that does not fit yet (a list per node, through next): a node that
+     * comes to fit takes every one of them, not only the last; a node that never fits takes
+     * none (their gains stay unused, and they run on). */
+    int *head = xmalloc((k->n + 1) * sizeof(int));
+    for (size_t n = 0; n <= k->n; n++)
+        head[n] = -1;
+    size_t nent = 0;
+    for (int i = 0; i < nv; i++)
+        nent += (size_t)v[i]->st.npl;
+    struct {
+        int victim, next;
+    } *ent = xcalloc(nent + 1, sizeof(*ent));
+    size_t used = 0;
+    char *picked = xcalloc((size_t)nv + 1, 1);
+    int gained = 0;
     for (int phase = 0; phase < 2 && gained < need; phase++) {
         for (int i = 0; i < nv && gained < need; i++) {
             struct job *x = v[i];
-            if (!x) /* taken in the shrink phase */
-                continue;
             int shrink = x->st.npl > x->spec.nmin;
             if ((phase == 0) != shrink)
                 continue;
@@ -412,25 +440,30 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                     continue;
                 gain[n] += x->spec.nproc;
                 gain_gpus[n] += coord_entry_gpus(x, &k->sn[n]);
+                ent[used].victim = i;
+                ent[used].next = head[n];
+                head[n] = (int)used++;
+                took++;
                 if (k->sn[n].free_slots + gain[n] >= nproc &&
                     k->sn[n].free_gpus + gain_gpus[n] >=
                         nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus)) {
                     fits[n] = 1;
                     gained++;
-                    took++;
+                    for (int e = head[n]; e >= 0; e = ent[e].next)
+                        picked[ent[e].victim] = 1;
                 }
-            }
-            if (took) {
-                pick[chosen++] = x;
-                v[i] = NULL;
             }
         }
     }
-    int ended = 0;
+    int ended = 0, chosen = 0;
+    for (int i = 0; i < nv; i++)
+        chosen += picked[i];
     char victims[800] = "";
     if (gained >= need && chosen > 0) {
-        for (int i = 0; i < chosen; i++) {
-            struct job *x = pick[i];
+        for (int i = 0; i < nv; i++) {
+            if (!picked[i])
+                continue;
+            struct job *x = v[i];
             char why[REASON_MAX];
             snprintf(why, sizeof(why),
                      "preempted for j-%lld (priority %d > %d): %s; it resumes from its checkpoint "
@@ -459,7 +492,9 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                      j->spec.priority, ended, need);
         }
     }
-    free(pick);
+    free(picked);
+    free(ent);
+    free(head);
     free(gain);
     free(gain_gpus);
     free(v);
@@ -645,6 +680,8 @@ void coord_schedule(struct coord *c, int64_t now)
             if (sched_node_fits(&sj, &k.sn[n]) && reserved[n] < j->spec.priority &&
                 (!selective || coord_node_matches(c->nodes[n], sel)))
                 reserved[n] = j->spec.priority;
+        if (j->preempting)
+            coord_hold_for_preemptor(c, j, reserved);
     }
     free(q);
     free(reserved);

@@ -972,6 +972,41 @@ static void test_coord_preemption_notice(void **state)
     expect_event(f, low, "RESTARTING", "exited 10 (preempted)");
 }
 
+/* Two lower jobs share the node the preemptor needs whole: neither alone frees it, so both
+ * are stopped (not only the one whose slots completed it, which left the node short and
+ * stopped the two in turn for ever). The one that drains first does not take its slots back
+ * while the other still drains: the node is held for the preemptor, which starts once both
+ * are gone. */
+static void test_coord_preemption_takes_every_victim_of_a_node(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 4, "inc-1");
+    int64_t a = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2}");
+    int64_t b = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2,\"priority\":5}");
+    expect_state(f, a, "RUNNING", NULL);
+    expect_state(f, b, "RUNNING", NULL);
+    int64_t j = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"priority\":10}");
+    expect_state(f, a, "RESTARTING", "preempted for j-3");
+    expect_state(f, b, "RESTARTING", "preempted for j-3");
+    /* a's workers are gone, b's still run: a waits, the node is j's */
+    char extra[512], *b0 = worker("j-2", 1, 0, "running", 0),
+                     *b1 = worker("j-2", 1, 1, "running", 0);
+    snprintf(extra, sizeof(extra), "\"workers\":[%s,%s]", b0, b1);
+    free(b0);
+    free(b1);
+    beat0(f, "node-a", extra);
+    tick(f, 100);
+    expect_state(f, a, "RESTARTING", NULL);
+    expect_state(f, j, "PENDING", NULL);
+    assert_int_equal(job_int(f, a, "generation"), 1);
+    /* b's are gone too: j starts, a and b wait for room */
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, j, "RUNNING", "on 1 node");
+    expect_state(f, a, "RESTARTING", NULL);
+    expect_state(f, b, "RESTARTING", NULL);
+}
+
 /* When shrinking is not enough, whole jobs stop too (lowest priority first); the job that
  * shrank in the first round is not taken twice. */
 static void test_coord_preemption_stops_when_shrinking_is_not_enough(void **state)
@@ -2263,6 +2298,7 @@ int main(void)
         T(test_coord_node_selector),
         T(test_coord_preemption_shrinks_first),
         T(test_coord_preemption_notice),
+        T(test_coord_preemption_takes_every_victim_of_a_node),
         T(test_coord_preemption_stops_when_shrinking_is_not_enough),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
