@@ -350,6 +350,20 @@ static void coord_wait_set(struct job *j, const char *code, int pos, const char 
     coord_job_dirty(j);
 }
 
+/* A job left waiting holds the nodes it fits (and its node_selector allows) from every job
+ * of a lower priority. */
+static void coord_hold_fitting(struct coord *c, const struct cand *k, const struct job *j,
+                               int *reserved)
+{
+    const json_t *sel = j->spec.node_selector;
+    int selective = sel && json_object_size(sel) > 0;
+    struct sched_job sj = coord_sched_job(j, j->spec.nmax);
+    for (size_t n = 0; n < k->n; n++)
+        if (sched_node_fits(&sj, &k->sn[n]) && reserved[n] < j->spec.priority &&
+            (!selective || coord_node_matches(c->nodes[n], sel)))
+            reserved[n] = j->spec.priority;
+}
+
 /* While j's victims drain, the nodes they held are kept for j: a victim whose workers are
  * gone first must not take its slots back (it waits, RESTARTING, at a lower priority) before
  * the others' are free and j fits. */
@@ -585,6 +599,11 @@ void coord_schedule(struct coord *c, int64_t now)
             coord_wait_set(
                 j, "Backoff", 0, "restart %d of %d after a backoff of %.0f s (failures of the job)",
                 j->st.restarts + 1, j->spec.max_restarts, (double)coord_backoff_ms(j) / 1000.0);
+            /* it waits as a queued job does: the nodes it fits (the ones it just left, most
+             * likely) go neither to a lower priority nor to a scale-up meanwhile */
+            if (j->spec.nproc < pending_min_nproc)
+                pending_min_nproc = j->spec.nproc;
+            coord_hold_fitting(c, &k, j, reserved);
             continue;
         }
         int nmax = j->spec.nmax;
@@ -675,11 +694,7 @@ void coord_schedule(struct coord *c, int64_t now)
                            j->spec.nmin == 1 ? "" : "s", j->spec.nproc, gneed, open,
                            open == 1 ? "" : "s", open == 1 ? "s" : "",
                            making_room ? "; jobs of a lower priority make room" : "");
-        struct sched_job sj = coord_sched_job(j, j->spec.nmax);
-        for (size_t n = 0; n < k.n; n++)
-            if (sched_node_fits(&sj, &k.sn[n]) && reserved[n] < j->spec.priority &&
-                (!selective || coord_node_matches(c->nodes[n], sel)))
-                reserved[n] = j->spec.priority;
+        coord_hold_fitting(c, &k, j, reserved);
         if (j->preempting)
             coord_hold_for_preemptor(c, j, reserved);
     }

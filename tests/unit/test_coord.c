@@ -687,6 +687,35 @@ static void test_coord_backoff_and_uncharged_failures(void **state)
     expect_pending(f, id, NULL, 0, NULL);
 }
 
+/* A job in its backoff waits as a queued job does: the node it left is neither taken by a
+ * scale-up of a lower job meanwhile nor lost, and it restarts there when the backoff ends. */
+static void test_coord_backoff_keeps_the_node(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 1, "inc-1");
+    reg(f, "node-b", 1, "inc-1");
+    int64_t a = submit(f, "{\"command\":[\"w\"],\"max_restarts\":5,\"priority\":5}");
+    int64_t b = submit(f, "{\"command\":[\"w\"],\"nnodes\":\"1:2\"}");
+    expect_state(f, a, "RUNNING", NULL);
+    expect_state(f, b, "RUNNING", "on 1 node");
+    char extra[512], *w;
+    for (int gen = 1; gen <= 2; gen++) {
+        w = worker("j-1", gen, 0, "exited", 1);
+        snprintf(extra, sizeof(extra), "\"workers\":[%s]", w);
+        free(w);
+        beat0(f, "node-a", extra);
+    }
+    expect_pending(f, a, "Backoff", 0, "restart 2 of 5 after a backoff of 1 s");
+    beat0(f, "node-a", NULL);
+    tick(f, 500);
+    expect_state(f, b, "RUNNING", NULL);
+    assert_int_equal(job_int(f, b, "generation"), 1);
+    tick(f, 600);
+    expect_state(f, a, "RUNNING", "generation 3 started on 1 node");
+    expect_state(f, b, "RUNNING", NULL);
+    assert_int_equal(job_int(f, b, "generation"), 1);
+}
+
 static void node_admin(struct fx *f, const char *name, const char *action)
 {
     char *out = NULL;
@@ -2290,6 +2319,7 @@ int main(void)
         T(test_coord_priority_orders_the_queue),
         T(test_coord_priority_holds_nodes_back),
         T(test_coord_backoff_and_uncharged_failures),
+        T(test_coord_backoff_keeps_the_node),
         T(test_coord_cordon_and_drain),
         T(test_coord_quota),
         T(test_coord_group_quota),
