@@ -159,6 +159,7 @@ struct cand {
     int **ports;           /* used master ports per node */
     size_t *nports, *capports;
     size_t n;
+    size_t *by_name; /* node indexes in name order (sched_by_name) */
 };
 
 static void coord_cand_add_port(struct cand *k, int node, int port)
@@ -228,6 +229,7 @@ static void coord_cand_build(struct coord *c, struct cand *k)
                 coord_cand_add_port(k, jn->node, j->st.master_port);
         }
     }
+    k->by_name = sched_by_name(k->sn, k->n);
 }
 
 static void coord_cand_release(struct cand *k)
@@ -237,6 +239,7 @@ static void coord_cand_release(struct cand *k)
     free(k->ports);
     free(k->nports);
     free(k->capports);
+    free(k->by_name);
     free(k->sn);
 }
 
@@ -261,7 +264,7 @@ static int coord_start(struct coord *c, struct job *j, struct cand *k, int nmax,
         avoid_node = j->st.pl[0].node;
         k->sn[avoid_node].avoid_port = j->st.master_port;
     }
-    int rc = sched_place(&sj, k->sn, k->n, &pl);
+    int rc = sched_place(&sj, k->sn, k->n, k->by_name, &pl);
     if (avoid_node >= 0)
         k->sn[avoid_node].avoid_port = 0;
     if (rc) {

@@ -84,40 +84,81 @@ int sched_node_fits(const struct sched_job *job, const struct sched_node *node)
     return node->free_gpus >= need;
 }
 
-int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
-                struct sched_placement *out)
+struct sched_named {
+    const char *name;
+    size_t idx;
+};
+
+static int sched_named_cmp(const void *pa, const void *pb)
 {
-    int rc = DDP_EUNAVAIL;
-    size_t *order = NULL;
-    size_t n = 0;
+    const struct sched_named *a = pa, *b = pb;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+size_t *sched_by_name(const struct sched_node *nodes, size_t nnodes)
+{
+    struct sched_named *v = xcalloc(nnodes + 1, sizeof(*v));
+    for (size_t i = 0; i < nnodes; i++) {
+        v[i].name = nodes[i].name ? nodes[i].name : "";
+        v[i].idx = i;
+    }
+    qsort(v, nnodes, sizeof(*v), sched_named_cmp);
+    size_t *order = xcalloc(nnodes + 1, sizeof(*order));
+    for (size_t i = 0; i < nnodes; i++)
+        order[i] = v[i].idx;
+    free(v);
+    return order;
+}
+
+/* The port group rank 0 serves on node: sched_pick_port(), or with avoid (the previous
+ * generation's port when it is the only one left there: better than no start at all). */
+static int sched_port_on(const struct sched_node *node, int avoid)
+{
+    if (!avoid)
+        return sched_pick_port(node);
+    struct sched_node n = *node;
+    n.avoid_port = 0;
+    return sched_pick_port(&n);
+}
+
+int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
+                const size_t *by_name, struct sched_placement *out)
+{
     if (job->nmin < 1 || job->nmax < job->nmin || job->nproc < 1 ||
         job->gpus_per_proc < SCHED_GPUS_AUTO)
         return DDP_EINVAL;
-    order = xcalloc(nnodes + 1, sizeof(*order));
-    /* insertion sort of the usable nodes by name: node counts are small */
-    for (size_t i = 0; i < nnodes; i++) {
-        if (!sched_node_fits(job, &nodes[i]))
-            continue;
-        size_t k = n;
-        while (k > 0 && strcmp(nodes[order[k - 1]].name, nodes[i].name) > 0) {
-            order[k] = order[k - 1];
-            k--;
-        }
-        order[k] = i;
-        n++;
+    /* count first: a job that does not fit costs one pass over the nodes, no sort */
+    size_t fit = 0;
+    for (size_t i = 0; i < nnodes && fit < (size_t)job->nmin; i++)
+        fit += (size_t)sched_node_fits(job, &nodes[i]);
+    if (fit < (size_t)job->nmin)
+        return DDP_EUNAVAIL;
+    size_t *sorted = by_name ? NULL : sched_by_name(nodes, nnodes);
+    const size_t *order = by_name ? by_name : sorted;
+    size_t *take = xcalloc(nnodes + 1, sizeof(*take));
+    size_t n = 0;
+    for (size_t i = 0; i < nnodes && n < (size_t)job->nmax; i++)
+        if (sched_node_fits(job, &nodes[order[i]]))
+            take[n++] = order[i];
+    free(sorted);
+    /* group rank 0 (MASTER_PORT): the first node by name with a free port; the others keep
+     * their order */
+    int port = 0;
+    size_t r0 = 0;
+    for (int avoid = 0; avoid < 2 && !port; avoid++)
+        for (r0 = 0; r0 < n && !(port = sched_port_on(&nodes[take[r0]], avoid)); r0++)
+            ;
+    if (!port) {
+        free(take);
+        return DDP_EUNAVAIL;
     }
-    if (n < (size_t)job->nmin)
-        goto out;
-    if (n > (size_t)job->nmax)
-        n = (size_t)job->nmax;
-    int port = sched_pick_port(&nodes[order[0]]);
-    if (port == 0)
-        goto out;
-    memcpy(out->idx, order, n * sizeof(*order));
+    size_t first = take[r0];
+    memmove(take + 1, take, r0 * sizeof(*take));
+    take[0] = first;
+    memcpy(out->idx, take, n * sizeof(*take));
     out->n = n;
     out->master_port = port;
-    rc = 0;
-out:
-    free(order);
-    return rc;
+    free(take);
+    return 0;
 }

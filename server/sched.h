@@ -50,12 +50,18 @@ struct sched_placement {
     int master_port;
 };
 
-/* Places job on up to nmax of the nodes that fit it (sched_node_fits), taken in name order.
+/* The indexes of nodes[0..nnodes) in name order (a NULL name as ""), for sched_place():
+ * sorted once per pass, not once per job. The caller frees it. */
+size_t *sched_by_name(const struct sched_node *nodes, size_t nnodes);
+
+/* Places job on up to nmax of the nodes that fit it (sched_node_fits), taken in name order
+ * (by_name from sched_by_name(), or NULL: sorted here). Group rank 0 is the first of them
+ * with a free master port (sched_pick_port(); its avoid_port only when no node has another).
  * Returns 0 with *out filled (out->idx must point at the caller's buffer), or DDP_EUNAVAIL
- * when fewer than nmin nodes fit or group rank 0 has no free port (then *out is unchanged
- * except its buffer). */
+ * when fewer than nmin nodes fit or none of them has a free port (then *out is unchanged
+ * except its buffer). O(nnodes) with by_name. */
 int sched_place(const struct sched_job *job, const struct sched_node *nodes, size_t nnodes,
-                struct sched_placement *out);
+                const size_t *by_name, struct sched_placement *out);
 
 /* Quotas of a job's owner: its own and its group's (max 0 = no limit), and the slots their
  * live jobs hold now (held ones of this job not included). */

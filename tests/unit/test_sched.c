@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -23,7 +24,7 @@ static void test_sched_orders_by_name(void **state)
     size_t idx[3];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 3, 2, 0};
-    assert_int_equal(sched_place(&j, nodes, 3, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 3, NULL, &p), 0);
     assert_int_equal(p.n, 3);
     assert_int_equal(idx[0], 1); /* node-a is group rank 0 */
     assert_int_equal(idx[1], 2);
@@ -37,7 +38,7 @@ static void test_sched_takes_at_most_max(void **state)
     size_t idx[4];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 2, 4, 0};
-    assert_int_equal(sched_place(&j, nodes, 4, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 4, NULL, &p), 0);
     assert_int_equal(p.n, 2);
     assert_int_equal(idx[0], 3); /* a */
     assert_int_equal(idx[1], 2); /* b */
@@ -50,12 +51,12 @@ static void test_sched_gang_needs_min(void **state)
     struct sched_placement p = {.n = 42, .idx = idx, .master_port = 9};
     struct sched_job j = {2, 3, 2, 0};
     /* only "a" has 2 free slots: no partial placement */
-    assert_int_equal(sched_place(&j, nodes, 3, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&j, nodes, 3, NULL, &p), DDP_EUNAVAIL);
     assert_int_equal(p.n, 42);
     assert_int_equal(p.master_port, 9);
     assert_int_equal(idx[0], 7);
     struct sched_job j1 = {1, 3, 1, 0};
-    assert_int_equal(sched_place(&j1, nodes, 3, &p), 0);
+    assert_int_equal(sched_place(&j1, nodes, 3, NULL, &p), 0);
     assert_int_equal(p.n, 2); /* a and b have >= 1 free slot, c has none */
 }
 
@@ -65,7 +66,7 @@ static void test_sched_skips_nodes_without_slots(void **state)
     size_t idx[4];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {2, 4, 2, 0};
-    assert_int_equal(sched_place(&j, nodes, 4, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 4, NULL, &p), 0);
     assert_int_equal(p.n, 2);
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 3);
@@ -80,11 +81,11 @@ static void test_sched_port_avoids_live_jobs(void **state)
     size_t idx[2];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {2, 2, 1, 0};
-    assert_int_equal(sched_place(&j, nodes, 2, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 2, NULL, &p), 0);
     assert_int_equal(p.master_port, 29502);
     /* and not the port of the job's previous generation there */
     nodes[0].avoid_port = 29502;
-    assert_int_equal(sched_place(&j, nodes, 2, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 2, NULL, &p), 0);
     assert_int_equal(p.master_port, 29504);
 }
 
@@ -99,10 +100,32 @@ static void test_sched_port_range_exhausted(void **state)
     assert_int_equal(sched_pick_port(&n), 40002);
     n.avoid_port = 40002;
     assert_int_equal(sched_pick_port(&n), 0);
-    size_t idx[1];
+    size_t idx[2];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 1, 1, 0};
-    assert_int_equal(sched_place(&j, &n, 1, &p), DDP_EUNAVAIL);
+    /* the avoided port is the only one left: taken all the same (a start on the previous
+     * generation's port beats none) */
+    assert_int_equal(sched_place(&j, &n, 1, NULL, &p), 0);
+    assert_int_equal(p.master_port, 40002);
+    int all[] = {40000, 40001, 40002};
+    n.used_ports = all;
+    n.nused = 3;
+    assert_int_equal(sched_place(&j, &n, 1, NULL, &p), DDP_EUNAVAIL);
+    /* the first node by name has none: group rank 0 is the next one that has, the others
+     * keep their order */
+    struct sched_node two[2] = {n, mk("b", 2)};
+    struct sched_job j2 = {2, 2, 1, 0};
+    assert_int_equal(sched_place(&j2, two, 2, NULL, &p), 0);
+    assert_int_equal(p.n, 2);
+    assert_int_equal(idx[0], 1);
+    assert_int_equal(idx[1], 0);
+    assert_int_equal(p.master_port, 29500);
+    /* the order given once per pass gives the same */
+    size_t *by = sched_by_name(two, 2);
+    assert_int_equal(by[0], 0);
+    assert_int_equal(sched_place(&j2, two, 2, by, &p), 0);
+    assert_int_equal(idx[0], 1);
+    free(by);
 }
 
 static void test_sched_refuses_bad_job(void **state)
@@ -111,9 +134,9 @@ static void test_sched_refuses_bad_job(void **state)
     size_t idx[1];
     struct sched_placement p = {.idx = idx};
     struct sched_job bad = {3, 2, 1, 0};
-    assert_int_equal(sched_place(&bad, &n, 1, &p), DDP_EINVAL);
+    assert_int_equal(sched_place(&bad, &n, 1, NULL, &p), DDP_EINVAL);
     struct sched_job none = {1, 1, 1, 0};
-    assert_int_equal(sched_place(&none, NULL, 0, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&none, NULL, 0, NULL, &p), DDP_EUNAVAIL);
 }
 
 static void test_sched_is_deterministic(void **state)
@@ -123,8 +146,8 @@ static void test_sched_is_deterministic(void **state)
     size_t ia[3], ib[3];
     struct sched_placement pa = {.idx = ia}, pb = {.idx = ib};
     struct sched_job j = {3, 3, 1, 0};
-    assert_int_equal(sched_place(&j, a, 3, &pa), 0);
-    assert_int_equal(sched_place(&j, b, 3, &pb), 0);
+    assert_int_equal(sched_place(&j, a, 3, NULL, &pa), 0);
+    assert_int_equal(sched_place(&j, b, 3, NULL, &pb), 0);
     for (int r = 0; r < 3; r++)
         assert_string_equal(a[ia[r]].name, b[ib[r]].name);
     assert_string_equal(a[ia[0]].name, "n1");
@@ -147,16 +170,16 @@ static void test_sched_gpus_per_proc_counts_gpus(void **state)
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 1, 2, 2};
     assert_int_equal(sched_node_fits(&j, &four), 1);
-    assert_int_equal(sched_place(&j, &four, 1, &p), 0);
+    assert_int_equal(sched_place(&j, &four, 1, NULL, &p), 0);
     assert_int_equal(p.n, 1);
     assert_int_equal(sched_node_fits(&j, &three), 0);
-    assert_int_equal(sched_place(&j, &three, 1, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&j, &three, 1, NULL, &p), DDP_EUNAVAIL);
     /* free GPUs count, not the node's total: 4 GPUs of which 1 is held */
     struct sched_node busy = mk_gpu("c", 8, 4, 3);
-    assert_int_equal(sched_place(&j, &busy, 1, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&j, &busy, 1, NULL, &p), DDP_EUNAVAIL);
     /* and slots still count: 2 workers need 2 free slots even with GPUs to spare */
     struct sched_node one_slot = mk_gpu("d", 1, 8, 8);
-    assert_int_equal(sched_place(&j, &one_slot, 1, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&j, &one_slot, 1, NULL, &p), DDP_EUNAVAIL);
 }
 
 static void test_sched_gpus_zero_uses_slots_only(void **state)
@@ -166,10 +189,10 @@ static void test_sched_gpus_zero_uses_slots_only(void **state)
     size_t idx[1];
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 1, 4, 0};
-    assert_int_equal(sched_place(&j, &n, 1, &p), 0);
+    assert_int_equal(sched_place(&j, &n, 1, NULL, &p), 0);
     assert_int_equal(sched_gpus_per_proc(0, 4), 0);
     struct sched_job five = {1, 1, 5, 0};
-    assert_int_equal(sched_place(&five, &n, 1, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&five, &n, 1, NULL, &p), DDP_EUNAVAIL);
 }
 
 static void test_sched_gpu_job_never_on_cpu_node(void **state)
@@ -180,11 +203,11 @@ static void test_sched_gpu_job_never_on_cpu_node(void **state)
     struct sched_placement p = {.idx = idx};
     struct sched_job j = {1, 2, 2, 1};
     assert_int_equal(sched_node_fits(&j, &nodes[0]), 0);
-    assert_int_equal(sched_place(&j, nodes, 2, &p), 0);
+    assert_int_equal(sched_place(&j, nodes, 2, NULL, &p), 0);
     assert_int_equal(p.n, 1);
     assert_int_equal(idx[0], 1);
     /* with only the CPU node: no placement */
-    assert_int_equal(sched_place(&j, nodes, 1, &p), DDP_EUNAVAIL);
+    assert_int_equal(sched_place(&j, nodes, 1, NULL, &p), DDP_EUNAVAIL);
     /* a job asking 0 GPUs, or auto, goes to the CPU node */
     struct sched_job cpu = {1, 1, 2, 0}, any = {1, 1, 2, SCHED_GPUS_AUTO};
     assert_int_equal(sched_node_fits(&cpu, &nodes[0]), 1);
@@ -206,7 +229,7 @@ static void test_sched_gpus_auto_is_one_per_worker(void **state)
     size_t idx[1];
     struct sched_placement p = {.idx = idx};
     struct sched_job bad = {1, 1, 1, -2};
-    assert_int_equal(sched_place(&bad, &n, 1, &p), DDP_EINVAL);
+    assert_int_equal(sched_place(&bad, &n, 1, NULL, &p), DDP_EINVAL);
 }
 
 static void test_sched_quota_user_and_group(void **state)
