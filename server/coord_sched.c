@@ -127,7 +127,9 @@ void coord_progress(struct coord *c, struct job *j, int64_t now)
     struct job_st next = j->st;
     if (j->st.state == JOB_CANCELLING) {
         next.state = JOB_CANCELLED;
-        snprintf(next.reason, sizeof(next.reason), "cancelled");
+        /* the cancel's own reason names who cancelled ("cancelled by alice") */
+        if (strncmp(j->st.reason, "cancelled", 9) != 0)
+            snprintf(next.reason, sizeof(next.reason), "cancelled");
     } else if (j->st.end_kind == END_FINAL ||
                (coord_failure_charged(j) && j->st.restarts >= j->spec.max_restarts)) {
         next.state = JOB_FAILED;

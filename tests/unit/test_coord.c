@@ -423,7 +423,7 @@ static void test_coord_cancel_idempotent(void **state)
     char *out = NULL;
     assert_int_equal(coord_cancel(f->c, p, "admin", f->now, &out, NULL), 0);
     free(out);
-    expect_state(f, p, "CANCELLED", NULL);
+    expect_state(f, p, "CANCELLED", "cancelled by admin"); /* a PENDING one says who too */
     reg(f, "node-a", 1, "inc-1");
     int64_t r = submit(f, "{\"command\":[\"w\"]}");
     expect_state(f, r, "RUNNING", NULL);
@@ -434,7 +434,7 @@ static void test_coord_cancel_idempotent(void **state)
     free(out);
     expect_state(f, r, "CANCELLING", NULL);
     beat0(f, "node-a", NULL);
-    expect_state(f, r, "CANCELLED", NULL);
+    expect_state(f, r, "CANCELLED", "cancelled by admin");
     assert_int_equal(coord_cancel(f->c, r, "admin", f->now, &out, NULL), 0);
     free(out);
     expect_state(f, r, "CANCELLED", NULL);
