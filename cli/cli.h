@@ -107,6 +107,11 @@ int cli_set_output(struct cli *cli, const char *v);
 int cli_usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* CLI_OK when s, the value of what (an option, "the user name"), is well-formed UTF-8, as
+ * the JSON it goes into must be (jansson refuses other text, and a value it dropped would
+ * go unsent); else a usage error naming what (CLI_USAGE). NULL is CLI_OK. */
+int cli_text_arg(const struct cli_cmd *cmd, const char *what, const char *s);
+
 /* Prints the command's usage and help on stdout; returns CLI_OK. */
 int cli_print_help(const struct cli_cmd *cmd);
 

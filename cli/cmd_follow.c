@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "common/args.h"
 #include "common/buf.h"
+#include "common/fsutil.h"
 #include "common/httpc.h"
 #include "common/timeutil.h"
 #include "common/xalloc.h"
@@ -104,20 +105,27 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
     return fresh;
 }
 
-/* GET /v1/jobs/{id}/logs:download into file path ("-": stdout). A file is written beside
- * as path.part and renamed over path only once the whole answer is in, so a failed download
- * leaves no partial file. */
+/* GET /v1/jobs/{id}/logs:download into file path ("-": stdout). A file is written into a
+ * temporary of its own beside path (fs_atomic_open: a new name, never a link followed, mode
+ * 0644) and renamed over path only once the whole answer is in and synced, so a failed
+ * download leaves no partial file and touches no file but path. */
 static int logs_download(struct cli *cli, const char *id, const char *path)
 {
     struct ddp_err err;
     int to_stdout = strcmp(path, "-") == 0;
-    char *part = to_stdout ? NULL : xasprintf("%s.part", path);
-    FILE *f = to_stdout ? stdout : fopen(part, "wb");
+    struct fs_atomic tmp = {.path = NULL, .tmp = "", .fd = -1};
+    FILE *f = stdout;
     unsigned long long n = 0;
-    int rc = CLI_OK;
-    if (!f) {
-        rc = cli_failf("cannot write %s: %s", part, strerror(errno));
-        goto out;
+    if (!to_stdout) {
+        if (fs_atomic_open(&tmp, path, 0644, &err) < 0)
+            return cli_failf("cannot write %s: %s", path, err.msg);
+        f = fdopen(tmp.fd, "wb");
+        if (!f) {
+            int e = errno;
+            fs_atomic_abort(&tmp);
+            return cli_failf("cannot write %s: %s", path, strerror(e));
+        }
+        tmp.fd = -1; /* f owns it now */
     }
     char *eid = cli_escape(id);
     char *url = xasprintf("/v1/jobs/%s/logs:download", eid);
@@ -126,24 +134,24 @@ static int logs_download(struct cli *cli, const char *id, const char *path)
     free(url);
     if (r == DDP_ENOTFOUND)
         err_set(&err, r, "job %s not found", id);
-    if (!r && fflush(f) != 0)
-        r = err_set(&err, DDP_EIO, "cannot write %s: %s", to_stdout ? "stdout" : part,
+    if (!r && (fflush(f) != 0 || (!to_stdout && fsync(fileno(f)) != 0)))
+        r = err_set(&err, DDP_EIO, "cannot write %s: %s", to_stdout ? "stdout" : tmp.tmp,
                     strerror(errno));
     if (!to_stdout && fclose(f) != 0 && !r)
-        r = err_set(&err, DDP_EIO, "cannot write %s: %s", part, strerror(errno));
-    if (!r && !to_stdout && rename(part, path) != 0)
-        r = err_set(&err, DDP_EIO, "cannot rename %s to %s: %s", part, path, strerror(errno));
-    if (r) {
-        if (!to_stdout)
-            unlink(part);
-        rc = cli_fail(cli, &err);
-        goto out;
+        r = err_set(&err, DDP_EIO, "cannot write %s: %s", tmp.tmp, strerror(errno));
+    if (!r && !to_stdout) {
+        if (rename(tmp.tmp, path) != 0)
+            r = err_set(&err, DDP_EIO, "cannot rename %s to %s: %s", tmp.tmp, path,
+                        strerror(errno));
+        else
+            tmp.done = 1;
     }
+    fs_atomic_abort(&tmp); /* the temporary, unless renamed */
+    if (r)
+        return cli_fail(cli, &err);
     if (!to_stdout)
         fprintf(stderr, "ddpctl: wrote %s (%llu bytes, gzip)\n", path, n);
-out:
-    free(part);
-    return rc;
+    return CLI_OK;
 }
 
 int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)

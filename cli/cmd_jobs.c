@@ -14,6 +14,7 @@
 #include "cli/table.h"
 #include "common/args.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 /* Bounds of the list command: pages of this size, at most this many pages. */
@@ -329,8 +330,17 @@ static int cli_jobs_failed(json_t *failed, int code, const struct ddp_err *err, 
                            char **argv)
 {
     int rest = cli_unreachable(code);
-    for (int k = i; k < (rest ? argc : i + 1); k++)
-        json_array_append_new(failed, json_pack("{s:s, s:s}", "id", argv[k], "error", err->msg));
+    /* well-formed copies: json_pack refuses other text, and a failure it dropped would not
+     * be counted (an id typed in another encoding, a message cut inside a character) */
+    char msg[sizeof(err->msg)];
+    snprintf(msg, sizeof(msg), "%s", err->msg);
+    utf8_repair(msg);
+    for (int k = i; k < (rest ? argc : i + 1); k++) {
+        char *id = xstrdup(argv[k]);
+        utf8_repair(id);
+        json_array_append_new(failed, json_pack("{s:s, s:s}", "id", id, "error", msg));
+        free(id);
+    }
     return rest;
 }
 

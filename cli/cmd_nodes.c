@@ -129,6 +129,9 @@ int cmd_nodes(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             return cli_usage_error(cmd, "%s: the node name is empty", verb);
         if (optind + 2 < argc)
             return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 2]);
+        if ((rc = cli_text_arg(cmd, "the node name", argv[optind + 1])) != CLI_OK ||
+            (rc = cli_text_arg(cmd, "--reason", reason)) != CLI_OK)
+            return rc;
         return remove ? cmd_nodes_remove(cli, argv[optind + 1])
                       : cmd_nodes_admin(cli, verb, argv[optind + 1], reason);
     }

@@ -197,6 +197,8 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             continue;
         switch (c) {
         case O_NAME:
+            if ((rc = cli_text_arg(cmd, "--name", optarg)) != CLI_OK)
+                goto out;
             json_object_set_new(spec, "name", json_string(optarg));
             break;
         case O_NNODES:
@@ -208,6 +210,9 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
             break;
         case O_ENV:
         case O_SELECTOR:
+            if ((rc = cli_text_arg(cmd, c == O_ENV ? "--env" : "--node-selector", optarg)) !=
+                CLI_OK)
+                goto out;
             if (cli_put_kv(c == O_ENV ? env : selector, optarg) < 0) {
                 rc = cli_usage_error(cmd, "%s: '%s' is not K=V",
                                      c == O_ENV ? "--env" : "--node-selector", optarg);
@@ -276,6 +281,12 @@ int cmd_submit(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv
         rc = cli_usage_error(cmd, "missing the command to run (after '--')");
         goto out;
     }
+    for (int i = optind; i < argc; i++)
+        if ((rc = cli_text_arg(cmd, "the command", argv[i])) != CLI_OK)
+            goto out;
+    if ((rc = cli_text_arg(cmd, "--workdir", workdir)) != CLI_OK ||
+        (rc = cli_text_arg(cmd, "--checkpoint-dir", ckpt)) != CLI_OK)
+        goto out;
     json_t *command = json_array();
     for (int i = optind; i < argc; i++)
         json_array_append_new(command, json_string(argv[i]));

@@ -124,9 +124,11 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             continue;
         if (c == O_ROLE)
             role = optarg;
-        else if (c == O_TOKEN_OUT)
+        else if (c == O_TOKEN_OUT) {
+            if (!*optarg)
+                return cli_usage_error(cmd, "--token-out: the file name is empty");
             token_out = optarg;
-        else if (c == O_GROUP)
+        } else if (c == O_GROUP)
             group = optarg;
         else if (c == O_MAX_SLOTS) {
             if (args_parse_long("--max-slots", optarg, 0, 1 << 30, &max_slots, &err) < 0)
@@ -154,6 +156,10 @@ int cmd_users(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     if (token_out && !add && !rotate)
         return cli_usage_error(cmd, "--token-out goes with add and rotate-token");
     const char *name = list ? NULL : argv[optind + 1];
+    if ((rc = cli_text_arg(cmd, "the user name", name)) != CLI_OK ||
+        (rc = cli_text_arg(cmd, "--role", role)) != CLI_OK ||
+        (rc = cli_text_arg(cmd, "--group", group)) != CLI_OK)
+        return rc;
     if (name) {
         esc = cli_escape(name);
         if (!token_out && (add || rotate))

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "common/tokenfile.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 #include "ddp_version.h"
 
@@ -182,6 +183,13 @@ int cli_usage_error(const struct cli_cmd *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "\nusage: ddpctl %s\n", cmd->usage);
     return CLI_USAGE;
+}
+
+int cli_text_arg(const struct cli_cmd *cmd, const char *what, const char *s)
+{
+    if (!s || utf8_valid(s))
+        return CLI_OK;
+    return cli_usage_error(cmd, "%s: the value is not UTF-8 text", what);
 }
 
 int cli_print_help(const struct cli_cmd *cmd)

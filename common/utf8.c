@@ -53,3 +53,17 @@ size_t utf8_repair(char *s)
     }
     return fixed;
 }
+
+int utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+    while (left > 0) {
+        size_t k = utf8_char_len(p, left);
+        if (!k)
+            return 0;
+        p += k;
+        left -= k;
+    }
+    return 1;
+}

@@ -16,4 +16,7 @@ size_t utf8_char_len(const unsigned char *p, size_t n);
  * of another encoding). The length stays. Returns the number of bytes replaced. */
 size_t utf8_repair(char *s);
 
+/* 1 when NUL-terminated s is well-formed UTF-8 (JSON text must be), else 0. */
+int utf8_valid(const char *s);
+
 #endif

@@ -16,11 +16,12 @@ import gzip
 import json
 import os
 import sqlite3
+import subprocess
 import urllib.error
 import urllib.request
 
 from api_sim import Api, SimNode, cluster, db_path, expect_error, run_tests, wait_for
-from cli_util import ctl, ctl_env
+from cli_util import CTL, ctl, ctl_env
 
 
 def add_user(api, name, role):
@@ -243,6 +244,19 @@ def test_ctl_delete_and_download():
         with gzip.open(out, "rt") as f:
             assert f.read() == "one\ntwo\nthree\n"
         assert not os.path.exists(out + ".part"), os.listdir(c.tmp)
+        assert not [f for f in os.listdir(c.tmp) if ".tmp." in f], os.listdir(c.tmp)
+        # a link planted where the old fixed temporary name was is neither followed nor
+        # touched: the download goes into a new name of its own
+        victim = os.path.join(c.tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("keep me\n")
+        os.symlink(victim, out + ".part")
+        r = ctl(c, "logs", a, "--download", out)
+        assert r.rc == 0, r
+        with open(victim) as f:
+            assert f.read() == "keep me\n"
+        with gzip.open(out, "rt") as f:
+            assert f.read() == "one\ntwo\nthree\n"
         r = ctl(c, "logs", a, "--download", out, "-f")
         assert r.rc == 2 and "usage: ddpctl logs" in r.err, r
         r = ctl(c, "logs", "j-999", "--download", os.path.join(c.tmp, "none.gz"))
@@ -261,6 +275,15 @@ def test_ctl_delete_and_download():
         assert api.get("/v1/jobs/" + live).status == 200
         r = ctl(c, "delete")
         assert r.rc == 2 and "missing the job id" in r.err, r
+        # an id that is not UTF-8 still counts as a failure: exit 1, not 0
+        for verb in ("delete", "cancel", "status"):
+            p = subprocess.run([CTL, verb, b"j-\xff"], capture_output=True, env=ctl_env(c),
+                               timeout=60)
+            assert p.returncode == 1 and b"not found" in p.stderr, (verb, p)
+            p = subprocess.run([CTL, "-o", "json", verb, b"j-\xff", "j-998"],
+                               capture_output=True, env=ctl_env(c), timeout=60)
+            failed = json.loads(p.stdout)["failed"]
+            assert p.returncode == 1 and [f["id"] for f in failed] == ["j-?", "j-998"], (verb, p)
         # a user deletes only what it may
         tok = add_user(api, "bob", "user")
         r = ctl(c, "delete", live, env=ctl_env(c, home=False, extra={"DDP_TOKEN": tok}))

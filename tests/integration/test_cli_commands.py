@@ -65,6 +65,19 @@ def test_cli_usage_errors_and_help():
     assert_usage(ctl(None, "logs", "j-1", "--rank"), "logs JOB")
     assert_usage(ctl(None, "wait", "j-1", "--timeout", "soon"), "wait JOB")
     assert_usage(ctl(None, "status", "j-1", "-o", "xml"), "status JOB")
+    # values that go into JSON must be UTF-8: refused naming the option, never dropped
+    for args, what in ((["submit", "--name", "x\udcff", "--", "true"], "--name"),
+                       (["submit", "--env", "K=\udce9", "--", "true"], "--env"),
+                       (["submit", "--", "true", "\udcff"], "the command"),
+                       (["users", "add", "bob", "--role", "admin\udcff"], "--role"),
+                       (["users", "set", "bob", "--group", "\udce9quipe"], "--group"),
+                       (["nodes", "cordon", "n1", "--reason", "\udcff"], "--reason")):
+        r = ctl(None, *args)
+        assert_usage(r, args[0])
+        assert "%s: the value is not UTF-8 text" % what in r.err, (args, r)
+    r = ctl(None, "users", "add", "bob", "--token-out", "")
+    assert_usage(r, "users")
+    assert "--token-out: the file name is empty" in r.err, r
 
 
 def test_cli_unreachable_ddpd():
