@@ -146,6 +146,9 @@ extern FILE *cli_term;
 /* Makes stdout and stderr, where they are terminals, show control characters as \xNN
  * (cli/termout.c). Called once, first thing in main. */
 void cli_term_protect(void);
+/* A stream that writes to out what cli_term_protect() lets through (out itself when no stream
+ * can be made); fclose() it to flush. For cli_term_protect() and the tests. */
+FILE *cli_term_wrap(FILE *out);
 
 /* Percent-encodes s for a URL path segment or query value; caller frees. */
 char *cli_escape(const char *s);

@@ -11,16 +11,25 @@
 #include "cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/termsafe.h"
+#include "common/xalloc.h"
 
 FILE *cli_term;
 
-static ssize_t termout_write(void *cookie, const char *buf, size_t size)
+/* A protected stream: the terminal, and a first byte of a C1 control (0xc2) held back when a
+ * write ended on it, since glibc hands the stream its buffer in chunks cut anywhere: the
+ * next byte decides whether the pair is a control to escape. */
+struct termout {
+    FILE *out;
+    int held; /* a 0xc2 ended the last write */
+};
+
+static int termout_put(FILE *out, const char *buf, size_t size)
 {
-    FILE *out = cookie;
     char esc[4096];
     size_t done = 0;
     while (done < size) {
@@ -28,18 +37,59 @@ static ssize_t termout_write(void *cookie, const char *buf, size_t size)
         if (took == 0)
             took = 1; /* cannot happen with a buffer this size; never loop forever */
         if (fputs(esc, out) < 0)
-            return done ? (ssize_t)done : -1;
+            return -1;
         done += took;
     }
+    return 0;
+}
+
+static ssize_t termout_write(void *cookie, const char *buf, size_t size)
+{
+    struct termout *t = cookie;
+    if (size == 0)
+        return 0;
+    size_t from = 0;
+    if (t->held) {
+        char pair[2] = {(char)0xc2, buf[0]};
+        unsigned char c = (unsigned char)buf[0];
+        int c1 = c >= 0x80 && c <= 0x9f;
+        if (termout_put(t->out, pair, c1 ? 2 : 1) < 0)
+            return -1;
+        t->held = 0;
+        from = c1 ? 1 : 0;
+    }
+    size_t upto = size;
+    if (size > from && (unsigned char)buf[size - 1] == 0xc2) {
+        upto = size - 1;
+        t->held = 1;
+    }
+    if (termout_put(t->out, buf + from, upto - from) < 0)
+        return -1;
     return (ssize_t)size;
 }
 
-static FILE *termout_wrap(FILE *out)
+static int termout_close(void *cookie)
 {
-    cookie_io_functions_t io = {.write = termout_write};
-    FILE *f = fopencookie(out, "w", io);
-    if (!f)
+    struct termout *t = cookie;
+    int rc = 0;
+    if (t->held && fputc(0xc2, t->out) == EOF) /* a stray lead byte at the end: as it is */
+        rc = -1;
+    if (fflush(t->out) != 0)
+        rc = -1;
+    free(t);
+    return rc;
+}
+
+FILE *cli_term_wrap(FILE *out)
+{
+    struct termout *t = xcalloc(1, sizeof(*t));
+    t->out = out;
+    cookie_io_functions_t io = {.write = termout_write, .close = termout_close};
+    FILE *f = fopencookie(t, "w", io);
+    if (!f) {
+        free(t);
         return out; /* unprotected rather than silent */
+    }
     setvbuf(f, NULL, _IOLBF, 0);
     return f;
 }
@@ -48,7 +98,7 @@ void cli_term_protect(void)
 {
     cli_term = stdout;
     if (isatty(STDOUT_FILENO))
-        stdout = termout_wrap(stdout);
+        stdout = cli_term_wrap(stdout);
     if (isatty(STDERR_FILENO))
-        stderr = termout_wrap(stderr);
+        stderr = cli_term_wrap(stderr);
 }

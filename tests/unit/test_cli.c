@@ -184,6 +184,37 @@ static void test_cli_table_no_headers(void **state)
     table_free(t);
 }
 
+/* The terminal's filter gets a stream's buffer in chunks cut anywhere (a line longer than
+ * the buffer): a C1 control cut between its two bytes is escaped all the same, and a lone
+ * lead byte before other text is passed as it is. */
+static void test_cli_term_filter_across_writes(void **state)
+{
+    (void)state;
+    char *got = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&got, &len);
+    assert_non_null(mem);
+    FILE *f = cli_term_wrap(mem);
+    assert_ptr_not_equal(f, mem);
+    const char *parts[] = {"a\xc2",
+                           "\x9b"
+                           "2J b\xc2",
+                           "\xc2",
+                           "\x9b",
+                           "\x1b",
+                           "[H \xc2",
+                           "x\n"};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        assert_true(fputs(parts[i], f) >= 0);
+        assert_int_equal(fflush(f), 0); /* each part a write of its own */
+    }
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(fclose(mem), 0);
+    assert_string_equal(got, "a\\xc2\\x9b"
+                             "2J b\xc2\\xc2\\x9b\\x1b[H \xc2x\n");
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_cli_states_and_readers),
         cmocka_unit_test(test_cli_table),
         cmocka_unit_test(test_cli_table_no_headers),
+        cmocka_unit_test(test_cli_term_filter_across_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
