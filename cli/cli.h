@@ -133,6 +133,9 @@ int cli_call(struct cli *cli, const char *method, const char *path, const json_t
              json_t **answer, struct ddp_err *err);
 int cli_job_call(struct cli *cli, const char *method, const char *job_id, const char *suffix,
                  const json_t *body, json_t **answer, struct ddp_err *err);
+/* cli_job_call under a timeout of its own (ms) instead of CLI_REQUEST_TIMEOUT_MS. */
+int cli_job_call_within(struct cli *cli, const char *method, const char *job_id, const char *suffix,
+                        const json_t *body, long timeout_ms, json_t **answer, struct ddp_err *err);
 
 /* Like cli_job_call (a GET), but while ddpd is unreachable (DDP_EUNAVAIL / DDP_ETIMEOUT) it
  * retries every second up to CLI_UNREACHABLE_MAX_MS in all, saying so once on stderr. Used by

@@ -212,7 +212,8 @@ static void cli_format_command(const json_t *spec, char *buf, size_t size)
     buf[0] = '\0';
     json_array_foreach(json_object_get(spec, "command"), i, w)
     {
-        int n = snprintf(buf + o, size - o, "%s%s", i ? " " : "", json_string_value(w));
+        const char *word = json_string_value(w); /* an answer of another ddpd: "?" */
+        int n = snprintf(buf + o, size - o, "%s%s", i ? " " : "", word ? word : "?");
         if (n < 0 || (size_t)n >= size - o)
             break;
         o += (size_t)n;
@@ -544,9 +545,19 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
     if (rc != CLI_OK)
         goto out;
     int64_t deadline = time_deadline_ms(timeout_s > 0 ? timeout_s * 1000 : -1);
-    /* The first call is not patient: a wrong server or job id fails at once. */
-    if (cli_job_call(cli, "GET", id, NULL, NULL, &job, &err) < 0) {
-        rc = cli_fail(cli, &err);
+    /* The first call is not patient: a wrong server or job id fails at once; but it is
+     * bounded by --timeout too (at least a second for its answer). */
+    int64_t first_left = time_left_ms(deadline);
+    long first_ms = first_left < CLI_REQUEST_TIMEOUT_MS
+                        ? (long)(first_left > 1000 ? first_left : 1000)
+                        : CLI_REQUEST_TIMEOUT_MS;
+    int first = cli_job_call_within(cli, "GET", id, NULL, NULL, first_ms, &job, &err);
+    if (first < 0) {
+        if (time_left_ms(deadline) <= 0 && (first == DDP_EUNAVAIL || first == DDP_ETIMEOUT))
+            rc = cli_failf("timed out after %ld s waiting for job %s (ddpd did not answer: %s)",
+                           timeout_s, id, err.msg);
+        else
+            rc = cli_fail(cli, &err);
         goto out;
     }
     for (;;) {

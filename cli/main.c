@@ -276,12 +276,20 @@ int cli_common_opt(struct cli *cli, const struct cli_cmd *cmd, int c, char **arg
     case ':':
         *exit_code = cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
         return -1;
-    case '?':
-        if (optopt)
+    case '?': {
+        /* glibc: optopt is the option's value for a long option given a value it takes not
+         * (--all=yes), the character for an unknown short one, 0 for an unknown long one */
+        const char *arg = argv[optind - 1];
+        int is_long = strncmp(arg, "--", 2) == 0;
+        int name_len = (int)strcspn(arg, "=");
+        if (is_long && optopt)
+            *exit_code = cli_usage_error(cmd, "option '%.*s' takes no value", name_len, arg);
+        else if (!is_long && optopt > 0x20 && optopt < 0x7f)
             *exit_code = cli_usage_error(cmd, "unknown option '-%c'", optopt);
         else
-            *exit_code = cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+            *exit_code = cli_usage_error(cmd, "unknown option '%.*s'", name_len, arg);
         return -1;
+    }
     default:
         return 0;
     }
@@ -450,10 +458,8 @@ int cli_call(struct cli *cli, const char *method, const char *path, const json_t
     return cli_call_within(cli, method, path, body, CLI_REQUEST_TIMEOUT_MS, answer, err);
 }
 
-/* cli_job_call under a timeout of its own. */
-static int cli_job_call_within(struct cli *cli, const char *method, const char *job_id,
-                               const char *suffix, const json_t *body, long timeout_ms,
-                               json_t **answer, struct ddp_err *err)
+int cli_job_call_within(struct cli *cli, const char *method, const char *job_id, const char *suffix,
+                        const json_t *body, long timeout_ms, json_t **answer, struct ddp_err *err)
 {
     char *id = cli_escape(job_id);
     char *path = xasprintf("/v1/jobs/%s%s", id, suffix ? suffix : "");
@@ -530,6 +536,11 @@ int main(int argc, char **argv)
             goto out;
         }
         if (c == CLI_OPT_VERSION) {
+            if (optind < argc) {
+                rc = cli_usage_error(&cli_global_cmd, "--version takes no argument, got '%s'",
+                                     argv[optind]);
+                goto out;
+            }
             printf("ddpctl %s (commit %s)\n", DDP_VERSION, DDP_COMMIT);
             goto out;
         }
@@ -548,6 +559,21 @@ int main(int argc, char **argv)
     }
     const char *name = argv[optind];
     if (strcmp(name, "help") == 0) {
+        /* help COMMAND: that command's help, as COMMAND --help */
+        if (optind + 2 < argc) {
+            rc = cli_usage_error(&cli_global_cmd, "help takes one command, got '%s' too",
+                                 argv[optind + 2]);
+            goto out;
+        }
+        if (optind + 1 < argc) {
+            for (size_t i = 0; i < CLI_NCMDS; i++)
+                if (strcmp(cli_cmds[i].name, argv[optind + 1]) == 0) {
+                    rc = cli_print_help(&cli_cmds[i]);
+                    goto out;
+                }
+            rc = cli_usage_error(&cli_global_cmd, "help: unknown command '%s'", argv[optind + 1]);
+            goto out;
+        }
         cli_print_global_help(stdout);
         goto out;
     }

@@ -75,6 +75,14 @@ def test_cli_usage_errors_and_help():
         r = ctl(None, *args)
         assert_usage(r, args[0])
         assert "%s: the value is not UTF-8 text" % what in r.err, (args, r)
+    r = ctl(None, "list", "--all=yes")
+    assert_usage(r, "list")
+    assert "option '--all' takes no value" in r.err, r
+    r = ctl(None, "help", "submit")
+    assert r.rc == 0 and r.out.startswith("usage: ddpctl submit"), r
+    for args in (["help", "bogus"], ["help", "submit", "list"], ["--version", "junk"]):
+        r = ctl(None, *args)
+        assert r.rc == 2 and "usage: ddpctl" in r.err, (args, r)
     r = ctl(None, "users", "add", "bob", "--token-out", "")
     assert_usage(r, "users")
     assert "--token-out: the file name is empty" in r.err, r
@@ -124,6 +132,17 @@ def test_cli_wait_timeout_holds_while_ddpd_is_away():
             w.kill()
         assert r.rc == 1 and "timed out after 3 s waiting for job %s" % job in r.err, r
         assert took < 8, "wait --timeout 3 took %.1f s" % took
+        # ddpd stopped before the first call: that one is bounded by --timeout too
+        c.ddpd.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            r = ctl(c, "wait", job, "--timeout", "2", timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            c.ddpd.send_signal(signal.SIGCONT)
+        assert r.rc == 1 and "timed out after 2 s waiting for job %s (ddpd did not answer" % job \
+            in r.err, r
+        assert took < 6, "wait --timeout 2 with ddpd stopped took %.1f s" % took
         c.ddpd.send_signal(signal.SIGSTOP)
         try:
             t0 = time.monotonic()
