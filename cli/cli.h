@@ -32,6 +32,8 @@ enum cli_output { CLI_OUT_TABLE = 0, CLI_OUT_JSON, CLI_OUT_NAME, CLI_OUT_WIDE };
 #define CLI_UNREACHABLE_MAX_MS 60000
 /* Poll interval of watch, wait and logs -f (bounded polling). */
 #define CLI_POLL_MS 500
+/* watch: pages of each stream read after the job ended, at most (ddpd's pages hold 10000) */
+#define CLI_WATCH_FINAL_PAGES 100
 
 struct cli {
     char *server;     /* resolved base URL */
@@ -181,6 +183,10 @@ void cli_format_ranks(const json_t *ranks, char *buf, size_t size);
 int cli_state_final(const char *state);
 /* Whether s names a job state (exact, upper case). */
 int cli_state_valid(const char *s);
+/* 0 when job (an answer about job id) has a state cli_state_valid() knows, else an error
+ * saying so: the commands that follow a job until a final state stop on it instead of
+ * polling for ever. */
+int cli_job_state_known(const json_t *job, const char *id, struct ddp_err *err);
 
 /* Checks a --nnodes value: "N" or "MIN:MAX" with 1 <= MIN <= MAX <= 1024 (docs/api.md);
  * on failure err says why ("--nnodes: min 3 > max 2"). */

@@ -255,7 +255,8 @@ int cmd_logs(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
             break;
         json_decref(job);
         job = NULL;
-        if (cli_job_call_patient(cli, id, NULL, -1, &job, &err) < 0) {
+        if (cli_job_call_patient(cli, id, NULL, -1, &job, &err) < 0 ||
+            cli_job_state_known(job, id, &err) < 0) {
             rc = cli_fail(cli, &err);
             goto out;
         }
@@ -547,20 +548,28 @@ int cmd_watch(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         /* The job before the streams: see the end-of-follow rule at the top. */
         json_decref(job);
         job = NULL;
-        if (cli_job_call_patient(cli, w.id, NULL, -1, &job, &err) < 0)
+        if (cli_job_call_patient(cli, w.id, NULL, -1, &job, &err) < 0 ||
+            cli_job_state_known(job, w.id, &err) < 0)
             goto fail;
         int final = cli_state_final(cli_str(job, "state", NULL));
-        json_t *events = NULL, *metrics = NULL;
-        if (watch_fetch(cli, &w, "events", &w.ev_after, &events, &err) < 0)
-            goto fail;
-        if (watch_fetch(cli, &w, "metrics", &w.met_after, &metrics, &err) < 0) {
+        /* A page of each stream a round; once the job is final, pages until both are read
+         * to their end (bounded), so a long history keeps its tail and its last state. */
+        for (int page = 0; page < CLI_WATCH_FINAL_PAGES; page++) {
+            json_t *events = NULL, *metrics = NULL;
+            if (watch_fetch(cli, &w, "events", &w.ev_after, &events, &err) < 0)
+                goto fail;
+            if (watch_fetch(cli, &w, "metrics", &w.met_after, &metrics, &err) < 0) {
+                json_decref(events);
+                goto fail;
+            }
+            int fresh = json_array_size(events) > 0 || json_array_size(metrics) > 0;
+            if (!cli->json)
+                watch_merge(&w, events, metrics);
             json_decref(events);
-            goto fail;
+            json_decref(metrics);
+            if (!final || !fresh)
+                break;
         }
-        if (!cli->json)
-            watch_merge(&w, events, metrics);
-        json_decref(events);
-        json_decref(metrics);
         fflush(stdout); /* piped into tee or a log: each line as it happens */
         if (final)
             break;

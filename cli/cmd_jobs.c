@@ -561,6 +561,10 @@ int cmd_wait(struct cli *cli, const struct cli_cmd *cmd, int argc, char **argv)
         goto out;
     }
     for (;;) {
+        if (cli_job_state_known(job, id, &err) < 0) {
+            rc = cli_fail(cli, &err);
+            goto out;
+        }
         const char *state = cli_str(job, "state", "?");
         if (cli_state_final(state))
             break;

@@ -173,6 +173,17 @@ int cli_state_valid(const char *s)
     return 0;
 }
 
+int cli_job_state_known(const json_t *job, const char *id, struct ddp_err *err)
+{
+    const char *s = json_string_value(json_object_get(job, "state"));
+    if (s && cli_state_valid(s))
+        return 0;
+    return err_set(err, DDP_EINTERNAL,
+                   "ddpd answered job %s without a state this ddpctl knows (%.40s): is ddpd of "
+                   "another version?",
+                   id, s ? s : "none");
+}
+
 int cli_check_nnodes(const char *s, struct ddp_err *err)
 {
     const char *colon = strchr(s, ':');

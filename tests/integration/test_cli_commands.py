@@ -155,6 +155,45 @@ def test_cli_wait_timeout_holds_while_ddpd_is_away():
         assert took < 30, "status of 3 jobs took %.1f s" % took
 
 
+def test_cli_follow_stops_on_an_unknown_state():
+    """A ddpd whose job answer carries no state ddpctl knows (another version): wait, logs -f
+    and watch stop with an error naming it instead of polling for ever."""
+    import http.server
+    import threading
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            body = {"/v1/jobs/j-1": {"id": "j-1", "state": "PAUSED"},
+                    "/v1/jobs/j-1/logs": {"lines": [], "next": 0},
+                    "/v1/jobs/j-1/events": {"events": []},
+                    "/v1/jobs/j-1/metrics": {"metrics": []}}.get(path, {"id": "j-1"})
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    url = "http://127.0.0.1:%d" % srv.server_address[1]
+    try:
+        env = ctl_env(None, extra={"DDP_TOKEN": "t" * 32})
+        for args in (["wait", "j-1"], ["logs", "-f", "j-1"], ["watch", "j-1"]):
+            r = ctl(None, "--server", url, *args, env=env, timeout=30)
+            assert r.rc == 1 and "without a state this ddpctl knows (PAUSED)" in r.err, (args, r)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_cli_tokens():
     with cluster(node_timeout=300) as c:
         # $DDP_HOME/user.token by default.
