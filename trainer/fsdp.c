@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/xalloc.h"
 #include "ddp/shard.h"
 #include "trainer/shard_optim.h"
@@ -48,7 +49,8 @@ struct fsdp {
     int world, rank;
     struct fsdp_opts o;
     struct model_inst *mi;
-    float *params; /* the instance's, borrowed */
+    float *params;      /* the instance's, borrowed */
+    int madvise_warned; /* release_pages fell back to zeroing */
     size_t n;
     int nunits;
     struct unit *u;
@@ -93,16 +95,22 @@ static int report(const struct fsdp *f, struct ddp_err *err)
     return f->rc;
 }
 
-/* The whole pages inside [p, p + nfloats) back to the kernel. */
+/* The whole pages inside [p, p + nfloats) back to the kernel (they read as zeros after).
+ * Should the kernel refuse (madvise is advice: EAGAIN under memory pressure), they are
+ * zeroed instead: the same contents, only no memory saved; said once. Never an error of
+ * this rank alone, which would leave the others waiting in a collective it skips. */
 static void release_pages(struct fsdp *f, float *p, size_t nfloats)
 {
     size_t page = f->page_floats * sizeof(float);
     uintptr_t a = ((uintptr_t)p + page - 1) / page * page;
     uintptr_t b = (uintptr_t)(p + nfloats) / page * page;
     if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) != 0) {
-        struct ddp_err e;
-        err_set(&e, DDP_EINTERNAL, "--sharding: madvise: %s", strerror(errno));
-        set_error(f, DDP_EINTERNAL, &e);
+        if (!f->madvise_warned)
+            log_warn("--sharding: madvise refused to release %zu bytes (%s): zeroed instead, "
+                     "this rank holds more memory than the formula",
+                     (size_t)(b - a), strerror(errno));
+        f->madvise_warned = 1;
+        memset((void *)a, 0, b - a);
     }
 }
 
@@ -608,24 +616,4 @@ void fsdp_load_state(struct fsdp *f, const float *full)
             memcpy(f->state + (size_t)j * f->S + u->soff,
                    full + (size_t)j * f->n + u->poff + u->sh.offset, u->sh.valid * sizeof(float));
         }
-}
-
-int fsdp_gather_state(struct fsdp *f, float *full, struct ddp_err *err)
-{
-    drain(f);
-    for (int j = 0; j < f->arrays && f->rc == 0; j++)
-        for (int i = 0; i < f->nunits && f->rc == 0; i++) {
-            const struct unit *u = &f->u[i];
-            const float *in = f->state + (size_t)j * f->S + u->soff;
-            float *dst = full + (size_t)j * f->n + u->poff;
-            int direct = u->sh.padded == u->len;
-            struct ddp_err e;
-            int rc =
-                comm_allgather(f->comm, in, direct ? dst : f->slot[0], u->sh.count, COMM_F32, &e);
-            if (rc)
-                set_error(f, rc, &e);
-            else if (!direct)
-                memcpy(dst, f->slot[0], u->len * sizeof(float));
-        }
-    return report(f, err);
 }

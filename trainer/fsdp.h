@@ -36,7 +36,10 @@
  *     opts.min_unit, unit 0 is the first group of layers: it may span several, all of them
  *     whole until the backward ends (a smaller first group, or none, keeps that bound low).
  * So `full` holds 4 (P + P + K P) / W bytes of state plus the units in flight (unit 0 and
- * two others: larger with larger units), against 4 (P + P + K P) for `none`.
+ * two others: larger with larger units), against 4 (P + P + K P) for `none`. Where W does
+ * not divide a unit's length, its gathers land in one of two scratch slots (then copied
+ * into place), each as large as the largest such unit padded: `grad` and `full` hold
+ * 2 x 4 x that many bytes more (none at all where W divides every unit).
  *
  * Hybrid. With opts.cross, comm holds the ranks of one node only: the units are sharded,
  * gathered and reduce-scattered among them, as FULL_SHARD within a node; before the step each
@@ -48,11 +51,11 @@
  * (optim_step_range, adamw_update), with clipping's global norm all-reduced from the
  * shards, so a step is `none`'s but for the order of the gradient sums (the reduce-scatter's).
  *
- * Evaluation, sampling, --dump-params and checkpoints read the whole parameters: between
- * fsdp_materialize() and fsdp_release() every unit is whole (and the hooks do nothing), the
- * way FSDP's summon_full_params works. Checkpoints are sharded (trainer/sharded.h: each rank
- * writes its shards, ddp/resume_shard.h) and reshard onto any world size; fsdp_gather_state
- * still rebuilds the whole optimizer state for a caller that wants it.
+ * The classifiers' test accuracy, --generate and --dump-params read the whole parameters:
+ * between fsdp_materialize() and fsdp_release() every unit is whole (and the hooks do
+ * nothing), the way FSDP's summon_full_params works. The GPT's validation gathers unit by
+ * unit, as a training forward does. Checkpoints gather nothing: each rank writes its shards
+ * (trainer/sharded.h, ddp/resume_shard.h), which reshard onto any world size.
  *
  * Collectives are issued from the training thread in the same order on every rank (the
  * units' order is the model's), on the comm of the run; errors are the comm's (DDP_EPEER,
@@ -146,8 +149,5 @@ int fsdp_load_shards(struct fsdp *f, const float *params, const float *state, ui
 
 /* Takes this rank's shard of full (arrays x param_count floats, the checkpoint's layout). */
 void fsdp_load_state(struct fsdp *f, const float *full);
-/* Collective: every rank's shards of the optimizer state into full (arrays x param_count
- * floats) on every rank. */
-int fsdp_gather_state(struct fsdp *f, float *full, struct ddp_err *err);
 
 #endif

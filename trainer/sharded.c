@@ -100,13 +100,16 @@ int sharded_setup(struct sharded *s, const struct train_opts *o, struct ddp_grou
                   struct ddp_err *err)
 {
     int world = g->world_size, rank = g->rank;
-    if (o->sharding == TRAIN_SHARD_NONE || world == 1)
+    if (o->sharding == TRAIN_SHARD_NONE)
         return DDP_EXIT_OK;
     const char *name = strategy_name(o->sharding);
+    /* refused at any world size: a job started on one GPU would fail only when it grows */
     if (g->gpu) {
         err_set(err, DDP_EINVAL, "--sharding %s: runs on the CPU only: use --backend cpu", name);
         return DDP_EXIT_USAGE;
     }
+    if (world == 1)
+        return DDP_EXIT_OK;
     struct optim_cfg c = {.adamw = o->adamw,
                           .momentum = (float)o->momentum,
                           .weight_decay = (float)o->weight_decay,
@@ -135,23 +138,17 @@ int sharded_setup(struct sharded *s, const struct train_opts *o, struct ddp_grou
 
 int sharded_gather_for_checkpoint(struct sharded *s, size_t nparams, struct ddp_err *err)
 {
-    if (!s->zero && !s->fsdp)
+    if (!s->zero)
         return 0;
-    int arrays = s->zero ? zero_state_arrays(s->zero) : fsdp_state_arrays(s->fsdp);
     if (!s->ckpt_state)
-        s->ckpt_state = xmalloc((size_t)arrays * nparams * sizeof(float));
-    if (s->zero)
-        return zero_gather_state(s->zero, s->ckpt_state, err);
-    int rc = fsdp_gather_state(s->fsdp, s->ckpt_state, err);
-    return rc ? rc : fsdp_materialize(s->fsdp, err);
+        s->ckpt_state = xmalloc((size_t)zero_state_arrays(s->zero) * nparams * sizeof(float));
+    return zero_gather_state(s->zero, s->ckpt_state, err);
 }
 
 void sharded_checkpoint_done(struct sharded *s)
 {
     free(s->ckpt_state);
     s->ckpt_state = NULL;
-    if (s->fsdp)
-        fsdp_release(s->fsdp);
 }
 
 /* fsdp's unit layout (caller frees). */

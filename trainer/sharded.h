@@ -49,8 +49,9 @@ int sharded_setup(struct sharded *s, const struct train_opts *o, struct ddp_grou
                   struct model_inst *mi, struct reducer *red, uint64_t step, struct trace *trace,
                   struct ddp_err *err);
 
-/* Collective, before a checkpoint: the whole optimizer state into s->ckpt_state (nparams
- * floats an array), and under full every unit whole. A no-op unsharded. */
+/* Collective, before an unsharded checkpoint under `optimizer` (ZeRO-1): the whole optimizer
+ * state into s->ckpt_state (nparams floats an array). A no-op otherwise: by units
+ * (s->fsdp), checkpoints are sharded (sharded_save_shards) and nothing is gathered. */
 int sharded_gather_for_checkpoint(struct sharded *s, size_t nparams, struct ddp_err *err);
 /* After the checkpoint: the whole state dropped again. */
 void sharded_checkpoint_done(struct sharded *s);
