@@ -156,6 +156,7 @@ struct job {
     int wait_pos;
     int64_t preempted_by; /* the job this one's generation was ended for (until it restarts) */
     int preempting;       /* it had victims stopped for it: its next start takes only MIN */
+    int *hold, nhold;     /* while preempting: the nodes its victims free for it (node indexes) */
     /* Its generation ended with a preemption notice (a preemption or a drain; in memory):
      * while its entries drain, the beat answers of their nodes carry a notice (signal and
      * preempt_grace_s) and the drain bound includes preempt_grace_s. */

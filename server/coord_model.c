@@ -151,6 +151,7 @@ void coord_job_free(struct job *j)
     free(j->spec_text);
     free(j->st.pl);
     free(j->prev_pl);
+    free(j->hold);
     free(j->request_id);
     json_decref(j->last_metrics);
     json_decref(j->disk_metrics);

@@ -369,21 +369,33 @@ static void coord_hold_fitting(struct coord *c, const struct cand *k, const stru
             reserved[n] = j->spec.priority;
 }
 
-/* While j's victims drain, the nodes they held are kept for j: a victim whose workers are
- * gone first must not take its slots back (it waits, RESTARTING, at a lower priority) before
- * the others' are free and j fits. */
-static void coord_hold_for_preemptor(struct coord *c, const struct job *j, int *reserved)
+/* While j's victims drain, the nodes their preemption made fit j are kept for j: a victim
+ * whose workers are gone first must not take its slots back (it waits, RESTARTING, at a
+ * lower priority) before the others' are free and j fits. Only those nodes: the victims'
+ * others (a shrunk one's nodes left, nodes j may not use) stay open to them. */
+static void coord_hold_for_preemptor(const struct job *j, int *reserved)
 {
-    for (size_t i = 0; i < c->nlive; i++) {
-        const struct job *x = c->live[i];
-        if (x->preempted_by != j->id || x->st.state == JOB_RUNNING)
-            continue;
-        for (int p = 0; p < x->st.npl; p++) {
-            int n = x->st.pl[p].node;
-            if (n >= 0 && reserved[n] < j->spec.priority)
-                reserved[n] = j->spec.priority;
-        }
-    }
+    for (int i = 0; i < j->nhold; i++)
+        if (reserved[j->hold[i]] < j->spec.priority)
+            reserved[j->hold[i]] = j->spec.priority;
+}
+
+/* Whether x's placement holds node n. */
+static int coord_job_on_node(const struct job *x, int n)
+{
+    for (int p = 0; p < x->st.npl; p++)
+        if (x->st.pl[p].node == n)
+            return 1;
+    return 0;
+}
+
+/* j makes room no more (it started, or its victims are gone): its hold ends. */
+static void coord_preempting_done(struct job *j)
+{
+    j->preempting = 0;
+    free(j->hold);
+    j->hold = NULL;
+    j->nhold = 0;
 }
 
 /* Victim order: those that can shrink (above MIN) first, then the lowest priority, then the
@@ -428,50 +440,52 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
             v[nv++] = x;
     }
     qsort(v, (size_t)nv, sizeof(*v), coord_victim_cmp);
-    int *gain = xcalloc(k->n + 1, sizeof(int));      /* slots freed per node by the chosen */
-    int *gain_gpus = xcalloc(k->n + 1, sizeof(int)); /* and GPUs */
-    /* Who gave to a node that does not fit yet (a list per node, through next): a node that
-     * comes to fit takes every one of them, not only the last; a node that never fits takes
-     * none (their gains stay unused, and they run on). */
-    int *head = xmalloc((k->n + 1) * sizeof(int));
-    for (size_t n = 0; n <= k->n; n++)
-        head[n] = -1;
-    size_t nent = 0;
-    for (int i = 0; i < nv; i++)
-        nent += (size_t)v[i]->st.npl;
-    struct {
-        int victim, next;
-    } *ent = xcalloc(nent + 1, sizeof(*ent));
-    size_t used = 0;
+    /* Node by node, each made to fit by the fewest victims there: the victims on it are taken
+     * in victim order until it fits (none when it cannot), then any the node fits without is
+     * given back (the later ones first). A victim gives up at most its room of nodes: in the
+     * shrink phase its nodes above MIN, when it stops all of them. */
+    int *took = xcalloc((size_t)nv + 1, sizeof(int));
+    int *on = xcalloc((size_t)nv + 1, sizeof(int)); /* the victims tried on one node */
     char *picked = xcalloc((size_t)nv + 1, 1);
-    int gained = 0;
+    int *held = xcalloc(k->n + 1, sizeof(int)); /* the nodes made to fit, for j's hold */
+    int gained = 0, nheld = 0;
+    int want_gpus = 0;
     for (int phase = 0; phase < 2 && gained < need; phase++) {
-        for (int i = 0; i < nv && gained < need; i++) {
-            struct job *x = v[i];
-            int shrink = x->st.npl > x->spec.nmin;
-            if ((phase == 0) != shrink)
+        for (size_t n = 0; n < k->n && gained < need; n++) {
+            if (!eligible[n] || fits[n])
                 continue;
-            /* what x frees: in the shrink phase at most its nodes above MIN */
-            int room = phase == 0 ? x->st.npl - x->spec.nmin : x->st.npl, took = 0;
-            for (int p = 0; p < x->st.npl && took < room && gained < need; p++) {
-                int n = x->st.pl[p].node;
-                if (!eligible[n] || fits[n])
+            want_gpus = nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus);
+            int slots = k->sn[n].free_slots, gpus = k->sn[n].free_gpus, non = 0, ok = 0;
+            for (int i = 0; i < nv && !ok; i++) {
+                struct job *x = v[i];
+                int shrink = x->st.npl > x->spec.nmin;
+                int room = shrink ? x->st.npl - x->spec.nmin : x->st.npl;
+                if ((phase == 0 && !shrink) || took[i] >= room || !coord_job_on_node(x, (int)n))
                     continue;
-                gain[n] += x->spec.nproc;
-                gain_gpus[n] += coord_entry_gpus(x, &k->sn[n]);
-                ent[used].victim = i;
-                ent[used].next = head[n];
-                head[n] = (int)used++;
-                took++;
-                if (k->sn[n].free_slots + gain[n] >= nproc &&
-                    k->sn[n].free_gpus + gain_gpus[n] >=
-                        nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus)) {
-                    fits[n] = 1;
-                    gained++;
-                    for (int e = head[n]; e >= 0; e = ent[e].next)
-                        picked[ent[e].victim] = 1;
+                slots += x->spec.nproc;
+                gpus += coord_entry_gpus(x, &k->sn[n]);
+                on[non++] = i;
+                ok = slots >= nproc && gpus >= want_gpus;
+            }
+            if (!ok)
+                continue;
+            for (int t = non - 2; t >= 0; t--) { /* the last one taken is needed */
+                struct job *x = v[on[t]];
+                int g = coord_entry_gpus(x, &k->sn[n]);
+                if (slots - x->spec.nproc >= nproc && gpus - g >= want_gpus) {
+                    slots -= x->spec.nproc;
+                    gpus -= g;
+                    on[t] = -1;
                 }
             }
+            for (int t = 0; t < non; t++)
+                if (on[t] >= 0) {
+                    picked[on[t]] = 1;
+                    took[on[t]]++;
+                }
+            fits[n] = 1;
+            gained++;
+            held[nheld++] = (int)n;
         }
     }
     int ended = 0, chosen = 0;
@@ -507,15 +521,18 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
             if (coord_commit(c, j, &note, now, NULL) != 0)
                 log_warn("job j-%lld: cannot record whom it preempts", (long long)j->id);
             j->preempting = 1;
+            free(j->hold);
+            j->hold = held;
+            j->nhold = nheld;
+            held = NULL;
             log_info("job j-%lld (priority %d) preempts %d job(s) for %d node(s)", (long long)j->id,
                      j->spec.priority, ended, need);
         }
     }
     free(picked);
-    free(ent);
-    free(head);
-    free(gain);
-    free(gain_gpus);
+    free(held);
+    free(on);
+    free(took);
     free(v);
     free(fits);
     free(eligible);
@@ -665,7 +682,7 @@ void coord_schedule(struct coord *c, int64_t now)
         if (rc == 0) {
             if (j->wait_code[0])
                 coord_wait_set(j, "", 0, "%s", "");
-            j->preempting = 0;
+            coord_preempting_done(j);
             coord_tally_add(c, tally, j);
             continue;
         }
@@ -681,7 +698,7 @@ void coord_schedule(struct coord *c, int64_t now)
         /* A job is making room only while a job it preempted still drains: once they are
          * gone and it did not start (a higher priority took the room), it may preempt again. */
         if (j->preempting && !coord_victims_draining(c, j))
-            j->preempting = 0;
+            coord_preempting_done(j);
         /* One preemption at a time: while victims drain, nothing more is stopped. */
         int making_room = preempt_draining || j->preempting;
         if (!making_room && open < j->spec.nmin && all < j->spec.nmin &&
@@ -701,7 +718,7 @@ void coord_schedule(struct coord *c, int64_t now)
                            making_room ? "; jobs of a lower priority make room" : "");
         coord_hold_fitting(c, &k, j, reserved);
         if (j->preempting)
-            coord_hold_for_preemptor(c, j, reserved);
+            coord_hold_for_preemptor(j, reserved);
     }
     free(q);
     free(reserved);

@@ -1036,6 +1036,53 @@ static void test_coord_preemption_takes_every_victim_of_a_node(void **state)
     expect_state(f, b, "RESTARTING", NULL);
 }
 
+/* A node is made to fit by the fewest victims there: a lower job whose slots the preemptor
+ * can do without keeps running (b alone frees enough). And a shrinking victim's room (its
+ * nodes above MIN) is spent only on nodes that come to fit: x's first two nodes, shared
+ * with a higher job, cannot fit the preemptor, its third can. */
+static void test_coord_preemption_takes_the_fewest(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 6, "inc-1");
+    int64_t a = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2}");
+    int64_t b = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"priority\":5}");
+    expect_state(f, b, "RUNNING", NULL);
+    int64_t j = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"priority\":10}");
+    expect_state(f, b, "RESTARTING", "preempted for j-3");
+    expect_state(f, a, "RUNNING", NULL);
+    beat0(f, "node-a", NULL);
+    tick(f, 100);
+    expect_state(f, j, "RUNNING", NULL);
+    expect_state(f, a, "RUNNING", NULL);
+}
+
+static void test_coord_preemption_room_spent_on_nodes_that_fit(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 4, "inc-1");
+    reg(f, "node-b", 4, "inc-1");
+    reg(f, "node-c", 4, "inc-1");
+    int64_t y = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2,\"nnodes\":\"2\","
+                          "\"priority\":20}");
+    int64_t x = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":2,\"nnodes\":\"1:3\"}");
+    expect_state(f, y, "RUNNING", "on 2 nodes");
+    expect_state(f, x, "RUNNING", "on 3 nodes");
+    int64_t j = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"priority\":10}");
+    expect_state(f, x, "RESTARTING", "preempted for j-3 (priority 10 > 0): shrinks");
+    expect_state(f, y, "RUNNING", NULL);
+    const char *nodes[] = {"node-a", "node-b", "node-c"};
+    for (int i = 0; i < 3; i++)
+        beat0(f, nodes[i], NULL);
+    tick(f, 100);
+    expect_state(f, j, "RUNNING", "on 1 node");
+    json_t *jj = job(f, j);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(jj, "nodes"), 0), "name")),
+        "node-c");
+    json_decref(jj);
+    expect_state(f, x, "RUNNING", "on 2 nodes");
+}
+
 /* When shrinking is not enough, whole jobs stop too (lowest priority first); the job that
  * shrank in the first round is not taken twice. */
 static void test_coord_preemption_stops_when_shrinking_is_not_enough(void **state)
@@ -2329,6 +2376,8 @@ int main(void)
         T(test_coord_preemption_shrinks_first),
         T(test_coord_preemption_notice),
         T(test_coord_preemption_takes_every_victim_of_a_node),
+        T(test_coord_preemption_takes_the_fewest),
+        T(test_coord_preemption_room_spent_on_nodes_that_fit),
         T(test_coord_preemption_stops_when_shrinking_is_not_enough),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
