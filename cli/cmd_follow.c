@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -106,8 +107,8 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
 }
 
 /* GET /v1/jobs/{id}/logs:download into file path ("-": stdout). A file is written into a
- * temporary of its own beside path (fs_atomic_open: a new name, never a link followed, mode
- * 0644) and renamed over path only once the whole answer is in and synced, so a failed
+ * temporary of its own beside path (fs_atomic_open: a new name, never a link followed; mode
+ * 0666 less the umask, as a file any program makes) and renamed over path only once the whole answer is in and synced, so a failed
  * download leaves no partial file and touches no file but path. */
 static int logs_download(struct cli *cli, const char *id, const char *path)
 {
@@ -117,7 +118,9 @@ static int logs_download(struct cli *cli, const char *id, const char *path)
     FILE *f = stdout;
     unsigned long long n = 0;
     if (!to_stdout) {
-        if (fs_atomic_open(&tmp, path, 0644, &err) < 0)
+        mode_t mask = umask(0); /* read it: ddpctl has one thread */
+        umask(mask);
+        if (fs_atomic_open(&tmp, path, 0666 & ~mask, &err) < 0)
             return cli_failf("cannot write %s: %s", path, err.msg);
         f = fdopen(tmp.fd, "wb");
         if (!f) {

@@ -12,6 +12,7 @@
 #include "cli/table.h"
 #include "common/args.h"
 #include "common/fsutil.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 
 /*
@@ -60,8 +61,11 @@ static int cli_users_keep_token(struct cli *cli, const json_t *ans, const char *
                          "another with 'ddpctl users rotate-token %s --token-out F')",
                          name, err.msg, name);
     if (cli->json) {
+        char *shown = xstrdup(t->path); /* JSON text: a path of other bytes shown with '?' */
+        utf8_repair(shown);
         json_t *o =
-            json_pack("{s:O?, s:s}", "user", json_object_get(ans, "user"), "token_file", t->path);
+            json_pack("{s:O?, s:s}", "user", json_object_get(ans, "user"), "token_file", shown);
+        free(shown);
         cli_print_json(o);
         json_decref(o);
         return CLI_OK;

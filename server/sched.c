@@ -136,26 +136,26 @@ int sched_place(const struct sched_job *job, const struct sched_node *nodes, siz
         return DDP_EUNAVAIL;
     size_t *sorted = by_name ? NULL : sched_by_name(nodes, nnodes);
     const size_t *order = by_name ? by_name : sorted;
-    size_t *take = xcalloc(nnodes + 1, sizeof(*take));
-    size_t n = 0;
-    for (size_t i = 0; i < nnodes && n < (size_t)job->nmax; i++)
-        if (sched_node_fits(job, &nodes[order[i]]))
-            take[n++] = order[i];
-    free(sorted);
-    /* group rank 0 (MASTER_PORT): the first node by name with a free port; the others keep
-     * their order */
+    /* group rank 0 (MASTER_PORT): the first fitting node by name with a free port (any of
+     * them, not only of the first MAX); then the others in name order */
     int port = 0;
-    size_t r0 = 0;
+    size_t r0 = nnodes;
     for (int avoid = 0; avoid < 2 && !port; avoid++)
-        for (r0 = 0; r0 < n && !(port = sched_port_on(&nodes[take[r0]], avoid)); r0++)
-            ;
+        for (size_t i = 0; i < nnodes && !port; i++)
+            if (sched_node_fits(job, &nodes[order[i]]) &&
+                (port = sched_port_on(&nodes[order[i]], avoid)) != 0)
+                r0 = order[i];
     if (!port) {
-        free(take);
+        free(sorted);
         return DDP_EUNAVAIL;
     }
-    size_t first = take[r0];
-    memmove(take + 1, take, r0 * sizeof(*take));
-    take[0] = first;
+    size_t *take = xcalloc(nnodes + 1, sizeof(*take));
+    size_t n = 0;
+    take[n++] = r0;
+    for (size_t i = 0; i < nnodes && n < (size_t)job->nmax; i++)
+        if (order[i] != r0 && sched_node_fits(job, &nodes[order[i]]))
+            take[n++] = order[i];
+    free(sorted);
     memcpy(out->idx, take, n * sizeof(*take));
     out->n = n;
     out->master_port = port;

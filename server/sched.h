@@ -55,8 +55,9 @@ struct sched_placement {
 size_t *sched_by_name(const struct sched_node *nodes, size_t nnodes);
 
 /* Places job on up to nmax of the nodes that fit it (sched_node_fits), taken in name order
- * (by_name from sched_by_name(), or NULL: sorted here). Group rank 0 is the first of them
- * with a free master port (sched_pick_port(); its avoid_port only when no node has another).
+ * (by_name from sched_by_name(), or NULL: sorted here), except that group rank 0 is the
+ * first fitting node by name with a free master port (sched_pick_port(); its avoid_port only
+ * when no fitting node has another), the others following in name order.
  * Returns 0 with *out filled (out->idx must point at the caller's buffer), or DDP_EUNAVAIL
  * when fewer than nmin nodes fit or none of them has a free port (then *out is unchanged
  * except its buffer). O(nnodes) with by_name. */

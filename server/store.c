@@ -21,6 +21,7 @@
 #include "common/buf.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "common/utf8.h"
 #include "common/xalloc.h"
 #include "server/embed.h"
 #include "server/store_internal.h"
@@ -683,10 +684,18 @@ static int store_query(struct store *st, int which, int64_t job, int64_t after, 
 
 static json_t *store_event_row(struct store *st, int s)
 {
-    return json_pack("{s:I, s:o, s:I, s:s, s:s}", "seq", (json_int_t)q_col_int(st, s, 0), "time",
-                     store_time_json(q_col_int(st, s, 1)), "generation",
-                     (json_int_t)q_col_int(st, s, 2), "state", q_col_text(st, s, 3), "reason",
-                     q_col_text(st, s, 4));
+    /* a reason stored before reasons were kept well-formed (coord_commit) may end inside a
+     * character: repaired here, or jansson would refuse the row and the event would vanish */
+    const char *why = q_col_text(st, s, 4);
+    char *reason = xstrdup(why ? why : "");
+    utf8_repair(reason);
+    const char *state = q_col_text(st, s, 3);
+    json_t *o =
+        json_pack("{s:I, s:o, s:I, s:s, s:s}", "seq", (json_int_t)q_col_int(st, s, 0), "time",
+                  store_time_json(q_col_int(st, s, 1)), "generation",
+                  (json_int_t)q_col_int(st, s, 2), "state", state ? state : "", "reason", reason);
+    free(reason);
+    return o;
 }
 
 static json_t *store_metric_row(struct store *st, int s)

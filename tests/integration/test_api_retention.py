@@ -257,6 +257,12 @@ def test_ctl_delete_and_download():
             assert f.read() == "keep me\n"
         with gzip.open(out, "rt") as f:
             assert f.read() == "one\ntwo\nthree\n"
+        # the mode a file any program makes: 0666 less the umask
+        os.unlink(out)
+        p = subprocess.run(["sh", "-c", 'umask 077 && exec "$0" "$@"', CTL, "logs", a,
+                            "--download", out], capture_output=True, env=ctl_env(c), timeout=60)
+        assert p.returncode == 0, p
+        assert os.stat(out).st_mode & 0o777 == 0o600, oct(os.stat(out).st_mode)
         r = ctl(c, "logs", a, "--download", out, "-f")
         assert r.rc == 2 and "usage: ddpctl logs" in r.err, r
         r = ctl(c, "logs", "j-999", "--download", os.path.join(c.tmp, "none.gz"))

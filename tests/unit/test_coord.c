@@ -2296,6 +2296,28 @@ static void test_coord_reason_cut_inside_a_character(void **state)
     expect_state(f, id, "FAILED",
                  "\xe2\x82\xac?"
                  "?'");
+    /* a store written before reasons were kept well-formed: its job and its events still
+     * serve once loaded (the cut bytes become '?') */
+    coord_close(f->c);
+    f->c = NULL;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "UPDATE jobs SET reason = 'old \xe2\x82', end_reason = 'old "
+                                  "\xe2\x82'; UPDATE events SET reason = 'old \xe2\x82'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(coord_open(f->db, &f->opts, f->now, &f->c, NULL), 0);
+    expect_state(f, id, "FAILED",
+                 "old ?"
+                 "?");
+    expect_event(f, id, "FAILED",
+                 "old ?"
+                 "?");
+    expect_event(f, id, "RUNNING",
+                 "old ?"
+                 "?");
 }
 
 /* coord_stats(): live jobs only (a cancelled one leaves), the numbers of the last metrics

@@ -120,6 +120,11 @@ static void test_sched_port_range_exhausted(void **state)
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 0);
     assert_int_equal(p.master_port, 29500);
+    /* one node wanted: the first by name with a port, not the first by name */
+    struct sched_job j1 = {1, 1, 1, 0};
+    assert_int_equal(sched_place(&j1, two, 2, NULL, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(idx[0], 1);
     /* the order given once per pass gives the same */
     size_t *by = sched_by_name(two, 2);
     assert_int_equal(by[0], 0);
