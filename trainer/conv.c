@@ -79,6 +79,8 @@ static void im2col(const struct conv2d *c, const float *x, float *col)
                         /* columns lo..hi-1 read in[oj - pad + kj]: one copy, zeros around */
                         int lo = c->pad - kj > 0 ? c->pad - kj : 0;
                         int hi = c->w + c->pad - kj < c->ow ? c->w + c->pad - kj : c->ow;
+                        if (lo > c->ow) /* padding wider than the output: all zeros */
+                            lo = c->ow;
                         if (hi < lo)
                             hi = lo;
                         memset(out, 0, (size_t)lo * sizeof(float));

@@ -186,6 +186,9 @@ static void test_layers_conv_finite_diff(void **state)
         conv_check_fd(impl[i], 2, 3, 7, 6, 4, 3, 2, 1);
         conv_check_fd(impl[i], 2, 2, 6, 6, 3, 5, 1, 2);
         conv_check_fd(impl[i], 1, 1, 5, 5, 2, 1, 1, 0);
+        /* a kernel larger than twice the map: padding wider than the output */
+        conv_check_fd(impl[i], 1, 1, 2, 2, 2, 7, 1, 3);
+        conv_check_fd(impl[i], 2, 2, 1, 1, 2, 5, 1, 2);
     }
 }
 
