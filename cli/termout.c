@@ -25,8 +25,12 @@ FILE *cli_term;
  * next byte decides whether the pair is a control to escape. */
 struct termout {
     FILE *out;
-    int held; /* a 0xc2 ended the last write */
+    int held;  /* a 0xc2 ended the last write */
+    int owned; /* allocated by cli_term_wrap (freed at close); else one of term_std */
 };
+
+/* stdout's and stderr's: they live until the process ends, never closed */
+static struct termout term_std[2];
 
 static int termout_put(FILE *out, const char *buf, size_t size)
 {
@@ -76,29 +80,40 @@ static int termout_close(void *cookie)
         rc = -1;
     if (fflush(t->out) != 0)
         rc = -1;
-    free(t);
+    if (t->owned)
+        free(t);
     return rc;
+}
+
+static FILE *term_wrap_in(FILE *out, struct termout *t)
+{
+    t->out = out;
+    cookie_io_functions_t io = {.write = termout_write, .close = termout_close};
+    FILE *f = fopencookie(t, "w", io);
+    if (!f)
+        return NULL;
+    setvbuf(f, NULL, _IOLBF, 0);
+    return f;
 }
 
 FILE *cli_term_wrap(FILE *out)
 {
     struct termout *t = xcalloc(1, sizeof(*t));
-    t->out = out;
-    cookie_io_functions_t io = {.write = termout_write, .close = termout_close};
-    FILE *f = fopencookie(t, "w", io);
+    t->owned = 1;
+    FILE *f = term_wrap_in(out, t);
     if (!f) {
         free(t);
         return out; /* unprotected rather than silent */
     }
-    setvbuf(f, NULL, _IOLBF, 0);
     return f;
 }
 
 void cli_term_protect(void)
 {
     cli_term = stdout;
-    if (isatty(STDOUT_FILENO))
-        stdout = cli_term_wrap(stdout);
-    if (isatty(STDERR_FILENO))
-        stderr = cli_term_wrap(stderr);
+    FILE *f;
+    if (isatty(STDOUT_FILENO) && (f = term_wrap_in(stdout, &term_std[0])) != NULL)
+        stdout = f;
+    if (isatty(STDERR_FILENO) && (f = term_wrap_in(stderr, &term_std[1])) != NULL)
+        stderr = f;
 }
