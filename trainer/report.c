@@ -45,6 +45,15 @@ static const char *jnum(char *b, size_t n, double v, int prec)
     return b;
 }
 
+/* A learning rate as a JSON number: six significant digits (it spans decades). */
+static const char *jlr(char *b, size_t n, double v)
+{
+    if (!isfinite(v))
+        return jnum(b, n, v, 0);
+    snprintf(b, n, "%.6g", v);
+    return b;
+}
+
 void report_classifier(const struct report_at *at, const struct report_run *run, double loss,
                        double test_acc, double samples_per_s, double secs)
 {
@@ -55,14 +64,14 @@ void report_classifier(const struct report_at *at, const struct report_run *run,
     fflush(stdout);
     if (run->metrics_fd < 0)
         return;
-    char line[512], l[32], a[32], sp[32];
+    char line[512], l[32], a[32], sp[32], lr[32];
     snprintf(line, sizeof(line),
              "{\"epoch\": %u, \"epochs\": %d, \"loss\": %s, \"test_acc\": %s, "
-             "\"samples_per_s\": %s, \"world_size\": %d, \"generation\": %d, "
+             "\"samples_per_s\": %s, \"lr\": %s, \"world_size\": %d, \"generation\": %d, "
              "\"time_s\": %.3f}\n",
              at->epoch + 1, run->epochs, jnum(l, sizeof(l), loss, 4),
              jnum(a, sizeof(a), test_acc, 4), jnum(sp, sizeof(sp), samples_per_s, 1),
-             run->world_size, run->generation, secs);
+             jlr(lr, sizeof(lr), run->lr), run->world_size, run->generation, secs);
     write_metrics(run->metrics_fd, line);
 }
 
@@ -74,9 +83,9 @@ void report_language(const struct report_at *at, const struct report_run *run, d
     char th[48];
     train_format_thousands(tokens_per_s, th, sizeof(th));
     printf("epoch %u/%d | step %llu | loss %.4f | val loss %.4f nats/byte | ppl %.3f | "
-           "next-byte acc %.4f | %s tokens/s\n",
+           "next-byte acc %.4f | %s tokens/s | lr %.3g\n",
            at->epoch + 1, run->epochs, (unsigned long long)run->global_step, loss, val_loss, ppl,
-           next_byte_acc, th);
+           next_byte_acc, th, run->lr);
     fflush(stdout);
     if (run->metrics_fd < 0)
         return;
@@ -86,16 +95,16 @@ void report_language(const struct report_at *at, const struct report_run *run, d
     else
         snprintf(where, sizeof(where), "\"epoch\": %u, \"step\": %zu, \"steps\": %zu", at->epoch,
                  at->step, at->steps);
-    char l[32], vl[32], pp[32], nb[32], tp[32], sp[32];
+    char l[32], vl[32], pp[32], nb[32], tp[32], sp[32], lr[32];
     snprintf(line, sizeof(line),
              "{%s, \"epochs\": %d, \"epoch_progress\": %.4f, \"global_step\": %llu, "
              "\"loss\": %s, \"val_loss\": %s, \"perplexity\": %s, "
              "\"next_byte_acc\": %s, \"tokens_per_s\": %s, \"samples_per_s\": %s, "
-             "\"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
+             "\"lr\": %s, \"world_size\": %d, \"generation\": %d, \"time_s\": %.3f}\n",
              where, run->epochs, at->progress, (unsigned long long)run->global_step,
              jnum(l, sizeof(l), loss, 4), jnum(vl, sizeof(vl), val_loss, 4),
              jnum(pp, sizeof(pp), ppl, 4), jnum(nb, sizeof(nb), next_byte_acc, 4),
              jnum(tp, sizeof(tp), tokens_per_s, 1), jnum(sp, sizeof(sp), samples_per_s, 1),
-             run->world_size, run->generation, secs);
+             jlr(lr, sizeof(lr), run->lr), run->world_size, run->generation, secs);
     write_metrics(run->metrics_fd, line);
 }

@@ -24,6 +24,7 @@ struct report_at {
 struct report_run {
     int epochs, world_size, generation, metrics_fd;
     uint64_t global_step;
+    double lr; /* of the last step taken */
 };
 
 /* A classifier's epoch: mean training loss, test accuracy, samples/s and the seconds spent

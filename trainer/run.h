@@ -62,7 +62,8 @@ struct run {
     char *trace_out, *dump_out; /* what this rank writes (trainer/outpath.h), NULL none */
     struct rng rng;
     char ckpt_dir[1024];
-    double lr; /* the base lr, scaled by the world size under --lr-scale linear */
+    double lr;      /* the base lr, scaled by the world size under --lr-scale linear */
+    double lr_last; /* the lr of the last step taken (reports carry it) */
     struct sampler smp;
     int sampler_ok;
     float *xb; /* one batch, gathered from the sampler's indices */

@@ -536,9 +536,14 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
         }
         size_t n =
             r->smp.num_samples - start < o->batch_size ? r->smp.num_samples - start : o->batch_size;
+        /* The schedule's position s: the step of this world's epochs (epoch x steps per epoch
+         * + k), not the step counter, which a resume at another world size (or batch size)
+         * carries over in steps of the old one; with --max-steps, the steps taken. */
+        uint64_t s = o->max_steps > 0 ? r->step : (uint64_t)epoch * nsteps + k;
         if (sched == TRAIN_LR_WARMUP_COSINE)
-            lr = (float)train_lr_at_step(r->lr, r->step, (uint64_t)o->warmup_steps, r->total_steps);
+            lr = (float)train_lr_at_step(r->lr, s, (uint64_t)o->warmup_steps, r->total_steps);
         int64_t t0 = time_mono_ns();
+        r->lr_last = lr;
         int code = train_step(r, start, n, lr, &sums->loss_sum, err);
         if (code)
             return code;
@@ -615,7 +620,8 @@ static struct report_run report_run_of(const struct run *r)
                                .world_size = r->g->world_size,
                                .generation = r->g->env.generation,
                                .metrics_fd = r->g->env.metrics_fd,
-                               .global_step = r->step};
+                               .global_step = r->step,
+                               .lr = r->lr_last};
 }
 
 /* Step 4, a report (the epoch's end; for a language model also every --eval-every steps):

@@ -11,6 +11,7 @@ spec or a corpus too short, naming the flag or the file.
 """
 import json
 import os
+import re
 import random
 import shutil
 import subprocess
@@ -75,6 +76,21 @@ def resume(c, work):
     c.check("the second run resumed after epoch 1", "resuming after epoch 1" in errs[0])
     c.check("resumed == straight, bit for bit (AdamW state restored)",
             read_floats(work + "/resumed.bin") == read_floats(work + "/straight.bin"))
+    # resumed at another world size (2 -> 4 ranks: half the steps per epoch): the schedule
+    # goes on where the epochs are, not at the old world's step count (which put the cosine
+    # past its end: lr 0, AdamW standing still for the whole second epoch)
+    grown = work + "/grown"
+    with Ranks(work, 2, args + ["--epochs", "2", "--kill-after-epoch", "1"],
+               ckpt_dirs=[grown], tag="grown-first") as rk:
+        rk.wait(120)
+    outs, errs = run_ok(work, 4, args + ["--epochs", "2", "--eval-every", "3"],
+                        ckpt_dirs=[grown], tag="grown")
+    c.check("the grown run resumed after epoch 1", "resuming after epoch 1" in errs[0],
+            errs[0][-600:])
+    lrs = [float(m) for m in re.findall(r"^epoch 2/2 .*\| lr (\S+)$", outs[0], re.M)]
+    c.check("at 4 ranks the second epoch trains with lr > 0, falling (%s)" % lrs,
+            len(lrs) >= 2 and all(x > 0 for x in lrs) and lrs == sorted(lrs, reverse=True),
+            outs[0][-800:])
     _, errs = run_ok(work, 1, common(work, "sgd") + ["--batch-size", "16", "--epochs", "1"],
                      ckpt_dirs=[straight], tag="sgd")
     c.check("an SGD run skips the AdamW checkpoints naming both",
