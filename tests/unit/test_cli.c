@@ -196,13 +196,9 @@ static void test_cli_term_filter_across_writes(void **state)
     assert_non_null(mem);
     FILE *f = cli_term_wrap(mem);
     assert_ptr_not_equal(f, mem);
-    const char *parts[] = {"a\xc2",
-                           "\x9b"
-                           "2J b\xc2",
-                           "\xc2",
-                           "\x9b",
-                           "\x1b",
-                           "[H \xc2",
+    const char *parts[] = {"a\xc2", "\x9b\x32J b\xc2", /* \x32: '2' */
+                           "\xc2",  "\x9b",
+                           "\x1b",  "[H \xc2",
                            "x\n"};
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
         assert_true(fputs(parts[i], f) >= 0);
