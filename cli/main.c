@@ -523,6 +523,7 @@ int main(int argc, char **argv)
     struct cli cli = {0};
     int rc = CLI_OK;
     const struct cli_cmd *cmd = NULL;
+    int out_errno = 0;
 
     log_init("ddpctl", LOG_INFO); /* tokenfile.h warns of a token file others may read */
     cli_term_protect();
@@ -595,7 +596,7 @@ int main(int argc, char **argv)
 out:
     /* What a script reads from stdout (a job id of submit --parsable) that did not reach it
      * is a failure, not a success with nothing said. */
-    int out_errno = fflush(stdout) != 0 ? errno : 0;
+    out_errno = fflush(stdout) != 0 ? errno : 0;
     if ((out_errno || ferror(stdout)) && rc == CLI_OK) {
         fprintf(stderr, "ddpctl: cannot write the output: %s\n",
                 strerror(out_errno ? out_errno : EIO));
