@@ -553,6 +553,10 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
             raise(ddp_notice_signal());
         int at_max = o->max_steps > 0 && r->step >= (uint64_t)o->max_steps;
         int last = k + 1 == nsteps;
+        /* --max-steps on the epoch's last step: the epoch's own report and checkpoint follow
+         * (train_epochs), as without the flag */
+        if (at_max && last)
+            break;
         if (r->mi->ops->evaluate &&
             (at_max || (!last && o->eval_every > 0 && r->step % (uint64_t)o->eval_every == 0))) {
             struct report_at at = {.epoch = epoch,
@@ -709,6 +713,8 @@ static int train_epochs(struct run *r, struct ddp_err *err)
             return code;
         if ((code = run_save_checkpoint(r, epoch + 1, 0, err)) != 0)
             return code;
+        if (o->max_steps > 0 && r->step >= (uint64_t)o->max_steps)
+            return DDP_EXIT_OK; /* --max-steps reached on the epoch's last step */
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
         if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
             return code;

@@ -147,6 +147,14 @@ def bad_input(c, work):
         c.check("one rank cannot write its --dump-params: every rank exits 2 (%s)" % codes,
                 codes == [2, 2] and "d1" in rk.err(1) and "another rank" in rk.err(0),
                 rk.logs())
+    # --max-steps on an epoch's last step (64 samples / 32 = 2 steps an epoch): that epoch's
+    # report and checkpoint, as without the flag, and no step more
+    ck = os.path.join(work, "maxck")
+    code, out, err = single(small + ["--epochs", "3", "--max-steps", "2", "--batch-size", "32",
+                                     "--checkpoint-dir", ck])
+    c.check("--max-steps at an epoch's end: its report and checkpoint (%d)" % code,
+            code == 0 and "epoch 1/3" in out and "epoch 2/3" not in out and
+            os.path.exists(os.path.join(ck, "ckpt-000001.bin")), out + err[-400:])
     code, _, err = single(small + ["--epochs", "3", "--max-steps", "3", "--notice-at-step", "3"])
     c.check("a notice at --max-steps: the run is done, exit 0 (%d)" % code, code == 0,
             err[-400:])
@@ -186,7 +194,7 @@ def outputs(c, work):
     c.check("epoch lines in the documented form (%s)" % lines[:1],
             len(lines) == 3 and all(pat.match(l) for l in lines))
     objs = [json.loads(l) for l in metrics.splitlines()]
-    keys = {"epoch", "epochs", "loss", "test_acc", "samples_per_s", "world_size",
+    keys = {"epoch", "epochs", "loss", "test_acc", "samples_per_s", "lr", "world_size",
             "generation", "time_s"}
     c.check("3 metrics lines with the documented keys",
             len(objs) == 3 and all(set(o) == keys for o in objs) and
