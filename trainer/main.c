@@ -319,12 +319,16 @@ int main(int argc, char **argv)
         }
         if (apply(&o, name, val, &err) != 0)
             return usage_error(err.msg);
-        static const char *const checked[] = {"--clip-grad-norm", "--eval-every", "--generate",
-                                              "--betas",          "--eps",        "--momentum",
-                                              "--warmup-steps"};
-        for (size_t k = 0; k < sizeof(checked) / sizeof(checked[0]); k++)
-            if (strcmp(name, checked[k]) == 0 && o.ngiven < 8)
+        static const char *const checked[TRAIN_GIVEN_MAX] = {
+            "--clip-grad-norm", "--eval-every",   "--generate",        "--betas",        "--eps",
+            "--momentum",       "--warmup-steps", "--min-unit-params", "--bucket-cap-mb"};
+        for (size_t k = 0; k < TRAIN_GIVEN_MAX && checked[k]; k++) {
+            int seen = 0; /* each flag once, however often given */
+            for (int g = 0; g < o.ngiven; g++)
+                seen |= o.given[g] == checked[k];
+            if (strcmp(name, checked[k]) == 0 && !seen)
                 o.given[o.ngiven++] = checked[k];
+        }
     }
     return train_run(&o);
 }

@@ -502,10 +502,17 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!saved)
         return DDP_EXIT_CHECKPOINT;
-    err_set(err, DDP_EINTERNAL,
-            "preempted: checkpoint at step %llu (epoch %u, position %u of the epoch); resume "
-            "continues there",
-            (unsigned long long)r->step, epoch + 1, pos);
+    if (!r->ckpt_dir[0])
+        err_set(err, DDP_EINTERNAL,
+                "preempted at step %llu (epoch %u, position %u of the epoch): no checkpoint "
+                "folder here (--checkpoint-dir is empty), so a restart resumes only from what "
+                "other nodes saved, or begins anew",
+                (unsigned long long)r->step, epoch + 1, pos);
+    else
+        err_set(err, DDP_EINTERNAL,
+                "preempted: checkpoint at step %llu (epoch %u, position %u of the epoch); resume "
+                "continues there",
+                (unsigned long long)r->step, epoch + 1, pos);
     return DDP_EXIT_PREEMPTED;
 }
 

@@ -14,6 +14,9 @@
 #include "trainer/model_cnn.h"
 #include "trainer/model_gpt.h"
 
+/* The flags train_opts_check_given() refuses where the run would ignore them, at most. */
+#define TRAIN_GIVEN_MAX 12
+
 struct train_opts {
     int widths[MODEL_MAX_LAYERS + 1];
     int nwidths;
@@ -39,7 +42,8 @@ struct train_opts {
     double dropout;           /* --dropout: p of every dropout site of a gpt (0: none) */
     enum conv_impl conv;      /* --conv: a cnn's convolutions (trainer/conv_dnnl.h) */
     int conv_given;           /* --conv was on the command line */
-    const char *given[8];     /* the flags of train_opts_check_given() that were given */
+    const char *given[TRAIN_GIVEN_MAX]; /* the flags train_opts_check_given() checks that
+                                         * were given, each once */
     int ngiven;
     int no_shuffle;         /* --shuffle off: every epoch in the data's order */
     int sharding;           /* TRAIN_SHARD_*: --sharding */

@@ -71,6 +71,8 @@ double train_lr_at_step(double base, uint64_t step, uint64_t warmup, uint64_t to
 int train_opts_check_given(const struct train_opts *o, struct ddp_err *err)
 {
     int warmup_cosine = o->lr_schedule >= 0 ? o->lr_schedule == TRAIN_LR_WARMUP_COSINE : o->is_gpt;
+    int by_units = o->sharding == TRAIN_SHARD_GRAD || o->sharding == TRAIN_SHARD_FULL ||
+                   o->sharding == TRAIN_SHARD_HYBRID;
     for (int i = 0; i < o->ngiven; i++) {
         const char *f = o->given[i];
         const char *why = NULL;
@@ -83,6 +85,10 @@ int train_opts_check_given(const struct train_opts *o, struct ddp_err *err)
             why = "AdamW has no momentum flag (its betas: --betas)";
         else if (!warmup_cosine && strcmp(f, "--warmup-steps") == 0)
             why = "only --lr-schedule warmup-cosine (a gpt's default) uses it";
+        else if (!by_units && strcmp(f, "--min-unit-params") == 0)
+            why = "only --sharding grad, full or hybrid (units) uses it";
+        else if (by_units && strcmp(f, "--bucket-cap-mb") == 0)
+            why = "--sharding grad, full and hybrid reduce-scatter each unit, in no buckets";
         if (why)
             return err_set(err, DDP_EINVAL, "%s: %s, and this run (--model %s, %s) would ignore it",
                            f, why, o->model_spec, o->adamw ? "adamw" : "sgd");

@@ -80,10 +80,13 @@ def run_ours(worker, model, w, text, work, trace=None, overlap=True, sharding="n
         if not overlap:
             extra.append("--no-overlap")
         out = open(os.path.join(work, "out%d" % r), "w")
+        # buckets only where the gradients are all-reduced: sharding by units (grad, full,
+        # hybrid) reduce-scatters each unit, and ddp-worker refuses the flag there
+        buckets = ["--bucket-cap-mb", "25"] if sharding in ("none", "optimizer") else []
         procs.append(subprocess.Popen(
             [worker, "--model", model, "--backend", "cpu", "--checkpoint-dir", "",
-             "--bucket-cap-mb", "25", "--sharding", sharding] + args + extra, stdout=out, stderr=subprocess.STDOUT,
-            env=env))
+             "--sharding", sharding] + buckets + args + extra, stdout=out,
+            stderr=subprocess.STDOUT, env=env))
         out.close()
     rss = []
     deadline = time.monotonic() + 900

@@ -128,6 +128,14 @@ def bad_input(c, work):
     code, _, err = single(["--model", "cnn:c4k3-p2-f10", "--data", "idx:%s,%s" % (wide, wlab)])
     c.check("IDX images of 784 pixels but 14x56 for the CNN: exit 2 naming both (%d)" % code,
             code == 2 and "--model" in err and "28x28" in err and "14x56" in err, err[-400:])
+    # flags the run would ignore: exit 2 naming them, however many flags came before
+    for args, flag in ((small + ["--min-unit-params", "100000"], "--min-unit-params"),
+                       (small + ["--sharding", "full", "--bucket-cap-mb", "1"], "--bucket-cap-mb"),
+                       (["--model", "gpt:1-1-8-8", "--data", "fortunes", "--optimizer", "adamw"] +
+                        ["--eps", "1e-8"] * 9 + ["--momentum", "0.5"], "--momentum")):
+        code, _, err = single(args)
+        c.check("%s where the run ignores it: exit 2 naming it (%d)" % (flag, code),
+                code == 2 and flag in err and "would ignore it" in err, err[-400:])
     code, _, err = single(["--data", "idx:a,b,c,d,e"])
     c.check("idx: with five files: exit 2 naming --data (%d)" % code,
             code == 2 and "idx:a,b,c,d,e" in err, err[-400:])
@@ -155,6 +163,11 @@ def bad_input(c, work):
     c.check("--max-steps at an epoch's end: its report and checkpoint (%d)" % code,
             code == 0 and "epoch 1/3" in out and "epoch 2/3" not in out and
             os.path.exists(os.path.join(ck, "ckpt-000001.bin")), out + err[-400:])
+    code, _, err = single(["--model", "mlp:8-4", "--data", "synthetic:640:8:4", "--epochs", "1",
+                           "--notice-at-step", "2", "--checkpoint-dir", ""])
+    c.check("a notice without a checkpoint folder: exit 10 not promising a resume (%d)" % code,
+            code == 10 and "no checkpoint folder here" in err and "resume continues" not in err,
+            err[-400:])
     code, _, err = single(small + ["--epochs", "3", "--max-steps", "3", "--notice-at-step", "3"])
     c.check("a notice at --max-steps: the run is done, exit 0 (%d)" % code, code == 0,
             err[-400:])
