@@ -7,6 +7,7 @@
  */
 #include "trainer/pool.h"
 
+#include <math.h>
 #include <string.h>
 
 int pool2d_init(struct pool2d *p, int c, int h, int w, int m, struct ddp_err *err)
@@ -49,7 +50,7 @@ void pool2d_forward(const struct pool2d *p, const float *x, size_t n, float *y, 
                 for (int a = 0; a < p->m; a++)
                     for (int b = 0; b < p->m; b++) {
                         int idx = (oi * p->m + a) * p->w + oj * p->m + b;
-                        if (xp[idx] > xp[best])
+                        if (xp[idx] > xp[best] || isnan(xp[idx])) /* NaN wins, as torch's */
                             best = idx;
                     }
                 yp[oi * p->ow + oj] = xp[best];

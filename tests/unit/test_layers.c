@@ -231,6 +231,13 @@ static void test_layers_pool_finite_diff(void **state)
     /* A step well below the gaps between random inputs keeps every window's maximum. */
     numeric_grad(pool_loss, &k, k.x, nx, 1e-4f, gx);
     torchref_check_close("pool dx vs finite differences", dx, gx, nx, 1e-2);
+    /* a NaN in a window is its maximum, as torch's max_pool2d has it (a diverged run's NaN is
+     * not hidden), wherever it stands in the window */
+    k.x[1] = NAN;
+    k.x[8] = NAN; /* row 1, column 0: window (0, 0) */
+    pool2d_forward(&k.p, k.x, k.n, k.y, k.arg);
+    assert_true(isnan(k.y[0]));
+    assert_false(isnan(k.y[1]));
     free(dx);
     free(gx);
     free(k.x);
