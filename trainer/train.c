@@ -586,8 +586,9 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
 }
 
 /* A language model's validation: this rank's windows of the held-out set in batches of the
- * training batch, their summed loss and next-byte hits. Sharded by units, each batch's
- * forward gathers the units as training does, so every rank runs as many batches as the
+ * training batch, their summed loss and next-byte hits. With parameters sharded (full,
+ * hybrid), each batch's forward gathers the units as training does, so every rank runs as
+ * many batches as the
  * largest slice needs (slices differ by one window at most): a rank past its windows
  * shadows the others' gathers with a forward it discards, as torch's Join does for uneven
  * inputs. */
@@ -596,7 +597,9 @@ static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct d
     const struct dataset *t = &r->test;
     size_t b = r->o->batch_size;
     size_t w = (size_t)r->g->world_size;
-    size_t most = r->sh.fsdp ? (t->n + w - 1) / w : r->test_hi - r->test_lo;
+    int gathers = r->sh.fsdp && (r->o->sharding == TRAIN_SHARD_FULL ||
+                                 r->o->sharding == TRAIN_SHARD_HYBRID); /* grad: none */
+    size_t most = gathers ? (t->n + w - 1) / w : r->test_hi - r->test_lo;
     size_t nb = (most + b - 1) / b;
     *loss_sum = 0.0;
     *hits = 0;
