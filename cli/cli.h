@@ -152,7 +152,8 @@ extern FILE *cli_term;
  * (cli/termout.c). Called once, first thing in main. */
 void cli_term_protect(void);
 /* A stream that writes to out what cli_term_protect() lets through (out itself when no stream
- * can be made); fclose() it to flush. For cli_term_protect() and the tests. */
+ * can be made); fclose() it to flush and free it. For the tests (cli_term_protect() keeps
+ * the state of stdout's and stderr's in static storage). */
 FILE *cli_term_wrap(FILE *out);
 
 /* Percent-encodes s for a URL path segment or query value; caller frees. */

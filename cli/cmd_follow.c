@@ -108,8 +108,9 @@ static size_t logs_print_page(struct cli *cli, struct logs_state *st, const json
 
 /* GET /v1/jobs/{id}/logs:download into file path ("-": stdout). A file is written into a
  * temporary of its own beside path (fs_atomic_open: a new name, never a link followed; mode
- * 0666 less the umask, as a file any program makes) and renamed over path only once the whole answer is in and synced, so a failed
- * download leaves no partial file and touches no file but path. */
+ * 0666 less the umask, as a file any program makes) and renamed over path only once the
+ * whole answer is in and synced, so a failed download leaves no partial file and touches no
+ * file but path. */
 static int logs_download(struct cli *cli, const char *id, const char *path)
 {
     struct ddp_err err;

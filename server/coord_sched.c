@@ -456,20 +456,25 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                 continue;
             want_gpus = nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus);
             int slots = k->sn[n].free_slots, gpus = k->sn[n].free_gpus, non = 0, ok = 0;
-            for (int i = 0; i < nv && !ok; i++) {
-                struct job *x = v[i];
-                int shrink = x->st.npl > x->spec.nmin;
-                int room = shrink ? x->st.npl - x->spec.nmin : x->st.npl;
-                if ((phase == 0 && !shrink) || took[i] >= room || !coord_job_on_node(x, (int)n))
-                    continue;
-                slots += x->spec.nproc;
-                gpus += coord_entry_gpus(x, &k->sn[n]);
-                on[non++] = i;
-                ok = slots >= nproc && gpus >= want_gpus;
-            }
+            /* victims already stopped for another node first: their slots here cost no
+             * job more (within their room); then new ones */
+            for (int again = 1; again >= 0 && !ok; again--)
+                for (int i = 0; i < nv && !ok; i++) {
+                    struct job *x = v[i];
+                    int shrink = x->st.npl > x->spec.nmin;
+                    int room = shrink ? x->st.npl - x->spec.nmin : x->st.npl;
+                    if (picked[i] != again || (!again && phase == 0 && !shrink) ||
+                        took[i] >= room || !coord_job_on_node(x, (int)n))
+                        continue;
+                    slots += x->spec.nproc;
+                    gpus += coord_entry_gpus(x, &k->sn[n]);
+                    on[non++] = i;
+                    ok = slots >= nproc && gpus >= want_gpus;
+                }
             if (!ok)
                 continue;
-            for (int t = non - 2; t >= 0; t--) { /* the last one taken is needed */
+            /* the last one taken is needed; new ones (taken last) are given back first */
+            for (int t = non - 2; t >= 0; t--) {
                 struct job *x = v[on[t]];
                 int g = coord_entry_gpus(x, &k->sn[n]);
                 if (slots - x->spec.nproc >= nproc && gpus - g >= want_gpus) {

@@ -1056,6 +1056,23 @@ static void test_coord_preemption_takes_the_fewest(void **state)
     expect_state(f, a, "RUNNING", NULL);
 }
 
+/* Across nodes too: x, stopped to free node-a, frees its slots on node-b as well, so y, the
+ * lower job there, keeps running. */
+static void test_coord_preemption_reuses_a_victim_across_nodes(void **state)
+{
+    struct fx *f = *state;
+    reg(f, "node-a", 4, "inc-1");
+    reg(f, "node-b", 8, "inc-1");
+    int64_t x = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"nnodes\":\"2\","
+                          "\"priority\":1}");
+    int64_t y = submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4}");
+    expect_state(f, x, "RUNNING", "on 2 nodes");
+    expect_state(f, y, "RUNNING", NULL);
+    submit(f, "{\"command\":[\"w\"],\"nproc_per_node\":4,\"nnodes\":\"2\",\"priority\":10}");
+    expect_state(f, x, "RESTARTING", "preempted for j-3 (priority 10 > 1): stops");
+    expect_state(f, y, "RUNNING", NULL);
+}
+
 static void test_coord_preemption_room_spent_on_nodes_that_fit(void **state)
 {
     struct fx *f = *state;
@@ -2400,6 +2417,7 @@ int main(void)
         T(test_coord_preemption_takes_every_victim_of_a_node),
         T(test_coord_preemption_takes_the_fewest),
         T(test_coord_preemption_room_spent_on_nodes_that_fit),
+        T(test_coord_preemption_reuses_a_victim_across_nodes),
         T(test_coord_preemption_stops_when_shrinking_is_not_enough),
         T(test_coord_list_pages),
         T(test_coord_group_commit_concurrent),
