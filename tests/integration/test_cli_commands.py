@@ -132,24 +132,22 @@ def test_cli_wait_timeout_holds_while_ddpd_is_away():
             w.kill()
         assert r.rc == 1 and "timed out after 3 s waiting for job %s" % job in r.err, r
         assert took < 8, "wait --timeout 3 took %.1f s" % took
+
+        def while_stopped(*args, timeout):
+            """ddpctl ARGS run to its end with ddpd stopped; (Run, seconds it took)."""
+            c.ddpd.send_signal(signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                return ctl(c, *args, timeout=timeout), time.monotonic() - t0
+            finally:
+                c.ddpd.send_signal(signal.SIGCONT)
+
         # ddpd stopped before the first call: that one is bounded by --timeout too
-        c.ddpd.send_signal(signal.SIGSTOP)
-        try:
-            t0 = time.monotonic()
-            r = ctl(c, "wait", job, "--timeout", "2", timeout=60)
-            took = time.monotonic() - t0
-        finally:
-            c.ddpd.send_signal(signal.SIGCONT)
+        r, took = while_stopped("wait", job, "--timeout", "2", timeout=60)
         assert r.rc == 1 and "timed out after 2 s waiting for job %s (ddpd did not answer" % job \
             in r.err, r
         assert took < 6, "wait --timeout 2 with ddpd stopped took %.1f s" % took
-        c.ddpd.send_signal(signal.SIGSTOP)
-        try:
-            t0 = time.monotonic()
-            r = ctl(c, "status", job, "j-98", "j-99", timeout=90)
-            took = time.monotonic() - t0
-        finally:
-            c.ddpd.send_signal(signal.SIGCONT)
+        r, took = while_stopped("status", job, "j-98", "j-99", timeout=90)
         assert r.rc == 1 and r.err.count("timed out") == 1 and \
             "3 of 3 jobs not shown" in r.err, r
         assert took < 30, "status of 3 jobs took %.1f s" % took
