@@ -5,9 +5,11 @@
  * "suspect then confirm" (a node accused by a rank's exit 6, or by any first failure, is
  * LOST unless it beats within the confirm window), and a failed commit of heartbeat data
  * (on a real SQLite file whose writes fail), which must cost a re-send and nothing else;
- * retention: deleting finished jobs, ids never reused, the --job-ttl sweep, the log as gzip.
+ * retention: deleting finished jobs, ids never reused, the --job-ttl sweep, the log as gzip;
+ * the scheduler's rules (priority, backoff, quotas, cordon and drain, preemption), and
+ * reasons kept well-formed UTF-8.
  *
- * Why one file of ~1,100 lines: one cmocka binary per module (docs/style.md), and every case
+ * Why one file of ~2,400 lines: one cmocka binary per module (docs/style.md), and every case
  * drives the same coordinator through the same clock and fixture helpers at the top.
  */
 #include <setjmp.h>
