@@ -516,6 +516,15 @@ static const struct cli_cmd cli_global_cmd = {
 /* --version: only before the command (it needs no server). */
 #define CLI_OPT_VERSION 1003
 
+/* The command called name, or NULL. */
+static const struct cli_cmd *cli_find_cmd(const char *name)
+{
+    for (size_t i = 0; i < CLI_NCMDS; i++)
+        if (strcmp(cli_cmds[i].name, name) == 0)
+            return &cli_cmds[i];
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -567,20 +576,16 @@ int main(int argc, char **argv)
             goto out;
         }
         if (optind + 1 < argc) {
-            for (size_t i = 0; i < CLI_NCMDS; i++)
-                if (strcmp(cli_cmds[i].name, argv[optind + 1]) == 0) {
-                    rc = cli_print_help(&cli_cmds[i]);
-                    goto out;
-                }
-            rc = cli_usage_error(&cli_global_cmd, "help: unknown command '%s'", argv[optind + 1]);
+            const struct cli_cmd *h = cli_find_cmd(argv[optind + 1]);
+            rc = h ? cli_print_help(h)
+                   : cli_usage_error(&cli_global_cmd, "help: unknown command '%s'",
+                                     argv[optind + 1]);
             goto out;
         }
         cli_print_global_help(stdout);
         goto out;
     }
-    for (size_t i = 0; i < CLI_NCMDS; i++)
-        if (strcmp(cli_cmds[i].name, name) == 0)
-            cmd = &cli_cmds[i];
+    cmd = cli_find_cmd(name);
     if (!cmd) {
         fprintf(stderr, "ddpctl: unknown command '%s'\n%s\n(commands:", name, cli_global_usage);
         for (size_t i = 0; i < CLI_NCMDS; i++)

@@ -37,33 +37,32 @@ size_t utf8_char_len(const unsigned char *p, size_t n)
     return len;
 }
 
-size_t utf8_repair(char *s)
+/* The bytes of s that belong to no well-formed character; each made '?' in fix, when fix
+ * is s (NULL: counted only). */
+static size_t utf8_scan(const char *s, char *fix)
 {
-    unsigned char *p = (unsigned char *)s;
-    size_t left = strlen(s), fixed = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s), bad = 0;
     while (left > 0) {
         size_t k = utf8_char_len(p, left);
         if (!k) {
-            *p = '?';
+            if (fix)
+                fix[(const char *)p - s] = '?';
             k = 1;
-            fixed++;
+            bad++;
         }
         p += k;
         left -= k;
     }
-    return fixed;
+    return bad;
+}
+
+size_t utf8_repair(char *s)
+{
+    return utf8_scan(s, s);
 }
 
 int utf8_valid(const char *s)
 {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t left = strlen(s);
-    while (left > 0) {
-        size_t k = utf8_char_len(p, left);
-        if (!k)
-            return 0;
-        p += k;
-        left -= k;
-    }
-    return 1;
+    return utf8_scan(s, NULL) == 0;
 }

@@ -356,10 +356,13 @@ static void coord_wait_set(struct job *j, const char *code, int pos, const char 
 }
 
 /* A job left waiting holds the nodes it fits (and its node_selector allows) from every job
- * of a lower priority. */
+ * of a lower priority, and from scale-ups: *pending_min_nproc, the fewest slots a waiting
+ * job wants on a node, drops to its nproc. */
 static void coord_hold_fitting(struct coord *c, const struct cand *k, const struct job *j,
-                               int *reserved)
+                               int *reserved, int *pending_min_nproc)
 {
+    if (j->spec.nproc < *pending_min_nproc)
+        *pending_min_nproc = j->spec.nproc;
     const json_t *sel = j->spec.node_selector;
     int selective = sel && json_object_size(sel) > 0;
     struct sched_job sj = coord_sched_job(j, j->spec.nmax);
@@ -378,15 +381,6 @@ static void coord_hold_for_preemptor(const struct job *j, int *reserved)
     for (int i = 0; i < j->nhold; i++)
         if (reserved[j->hold[i]] < j->spec.priority)
             reserved[j->hold[i]] = j->spec.priority;
-}
-
-/* Whether x's placement holds node n. */
-static int coord_job_on_node(const struct job *x, int n)
-{
-    for (int p = 0; p < x->st.npl; p++)
-        if (x->st.pl[p].node == n)
-            return 1;
-    return 0;
 }
 
 /* j makes room no more (it started, or its victims are gone): its hold ends. */
@@ -449,12 +443,11 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
     char *picked = xcalloc((size_t)nv + 1, 1);
     int *held = xcalloc(k->n + 1, sizeof(int)); /* the nodes made to fit, for j's hold */
     int gained = 0, nheld = 0;
-    int want_gpus = 0;
     for (int phase = 0; phase < 2 && gained < need; phase++) {
         for (size_t n = 0; n < k->n && gained < need; n++) {
             if (!eligible[n] || fits[n])
                 continue;
-            want_gpus = nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus);
+            int want_gpus = nproc * sched_gpus_per_proc(sj.gpus_per_proc, k->sn[n].gpus);
             int slots = k->sn[n].free_slots, gpus = k->sn[n].free_gpus, non = 0, ok = 0;
             /* victims already stopped for another node first: their slots here cost no
              * job more (within their room); then new ones */
@@ -464,7 +457,7 @@ static int coord_preempt_for(struct coord *c, struct job *j, const struct cand *
                     int shrink = x->st.npl > x->spec.nmin;
                     int room = shrink ? x->st.npl - x->spec.nmin : x->st.npl;
                     if (picked[i] != again || (!again && phase == 0 && !shrink) ||
-                        took[i] >= room || !coord_job_on_node(x, (int)n))
+                        took[i] >= room || coord_group_rank(x, (int)n) < 0)
                         continue;
                     slots += x->spec.nproc;
                     gpus += coord_entry_gpus(x, &k->sn[n]);
@@ -628,9 +621,7 @@ void coord_schedule(struct coord *c, int64_t now)
                 j->st.restarts + 1, j->spec.max_restarts, (double)coord_backoff_ms(j) / 1000.0);
             /* it waits as a queued job does: the nodes it fits (the ones it just left, most
              * likely) go neither to a lower priority nor to a scale-up meanwhile */
-            if (j->spec.nproc < pending_min_nproc)
-                pending_min_nproc = j->spec.nproc;
-            coord_hold_fitting(c, &k, j, reserved);
+            coord_hold_fitting(c, &k, j, reserved, &pending_min_nproc);
             continue;
         }
         int nmax = j->spec.nmax;
@@ -691,10 +682,6 @@ void coord_schedule(struct coord *c, int64_t now)
             coord_tally_add(c, tally, j);
             continue;
         }
-        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
-         * from being taken by a scale-up or by lower priorities */
-        if (j->spec.nproc < pending_min_nproc)
-            pending_min_nproc = j->spec.nproc;
         int all = coord_fitting(&k, NULL, off, j);
         int open = coord_fitting(&k, reserved, off, j);
         char gneed[160];
@@ -721,7 +708,9 @@ void coord_schedule(struct coord *c, int64_t now)
                            j->spec.nmin == 1 ? "" : "s", j->spec.nproc, gneed, open,
                            open == 1 ? "" : "s", open == 1 ? "s" : "",
                            making_room ? "; jobs of a lower priority make room" : "");
-        coord_hold_fitting(c, &k, j, reserved);
+        /* a job left waiting (PENDING, or RESTARTING below MIN) keeps nodes it could use
+         * from being taken by a scale-up or by lower priorities */
+        coord_hold_fitting(c, &k, j, reserved, &pending_min_nproc);
         if (j->preempting)
             coord_hold_for_preemptor(j, reserved);
     }

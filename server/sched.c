@@ -111,11 +111,12 @@ size_t *sched_by_name(const struct sched_node *nodes, size_t nnodes)
     return order;
 }
 
-/* The port group rank 0 serves on node: sched_pick_port(), or with avoid (the previous
- * generation's port when it is the only one left there: better than no start at all). */
-static int sched_port_on(const struct sched_node *node, int avoid)
+/* The port group rank 0 serves on node: sched_pick_port(), or with ignore_avoid its
+ * avoid_port too (the previous generation's port when it is the only one left: better than
+ * no start at all). */
+static int sched_port_on(const struct sched_node *node, int ignore_avoid)
 {
-    if (!avoid)
+    if (!ignore_avoid)
         return sched_pick_port(node);
     struct sched_node n = *node;
     n.avoid_port = 0;
@@ -140,25 +141,20 @@ int sched_place(const struct sched_job *job, const struct sched_node *nodes, siz
      * them, not only of the first MAX); then the others in name order */
     int port = 0;
     size_t r0 = nnodes;
-    for (int avoid = 0; avoid < 2 && !port; avoid++)
+    for (int ignore_avoid = 0; ignore_avoid < 2 && !port; ignore_avoid++)
         for (size_t i = 0; i < nnodes && !port; i++)
             if (sched_node_fits(job, &nodes[order[i]]) &&
-                (port = sched_port_on(&nodes[order[i]], avoid)) != 0)
+                (port = sched_port_on(&nodes[order[i]], ignore_avoid)) != 0)
                 r0 = order[i];
-    if (!port) {
-        free(sorted);
-        return DDP_EUNAVAIL;
+    if (port) { /* placed: straight into the caller's buffer (>= min(nmax, nnodes)) */
+        size_t n = 0;
+        out->idx[n++] = r0;
+        for (size_t i = 0; i < nnodes && n < (size_t)job->nmax; i++)
+            if (order[i] != r0 && sched_node_fits(job, &nodes[order[i]]))
+                out->idx[n++] = order[i];
+        out->n = n;
+        out->master_port = port;
     }
-    size_t *take = xcalloc(nnodes + 1, sizeof(*take));
-    size_t n = 0;
-    take[n++] = r0;
-    for (size_t i = 0; i < nnodes && n < (size_t)job->nmax; i++)
-        if (order[i] != r0 && sched_node_fits(job, &nodes[order[i]]))
-            take[n++] = order[i];
     free(sorted);
-    memcpy(out->idx, take, n * sizeof(*take));
-    out->n = n;
-    out->master_port = port;
-    free(take);
-    return 0;
+    return port ? 0 : DDP_EUNAVAIL;
 }

@@ -323,11 +323,14 @@ int main(int argc, char **argv)
             "--clip-grad-norm", "--eval-every",   "--generate",        "--betas",        "--eps",
             "--momentum",       "--warmup-steps", "--min-unit-params", "--bucket-cap-mb"};
         for (size_t k = 0; k < TRAIN_GIVEN_MAX && checked[k]; k++) {
+            if (strcmp(name, checked[k]) != 0)
+                continue;
             int seen = 0; /* each flag once, however often given */
             for (int g = 0; g < o.ngiven; g++)
                 seen |= o.given[g] == checked[k];
-            if (strcmp(name, checked[k]) == 0 && !seen)
+            if (!seen)
                 o.given[o.ngiven++] = checked[k];
+            break;
         }
     }
     return train_run(&o);

@@ -502,18 +502,18 @@ static int notice_check(struct run *r, uint32_t epoch, uint32_t pos, struct ddp_
         return ddp_exit_code_for(rc);
     if (!saved)
         return DDP_EXIT_CHECKPOINT;
-    if (!r->ckpt_dir[0])
-        err_set(err, DDP_EINTERNAL,
-                "preempted at step %llu (epoch %u, position %u of the epoch): no checkpoint "
-                "folder here (--checkpoint-dir is empty), so a restart resumes only from what "
-                "other nodes saved, or begins anew",
-                (unsigned long long)r->step, epoch + 1, pos);
-    else
-        err_set(err, DDP_EINTERNAL,
-                "preempted: checkpoint at step %llu (epoch %u, position %u of the epoch); resume "
-                "continues there",
-                (unsigned long long)r->step, epoch + 1, pos);
+    err_set(err, DDP_EINTERNAL, "preempted%s at step %llu (epoch %u, position %u of the epoch)%s",
+            r->ckpt_dir[0] ? ": checkpoint" : "", (unsigned long long)r->step, epoch + 1, pos,
+            r->ckpt_dir[0] ? "; resume continues there"
+                           : ": no checkpoint folder here (--checkpoint-dir is empty), so a "
+                             "restart resumes only from what other nodes saved, or begins anew");
     return DDP_EXIT_PREEMPTED;
+}
+
+/* Whether --max-steps is given and the run has taken that many steps. */
+static int at_max_steps(const struct run *r)
+{
+    return r->o->max_steps > 0 && r->step >= (uint64_t)r->o->max_steps;
 }
 
 /* Step 4: the steps of one epoch, from the resumed position in the first one. *stop when
@@ -537,7 +537,7 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
                       : 0;
     size_t k = nsteps - left;
     for (size_t start = first; start < r->smp.num_samples; start += o->batch_size, k++) {
-        if (o->max_steps > 0 && r->step >= (uint64_t)o->max_steps) {
+        if (at_max_steps(r)) {
             *stop = 1; /* resumed at or past --max-steps: no step more */
             return DDP_EXIT_OK;
         }
@@ -558,7 +558,7 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
         sums->seen += (double)n;
         if (o->notice_at_step > 0 && r->step == (uint64_t)o->notice_at_step && r->g->rank == 0)
             raise(ddp_notice_signal());
-        int at_max = o->max_steps > 0 && r->step >= (uint64_t)o->max_steps;
+        int at_max = at_max_steps(r);
         int last = k + 1 == nsteps;
         /* --max-steps on the epoch's last step: the epoch's own report and checkpoint follow
          * (train_epochs), as without the flag */
@@ -588,10 +588,9 @@ static int train_epoch(struct run *r, uint32_t epoch, struct epoch_sums *sums, i
 /* A language model's validation: this rank's windows of the held-out set in batches of the
  * training batch, their summed loss and next-byte hits. With parameters sharded (full,
  * hybrid), each batch's forward gathers the units as training does, so every rank runs as
- * many batches as the
- * largest slice needs (slices differ by one window at most): a rank past its windows
- * shadows the others' gathers with a forward it discards, as torch's Join does for uneven
- * inputs. */
+ * many batches as the largest slice needs (slices differ by one window at most): a rank past
+ * its windows shadows the others' gathers with a forward it discards, as torch's Join does
+ * for uneven inputs. */
 static int evaluate_text(struct run *r, double *loss_sum, size_t *hits, struct ddp_err *err)
 {
     const struct dataset *t = &r->test;
@@ -723,7 +722,7 @@ static int train_epochs(struct run *r, struct ddp_err *err)
             return code;
         if ((code = run_save_checkpoint(r, epoch + 1, 0, err)) != 0)
             return code;
-        if (o->max_steps > 0 && r->step >= (uint64_t)o->max_steps)
+        if (at_max_steps(r))
             return DDP_EXIT_OK; /* --max-steps reached on the epoch's last step */
         /* a notice during the epoch's last step: that epoch's checkpoint is the one */
         if (epoch + 1 < (uint32_t)o->epochs && (code = notice_check(r, epoch + 1, 0, err)) != 0)
