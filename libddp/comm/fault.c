@@ -56,6 +56,8 @@
 #define NOTICE_BYTE_SILENT   0x80
 /* How long a receiver waits for the 4 bytes behind the urgent mark. */
 #define NOTICE_WAIT_MS 1000
+/* How long a rank whose left neighbour ended without a notice waits for one from the right. */
+#define NOTICE_EOF_WAIT_MS 100
 
 uint32_t fault_notice(int rank, enum fault_kind kind)
 {
@@ -228,6 +230,16 @@ int fault_recv_failed(struct comm *c, const char *what, int e, struct ddp_err *e
         return fault_from_notice(c, n, cpu->left, cpu->left_name, what, err);
     if (read_inband(cpu->send_fd, &n, &ignored) == 1)
         return fault_from_notice(c, n, cpu->right, cpu->right_name, what, err);
+    /* A clean end from the left with no notice yet: a read that began right at the left
+     * neighbour's urgent mark passes it (and takes the notice's bytes for data), so its
+     * notice is lost here. The right neighbour, told in-band by it, passes the notice on
+     * to this rank within moments: wait for that a little (a ring of two has no other
+     * neighbour to ask). */
+    if (e == 0 && cpu->left != cpu->right) {
+        struct pollfd rp = {.fd = cpu->send_fd, .events = POLLIN};
+        if (poll(&rp, 1, NOTICE_EOF_WAIT_MS) > 0 && read_inband(cpu->send_fd, &n, &ignored) == 1)
+            return fault_from_notice(c, n, cpu->right, cpu->right_name, what, err);
+    }
     /* No notice. A reset on the send socket means the right neighbour died (a live rank that
      * gives up sends a notice and a FIN), and the left one only passed that on. */
     struct pollfd sp = {.fd = cpu->send_fd, .events = POLLOUT};
