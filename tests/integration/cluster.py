@@ -32,9 +32,16 @@ def free_port():
 
 def port_range(width=40):
     """A random worker port range "A-B" whose ports are free now, so that concurrent tests'
-    jobs do not meet on the same MASTER_PORT."""
+    jobs do not meet on the same MASTER_PORT; below the kernel's ephemeral range, where no
+    client socket of another test is given one of them (a worker's bind would fail)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        top = 32768
+    top = max(top, 10000 + 2 * width)
     for _ in range(200):
-        lo = random.randrange(30000, 60000 - width)
+        lo = random.randrange(10000, top - width)
         ok = True
         for p in (lo, lo + 1, lo + width // 2):
             with socket.socket() as s:
